@@ -1,0 +1,32 @@
+"""`qgate contract validate|show`: wiring only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qgate.cli._options import user_errors
+from qgate.contract import load_contract
+
+app = typer.Typer(help="Validate and show contracts.", no_args_is_help=True)
+FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
+
+
+@app.command()
+def validate(file: FileArg) -> None:
+    """Check a contract; exit 2 with one line naming the key when it is wrong."""
+    with user_errors():
+        loaded = load_contract(file)
+    typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
+
+
+@app.command()
+def show(file: FileArg) -> None:
+    """Print the resolved contract (defaults filled in) and its sha256."""
+    with user_errors():
+        loaded = load_contract(file)
+    resolved = loaded.contract.model_dump(mode="json")
+    typer.echo(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))

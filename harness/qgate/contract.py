@@ -1,0 +1,210 @@
+"""Strict contract schema: load, validate and hash a qgate contract YAML.
+
+A contract fixes the workload of a gate. Every key is known: an unknown key, a
+wrong type or an impossible value is a ContractError naming the file, the key
+path, the value and what was expected. Nothing is defaulted with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONTRACT_SCHEMA_VERSION = 1
+ROUTE_ENV_PREFIX = "VLLM_SM70_QWEN38_"
+
+
+class ContractError(Exception):
+    """A contract that cannot be used; str() is one line for the user."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Engine(_Strict):
+    """vLLM engine args under their vLLM names, passed through to vllm.LLM unchanged.
+
+    Only args listed here are accepted so that a typo is an error, not a silently ignored key.
+    """
+
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    max_model_len: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
+    enforce_eager: bool | None = None
+    dtype: Literal["auto", "float16", "bfloat16", "float32", "half"] | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1)
+    swap_space: float | None = Field(None, ge=0)
+    block_size: int | None = Field(None, ge=1)
+    seed: int | None = None
+    trust_remote_code: bool | None = None
+    tokenizer: str | None = None
+    revision: str | None = None
+    distributed_executor_backend: Literal["mp", "ray", "uni", "external_launcher"] | None = None
+    compilation_config: dict[str, Any] | None = None
+    speculative_config: dict[str, Any] | None = None
+    hf_overrides: dict[str, Any] | None = None
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        """The args that were set, as keyword arguments for vllm.LLM."""
+        return self.model_dump(exclude_none=True)
+
+
+def _env_values_are_strings(env: dict[str, Any]) -> dict[str, str]:
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise ValueError(f"env value for {key} must be a string (quote it in YAML), got {value!r}")
+    return env
+
+
+class Arm(_Strict):
+    env: dict[str, str] = Field(default_factory=dict)
+    engine: dict[str, Any] = Field(default_factory=dict)
+
+    _check_env = field_validator("env", mode="before")(_env_values_are_strings)
+
+
+class Arms(_Strict):
+    control: Arm
+    candidate: Arm
+
+
+class SpeedGates(_Strict):
+    min_decode_tok_s: float | None = Field(None, ge=0, description="every candidate rep >= this")
+    max_prefill_regression_pct: float | None = Field(None, ge=0)
+    identical_tokens: bool = True
+    min_decode_improvement_pct: float | None = Field(None, ge=0)
+
+
+class SpeedStats(_Strict):
+    alpha: float = Field(0.05, gt=0, lt=1)
+    min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
+    max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
+    bootstrap_resamples: int = Field(10000, ge=100)
+    seed: int = 20260828
+
+
+class Speed(_Strict):
+    input_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=1)
+    greedy: bool = True
+    ignore_eos: bool = True
+    warmup: int = Field(1, ge=0)
+    repetitions: int = Field(5, ge=1)
+    reset_prefix_cache: bool = True
+    launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
+    prompt_seed: int = 0
+    gates: SpeedGates = Field(default_factory=SpeedGates)
+    stats: SpeedStats = Field(default_factory=SpeedStats)
+
+
+class Contract(_Strict):
+    schema_version: Literal[1] = 1
+    name: str = Field(min_length=1)
+    version: int | str
+    description: str = ""
+    model: str = Field(min_length=1, description="a model path, or the built-in 'tiny'")
+    engine: Engine = Field(default_factory=Engine)
+    arms: Arms
+    speed: Speed | None = None
+    quality: dict[str, Any] | None = None
+    ops: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _input_fits(self) -> Contract:
+        if self.speed is not None:
+            for arm_name in ("control", "candidate"):
+                limit = self.engine_for(arm_name).get("max_model_len")
+                need = self.speed.input_tokens + self.speed.output_tokens
+                if limit is not None and need > limit:
+                    raise ValueError(
+                        f"speed.input_tokens + output_tokens = {need} exceeds "
+                        f"max_model_len {limit} of arm {arm_name}"
+                    )
+        return self
+
+    def engine_for(self, arm: str) -> dict[str, Any]:
+        """Engine kwargs for one arm: the shared engine args with the arm's overrides on top."""
+        merged = self.engine.vllm_kwargs()
+        merged.update(getattr(self.arms, arm).engine)
+        return merged
+
+    def env_for(self, arm: str) -> dict[str, str]:
+        return dict(getattr(self.arms, arm).env)
+
+
+class LoadedContract(BaseModel):
+    """A validated contract with where it came from and its canonical hash."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    sha256: str
+    contract: Contract
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc) if loc else "<top>"
+
+
+def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
+    cur = data
+    for part in loc:
+        try:
+            cur = cur[part]
+        except (KeyError, IndexError, TypeError):
+            return "<missing>"
+    return cur
+
+
+def _first_error(path: Path, data: Any, exc: ValidationError) -> ContractError:
+    err = exc.errors()[0]
+    loc = tuple(p for p in err["loc"] if p not in ("function-after",))
+    value = _lookup(data, loc)
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return ContractError(f"{path}: {_format_loc(loc)} = {value!r}: {msg}{more}")
+
+
+def parse_contract(data: Any, path: Path) -> Contract:
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: <top> = {type(data).__name__}: expected a mapping")
+    try:
+        return Contract.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(path, data, exc) from None
+
+
+def load_contract(path: str | Path) -> LoadedContract:
+    """Read, validate and hash a contract; raise ContractError with one clear line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ContractError(f"{p}: cannot read contract: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ContractError(f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    contract = parse_contract(data, p)
+    resolved = contract.model_dump(mode="json")
+    digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
+    return LoadedContract(path=str(p), sha256=digest, contract=contract)

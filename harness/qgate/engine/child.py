@@ -1,0 +1,118 @@
+"""The engine child: the one process of the harness that imports vLLM.
+
+Started by the launcher as `python -m qgate.engine.child SPEC_JSON EVENTS_FD` with the arm's environment,
+so the env reaches vLLM's engine-core and worker processes, which inherit it. It owns one vllm.LLM
+(one engine start), hands a workload a small adapter, and reports records as JSON lines on a private
+pipe (vLLM's own logging goes to stdout/stderr, which the launcher saves to a log file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from qgate.engine.fingerprint import fingerprint
+
+
+class VllmEngine:
+    """The adapter a workload sees: plain lists and dicts in and out, no vLLM types."""
+
+    def __init__(self, llm: Any) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._llm = llm
+        self._sampling_cls = SamplingParams
+        self._prompt_cls = TokensPrompt
+        self._tokenizer = llm.get_tokenizer()
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._llm.llm_engine.model_config.get_vocab_size())
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        return sorted({int(i) for i in getattr(self._tokenizer, "all_special_ids", [])})
+
+    def reset_prefix_cache(self) -> bool:
+        # vLLM returns False when it could not reset (e.g. blocks still in use): callers must fail on it.
+        return bool(self._llm.reset_prefix_cache())
+
+    def chat_prompt_ids(self, messages: list[dict], chat_template_kwargs: dict) -> list[int]:
+        ids = self._tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, **chat_template_kwargs
+        )
+        if isinstance(ids, dict):  # some tokenizers return a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self._tokenizer.decode(token_ids)
+
+    def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict:
+        params = self._sampling_cls(**sampling)
+        prompt = self._prompt_cls(prompt_token_ids=list(prompt_token_ids))
+        (out,) = self._llm.generate([prompt], params, use_tqdm=False)
+        completion = out.outputs[0]
+        m = out.metrics
+        if m is None:
+            raise RuntimeError("vLLM returned no request metrics (disable_log_stats must be False)")
+        return {
+            "token_ids": [int(t) for t in completion.token_ids],
+            "text": completion.text,
+            "finish_reason": completion.finish_reason,
+            "num_generation_tokens": int(m.num_generation_tokens),
+            "first_token_ts": float(m.first_token_ts),
+            "last_token_ts": float(m.last_token_ts),
+            "first_token_latency_s": float(m.first_token_latency),
+            "num_prompt_tokens": len(out.prompt_token_ids or prompt_token_ids),
+        }
+
+
+def _run(spec: dict, emit: Any) -> None:
+    t0 = time.perf_counter()
+    from vllm import LLM
+
+    llm = LLM(model=spec["model_path"], disable_log_stats=False, **spec["engine_args"])
+    engine = VllmEngine(llm)
+    emit({"event": "engine_ready", "engine_start_s": time.perf_counter() - t0, "fingerprint": fingerprint()})
+    workload = spec["workload"]
+    if workload == "speed":
+        from qgate.speed import run_reps
+
+        run_reps(engine, spec, emit)
+    elif workload == "quality":
+        from qgate.quality.run import run_items
+
+        run_items(engine, spec, emit, set(spec.get("done", [])))
+    else:
+        raise ValueError(f"unknown workload {workload!r}")
+
+
+def main() -> int:
+    spec_path, events_fd = sys.argv[1], int(sys.argv[2])
+    with open(spec_path, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    events = os.fdopen(events_fd, "w", buffering=1, encoding="utf-8")
+
+    def emit(record: dict) -> None:
+        events.write(json.dumps(record) + "\n")
+        events.flush()
+
+    try:
+        _run(spec, emit)
+    except Exception as exc:  # reported to the launcher as one line; the full trace goes to the log
+        traceback.print_exc()
+        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "done"})
+    events.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

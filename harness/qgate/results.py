@@ -1,0 +1,89 @@
+"""Result records on disk: schema-versioned JSON, written atomically, never overwritten silently.
+
+Format history of speed results (``kind: speed``):
+  1 (2026-11-29): first version; reps carry engine timestamps and token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SPEED_SCHEMA_VERSION = 1
+KNOWN_SCHEMAS = {"speed": {1}, "quality": {1}, "verdict": {1}, "ops": {1}, "ablation": {1}}
+
+
+class ResultError(Exception):
+    """A result file that cannot be used; str() is one line for the user."""
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write text so that a reader sees the old file or the new one, never half of one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
+    """Append one record and fsync: a crash loses at most the line being written."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read complete JSONL records; a torn last line (crash mid-write) is dropped."""
+    records = []
+    p = Path(path)
+    if not p.exists():
+        return records
+    lines = p.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ResultError(f"{p}: line {i + 1} is not valid JSON") from None
+    return records
+
+
+def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
+    """Load a result JSON and check its kind and schema_version."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{p}: no such result file") from None
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{p}: expected a JSON object")
+    got_kind = data.get("kind")
+    if kind is not None and got_kind != kind:
+        raise ResultError(f"{p}: kind = {got_kind!r}, expected {kind!r}")
+    version = data.get("schema_version")
+    if version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
+        raise ResultError(f"{p}: schema_version = {version!r} of kind {got_kind!r} is not one qgate knows")
+    return data
