@@ -1,0 +1,51 @@
+"""Build of qgate_kernels: the reference ops everywhere, the CUDA kernels where nvcc and a CUDA torch exist.
+
+QGATE_KERNELS_CUDA=auto (default) builds the CUDA kernels when torch has CUDA and nvcc is found,
+1 requires them (the build fails otherwise), 0 skips them. TORCH_CUDA_ARCH_LIST picks the targets
+(7.0 for V100 with CUDA 12.x, 9.0 for H100/H200). Without torch at build time (pip's isolated
+build) the package installs pure-Python and declares the op schemas from Python; install with
+`pip install --no-build-isolation -e kernels_ext` to get the compiled extension.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+CUDA_SOURCES = [
+    "csrc/gemv.cu",
+    "csrc/fused_hc.cu",
+    "csrc/gdn_input.cu",
+    "csrc/qsa_topk.cu",
+    "csrc/ops_cuda.cpp",
+]
+
+
+def _extensions() -> dict:
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:
+        return {}
+    want = os.environ.get("QGATE_KERNELS_CUDA", "auto")
+    have_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    if want == "1" and not have_cuda:
+        raise RuntimeError("QGATE_KERNELS_CUDA=1 but torch has no CUDA or nvcc was not found (CUDA_HOME)")
+    cxx = ["-O3", "-std=c++17"]
+    if have_cuda and want != "0":
+        nvcc = ["-O3", "-std=c++17", "-lineinfo"]
+        ext = cpp_extension.CUDAExtension(
+            "qgate_kernels._C",
+            ["csrc/ops_def.cpp", *CUDA_SOURCES],
+            define_macros=[("QGATE_WITH_CUDA", "1")],
+            extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+        )
+    else:
+        ext = cpp_extension.CppExtension("qgate_kernels._C", ["csrc/ops_def.cpp"], extra_compile_args=cxx)
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": cpp_extension.BuildExtension}}
+
+
+setup(**_extensions())
