@@ -1,0 +1,35 @@
+"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR`: wiring only.
+
+Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qgate.cli._options import EXIT_ERROR, EXIT_FAIL, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.compare import run_compare
+
+app = typer.Typer(help="Compare a control and a candidate result: statistics, gates, verdict.")
+ResultArg = Annotated[Path, typer.Argument(help="result JSON or run directory")]
+_CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "ERROR": EXIT_ERROR}
+
+
+@app.command()
+def compare(
+    control: ResultArg,
+    candidate: ResultArg,
+    out: OutOpt,
+    contract: ContractOpt | None = None,
+) -> None:
+    """Write DIR/report.md, DIR/verdict.json and DIR/speed.png; exit 0 PASS, 1 FAIL, 3 ERROR."""
+    with user_errors():
+        record, paths = run_compare(control, candidate, contract, out)
+    typer.echo(f"verdict: {record['verdict']}")
+    for reason in record["reasons"]:
+        typer.echo(f"  - {reason}")
+    typer.echo(f"report: {paths['report']}")
+    exit_with(_CODES[record["verdict"]])

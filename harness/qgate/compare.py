@@ -1,0 +1,322 @@
+"""`qgate compare`: two results -> one verdict record (+ report files). Core only: no Typer, no printing.
+
+CONTROL and CANDIDATE are each a result file or a run directory. A run directory DIR stands for
+DIR/<kind>/control.json when given as CONTROL and DIR/<kind>/candidate.json when given as CANDIDATE,
+for every kind qgate knows (speed, quality) that is present. A file is taken as it is (so two runs of
+one arm can be compared: an A/A test).
+
+Each kind present in both is compared by its own function (speed here; quality by
+`qgate.quality.compare.compare_quality(control, candidate, contract) -> {"gates": [...], "markdown": str}`),
+and the gates of all kinds make one verdict. The verdict record carries every figure the report shows,
+so the report can be rendered again from verdict.json alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qgate import verdict as vd
+from qgate.contract import ROUTE_ENV_PREFIX, ContractError, LoadedContract, load_contract
+from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
+from qgate.stats import StatsConfig, compare_samples, unit_samples
+
+VERDICT_SCHEMA_VERSION = 1
+KINDS = ("speed", "quality")
+SPEED_EXTRA_KEYS = (
+    "prompt.sha256",
+    "prompt.input_tokens",
+    "prompt.seed",
+    *(
+        f"workload.{k}"
+        for k in (
+            "output_tokens",
+            "greedy",
+            "ignore_eos",
+            "warmup",
+            "repetitions",
+            "reset_prefix_cache",
+            "launches",
+        )
+    ),
+)
+_OFF_VALUES = ("", "0", "false", "off", "no")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The two results of one kind and where they came from."""
+
+    kind: str
+    control: dict[str, Any]
+    candidate: dict[str, Any]
+    control_path: str
+    candidate_path: str
+
+
+def locate(path: str | Path, arm: str) -> dict[str, Path]:
+    """Result files for one argument: the file itself, or DIR/<kind>/<arm>.json for each kind present."""
+    p = Path(path)
+    if p.is_dir():
+        found = {kind: p / kind / f"{arm}.json" for kind in KINDS if (p / kind / f"{arm}.json").is_file()}
+        if not found:
+            names = ", ".join(f"{kind}/{arm}.json" for kind in KINDS)
+            raise ResultError(f"{p}: run directory holds none of {names}")
+        return found
+    if not p.exists():
+        raise ResultError(f"{p}: no such result file or run directory")
+    kind = load_result(p).get("kind")
+    return {str(kind): p}
+
+
+def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[list[Pair], list[str]]:
+    """Pairs of results by kind, and the kinds found for one side only (a difference)."""
+    ctrl, cand = locate(control_path, "control"), locate(candidate_path, "candidate")
+    if len(ctrl) == 1 and len(cand) == 1 and set(ctrl) != set(cand):
+        raise ResultError(f"cannot compare a {next(iter(ctrl))} result with a {next(iter(cand))} result")
+    pairs = []
+    for kind in (k for k in KINDS if k in ctrl and k in cand):
+        pairs.append(
+            Pair(
+                kind,
+                load_result(ctrl[kind], kind),
+                load_result(cand[kind], kind),
+                str(ctrl[kind]),
+                str(cand[kind]),
+            )
+        )
+    one_sided = [
+        f"{k} result only for the {'control' if k in ctrl else 'candidate'}" for k in set(ctrl) ^ set(cand)
+    ]
+    return pairs, sorted(one_sided)
+
+
+def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> LoadedContract:
+    """The contract given, else the one the control result names; it must have the sections compared."""
+    if contract_path is not None:
+        loaded = load_contract(contract_path)
+    else:
+        named = pairs[0].control.get("contract", {}).get("path") if pairs else None
+        if not named:
+            raise ContractError("no --contract given and the control result names no contract path")
+        try:
+            loaded = load_contract(named)
+        except ContractError as exc:
+            raise ContractError(f"no --contract given; the contract the results name fails: {exc}") from None
+    for pair in pairs:
+        if getattr(loaded.contract, pair.kind) is None:
+            raise ContractError(f"{loaded.path}: {pair.kind} = None: the contract has no {pair.kind} section")
+    return loaded
+
+
+def _rep_values(result: dict[str, Any], field: str) -> np.ndarray:
+    # Missing or non-numeric values become NaN so the statistics report an error instead of guessing.
+    out = []
+    for rep in result.get("reps") or []:
+        v = rep.get(field)
+        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan"))
+    return np.array(out, dtype=float)
+
+
+def _launches(result: dict[str, Any]) -> int:
+    return int((result.get("workload") or {}).get("launches", 1) or 1)
+
+
+def _unit(result: dict[str, Any], field: str) -> tuple[str, np.ndarray]:
+    launch_ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
+    return unit_samples(_rep_values(result, field), launch_ids, _launches(result))
+
+
+def _finite_or_none(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def _change(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0:
+        return None
+    return _finite_or_none(100.0 * (new / old - 1.0))
+
+
+def _arm_figures(result: dict[str, Any]) -> dict[str, Any]:
+    tok, tpot, ttft = (_rep_values(result, f) for f in ("decode_tok_s", "tpot_ms", "ttft_ms"))
+    mean = _finite_or_none(tok.mean()) if tok.size else None
+    std = _finite_or_none(tok.std(ddof=0)) if tok.size else None
+    return {
+        "reps": int(tok.size),
+        "launches": _launches(result),
+        "decode_tok_s": [_finite_or_none(v) for v in tok],
+        "tpot_ms": [_finite_or_none(v) for v in tpot],
+        "ttft_ms": [_finite_or_none(v) for v in ttft],
+        "launch_ids": [rep.get("launch", 0) for rep in result.get("reps") or []],
+        "decode_tok_s_mean": mean,
+        "decode_tok_s_std": std,
+        "decode_tok_s_cv_pct": _finite_or_none(100 * std / mean) if mean and std is not None else None,
+        "tpot_ms_mean": _finite_or_none(tpot.mean()) if tpot.size else None,
+        "ttft_ms_median": _finite_or_none(np.median(ttft)) if ttft.size else None,
+    }
+
+
+def _is_on(value: Any) -> bool:
+    return str(value).strip().lower() not in _OFF_VALUES
+
+
+def switched_routes(env: dict[str, Any]) -> list[str]:
+    """Route names whose env switch is on, by qgate.routes.ROUTES (route -> env var).
+
+    Without qgate.routes, the switched-on route variables themselves (by the contract's prefix).
+    """
+    try:
+        routes_map = importlib.import_module("qgate.routes").ROUTES
+    except ModuleNotFoundError:
+        return sorted(k for k, v in env.items() if k.startswith(ROUTE_ENV_PREFIX) and _is_on(v))
+    return [r for r, var in routes_map.items() if _is_on(env.get(var, ""))]
+
+
+def _arm_info(result: dict[str, Any], path: str) -> dict[str, Any]:
+    env = result.get("env") if isinstance(result.get("env"), dict) else {}
+    keys = (
+        "arm",
+        "contract",
+        "engine_args",
+        "model",
+        "fingerprint",
+        "prompt",
+        "workload",
+        "launches",
+        "routes",
+    )
+    info = {k: result.get(k) for k in keys}
+    info.update(path=path, env=env, switched_routes=switched_routes(env))
+    return info
+
+
+def compare_speed(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
+    """Statistics, figures and gates for two speed results."""
+    assert loaded.contract.speed is not None
+    control, candidate = pair.control, pair.candidate
+    cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
+    (unit, dc), (_, dt) = _unit(control, "decode_tok_s"), _unit(candidate, "decode_tok_s")
+    (_, pc), (_, pt) = _unit(control, "ttft_ms"), _unit(candidate, "ttft_ms")
+    decode = compare_samples(dc, dt, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
+    ttft = compare_samples(pc, pt, cfg, "ttft_ms", higher_is_better=False, unit=unit)
+    figs = {"control": _arm_figures(control), "candidate": _arm_figures(candidate), "unit": unit}
+    c, t = figs["control"], figs["candidate"]
+    figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
+    figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])
+    figs["ttft_median_change_pct"] = _change(t["ttft_ms_median"], c["ttft_ms_median"])
+    figs["min_decode_tok_s"] = loaded.contract.speed.gates.min_decode_tok_s
+    tokens = vd.token_summary(control, candidate)
+    diffs = vd.differences(control, candidate, loaded, SPEED_EXTRA_KEYS)
+    gates = [
+        vd.comparable_gate(diffs),
+        vd.completeness_gate(control, "control"),
+        vd.completeness_gate(candidate, "candidate"),
+        *vd.attestation(control, candidate),
+        *vd.statistics_gates(decode, ttft),
+        *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens),
+    ]
+    return {
+        "gates": gates,
+        "stats": {"decode_tok_s": decode.to_dict(), "ttft_ms": ttft.to_dict()},
+        "figures": figs,
+        "tokens": tokens,
+        "differences": diffs,
+        "notes": vd.notes(control, candidate),
+        "arms": {
+            "control": _arm_info(control, pair.control_path),
+            "candidate": _arm_info(candidate, pair.candidate_path),
+        },
+    }
+
+
+def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
+    """Quality results: the quality helper's compare_quality, plus the shared checks done here."""
+    module = importlib.import_module("qgate.quality.compare")
+    out = dict(module.compare_quality(pair.control, pair.candidate, loaded.contract))
+    diffs = vd.differences(pair.control, pair.candidate, loaded)
+    gates = [vd.comparable_gate(diffs), *vd.attestation(pair.control, pair.candidate)]
+    for g in out.get("gates", []):
+        sev = vd.SEV_ERROR if g.get("severity") == vd.SEV_ERROR else vd.SEV_FAIL
+        gates.append(vd.Gate(str(g["name"]), bool(g["passed"]), str(g.get("detail", "")), sev))
+    out.update(gates=[vd.Gate(f"quality: {g.name}", g.passed, g.detail, g.severity) for g in gates])
+    out.update(differences=diffs, notes=vd.notes(pair.control, pair.candidate))
+    out.setdefault(
+        "arms",
+        {
+            "control": _arm_info(pair.control, pair.control_path),
+            "candidate": _arm_info(pair.candidate, pair.candidate_path),
+        },
+    )
+    return out
+
+
+COMPARERS: dict[str, Callable[[Pair, LoadedContract], dict[str, Any]]] = {
+    "speed": compare_speed,
+    "quality": compare_quality_pair,
+}
+
+
+def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContract) -> dict[str, Any]:
+    """The verdict record: every gate of every kind compared, the verdict and all figures."""
+    sections = {pair.kind: COMPARERS[pair.kind](pair, loaded) for pair in pairs}
+    gates = [g for s in sections.values() for g in s["gates"]]
+    if one_sided:
+        gates.append(vd.Gate("same result kinds", False, "; ".join(one_sided), vd.SEV_ERROR))
+    verdict, reasons = vd.decide(gates)
+    c = loaded.contract
+    record: dict[str, Any] = {
+        "kind": "verdict",
+        "schema_version": VERDICT_SCHEMA_VERSION,
+        "verdict": verdict,
+        "reasons": reasons,
+        "gates": [g.to_dict() for g in gates],
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "inputs": {p.kind: {"control": p.control_path, "candidate": p.candidate_path} for p in pairs},
+        "kinds": [p.kind for p in pairs],
+    }
+    for kind, section in sections.items():
+        body = {k: v for k, v in section.items() if k != "gates"}
+        if kind == "speed":
+            record.update(stats=body.pop("stats"), figures=body.pop("figures"))
+        record[kind] = body
+    return record
+
+
+def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
+    """verdict.json, report.md and (with speed) speed.png in out_dir, each written atomically."""
+    from qgate.report import plots, render_markdown
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"verdict": str(out / "verdict.json"), "report": str(out / "report.md")}
+    if "speed" in record.get("kinds", []):
+        fd, tmp = tempfile.mkstemp(prefix=".speed.", suffix=".png", dir=out)
+        os.close(fd)
+        try:
+            plots.speed_png(record, tmp)
+            os.replace(tmp, out / "speed.png")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        paths["plot"] = str(out / "speed.png")
+    record = {**record, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    atomic_write_text(paths["report"], render_markdown(record))
+    atomic_write_json(paths["verdict"], record)
+    return paths
+
+
+def run_compare(
+    control: str | Path, candidate: str | Path, contract: str | Path | None, out_dir: str | Path
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Load, compare, write the report; raises ResultError / ContractError for bad input."""
+    pairs, one_sided = load_pairs(control, candidate)
+    loaded = resolve_contract(contract, pairs)
+    record = build_verdict(pairs, one_sided, loaded)
+    return record, write_report(record, out_dir)

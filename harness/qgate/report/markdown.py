@@ -1,0 +1,260 @@
+"""The markdown report, rendered from a verdict record alone (so it can be rebuilt from verdict.json).
+
+Tables are pandas DataFrames of preformatted strings, written as GitHub pipe tables by `table` (no
+tabulate dependency). The output is deterministic: no timestamps, fixed number formats; it is
+golden-tested in tests/test_report_golden.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+_MARK = {True: "pass", False: "FAIL"}
+
+
+def table(df: pd.DataFrame) -> str:
+    """A GitHub pipe table; cells are str() of the values with pipes escaped and newlines flattened."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(cell(c) for c in df.columns) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *rows])
+
+
+def _num(value: Any, fmt: str = ".2f") -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a"
+    return format(value, fmt)
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{value:+.2f} %"
+
+
+def _route_label(arm: dict[str, Any]) -> str:
+    routes = arm.get("switched_routes") or []
+    return ", ".join(routes) if routes else "none switched on"
+
+
+def _throughput(record: dict[str, Any]) -> list[str]:
+    figs, arms = record["figures"], record["speed"]["arms"]
+    rows = []
+    for name in ("control", "candidate"):
+        f = figs[name]
+        rows.append(
+            {
+                "arm": name,
+                "route": _route_label(arms[name]),
+                "steady samples (tok/s)": ", ".join(_num(v) for v in f["decode_tok_s"]),
+                "mean (tok/s)": _num(f["decode_tok_s_mean"]),
+                "mean TPOT (ms)": _num(f["tpot_ms_mean"], ".3f"),
+                "population std (tok/s)": _num(f["decode_tok_s_std"], ".3f"),
+                "CV": f"{_num(f['decode_tok_s_cv_pct'])} %",
+            }
+        )
+    return [
+        "### Decode throughput",
+        "",
+        table(pd.DataFrame(rows)),
+        "",
+        f"Throughput change: {_pct(figs['throughput_change_pct'])}; "
+        f"TPOT change: {_pct(figs['tpot_change_pct'])}.",
+        "",
+    ]
+
+
+def _statistics(record: dict[str, Any]) -> list[str]:
+    rows, reasons = [], []
+    for name, st in record["stats"].items():
+        c, t = st.get("control") or {}, st.get("candidate") or {}
+        level = st.get("ci_level")
+        rows.append(
+            {
+                "metric": name,
+                "unit": st["unit"],
+                "n (control v candidate)": f"{c.get('n', 0)} v {t.get('n', 0)}",
+                "verdict": st["verdict"],
+                "change": _pct(st.get("change_pct")),
+                "ratio cand/ctrl": _num(st.get("ratio"), ".4f"),
+                f"{_num(100 * level, 'g') if level else '?'} % bootstrap CI": (
+                    f"[{_num(st.get('ci_low'), '.4f')}, {_num(st.get('ci_high'), '.4f')}]"
+                ),
+                "Welch t": _num(st.get("welch_t"), ".3f"),
+                "Welch p": _num(st.get("welch_p"), ".3g"),
+                "Mann-Whitney U": _num(st.get("mwu_u"), "g"),
+                "Mann-Whitney p": f"{_num(st.get('mwu_p'), '.3g')} ({st.get('mwu_method') or 'n/a'})",
+            }
+        )
+        reasons.append(f"- {name}: {st['verdict']}: {st['reason']}")
+    any_st = next(iter(record["stats"].values()))
+    settings = (
+        f"alpha {_num(any_st.get('alpha'), 'g')}, "
+        f"practical floor {_num(any_st.get('min_effect_pct'), 'g')} %, "
+        f"noise limit CV {_num(any_st.get('max_cv_pct'), 'g')} %, "
+        f"{any_st.get('bootstrap_resamples')} bootstrap resamples, seed {any_st.get('seed')}"
+    )
+    return ["### Statistics", "", table(pd.DataFrame(rows)), "", *reasons, "", f"Settings: {settings}.", ""]
+
+
+def _prefill(record: dict[str, Any]) -> list[str]:
+    figs = record["figures"]
+    rows = [
+        {
+            "arm": name,
+            "median TTFT (ms)": _num(figs[name]["ttft_ms_median"], ".3f"),
+            "samples (ms)": ", ".join(_num(v, ".3f") for v in figs[name]["ttft_ms"]),
+        }
+        for name in ("control", "candidate")
+    ]
+    change = f"Median TTFT change: {_pct(figs['ttft_median_change_pct'])}."
+    return ["### Warm prefill (TTFT)", "", table(pd.DataFrame(rows)), "", change, ""]
+
+
+def _tokens(record: dict[str, Any]) -> list[str]:
+    tk = record["speed"]["tokens"]
+    yes = {True: "yes", False: "no"}
+    if tk["control_vs_candidate_identical"]:
+        versus = "identical"
+    else:
+        versus = f"differ; first diverging index {tk['first_diverging_index']}"
+    return [
+        "### Tokens",
+        "",
+        f"- All candidate token arrays identical across reps: {yes[tk['candidate_identical_across_reps']]}",
+        f"- All control token arrays identical across reps: {yes[tk['control_identical_across_reps']]}",
+        f"- Control vs candidate (first rep, {tk['control_tokens']} v {tk['candidate_tokens']} tokens): "
+        f"{versus}",
+        "",
+    ]
+
+
+def _fallbacks(entry: dict[str, Any]) -> str:
+    fb = entry.get("fallbacks") or {}
+    total = sum(int(v) for v in fb.values())
+    detail = ", ".join(f"{k}: {v}" for k, v in sorted(fb.items()))
+    return f"{total} ({detail})" if detail else "0"
+
+
+def _routes(record: dict[str, Any]) -> list[str]:
+    arms = record["speed"]["arms"]
+    croutes, troutes = arms["control"].get("routes") or {}, arms["candidate"].get("routes") or {}
+    names = sorted(set(croutes) | set(troutes))
+    if not names:
+        return ["### Routes", "", "No route counters in either result.", ""]
+    rows = []
+    for r in names:
+        c, t = croutes.get(r) or {}, troutes.get(r) or {}
+        roles = t.get("roles") or {}
+        rows.append(
+            {
+                "route": r,
+                "control hits": c.get("hits", "n/a"),
+                "control fallbacks": _fallbacks(c) if c else "n/a",
+                "candidate hits": t.get("hits", "n/a"),
+                "candidate fallbacks": _fallbacks(t) if t else "n/a",
+                "candidate hits by role": ", ".join(f"{k}: {v}" for k, v in sorted(roles.items())) or "-",
+            }
+        )
+    return ["### Routes", "", table(pd.DataFrame(rows)), ""]
+
+
+def _gates(record: dict[str, Any]) -> list[str]:
+    rows = [
+        {
+            "gate": g["name"],
+            "result": _MARK[bool(g["passed"])],
+            "on failure": "ERROR" if g.get("severity") == "error" else "FAIL",
+            "detail": g["detail"],
+        }
+        for g in record["gates"]
+    ]
+    note = 'A failed gate makes the verdict what its "on failure" column says; ERROR outranks FAIL.'
+    return ["## Gates", "", table(pd.DataFrame(rows)), "", note, ""]
+
+
+def _flat(prefix: str, value: Any) -> dict[str, str]:
+    if isinstance(value, dict):
+        out: dict[str, str] = {}
+        for k in sorted(value):
+            out.update(_flat(f"{prefix}.{k}", value[k]))
+        return out
+    if isinstance(value, list):
+        return {prefix: json.dumps(value)}
+    return {prefix: "" if value is None else str(value)}
+
+
+def _environment(section: dict[str, Any]) -> list[str]:
+    arms = section["arms"]
+    flat = {}
+    for name in ("control", "candidate"):
+        a = arms[name]
+        keys = ("path", "arm", "env", "engine_args", "model", "fingerprint", "prompt", "workload")
+        entries = {k: a.get(k) for k in keys if k in a}
+        flat[name] = {k: v for key, val in entries.items() for k, v in _flat(key, val).items()}
+    keys = sorted(set(flat["control"]) | set(flat["candidate"]))
+    rows = [
+        {
+            "": k,
+            "control": flat["control"].get(k, "-"),
+            "candidate": flat["candidate"].get(k, "-"),
+            "same": "yes" if flat["control"].get(k) == flat["candidate"].get(k) else "no",
+        }
+        for k in keys
+    ]
+    return ["## Environment", "", table(pd.DataFrame(rows)), ""]
+
+
+def _list(title: str, items: list[str]) -> list[str]:
+    return [title, "", *[f"- {i}" for i in items], ""] if items else []
+
+
+def _speed(record: dict[str, Any]) -> list[str]:
+    figs, sp = record["figures"], record["speed"]
+    unit = figs["unit"]
+    unit_line = f"Statistics unit: {unit} ({figs['control']['reps']} v {figs['candidate']['reps']} reps" + (
+        f", {figs['control']['launches']} launches per arm: reps averaged per launch first)."
+        if unit == "launch"
+        else ")."
+    )
+    return [
+        "## Speed",
+        "",
+        unit_line,
+        "",
+        *_throughput(record),
+        *_statistics(record),
+        *_prefill(record),
+        *_tokens(record),
+        *_routes(record),
+        *_list("### Refused: the arms differ in more than their env", sp["differences"]),
+        *_list("### Notes", sp["notes"]),
+    ]
+
+
+def render_markdown(record: dict[str, Any]) -> str:
+    """The full report for a verdict record."""
+    c = record["contract"]
+    lines = [
+        f"# qgate verdict: {record['verdict']}",
+        "",
+        f"Contract: {c['name']} v{c['version']}, sha256 `{c['sha256']}` ({c['path']})",
+        "",
+        *_list("Reasons:", record["reasons"]),
+    ]
+    if "speed" in record:
+        lines += _speed(record)
+    if "quality" in record:
+        q = record["quality"]
+        lines += ["## Quality", "", str(q.get("markdown", "")).strip(), ""]
+        lines += _list("### Refused: the arms differ in more than their env", q.get("differences", []))
+    lines += _gates(record)
+    section = record.get("speed") or record.get("quality")
+    if section and "arms" in section:
+        lines += _environment(section)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,292 @@
+"""Contract gates + statistics -> PASS / FAIL / ERROR, with the reasons.
+
+A gate is {name, passed, detail, severity}. severity "error" marks a gate whose failure means the
+comparison itself cannot be trusted (arms that differ in more than their env, an incomplete result,
+a statistic that could not be computed, an inconclusive decode comparison, a route that did not
+provably run): any such failure makes the verdict ERROR. Otherwise any failed gate makes it FAIL.
+
+Refuse to compare: the two results must agree on everything but the arm env: contract sha256, model,
+prompt, workload, CPU/GPU model, driver, Python/torch/vLLM/qgate versions and engine args.
+Engine args rule (the contract may give an arm its own engine overrides under `arms.<arm>.engine`):
+a differing engine arg is accepted only when both results carry the sha256 of the contract in hand and
+each arm's recorded engine args are exactly `contract.engine_for(arm)`, i.e. the difference is the
+one the contract declares. Without the contract in hand, or with any other difference, each differing
+key is listed and the verdict is ERROR. Host name and git commit are only noted: the same machine
+model and versions on another host, or a later commit, are still comparable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from qgate.contract import Contract, LoadedContract
+from qgate.stats import ERROR as STAT_ERROR
+from qgate.stats import IMPROVED, INCONCLUSIVE, REGRESSED, MetricStats
+
+PASS = "PASS"
+FAIL = "FAIL"
+ERROR = "ERROR"
+SEV_FAIL = "fail"
+SEV_ERROR = "error"
+FINGERPRINT_KEYS = ("cpu", "cpu_count", "gpu", "driver", "python", "torch", "vllm", "qgate")
+NOTE_KEYS = ("hostname", "git_sha")
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    passed: bool
+    detail: str
+    severity: str = SEV_FAIL
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def decide(gates: Sequence[Gate]) -> tuple[str, list[str]]:
+    """The verdict and its reasons (the failed gates, ERROR-class first)."""
+    if not gates:
+        return ERROR, ["no gate was evaluated"]
+    errors = [g for g in gates if not g.passed and g.severity == SEV_ERROR]
+    fails = [g for g in gates if not g.passed and g.severity != SEV_ERROR]
+    reasons = [f"{g.name}: {g.detail}" for g in (*errors, *fails)]
+    if errors:
+        return ERROR, reasons
+    if fails:
+        return FAIL, reasons
+    return PASS, []
+
+
+def _get(record: dict[str, Any], dotted: str) -> Any:
+    cur: Any = record
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return "<missing>"
+        cur = cur[part]
+    return cur
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _engine_differences(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
+) -> list[str]:
+    ce, te = control.get("engine_args"), candidate.get("engine_args")
+    if not isinstance(ce, dict) or not isinstance(te, dict):
+        return [] if _canon(ce) == _canon(te) else [f"engine_args: control {ce!r} vs candidate {te!r}"]
+    keys = sorted(k for k in set(ce) | set(te) if _canon(ce.get(k)) != _canon(te.get(k)))
+    if not keys:
+        return []
+    if loaded is not None and _declared_override(control, candidate, loaded):
+        return []
+    return [
+        f"engine_args.{k}: control {ce.get(k, '<missing>')!r} vs candidate {te.get(k, '<missing>')!r}"
+        for k in keys
+    ]
+
+
+def _declared_override(control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract) -> bool:
+    """True when both arms ran the contract in hand and recorded exactly its per-arm engine args."""
+    for result in (control, candidate):
+        arm = result.get("arm")
+        if _get(result, "contract.sha256") != loaded.sha256 or arm not in ("control", "candidate"):
+            return False
+        if _canon(result.get("engine_args")) != _canon(loaded.contract.engine_for(arm)):
+            return False
+    return True
+
+
+def differences(
+    control: dict[str, Any],
+    candidate: dict[str, Any],
+    loaded: LoadedContract | None = None,
+    extra_keys: Sequence[str] = (),
+) -> list[str]:
+    """Everything but the arm env in which the two results differ; empty when they may be compared.
+
+    extra_keys: dotted keys a result kind adds (speed: prompt and workload).
+    """
+    found = []
+    keys = ["contract.sha256", "model.spec", "model.config_sha256"]
+    keys += [f"fingerprint.{k}" for k in FINGERPRINT_KEYS]
+    for key in (*keys, *extra_keys):
+        a, b = _get(control, key), _get(candidate, key)
+        if _canon(a) != _canon(b):
+            found.append(f"{key}: control {a!r} vs candidate {b!r}")
+    if loaded is not None:
+        for name, result in (("control", control), ("candidate", candidate)):
+            sha = _get(result, "contract.sha256")
+            if sha != loaded.sha256:
+                found.append(f"contract.sha256: {name} result {sha} vs contract in hand {loaded.sha256}")
+    found += _engine_differences(control, candidate, loaded)
+    found += _env_not_declared(control, candidate, loaded)
+    return found
+
+
+def _env_not_declared(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
+) -> list[str]:
+    """The contract's arm env must be in the result's env (the launcher may add its own variables)."""
+    if loaded is None:
+        return []
+    found = []
+    for name, result in (("control", control), ("candidate", candidate)):
+        arm = result.get("arm")
+        if arm not in ("control", "candidate"):
+            continue
+        env = result.get("env") if isinstance(result.get("env"), dict) else {}
+        for key, value in loaded.contract.env_for(arm).items():
+            if env.get(key) != value:
+                found.append(f"env.{key}: {name} result {env.get(key, '<unset>')!r}, contract says {value!r}")
+    return found
+
+
+def notes(control: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
+    """Differences that do not block the comparison but belong in the report."""
+    found = []
+    for key in NOTE_KEYS:
+        a, b = _get(control, f"fingerprint.{key}"), _get(candidate, f"fingerprint.{key}")
+        if a != b:
+            found.append(f"fingerprint.{key}: control {a!r} vs candidate {b!r}")
+    if control.get("arm") != "control" or candidate.get("arm") != "candidate":
+        found.append(
+            f"arm labels: control argument is {control.get('arm')!r}, candidate is {candidate.get('arm')!r}"
+        )
+    return found
+
+
+def comparable_gate(diffs: Sequence[str]) -> Gate:
+    if diffs:
+        return Gate("comparable arms", False, "refuse to compare: " + "; ".join(diffs), SEV_ERROR)
+    return Gate("comparable arms", True, "the results differ only in the arm env", SEV_ERROR)
+
+
+def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str = "") -> list[Gate]:
+    """Route attestation gates from qgate.routes; every one is ERROR-class.
+
+    Without qgate.routes, or when it cannot read the results, nothing proves the routes ran: ERROR.
+    """
+    try:
+        routes = importlib.import_module("qgate.routes")
+    except ModuleNotFoundError as exc:
+        if exc.name != "qgate.routes":
+            raise
+        return [Gate(f"{prefix}route attestation", False, "qgate.routes is not available", SEV_ERROR)]
+    try:
+        gates = routes.attestation_gates(control, candidate)
+        return [
+            Gate(f"{prefix}{g['name']}", bool(g["passed"]), str(g.get("detail", "")), SEV_ERROR)
+            for g in gates
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        detail = f"cannot attest the routes: {type(exc).__name__}: {exc}"
+        return [Gate(f"{prefix}route attestation", False, detail, SEV_ERROR)]
+
+
+def token_summary(control: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """Whether each arm's reps produced one token array, and where control and candidate diverge."""
+    c_arrays = [list(r.get("token_ids") or []) for r in control.get("reps", [])]
+    t_arrays = [list(r.get("token_ids") or []) for r in candidate.get("reps", [])]
+    first_div: int | None = None
+    same = bool(c_arrays and t_arrays) and c_arrays[0] == t_arrays[0]
+    if c_arrays and t_arrays and not same:
+        a, b = c_arrays[0], t_arrays[0]
+        first_div = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+        )
+    return {
+        "control_identical_across_reps": bool(c_arrays) and all(x == c_arrays[0] for x in c_arrays),
+        "candidate_identical_across_reps": bool(t_arrays) and all(x == t_arrays[0] for x in t_arrays),
+        "control_vs_candidate_identical": same,
+        "first_diverging_index": first_div,
+        "control_tokens": len(c_arrays[0]) if c_arrays else 0,
+        "candidate_tokens": len(t_arrays[0]) if t_arrays else 0,
+    }
+
+
+def completeness_gate(result: dict[str, Any], name: str) -> Gate:
+    """A result that did not finish, or holds the wrong number of reps, cannot be compared."""
+    workload = result.get("workload") or {}
+    want = int(workload.get("repetitions", 0)) * int(workload.get("launches", 1) or 1)
+    got = len(result.get("reps") or [])
+    if result.get("complete") is not True:
+        return Gate(f"{name} result complete", False, f"complete = {result.get('complete')!r}", SEV_ERROR)
+    if got == 0 or got != want:
+        return Gate(f"{name} result complete", False, f"{got} reps, workload asks for {want}", SEV_ERROR)
+    return Gate(f"{name} result complete", True, f"{got} reps", SEV_ERROR)
+
+
+def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
+    """ERROR-class: both statistics computed and the decode comparison is conclusive."""
+    gates = []
+    for label, st in (("decode", decode), ("prefill (TTFT)", ttft)):
+        ok = st.verdict != STAT_ERROR
+        detail = "Welch t, Mann-Whitney U and bootstrap CI computed" if ok else str(st.error or st.reason)
+        gates.append(Gate(f"{label} statistics computed", ok, detail, SEV_ERROR))
+    conclusive = decode.verdict not in (STAT_ERROR, INCONCLUSIVE)
+    gates.append(
+        Gate("decode comparison conclusive", conclusive, f"{decode.verdict}: {decode.reason}", SEV_ERROR)
+    )
+    return gates
+
+
+def speed_gates(
+    contract: Contract,
+    candidate: dict[str, Any],
+    decode: MetricStats,
+    ttft_change_pct: float | None,
+    tokens: dict[str, Any],
+) -> list[Gate]:
+    """The contract's speed gates, plus 'no significant decode regression' (always on)."""
+    assert contract.speed is not None
+    g = contract.speed.gates
+    gates = [
+        Gate(
+            "no significant decode regression",
+            decode.verdict != REGRESSED,
+            f"decode verdict {decode.verdict} (change {_pct(decode.change_pct)})",
+        )
+    ]
+    if g.min_decode_tok_s is not None:
+        gates.append(_min_tok_s_gate(candidate, g.min_decode_tok_s))
+    if g.max_prefill_regression_pct is not None:
+        gates.append(_prefill_gate(ttft_change_pct, g.max_prefill_regression_pct))
+    if g.identical_tokens:
+        same = bool(tokens["candidate_identical_across_reps"])
+        detail = (
+            "all candidate reps produced the same token ids" if same else "candidate reps differ in tokens"
+        )
+        gates.append(Gate("candidate tokens identical across reps", same, detail))
+    if g.min_decode_improvement_pct is not None:
+        want = g.min_decode_improvement_pct
+        ok = decode.verdict == IMPROVED and decode.change_pct is not None and decode.change_pct >= want
+        detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
+        gates.append(Gate(f"decode improvement >= {want:g} %", ok, detail))
+    return gates
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f} %"
+
+
+def _min_tok_s_gate(candidate: dict[str, Any], threshold: float) -> Gate:
+    values = [r.get("decode_tok_s") for r in candidate.get("reps", [])]
+    name = f"every candidate rep >= {threshold:g} tok/s"
+    if not values or any(not isinstance(v, (int, float)) for v in values):
+        return Gate(name, False, "candidate reps lack decode_tok_s", SEV_ERROR)
+    below = [v for v in values if not v >= threshold]  # `not >=` also catches NaN
+    detail = f"slowest rep {min(values):.2f} tok/s; {len(below)} of {len(values)} below"
+    return Gate(name, not below, detail)
+
+
+def _prefill_gate(change_pct: float | None, limit: float) -> Gate:
+    name = f"prefill (TTFT) regression <= {limit:g} %"
+    if change_pct is None:
+        return Gate(name, False, "the TTFT median change could not be computed", SEV_ERROR)
+    return Gate(name, change_pct <= limit, f"median TTFT change {change_pct:+.2f} %")
