@@ -74,6 +74,13 @@ class Arm(_Strict):
 
     _check_env = field_validator("env", mode="before")(_env_values_are_strings)
 
+    @field_validator("engine")
+    @classmethod
+    def _known_engine_args(cls, engine: dict[str, Any]) -> dict[str, Any]:
+        """Arm overrides are checked against the same schema as the shared engine args."""
+        Engine.model_validate(engine)
+        return engine
+
 
 class Arms(_Strict):
     control: Arm
@@ -129,8 +136,8 @@ class Contract(_Strict):
                 need = self.speed.input_tokens + self.speed.output_tokens
                 if limit is not None and need > limit:
                     raise ValueError(
-                        f"speed.input_tokens + output_tokens = {need} exceeds "
-                        f"max_model_len {limit} of arm {arm_name}"
+                        f"speed.input_tokens + speed.output_tokens = {need}: exceeds "
+                        f"engine.max_model_len = {limit} (arm {arm_name}); expected at most {limit}"
                     )
         return self
 
@@ -174,8 +181,10 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
 def _first_error(path: Path, data: Any, exc: ValidationError) -> ContractError:
     err = exc.errors()[0]
     loc = tuple(p for p in err["loc"] if p not in ("function-after",))
+    msg = err["msg"].removeprefix("Value error, ")
+    if not loc:  # a cross-field rule: its message names the keys and values itself
+        return ContractError(f"{path}: {msg}")
     value = _lookup(data, loc)
-    msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key"
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""

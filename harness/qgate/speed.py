@@ -61,7 +61,9 @@ def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | 
     if n < 2 or decode_s <= 0:
         raise SpeedError(f"rep {index}: cannot compute decode rate (tokens={n}, decode_s={decode_s:.6f})")
     decode_tok_s = (n - 1) / decode_s
-    engine_s = out["first_token_latency_s"] + decode_s
+    # Engine time on one clock (engine-core monotonic): from scheduling to the last token. The rest of
+    # the wall time around generate() is the harness's and vLLM front end's overhead.
+    engine_s = out["last_token_ts"] - out["scheduled_ts"]
     overhead_s = wall_s - engine_s
     return {
         "index": index,
@@ -69,6 +71,7 @@ def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | 
         "decode_tok_s": decode_tok_s,
         "tpot_ms": 1000.0 / decode_tok_s,
         "ttft_ms": out["first_token_latency_s"] * 1000.0,
+        "prefill_ms": (out["first_token_ts"] - out["scheduled_ts"]) * 1000.0,
         "wall_s": wall_s,
         "engine_s": engine_s,
         "harness_overhead_s": overhead_s,

@@ -33,11 +33,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 @contextmanager
 def user_errors(*error_types: type[BaseException], code: int = EXIT_USAGE) -> Iterator[None]:
-    """Map the core's user-facing exceptions to one line and an exit code."""
+    """Map the core's user-facing exceptions to one line and an exit code.
+
+    With no types given, contract and result-file errors (exit 2 by default) are mapped.
+    """
     from qgate.contract import ContractError
     from qgate.results import ResultError
 
-    types = (ContractError, ResultError, *error_types)
+    types = error_types or (ContractError, ResultError)
     try:
         yield
     except types as exc:

@@ -69,6 +69,7 @@ class VllmEngine:
             "first_token_ts": float(m.first_token_ts),
             "last_token_ts": float(m.last_token_ts),
             "first_token_latency_s": float(m.first_token_latency),
+            "scheduled_ts": float(m.scheduled_ts),
             "num_prompt_tokens": len(out.prompt_token_ids or prompt_token_ids),
         }
 

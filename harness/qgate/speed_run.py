@@ -1,0 +1,199 @@
+"""`qgate run speed` core: plan the arm launches, run them, keep DIR/speed/<arm>.json current.
+
+The arm file is rewritten atomically after every rep, so a run killed at any moment loses no completed
+rep; `resume=True` continues from the saved reps; a finished or partial file is never overwritten
+without being asked to resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from qgate.contract import LoadedContract
+from qgate.engine.launcher import EngineError, run_child
+from qgate.models import resolve_model
+from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
+
+ARMS = ("control", "candidate")
+
+
+# What the CLI shows: called with (arm, event record, result so far).
+Progress = Callable[[str, dict, dict], None]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def arm_path(out_dir: Path, arm: str) -> Path:
+    return out_dir / "speed" / f"{arm}.json"
+
+
+def new_result(loaded: LoadedContract, arm: str, model: dict) -> dict[str, Any]:
+    c = loaded.contract
+    s = c.speed
+    assert s is not None
+    return {
+        "kind": "speed",
+        "schema_version": SPEED_SCHEMA_VERSION,
+        "arm": arm,
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "env": c.env_for(arm),
+        "engine_args": c.engine_for(arm),
+        "model": model,
+        "fingerprint": None,
+        "prompt": {"input_tokens": s.input_tokens, "seed": s.prompt_seed, "sha256": None},
+        "workload": {
+            "output_tokens": s.output_tokens,
+            "greedy": s.greedy,
+            "ignore_eos": s.ignore_eos,
+            "warmup": s.warmup,
+            "repetitions": s.repetitions,
+            "reset_prefix_cache": s.reset_prefix_cache,
+            "launches": s.launches,
+        },
+        "launches": [],
+        "reps": [],
+        "routes": {},
+        "dropped_env": [],
+        "complete": False,
+    }
+
+
+def open_result(loaded: LoadedContract, arm: str, out_dir: Path, resume: bool, model: dict) -> dict:
+    """A fresh result, or the saved one when resuming; refuse to clobber or to mix contracts."""
+    path = arm_path(out_dir, arm)
+    if not path.exists():
+        return new_result(loaded, arm, model)
+    if not resume:
+        raise ResultError(f"{path}: a result exists; pass --resume to continue it or choose another --out")
+    saved = load_result(path, kind="speed")
+    if saved["contract"]["sha256"] != loaded.sha256:
+        raise ResultError(
+            f"{path}: saved with contract sha256 {saved['contract']['sha256'][:12]}, "
+            f"not {loaded.sha256[:12]}: cannot resume under a different contract"
+        )
+    return saved
+
+
+def _merge_routes(total: dict, part: dict) -> dict:
+    merged = {
+        k: {"hits": v["hits"], "fallbacks": dict(v["fallbacks"]), "roles": dict(v["roles"])}
+        for k, v in total.items()
+    }
+    for route, rec in part.items():
+        cur = merged.setdefault(route, {"hits": 0, "fallbacks": {}, "roles": {}})
+        cur["hits"] += rec.get("hits", 0)
+        for key in ("fallbacks", "roles"):
+            for name, n in rec.get(key, {}).items():
+                cur[key][name] = cur[key].get(name, 0) + n
+    return merged
+
+
+def _collect_routes(attest_dir: Path) -> dict:
+    try:
+        from qgate.routes import collect
+    except ImportError:  # the route plugin is optional: without it no route can be attested
+        return {}
+    return collect(attest_dir)
+
+
+def missing_reps(result: dict, launch: int, repetitions: int) -> list[int]:
+    done = {r["index"] for r in result["reps"]}
+    first = launch * repetitions
+    return [i for i in range(first, first + repetitions) if i not in done]
+
+
+def run_launch(
+    loaded: LoadedContract,
+    arm: str,
+    launch: int,
+    result: dict,
+    out_dir: Path,
+    model_path: str,
+    progress: Progress | None,
+) -> dict:
+    """One engine start for one arm: warmup, then this launch's missing reps."""
+    c = loaded.contract
+    s = c.speed
+    assert s is not None
+    todo = missing_reps(result, launch, s.repetitions)
+    if not todo:
+        return result
+    path = arm_path(out_dir, arm)
+    segment = len(result["launches"])
+    attest_dir = out_dir / "attest" / "speed" / arm / f"segment-{segment}"
+    spec = {
+        "workload": "speed",
+        "model_path": model_path,
+        "engine_args": c.engine_for(arm),
+        "input_tokens": s.input_tokens,
+        "output_tokens": s.output_tokens,
+        "greedy": s.greedy,
+        "ignore_eos": s.ignore_eos,
+        "warmup": s.warmup,
+        "reset_prefix_cache": s.reset_prefix_cache,
+        "prompt_seed": s.prompt_seed,
+        "launch": launch,
+        "rep_indices": todo,
+    }
+    state = {"result": result}
+
+    def on_event(ev: dict) -> None:
+        res = state["result"]
+        kind = ev.get("event")
+        if kind == "engine_ready":
+            res["fingerprint"] = ev["fingerprint"]
+            res["launches"].append(
+                {
+                    "launch": launch,
+                    "segment": segment,
+                    "engine_start_s": ev["engine_start_s"],
+                    "started_at": _now(),
+                }
+            )
+        elif kind == "prompt":
+            if res["prompt"]["sha256"] not in (None, ev["sha256"]):
+                raise EngineError(f"{arm}: prompt changed between launches ({ev['sha256'][:12]})")
+            res["prompt"]["sha256"] = ev["sha256"]
+        elif kind == "rep":
+            res["reps"].append(ev["rep"])
+            res["reps"].sort(key=lambda r: r["index"])
+            atomic_write_json(path, res)
+        if progress is not None:
+            progress(arm, ev, res)
+
+    outcome = run_child(spec, c.env_for(arm), out_dir / "logs" / f"speed-{arm}.log", on_event, attest_dir)
+    result = state["result"]
+    result["routes"] = _merge_routes(result["routes"], _collect_routes(attest_dir))
+    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
+    atomic_write_json(path, result)
+    if outcome.error:
+        raise EngineError(f"{arm} launch {launch}: {outcome.error} (log: {outcome.log_path})")
+    return result
+
+
+def run_speed(
+    loaded: LoadedContract,
+    out_dir: Path,
+    arms: tuple[str, ...] = ARMS,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, dict]:
+    """Run every launch of every arm, interleaved (control, candidate, control, ...)."""
+    c = loaded.contract
+    if c.speed is None:
+        raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
+    model_path, model = resolve_model(c.model)
+    results = {arm: open_result(loaded, arm, out_dir, resume, model) for arm in arms}
+    for launch in range(c.speed.launches):
+        for arm in arms:
+            results[arm] = run_launch(loaded, arm, launch, results[arm], out_dir, model_path, progress)
+    for arm in arms:
+        res = results[arm]
+        res["complete"] = len(res["reps"]) == c.speed.launches * c.speed.repetitions
+        atomic_write_json(arm_path(out_dir, arm), res)
+    return results
