@@ -1,0 +1,220 @@
+"""qgate.stats: known values, independent re-computations, failure records and the honesty simulation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from qgate.stats import (
+    ERROR,
+    IMPROVED,
+    INCONCLUSIVE,
+    NO_CHANGE,
+    REGRESSED,
+    VERDICTS,
+    StatsConfig,
+    compare_samples,
+    decide_batch,
+    min_attainable_p,
+    unit_samples,
+)
+from scipy import stats as sps
+
+CTRL = [10.1, 10.4, 9.8, 10.0, 10.3, 10.2]
+CAND = [10.9, 11.2, 10.7, 11.5, 10.8]
+CFG = StatsConfig()
+
+
+def test_welch_matches_known_scipy_value_and_the_formula() -> None:
+    rec = compare_samples(CTRL, CAND, CFG)
+    # Known value (scipy 1.17 ttest_ind(CAND, CTRL, equal_var=False)), and the textbook formula.
+    assert rec.welch_t == pytest.approx(5.190799758468916, rel=1e-12)
+    assert rec.welch_p == pytest.approx(0.001433287940692585, rel=1e-10)
+    x, y = np.array(CTRL), np.array(CAND)
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    t = (y.mean() - x.mean()) / math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    assert rec.welch_t == pytest.approx(t, rel=1e-12)
+    assert rec.welch_p == pytest.approx(2 * sps.t.sf(abs(t), df), rel=1e-10)
+    assert compare_samples([1, 2, 3, 4, 5], [2, 3, 4, 5, 6], CFG).welch_p == pytest.approx(
+        0.34659350708733416
+    )
+
+
+def _brute_force_mwu_p(control: list[float], candidate: list[float]) -> tuple[float, float]:
+    """Two-sided exact p by enumerating every split of the pooled sample (ties count 1/2)."""
+    pooled = np.array(control + candidate)
+    m = len(candidate)
+
+    def u_of(cand: np.ndarray, ctrl: np.ndarray) -> float:
+        return float((cand[:, None] > ctrl[None, :]).sum() + 0.5 * (cand[:, None] == ctrl[None, :]).sum())
+
+    u_obs = u_of(np.array(candidate), np.array(control))
+    us = []
+    for idx in itertools.combinations(range(pooled.size), m):
+        mask = np.zeros(pooled.size, bool)
+        mask[list(idx)] = True
+        us.append(u_of(pooled[mask], pooled[~mask]))
+    us = np.array(us)
+    p = min(1.0, 2 * min(np.mean(us >= u_obs - 1e-9), np.mean(us <= u_obs + 1e-9)))
+    return u_obs, p
+
+
+def test_mann_whitney_exact_matches_enumeration_and_known_value() -> None:
+    rec = compare_samples(CTRL, CAND, CFG)
+    assert rec.mwu_method == "exact"
+    assert rec.mwu_u == 30.0
+    assert rec.mwu_p == pytest.approx(0.004329004329004329)  # 2 / C(11, 5)
+    ctrl, cand = [1.0, 2.0, 3.5, 4.0, 0.5], [3.0, 4.5, 5.0, 6.0, 2.5]
+    u, p = _brute_force_mwu_p(ctrl, cand)
+    rec = compare_samples(ctrl, cand, CFG)
+    assert (rec.mwu_u, rec.mwu_p) == (pytest.approx(u), pytest.approx(p))
+
+
+def test_mann_whitney_with_ties_is_exact_by_permutation() -> None:
+    ctrl, cand = [1.0, 2.0, 3.0, 4.0, 0.5], [3.0, 4.0, 5.0, 6.0, 2.5]
+    u, p = _brute_force_mwu_p(ctrl, cand)
+    rec = compare_samples(ctrl, cand, CFG)
+    assert rec.mwu_method == "exact permutation (ties)"
+    assert (rec.mwu_u, rec.mwu_p) == (pytest.approx(u), pytest.approx(p))
+
+
+def test_bootstrap_ci_is_seeded_and_brackets_the_ratio() -> None:
+    a = compare_samples(CTRL, CAND, CFG)
+    b = compare_samples(CTRL, CAND, CFG)
+    c = compare_samples(CTRL, CAND, StatsConfig(seed=1))
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+    assert (a.ci_low, a.ci_high) != (c.ci_low, c.ci_high)
+    assert a.ratio == pytest.approx(np.mean(CAND) / np.mean(CTRL))
+    assert a.ci_low < a.ratio < a.ci_high
+    # The percentile CI can never leave the range of attainable resample ratios.
+    assert a.ci_low >= min(CAND) / max(CTRL) and a.ci_high <= max(CAND) / min(CTRL)
+    assert a.ci_level == pytest.approx(0.95)
+
+
+def test_batch_rows_equal_single_calls() -> None:
+    rng = np.random.default_rng(3)
+    ctrl, cand = rng.normal(100, 3, (4, 5)), rng.normal(103, 3, (4, 5))
+    out = decide_batch(ctrl, cand, CFG)
+    for i in range(4):
+        rec = compare_samples(ctrl[i], cand[i], CFG)
+        assert rec.verdict == VERDICTS[out["code"][i]]
+        assert (rec.ci_low, rec.welch_p, rec.mwu_p) == (out["ci_low"][i], out["welch_p"][i], out["mwu_p"][i])
+
+
+def test_clear_effects_in_both_directions() -> None:
+    assert compare_samples(CTRL, CAND, CFG).verdict == IMPROVED
+    assert compare_samples(CAND, CTRL, CFG).verdict == REGRESSED
+    # Lower is better (TTFT): a lower candidate is an improvement.
+    assert compare_samples(CAND, CTRL, CFG, "ttft_ms", higher_is_better=False).verdict == IMPROVED
+
+
+def test_significant_but_below_the_practical_floor_is_no_change() -> None:
+    ctrl = [100.0, 100.1, 99.9, 100.05, 99.95]
+    cand = [101.0, 101.1, 100.9, 101.05, 100.95]  # +1 %, very significant
+    rec = compare_samples(ctrl, cand, StatsConfig(min_effect_pct=2.0))
+    assert rec.verdict == NO_CHANGE and "below the practical floor" in rec.reason
+    assert compare_samples(ctrl, cand, StatsConfig(min_effect_pct=0.5)).verdict == IMPROVED
+
+
+def test_noise_above_the_limit_is_inconclusive() -> None:
+    ctrl, cand = [100, 130, 80, 110, 95], [150, 190, 120, 160, 140]
+    rec = compare_samples(ctrl, cand, StatsConfig(max_cv_pct=10))
+    assert rec.verdict == INCONCLUSIVE and "too noisy" in rec.reason
+    assert compare_samples(ctrl, cand, StatsConfig(max_cv_pct=50)).verdict == IMPROVED
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_too_few_units_cannot_be_significant(n: int) -> None:
+    assert min_attainable_p(n, n) >= 0.05
+    rec = compare_samples([100.0, 101.0, 99.0][:n], [200.0, 201.0, 199.0][:n], CFG)
+    assert rec.verdict == INCONCLUSIVE and "cannot reach alpha" in rec.reason
+
+
+@pytest.mark.parametrize(
+    ("ctrl", "cand", "why"),
+    [
+        ([], [1.0, 2.0], "no samples"),
+        ([1.0, 2.0], [], "no samples"),
+        ([1.0, float("nan"), 2.0], [1.0, 2.0, 3.0], "non-finite"),
+        ([1.0, 2.0, 3.0], [1.0, float("inf"), 3.0], "non-finite"),
+        ([5.0, 5.0, 5.0], [6.0, 6.0, 6.0], "zero variance"),
+        ([1.0], [1.0, 2.0], "at least 2"),
+        ([1.0, -2.0, 3.0], [1.0, 2.0, 3.0], "non-positive"),
+        (["a", "b"], [1.0, 2.0], "not numbers"),
+    ],
+)
+def test_a_statistic_that_cannot_be_computed_is_an_error_record(ctrl: list, cand: list, why: str) -> None:
+    rec = compare_samples(ctrl, cand, CFG)
+    assert rec.verdict == ERROR
+    assert rec.error is not None and why in rec.error
+    assert rec.to_dict()["verdict"] == ERROR  # and the record stays JSON-safe
+
+
+def test_records_are_immutable_and_json_safe() -> None:
+    rec = compare_samples(CTRL, CAND, CFG)
+    with pytest.raises(AttributeError):
+        rec.verdict = "improved"  # type: ignore[misc]
+    d = compare_samples([1.0, float("nan")], [1.0, 2.0], CFG).to_dict()
+    assert d["control"] is None and d["candidate"]["samples"] == [1.0, 2.0]
+
+
+def test_launch_is_the_unit_when_there_are_several() -> None:
+    values = [10.0, 12.0, 20.0, 22.0, 30.0, 34.0]
+    assert unit_samples(values, [0, 0, 1, 1, 2, 2], 1)[0] == "rep"
+    unit, samples = unit_samples(values, [2, 2, 0, 0, 1, 1], 3)
+    assert unit == "launch"
+    assert samples.tolist() == [21.0, 32.0, 11.0]
+
+
+def _simulate(rng: np.random.Generator, cv: float, pairs: int, effect: float = 0.0, skewed: bool = False):
+    if skewed:
+        # Right-skewed step times give left-skewed tok/s: tok/s = 1 / lognormal step time.
+        sigma = math.sqrt(math.log(1 + cv**2))
+        ctrl = 100 / rng.lognormal(0, sigma, (pairs, 5))
+        cand = 100 * (1 + effect) / rng.lognormal(0, sigma, (pairs, 5))
+        return ctrl, cand
+    return rng.normal(100, 100 * cv, (pairs, 5)), rng.normal(
+        100 * (1 + effect), 100 * (1 + effect) * cv, (pairs, 5)
+    )
+
+
+@pytest.mark.parametrize(
+    ("cv", "skewed", "cfg"),
+    [
+        # max_cv raised and no practical floor: the significance rule alone is on trial (2,000
+        # resamples, the contract may set as few as 100, to keep the run short).
+        (0.15, True, StatsConfig(max_cv_pct=100, min_effect_pct=0.0, bootstrap_resamples=2000)),
+        (0.02, False, StatsConfig(min_effect_pct=0.0)),
+    ],
+)
+def test_aa_false_positive_rate_is_at_most_alpha(cv: float, skewed: bool, cfg: StatsConfig) -> None:
+    """10,000 simulated A/A pairs of 5 v 5: 'improved' or 'regressed' at most alpha of the time."""
+    ctrl, cand = _simulate(np.random.default_rng(20260828), cv, 10_000, skewed=skewed)
+    out = decide_batch(ctrl, cand, cfg)
+    code = out["code"]
+    false_pos = np.isin(code, [VERDICTS.index(IMPROVED), VERDICTS.index(REGRESSED)]).mean()
+    assert false_pos <= cfg.alpha, false_pos
+    assert not np.any(code == VERDICTS.index(ERROR))
+    # The simulation can tell an anti-conservative rule: the 5 v 5 percentile bootstrap alone is one.
+    boot_alone = ((out["ci_low"] > 1) | (out["ci_high"] < 1)).mean()
+    assert boot_alone > cfg.alpha
+
+
+def test_aa_with_contract_defaults_at_high_noise_is_inconclusive_not_significant() -> None:
+    ctrl, cand = _simulate(np.random.default_rng(7), 0.15, 2_000)
+    code = decide_batch(ctrl, cand, StatsConfig())["code"]
+    assert np.mean(code == VERDICTS.index(INCONCLUSIVE)) > 0.9
+    assert np.isin(code, [0, 1]).mean() <= 0.05
+
+
+def test_a_20_percent_effect_at_cv_2_percent_is_detected() -> None:
+    rng = np.random.default_rng(11)
+    for effect, want in ((0.20, IMPROVED), (-0.20, REGRESSED)):
+        ctrl, cand = _simulate(rng, 0.02, 1_000, effect=effect)
+        out = decide_batch(ctrl, cand, CFG)
+        assert np.mean(out["code"] == VERDICTS.index(want)) >= 0.99
+        excludes_one = (out["ci_low"] > 1) if effect > 0 else (out["ci_high"] < 1)
+        assert excludes_one.all()
