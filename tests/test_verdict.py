@@ -1,0 +1,334 @@
+"""qgate.verdict and qgate.compare core: gates, refuse-to-compare, attestation, ERROR on failed statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qgate import verdict as vd
+from qgate.compare import Pair, build_verdict
+from qgate.contract import LoadedContract, parse_contract
+from qgate.stats import StatsConfig, compare_samples
+
+_spec = importlib.util.spec_from_file_location(
+    "golden_support", Path(__file__).parent / "golden" / "support.py"
+)
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+
+@pytest.fixture(autouse=True)
+def routes(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    mod = support.standin_routes()
+    monkeypatch.setitem(sys.modules, "qgate.routes", mod)
+    return mod
+
+
+def verdict_of(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None = None
+) -> dict:
+    pair = Pair("speed", control, candidate, "control.json", "candidate.json")
+    return build_verdict([pair], [], loaded or support.pinned_contract())
+
+
+def gate(record: dict, prefix: str) -> dict:
+    return next(g for g in record["gates"] if g["name"].startswith(prefix))
+
+
+def test_decide_orders_error_over_fail() -> None:
+    ok, bad, broken = (
+        vd.Gate("a", True, ""),
+        vd.Gate("b", False, "slow"),
+        vd.Gate("c", False, "x", vd.SEV_ERROR),
+    )
+    assert vd.decide([ok]) == ("PASS", [])
+    assert vd.decide([ok, bad]) == ("FAIL", ["b: slow"])
+    assert vd.decide([bad, broken]) == ("ERROR", ["c: x", "b: slow"])
+    assert vd.decide([])[0] == "ERROR"
+
+
+def test_fixture_pair_passes_with_every_gate_listed() -> None:
+    rec = verdict_of(*support.load_pair())
+    assert rec["verdict"] == "PASS", rec["reasons"]
+    assert rec["kind"] == "verdict" and rec["schema_version"] == 1
+    names = [g["name"] for g in rec["gates"]]
+    for want in (
+        "comparable arms",
+        "route fp16_gemv ran in the candidate",
+        "no route ran in the control",
+        "every candidate rep >= 55 tok/s",
+        "prefill (TTFT) regression <= 10 %",
+        "candidate tokens identical across reps",
+        "decode improvement >= 5 %",
+    ):
+        assert want in names
+    assert rec["stats"]["decode_tok_s"]["verdict"] == "improved"
+    assert rec["figures"]["throughput_change_pct"] == pytest.approx((60.05 / 50.066 - 1) * 100)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("contract", "sha256", "f" * 64),
+        ("model", "config_sha256", "d" * 64),
+        ("model", "spec", "other-model"),
+        ("prompt", "sha256", "cd" * 32),
+        ("fingerprint", "vllm", "0.31.0"),
+        ("fingerprint", "torch", "2.12.0+cpu"),
+        ("fingerprint", "qgate", "0.2.0"),
+        ("fingerprint", "cpu", "Other CPU"),
+        ("fingerprint", "gpu", "1x Tesla V100"),
+        ("fingerprint", "driver", "550.54"),
+        ("workload", "output_tokens", 16),
+        ("engine_args", "max_num_seqs", 4),
+    ],
+)
+def test_refuse_to_compare_lists_the_difference(section: str, key: str, value: Any) -> None:
+    control, candidate = support.load_pair()
+    candidate[section][key] = value
+    diffs = vd.differences(control, candidate, None, ("prompt.sha256", "workload.output_tokens"))
+    assert any(d.startswith(f"{section}.{key}") for d in diffs), diffs
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "ERROR"
+    assert not gate(rec, "comparable arms")["passed"]
+    assert f"{section}.{key}" in gate(rec, "comparable arms")["detail"]
+
+
+def test_env_hostname_and_commit_do_not_block_a_comparison() -> None:
+    control, candidate = support.load_pair()
+    assert vd.differences(control, candidate, support.pinned_contract()) == []
+    candidate["fingerprint"]["hostname"] = "bench-2"
+    candidate["fingerprint"]["git_sha"] = "abcdef0"
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "PASS"
+    assert any("hostname" in n for n in rec["speed"]["notes"])
+
+
+def test_result_env_must_hold_the_contract_arm_env() -> None:
+    control, candidate = support.load_pair()
+    candidate["env"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "0"
+    diffs = vd.differences(control, candidate, support.pinned_contract())
+    assert diffs == ["env.VLLM_SM70_QWEN38_FP16_GEMV: candidate result '0', contract says '1'"]
+
+
+def _override_contract(override: dict[str, Any]) -> LoadedContract:
+    base = support.pinned_contract()
+    data = base.contract.model_dump(mode="json")
+    data["arms"]["candidate"]["engine"] = override
+    contract = parse_contract(data, Path("override.yaml"))
+    return LoadedContract(path="override.yaml", sha256=support.FIXTURE_SHA, contract=contract)
+
+
+def test_engine_override_declared_by_the_contract_is_accepted() -> None:
+    loaded = _override_contract({"enforce_eager": False})
+    control, candidate = support.load_pair()
+    candidate["engine_args"] = loaded.contract.engine_for("candidate")
+    assert vd.differences(control, candidate, loaded) == []
+    # Without the contract in hand the same difference cannot be checked: refused.
+    assert vd.differences(control, candidate, None) == [
+        "engine_args.enforce_eager: control True vs candidate False"
+    ]
+    # A difference other than the declared override is refused even with the contract.
+    candidate["engine_args"]["max_num_seqs"] = 2
+    assert len(vd.differences(control, candidate, loaded)) == 2
+
+
+def test_contract_in_hand_must_be_the_one_the_results_ran() -> None:
+    control, candidate = support.load_pair()
+    other = LoadedContract(path="x.yaml", sha256="e" * 64, contract=support.pinned_contract().contract)
+    diffs = vd.differences(control, candidate, other)
+    assert any("contract in hand" in d for d in diffs)
+    assert verdict_of(control, candidate, other)["verdict"] == "ERROR"
+
+
+def test_gates_fail_on_slow_rep_prefill_regression_and_unstable_tokens() -> None:
+    control, candidate = support.load_pair()
+    candidate["reps"][2]["decode_tok_s"] = 54.0
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "FAIL"
+    assert not gate(rec, "every candidate rep")["passed"]
+    assert "1 of 5 below" in gate(rec, "every candidate rep")["detail"]
+
+    control, candidate = support.load_pair()
+    for rep in candidate["reps"]:
+        rep["ttft_ms"] *= 1.2
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "FAIL" and not gate(rec, "prefill (TTFT) regression")["passed"]
+
+    control, candidate = support.load_pair()
+    candidate["reps"][4]["token_ids"] = candidate["reps"][4]["token_ids"][:5] + [1, 2, 3]
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "FAIL" and not gate(rec, "candidate tokens identical")["passed"]
+
+
+def test_improvement_gate_needs_a_significant_improvement() -> None:
+    control, candidate = support.load_pair()
+    for rep, c in zip(candidate["reps"], control["reps"], strict=True):
+        rep["decode_tok_s"] = c["decode_tok_s"] * 1.03  # +3 %: significant, below the 5 % gate
+    rec = verdict_of(control, candidate)
+    assert rec["stats"]["decode_tok_s"]["verdict"] == "improved"
+    assert rec["verdict"] == "FAIL" and not gate(rec, "decode improvement >= 5 %")["passed"]
+
+
+def test_significant_regression_fails_even_without_an_improvement_gate() -> None:
+    control, candidate = support.load_pair()
+    control["reps"], candidate["reps"] = candidate["reps"], control["reps"]
+    rec = verdict_of(control, candidate)
+    assert rec["stats"]["decode_tok_s"]["verdict"] == "regressed"
+    assert not gate(rec, "no significant decode regression")["passed"]
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["zero variance", "nan", "missing field", "no reps"],
+)
+def test_a_statistic_that_cannot_be_computed_is_error_never_pass(breakage: str) -> None:
+    control, candidate = support.load_pair()
+    if breakage == "zero variance":
+        for arm in (control, candidate):
+            for rep in arm["reps"]:
+                rep["decode_tok_s"] = 60.0
+    elif breakage == "nan":
+        candidate["reps"][1]["decode_tok_s"] = float("nan")
+    elif breakage == "missing field":
+        del candidate["reps"][1]["ttft_ms"]
+    else:
+        candidate["reps"] = []
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "ERROR"
+
+
+def test_noisy_decode_is_inconclusive_and_error() -> None:
+    control, candidate = support.load_pair()
+    for rep, scale in zip(candidate["reps"], (0.7, 1.3, 0.9, 1.2, 0.95), strict=True):
+        rep["decode_tok_s"] *= scale
+    rec = verdict_of(control, candidate)
+    assert rec["stats"]["decode_tok_s"]["verdict"] == "inconclusive"
+    assert rec["verdict"] == "ERROR" and not gate(rec, "decode comparison conclusive")["passed"]
+
+
+def test_incomplete_result_is_error() -> None:
+    control, candidate = support.load_pair()
+    candidate["complete"] = False
+    assert verdict_of(control, candidate)["verdict"] == "ERROR"
+    control, candidate = support.load_pair()
+    control["reps"] = control["reps"][:4]
+    assert verdict_of(control, candidate)["verdict"] == "ERROR"
+
+
+def test_failed_route_attestation_is_error() -> None:
+    control, candidate = support.load_pair()
+    candidate["routes"]["fp16_gemv"]["hits"] = 0
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "ERROR" and not gate(rec, "route fp16_gemv ran")["passed"]
+    control, candidate = support.load_pair()
+    control["routes"]["fp16_gemv"]["hits"] = 3
+    assert verdict_of(control, candidate)["verdict"] == "ERROR"
+
+
+def test_missing_or_broken_attestation_is_error(
+    monkeypatch: pytest.MonkeyPatch, routes: types.ModuleType
+) -> None:
+    control, candidate = support.load_pair()
+    del candidate["routes"]
+    assert verdict_of(control, candidate)["verdict"] == "ERROR"  # the stand-in raises KeyError
+    monkeypatch.setitem(sys.modules, "qgate.routes", None)  # as if qgate.routes were not installed
+    control, candidate = support.load_pair()
+    assert vd.attestation(control, candidate) == [
+        vd.Gate("route attestation", False, "qgate.routes is not available", vd.SEV_ERROR)
+    ]
+    assert verdict_of(control, candidate)["verdict"] == "ERROR"
+
+
+def test_token_summary_first_diverging_index() -> None:
+    control, candidate = support.load_pair()
+    assert vd.token_summary(control, candidate)["control_vs_candidate_identical"]
+    for rep in candidate["reps"]:
+        rep["token_ids"] = rep["token_ids"][:3] + [9, 9, 9, 9, 9]
+    tk = vd.token_summary(control, candidate)
+    assert (tk["control_vs_candidate_identical"], tk["first_diverging_index"]) == (False, 3)
+    for rep in candidate["reps"]:
+        rep["token_ids"] = control["reps"][0]["token_ids"][:6]
+    assert vd.token_summary(control, candidate)["first_diverging_index"] == 6
+
+
+def test_launch_means_are_the_unit_with_several_launches() -> None:
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        arm["workload"]["launches"] = 5
+        arm["workload"]["repetitions"] = 1
+        for i, rep in enumerate(arm["reps"]):
+            rep["launch"] = i
+    rec = verdict_of(control, candidate)
+    assert rec["stats"]["decode_tok_s"]["unit"] == "launch"
+    # Two launches of five reps each can never be significant: inconclusive, hence ERROR.
+    for arm in (control, candidate):
+        arm["workload"].update(launches=2, repetitions=5)
+        second = [dict(r, index=r["index"] + 5, decode_tok_s=r["decode_tok_s"] * 1.01) for r in arm["reps"]]
+        arm["reps"] = arm["reps"] + second
+        for i, rep in enumerate(arm["reps"]):
+            rep["launch"] = i // 5
+    rec = verdict_of(control, candidate)
+    assert rec["stats"]["decode_tok_s"]["control"]["n"] == 2
+    assert rec["stats"]["decode_tok_s"]["verdict"] == "inconclusive"
+    assert rec["verdict"] == "ERROR"
+
+
+def test_statistics_gate_detail_carries_the_error() -> None:
+    bad = compare_samples([1.0, 1.0], [1.0, 1.0], StatsConfig())
+    good = compare_samples([100, 101, 99, 100.5, 99.5], [100.2, 101.1, 99.3, 100.4, 99.9], StatsConfig())
+    assert good.verdict == "no significant change"
+    gates = vd.statistics_gates(good, bad)
+    assert [g.passed for g in gates] == [True, False, True]
+    assert "zero variance" in gates[1].detail
+
+
+def _quality_result(arm: str, control: dict[str, Any]) -> dict[str, Any]:
+    keys = ("contract", "model", "fingerprint", "engine_args", "routes", "env")
+    return {"kind": "quality", "schema_version": 1, "arm": arm, **{k: control[k] for k in keys}}
+
+
+def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare.py hands quality pairs to qgate.quality.compare.compare_quality (a stand-in here)."""
+    seen = {}
+
+    def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
+        seen["contract"] = contract
+        return {
+            "gates": [{"name": "matched misses", "passed": False, "detail": "item 12: 14 vs 13"}],
+            "markdown": "| item | predicted | expected |\n|---|---|---|\n| 12 | 14 | 13 |",
+        }
+
+    monkeypatch.setitem(
+        sys.modules, "qgate.quality.compare", types.SimpleNamespace(compare_quality=compare_quality)
+    )
+    control, candidate = support.load_pair()
+    qc, qt = _quality_result("control", control), _quality_result("candidate", candidate)
+    pairs = [
+        Pair("speed", control, candidate, "c.json", "t.json"),
+        Pair("quality", qc, qt, "qc.json", "qt.json"),
+    ]
+    loaded = support.pinned_contract()
+    rec = build_verdict(pairs, [], loaded)
+    assert seen["contract"] is loaded.contract
+    assert rec["verdict"] == "FAIL" and rec["reasons"] == ["quality: matched misses: item 12: 14 vs 13"]
+    assert gate(rec, "quality: comparable arms")["passed"]
+    assert rec["quality"]["markdown"].startswith("| item |")
+    from qgate.report import render_markdown
+
+    text = render_markdown(rec)
+    assert "## Quality" in text and "| 12 | 14 | 13 |" in text
+
+
+def test_a_kind_on_one_side_only_is_error() -> None:
+    control, candidate = support.load_pair()
+    rec = build_verdict(
+        [Pair("speed", control, candidate, "c", "t")],
+        ["quality result only for the control"],
+        support.pinned_contract(),
+    )
+    assert rec["verdict"] == "ERROR" and not gate(rec, "same result kinds")["passed"]
