@@ -10,20 +10,38 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_ERROR, EXIT_FAIL, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.cli._options import EXIT_ERROR, EXIT_FAIL, EXIT_OK, OutOpt, exit_with, user_errors
 from qgate.compare import run_compare
 
 app = typer.Typer(help="Compare a control and a candidate result: statistics, gates, verdict.")
-ResultArg = Annotated[Path, typer.Argument(help="result JSON or run directory")]
+ControlArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="CONTROL", help="control result JSON, or a run directory (its speed/control.json)"
+    ),
+]
+CandidateArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="CANDIDATE", help="candidate result JSON, or a run directory (its speed/candidate.json)"
+    ),
+]
+# Optional here (the results name their contract), so the shared ContractOpt is restated with None.
+MaybeContractOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--contract", "-c", help="contract YAML (default: the one the results name)", dir_okay=False
+    ),
+]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "ERROR": EXIT_ERROR}
 
 
 @app.command()
 def compare(
-    control: ResultArg,
-    candidate: ResultArg,
+    control: ControlArg,
+    candidate: CandidateArg,
     out: OutOpt,
-    contract: ContractOpt | None = None,
+    contract: MaybeContractOpt = None,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png; exit 0 PASS, 1 FAIL, 3 ERROR."""
     with user_errors():

@@ -80,7 +80,7 @@ def _statistics(record: dict[str, Any]) -> list[str]:
                 "unit": st["unit"],
                 "n (control v candidate)": f"{c.get('n', 0)} v {t.get('n', 0)}",
                 "verdict": st["verdict"],
-                "change": _pct(st.get("change_pct")),
+                "change of means": _pct(st.get("change_pct")),
                 "ratio cand/ctrl": _num(st.get("ratio"), ".4f"),
                 f"{_num(100 * level, 'g') if level else '?'} % bootstrap CI": (
                     f"[{_num(st.get('ci_low'), '.4f')}, {_num(st.get('ci_high'), '.4f')}]"
