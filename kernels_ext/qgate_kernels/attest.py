@@ -1,0 +1,150 @@
+"""Per-process route counters (hits, fallbacks with reasons, wired sites) and their writer.
+
+Each vLLM process (front end, engine core, workers) that loads the route plugin counts, per route, the
+calls that ran the route (hits, per layer role) and the calls that kept vLLM's own path (fallbacks, per
+reason), and writes them to `$QGATE_ATTEST_DIR/<process>-<pid>.json`: atomically (temp file + rename),
+at most every `FLUSH_INTERVAL_S` while counting, and at exit, so that counts survive an engine shutdown
+that ends a worker without running its exit handlers (at most the last interval is lost then).
+qgate (harness/qgate/routes.py) merges the files of one engine start.
+
+Under CUDA graphs a count is one Python-level call (eager run or graph capture), not one replay.
+No torch or vLLM import here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import multiprocessing
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
+FLUSH_INTERVAL_S = 0.5
+
+
+class Counters:
+    """Counts of one process. Not thread-safe for exactness across threads; vLLM runs a model in one."""
+
+    def __init__(self) -> None:
+        self.hits: dict[str, int] = {}
+        self.roles: dict[str, dict[str, int]] = {}
+        self.fallbacks: dict[str, dict[str, int]] = {}
+        self.sites: dict[str, dict[str, int]] = {}
+        self.models_loaded = 0
+
+    def hit(self, route: str, role: str) -> None:
+        self.hits[route] = self.hits.get(route, 0) + 1
+        per_role = self.roles.setdefault(route, {})
+        per_role[role] = per_role.get(role, 0) + 1
+
+    def fallback(self, route: str, reason: str, n: int = 1) -> None:
+        per_reason = self.fallbacks.setdefault(route, {})
+        per_reason[reason] = per_reason.get(reason, 0) + n
+
+    def site(self, route: str, role: str) -> None:
+        per_role = self.sites.setdefault(route, {})
+        per_role[role] = per_role.get(role, 0) + 1
+
+    def routes(self, names: list[str]) -> dict[str, dict]:
+        """{route: {hits, fallbacks, roles, sites}} for the given routes (zeros included)."""
+        return {
+            r: {
+                "hits": self.hits.get(r, 0),
+                "fallbacks": dict(self.fallbacks.get(r, {})),
+                "roles": dict(self.roles.get(r, {})),
+                "sites": dict(self.sites.get(r, {})),
+            }
+            for r in names
+        }
+
+
+def process_label() -> str:
+    """A file-name-safe label of this process: its multiprocessing name (e.g. EngineCore_DP0) and pid."""
+    name = multiprocessing.current_process().name or "process"
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}-{os.getpid()}"
+
+
+class Recorder:
+    """Counters plus a throttled atomic writer to one file of the attestation directory."""
+
+    def __init__(self, directory: str | None, routes_on: list[str], overrides: dict[str, str]) -> None:
+        self.counters = Counters()
+        self.routes_on = sorted(routes_on)
+        self.overrides = dict(overrides)
+        self.errors: list[str] = []
+        self._dir = Path(directory) if directory else None
+        self._path: Path | None = None
+        self._dirty = True
+        self._last = 0.0
+        self._lock = threading.Lock()
+        atexit.register(self.flush, True)
+        # A forked child (vLLM may fork its engine core) counts its own calls from zero in its own file.
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self.counters = Counters()
+        self.errors = []
+        self._lock = threading.Lock()
+        self._path = None
+        self._dirty = True
+        self._last = 0.0
+
+    def hit(self, route: str, role: str) -> None:
+        self.counters.hit(route, role)
+        self._touch()
+
+    def fallback(self, route: str, reason: str, n: int = 1) -> None:
+        self.counters.fallback(route, reason, n)
+        self._touch()
+
+    def site(self, route: str, role: str) -> None:
+        self.counters.site(route, role)
+        self._touch()
+
+    def error(self, message: str) -> None:
+        self.errors.append(message)
+        self.flush(True)
+
+    def _touch(self) -> None:
+        self._dirty = True
+        if time.monotonic() - self._last >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def snapshot(self) -> dict:
+        return {
+            "kind": "route_attestation",
+            "schema_version": SCHEMA_VERSION,
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "process": multiprocessing.current_process().name,
+            "routes_on": self.routes_on,
+            "overrides": self.overrides,
+            "models_loaded": self.counters.models_loaded,
+            "errors": list(self.errors),
+            "routes": self.counters.routes(self.routes_on),
+            "written_at": time.time(),
+        }
+
+    def flush(self, force: bool = False) -> None:
+        """Write the counters if anything changed (always when force); never raises into the model."""
+        if self._dir is None or not (self._dirty or force):
+            return
+        if not self._lock.acquire(blocking=force):
+            return
+        try:
+            if self._path is None:
+                self._path = self._dir / f"{process_label()}.json"
+            self._dirty = False
+            self._last = time.monotonic()
+            tmp = self._path.with_name(f".{self._path.name}.tmp")
+            tmp.write_text(json.dumps(self.snapshot(), sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self._path)
+        except OSError:
+            self._dirty = True  # retried at the next count or at exit; a full disk must not stop decode
+        finally:
+            self._lock.release()

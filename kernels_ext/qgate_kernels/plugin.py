@@ -1,0 +1,464 @@
+"""vLLM general plugin: switch the kernels_ext routes on inside vLLM by env var, and count what ran.
+
+Entry point `vllm.general_plugins: qgate_routes = qgate_kernels.plugin:register`; vLLM calls `register()`
+in its front-end, engine-core and worker processes, possibly several times per process (idempotent).
+With no route switched on it returns at once: nothing is patched, imported or written.
+
+When a route is on (see `overrides.ROUTE_ENV`):
+- fp16_gemv: the unquantized linear layers whose name ends in one of `GEMV_ROLES` (qkv_proj, o_proj,
+  gate_up_proj, down_proj) and the model's lm_head. Batch-one fp16 calls (x [1, K]) run the route op
+  `ops.gemv(weight, x)` (+ bias); every other call (prefill, M > 1, speculative verification, other
+  dtypes, shapes) keeps vLLM's own path and counts a fallback with its reason.
+- fused_gdn_input_fp16: Qwen3-Next Gated-DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba): the
+  two input projections and their de-interleaving run as one `ops.gdn_input(...)` for batch one.
+- fused_hc_fp16, qsa_topk: no hook in vLLM 0.32 takes these ops' math as is (docs/routes.md says where
+  the hook points are and why); a model load counts the fallback `no_site_in_model`.
+A route with no wired layer in the loaded model also counts `no_site_in_model`, so a switched-on route
+that cannot run never looks like a missing plugin, and never passes as a hit.
+
+The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
+`qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
+whichever branch the trace saw. Counts go to `attest.Recorder` (files in $QGATE_ATTEST_DIR).
+
+Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
+the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
+(vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
+
+This is the only module of kernels_ext that imports vLLM (inside functions: importing it is cheap).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch  # vLLM has imported it already when it loads plugins
+
+from qgate_kernels import attest, overrides
+
+logger = logging.getLogger("qgate_kernels.plugin")
+
+GEMV_ROUTE = "fp16_gemv"
+GDN_ROUTE = "fused_gdn_input_fp16"
+GEMV_ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
+NO_SITE = "no_site_in_model"
+
+
+@dataclass
+class _State:
+    routes_on: frozenset[str]
+    impls: dict[str, Callable[..., Any]]
+    recorder: attest.Recorder
+    error: str | None
+    sites: list[Any]
+    op_counts: Callable[[], dict[str, dict[str, int]]] | None = None  # ops.fallback_counts
+    overridden: frozenset[str] = frozenset()
+
+
+_STATE: _State | None = None
+_REGISTERED = False
+
+
+def register() -> None:
+    """vLLM's plugin hook: read the switches, resolve implementations, patch vLLM once per process."""
+    global _REGISTERED, _STATE
+    if _REGISTERED:
+        return
+    _REGISTERED = True
+    routes_on = overrides.switched_on(os.environ)
+    if not routes_on:
+        return  # quiet and cheap: the control arm runs vLLM untouched
+    recorder = attest.Recorder(
+        os.environ.get(attest.ATTEST_DIR_ENV), sorted(routes_on), overrides.overrides_in(os.environ)
+    )
+    impls, error = _resolve_impls(routes_on)
+    overridden = frozenset(overrides.overrides_in(os.environ))
+    _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden)
+    if error is not None:
+        # vLLM only logs a plugin's exception; the engine must not start half-routed, so the model
+        # loader hook raises this message instead (see _after_load).
+        logger.error("qgate routes: %s", error)
+        recorder.error(error)
+    try:
+        _define_ops()
+        _patch_vllm(routes_on)
+    except Exception as exc:  # vLLM would only log it: leave the reason in the attestation file too
+        recorder.error(f"plugin setup failed: {type(exc).__name__}: {exc}")
+        raise
+    recorder.flush(True)
+    logger.info("qgate routes on: %s (overrides: %s)", sorted(routes_on), recorder.overrides or "none")
+
+
+def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], str | None]:
+    problems = overrides.static_problems(os.environ)
+    if problems:
+        return {}, problems[0]
+    try:
+        from qgate_kernels import ops
+    except Exception as exc:  # a broken extension build must stop the engine, not run vLLM's path
+        return {}, f"cannot import qgate_kernels.ops ({type(exc).__name__}: {exc})"
+    impls = {r: getattr(ops, overrides.ROUTE_OP[r]) for r in routes_on}
+    for route, spec in overrides.overrides_in(os.environ).items():
+        try:
+            impls[route] = overrides.resolve(route, spec)
+        except overrides.OverrideError as exc:
+            return {}, str(exc)
+    return impls, None
+
+
+def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:
+    try:
+        from qgate_kernels import ops
+    except Exception:
+        return None
+    return ops.fallback_counts
+
+
+def _invoke(route: str, role: str, *args: Any) -> Any:
+    """Run the route's implementation; count a hit, or a fallback when the op itself fell back.
+
+    qgate_kernels.ops runs its reference (and counts why) when its kernel cannot take the inputs, e.g.
+    no CUDA build or a misaligned row: that call did not run the route's kernel, so it is no hit.
+    """
+    assert _STATE is not None
+    impl = _STATE.impls[route]
+    if route in _STATE.overridden or _STATE.op_counts is None:
+        out = impl(*args)
+        _STATE.recorder.hit(route, role)
+        return out
+    before = _STATE.op_counts().get(route, {})
+    out = impl(*args)
+    after = _STATE.op_counts().get(route, {})
+    if after == before:
+        _STATE.recorder.hit(route, role)
+        return out
+    for reason, n in after.items():
+        if n > before.get(reason, 0):
+            _STATE.recorder.fallback(route, f"op_{reason}", n - before.get(reason, 0))
+    return out
+
+
+# --- sites: one routed layer each ------------------------------------------------------------------
+
+
+class _LinearSite:
+    """One routed linear layer (GEMV route); `run` is the body of the qgate_routes::linear op."""
+
+    route = GEMV_ROUTE
+
+    def __init__(self, layer: Any, role: str, weight: Any, orig_apply: Callable[..., Any]) -> None:
+        self.layer = weakref.ref(layer)
+        self.role = role
+        self.weight = weight  # [N, K] fp16, kept alive past vLLM's CPU repack
+        self.n_out = int(weight.shape[0])
+        self.orig_apply = orig_apply
+
+    def reject(self, x: Any) -> str | None:
+        if x.dim() != 2 or x.shape[-1] != self.weight.shape[1]:
+            return "shape"
+        if x.shape[0] != 1:
+            return "batch_not_1"  # prefill, batched decode, speculative verification
+        if x.dtype != torch.float16:
+            return "dtype"
+        if x.device != self.weight.device:
+            return "device"
+        return None
+
+    def run(self, x: Any, bias: Any) -> Any:
+        assert _STATE is not None
+        layer = self.layer()
+        reason = self.reject(x)
+        if reason is not None:
+            _STATE.recorder.fallback(GEMV_ROUTE, reason)
+            return self.orig_apply(layer.quant_method, layer, x, bias)
+        y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous())  # [1, N]
+        if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
+            raise RuntimeError(
+                f"qgate fp16_gemv implementation returned {tuple(y.shape)} {y.dtype} for {self.role}, "
+                f"expected {(1, self.n_out)} {x.dtype}"
+            )
+        return y if bias is None else y + bias
+
+
+def _add_site(site: Any, route: str, role: str) -> int:
+    assert _STATE is not None
+    _STATE.sites.append(site)
+    _STATE.recorder.site(route, role)
+    return len(_STATE.sites) - 1
+
+
+def _role(layer: Any) -> str:
+    return str(getattr(layer, "prefix", "") or "").rsplit(".", 1)[-1]
+
+
+def _fp16_matrix(weight: Any) -> bool:
+    return (
+        isinstance(weight, torch.Tensor)
+        and weight.dim() == 2
+        and weight.dtype == torch.float16
+        and not weight.is_meta
+        and weight.numel() > 0
+    )
+
+
+# --- custom ops: the per-call decision, opaque to vLLM's torch.compile trace ----------------------
+
+_OPS_DEFINED = False
+
+
+def _define_ops() -> None:
+    global _OPS_DEFINED
+    if _OPS_DEFINED:
+        return
+    _OPS_DEFINED = True
+
+    @torch.library.custom_op("qgate_routes::linear", mutates_args=())
+    def routed_linear(x: torch.Tensor, bias: torch.Tensor | None, site: int) -> torch.Tensor:
+        assert _STATE is not None
+        return _STATE.sites[site].run(x, bias)
+
+    @routed_linear.register_fake
+    def _(x: torch.Tensor, bias: torch.Tensor | None, site: int) -> torch.Tensor:
+        assert _STATE is not None
+        return x.new_empty((*x.shape[:-1], _STATE.sites[site].n_out))
+
+    @torch.library.custom_op("qgate_routes::gdn_input", mutates_args=())
+    def routed_gdn_input(
+        h: torch.Tensor, site: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert _STATE is not None
+        return _STATE.sites[site].run(h)
+
+    @routed_gdn_input.register_fake
+    def _(h: torch.Tensor, site: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert _STATE is not None
+        s = _STATE.sites[site]
+        t = h.shape[0]
+        return (
+            h.new_empty((t, 2 * s.nk * s.dk + s.nv * s.dv)),
+            h.new_empty((t, s.nv, s.dv)),
+            h.new_empty((t, s.nv)),
+            h.new_empty((t, s.nv)),
+        )
+
+
+class _GdnSite:
+    """One Qwen3-Next Gated-DeltaNet layer (fused GDN input route); `run` is qgate_routes::gdn_input."""
+
+    route = GDN_ROUTE
+    role = "in_proj_qkvz+in_proj_ba"
+
+    def __init__(self, layer: Any, w_qkvz: Any, w_ba: Any) -> None:
+        self.layer = weakref.ref(layer)
+        self.w_qkvz = w_qkvz  # [nk * (2 dk + 2 r dv), K] fp16, this rank's shard
+        self.w_ba = w_ba  # [nk * 2 r, K] fp16
+        self.nk = layer.num_k_heads // layer.tp_size
+        self.nv = layer.num_v_heads // layer.tp_size
+        self.dk = layer.head_k_dim
+        self.dv = layer.head_v_dim
+
+    def reject(self, h: Any) -> str | None:
+        if h.dim() != 2 or h.shape[-1] != self.w_qkvz.shape[1]:
+            return "shape"
+        if h.shape[0] != 1:
+            return "batch_not_1"
+        if h.dtype != torch.float16:
+            return "dtype"
+        if h.device != self.w_qkvz.device:
+            return "device"
+        return None
+
+    def run(self, h: Any) -> tuple[Any, Any, Any, Any]:
+        assert _STATE is not None
+        reason = self.reject(h)
+        if reason is not None:
+            _STATE.recorder.fallback(GDN_ROUTE, reason)
+            return _gdn_vllm_input(self.layer(), h)
+        out = _invoke(GDN_ROUTE, self.role, h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
+        want = [
+            (1, 2 * self.nk * self.dk + self.nv * self.dv),
+            (1, self.nv, self.dv),
+            (1, self.nv),
+            (1, self.nv),
+        ]
+        got = [tuple(t.shape) for t in out]
+        if got != want:
+            raise RuntimeError(
+                f"qgate fused_gdn_input_fp16 implementation returned shapes {got}, expected {want}"
+            )
+        return tuple(t.contiguous() for t in out)
+
+
+def _gdn_vllm_input(layer: Any, h: Any) -> tuple[Any, Any, Any, Any]:
+    """vLLM 0.32's own Part 1 of QwenGatedDeltaNetAttention.forward_cpu/forward_cuda (interleaved layout)."""
+    mixed_qkvz, _ = layer.in_proj_qkvz(h)
+    ba, _ = layer.in_proj_ba(h)
+    query, key, value, z, b, a = layer.fix_query_key_value_ordering(mixed_qkvz, ba)
+    t = h.shape[0]
+    mixed_qkv = torch.cat((query.reshape(t, -1), key.reshape(t, -1), value.reshape(t, -1)), dim=-1)
+    # Custom-op outputs may not alias each other (b and a are views of one tensor): fresh copies.
+    return mixed_qkv, z.clone(), b.clone(), a.clone()
+
+
+# --- patches of vLLM (class level, once per process) ----------------------------------------------
+
+
+def _patched(fn: Callable[..., Any], orig: Callable[..., Any]) -> Callable[..., Any]:
+    fn._qgate_orig = orig  # type: ignore[attr-defined]
+    fn.__name__ = getattr(orig, "__name__", fn.__name__)
+    fn.__doc__ = getattr(orig, "__doc__", None)
+    return fn
+
+
+def _unpatched(cls: type, name: str) -> Callable[..., Any]:
+    fn = cls.__dict__[name]
+    return getattr(fn, "_qgate_orig", fn)
+
+
+def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
+        site = getattr(layer, "_qgate_site", None)
+        if site is None:
+            return orig(self, layer, x, bias)
+        return torch.ops.qgate_routes.linear(x, bias, site)
+
+    return _patched(apply, orig)
+
+
+def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> Callable[..., Any]:
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
+        assert _STATE is not None
+        role = _role(layer)
+        weight = getattr(layer, "weight", None)
+        keep = weight.detach() if _fp16_matrix(weight) else None  # before vLLM's CPU repack drops it
+        orig(self, layer)
+        if keep is None:
+            return
+        if role in GEMV_ROLES and GEMV_ROUTE in _STATE.routes_on:
+            layer._qgate_site = _add_site(_LinearSite(layer, role, keep, orig_apply), GEMV_ROUTE, role)
+        elif role in GDN_ROLES and GDN_ROUTE in _STATE.routes_on:
+            layer._qgate_weight = keep  # wired per GDN layer after the load (_wire_gdn)
+
+    return _patched(process_weights_after_loading, orig)
+
+
+def _gdn_forward(orig: Callable[..., Any], device: str) -> Callable[..., Any]:
+    """forward_cpu / forward_cuda with Part 1 replaced by the route op; Parts 2-3 as in vLLM 0.32."""
+
+    def forward(self: Any, hidden_states: Any) -> Any:
+        site = getattr(self, "_qgate_gdn_site", None)
+        if site is None:
+            return orig(self, hidden_states)
+        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import _encode_layer_name
+
+        num_tokens = hidden_states.size(0)
+        mixed_qkv, z, b, a = torch.ops.qgate_routes.gdn_input(hidden_states, site)
+        core_attn_out = torch.zeros(
+            (num_tokens, self.num_v_heads // self.tp_size, self.head_v_dim),
+            dtype=hidden_states.dtype,
+            device=hidden_states.device,
+        )
+        name = _encode_layer_name(self.prefix)
+        if device == "cpu":
+            torch.ops.vllm.cpu_gdn_attention_core(mixed_qkv, b, a, core_attn_out, name)
+        else:
+            torch.ops.vllm.qwen_gdn_attention_core(mixed_qkv, b, a, core_attn_out, layer_name=name)
+        return self._output_projection(core_attn_out, z)
+
+    return _patched(forward, orig)
+
+
+def _patch_vllm(routes_on: set[str]) -> None:
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    if "_qgate_orig" in UnquantizedLinearMethod.__dict__["apply"].__dict__:
+        return  # patched already (the module was imported twice)
+    lin_apply = _unpatched(UnquantizedLinearMethod, "apply")
+    lin_pwal = _unpatched(UnquantizedLinearMethod, "process_weights_after_loading")
+    UnquantizedLinearMethod.apply = _routed_apply(lin_apply)
+    UnquantizedLinearMethod.process_weights_after_loading = _stashing_pwal(lin_pwal, lin_apply)
+    emb_apply = _unpatched(UnquantizedEmbeddingMethod, "apply")
+    UnquantizedEmbeddingMethod.apply = _routed_apply(emb_apply)
+    if GDN_ROUTE in routes_on:
+        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention as G
+
+        G.forward_cpu = _gdn_forward(_unpatched(G, "forward_cpu"), "cpu")
+        G.forward_cuda = _gdn_forward(_unpatched(G, "forward_cuda"), "cuda")
+    _patch_loaders()
+
+
+def _patch_loaders() -> None:
+    import vllm.model_executor.model_loader  # noqa: F401  (defines every loader class)
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+
+    todo, seen = [BaseModelLoader], set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if "load_model" in cls.__dict__:
+            cls.load_model = _hooked_load(_unpatched(cls, "load_model"))
+
+
+def _hooked_load(orig: Callable[..., Any]) -> Callable[..., Any]:
+    def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        assert _STATE is not None
+        if _STATE.error is not None:
+            raise RuntimeError(f"qgate routes: {_STATE.error}")
+        start = len(_STATE.sites)
+        model = orig(self, *args, **kwargs)
+        if not getattr(model, "_qgate_wired", False):  # a subclass's load_model may call super()'s
+            model._qgate_wired = True
+            _after_load(model, start)
+        return model
+
+    return _patched(load_model, orig)
+
+
+def _after_load(model: Any, start: int) -> None:
+    """Wire the model-level sites (lm_head, GDN layers); count routes that found nowhere to run."""
+    assert _STATE is not None
+    if GEMV_ROUTE in _STATE.routes_on:
+        _wire_lm_head(model)
+    if GDN_ROUTE in _STATE.routes_on:
+        _wire_gdn(model)
+    _STATE.recorder.counters.models_loaded += 1
+    wired = {site.route for site in _STATE.sites[start:]}
+    for route in sorted(_STATE.routes_on - wired):
+        _STATE.recorder.fallback(route, NO_SITE)
+    _STATE.recorder.flush(True)
+
+
+def _wire_lm_head(model: Any) -> None:
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    lm_head = getattr(model, "lm_head", None)
+    if lm_head is None or getattr(lm_head, "_qgate_site", None) is not None:
+        return  # absent, or an UnquantizedLinearMethod lm_head wired at load already
+    weight = getattr(lm_head, "weight", None)
+    unquantized = isinstance(getattr(lm_head, "quant_method", None), UnquantizedEmbeddingMethod)
+    if unquantized and _fp16_matrix(weight):
+        orig = _unpatched(UnquantizedEmbeddingMethod, "apply")
+        site = _LinearSite(lm_head, "lm_head", weight.detach(), orig)
+        lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")
+
+
+def _wire_gdn(model: Any) -> None:
+    from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
+
+    for module in model.modules():
+        if not isinstance(module, QwenGatedDeltaNetAttention) or not module.gqa_interleaved_layout:
+            continue  # the route's layout is Qwen3-Next's interleaved one (Qwen3.5 is flat)
+        w_qkvz = getattr(getattr(module, "in_proj_qkvz", None), "_qgate_weight", None)
+        w_ba = getattr(getattr(module, "in_proj_ba", None), "_qgate_weight", None)
+        if w_qkvz is None or w_ba is None:
+            continue  # quantized or non-fp16 projections keep vLLM's path
+        module._qgate_gdn_site = _add_site(_GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, _GdnSite.role)
