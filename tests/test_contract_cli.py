@@ -1,0 +1,94 @@
+"""`qgate contract validate|show`: every shipped contract is valid; every bad one is one line + exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from qgate.cli import app
+from qgate.contract import load_contract
+
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
+SMOKE = CONTRACTS / "smoke-cpu.yaml"
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("path", sorted(CONTRACTS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_contracts_validate(path: Path) -> None:
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 0, result.output
+    assert load_contract(path).sha256 in result.output
+
+
+def test_show_prints_resolved_contract_and_hash() -> None:
+    result = runner.invoke(app, ["contract", "show", str(SMOKE)])
+    assert result.exit_code == 0
+    shown = json.loads(result.output)
+    assert shown["sha256"] == load_contract(SMOKE).sha256
+    # defaults are resolved: the stats section exists although the file only sets part of it
+    assert shown["contract"]["speed"]["stats"]["bootstrap_resamples"] == 10000
+
+
+def _mutate(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load(SMOKE.read_text())
+    edit(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _set(keys: str, value):
+    def edit(data):
+        *parents, last = keys.split(".")
+        cur = data
+        for k in parents:
+            cur = cur.setdefault(k, {})
+        cur[last] = value
+
+    return edit
+
+
+BAD = [
+    ("unknown key", _set("engine.enforce_eagr", True), "engine.enforce_eagr", "unknown key"),
+    ("unknown top key", _set("speeed", {}), "speeed", "unknown key"),
+    ("wrong type", _set("engine.max_num_seqs", "one"), "engine.max_num_seqs", "integer"),
+    ("output 0", _set("speed.output_tokens", 0), "speed.output_tokens = 0", "greater than or equal to 1"),
+    ("reps 0", _set("speed.repetitions", 0), "speed.repetitions = 0", "greater than or equal to 1"),
+    (
+        "negative gate",
+        _set("speed.gates.min_decode_tok_s", -5),
+        "min_decode_tok_s = -5",
+        "greater than or equal to 0",
+    ),
+    ("too long", _set("speed.input_tokens", 9000), "speed.input_tokens", "max_model_len = 9216"),
+    ("env int", _set("arms.candidate.env.VLLM_SM70_QWEN38_FP16_GEMV", 1), "arms.candidate.env", "string"),
+    ("arm engine typo", _set("arms.control.engine", {"dtyp": "float16"}), "arms.control.engine", "unknown"),
+    ("bad dtype", _set("engine.dtype", "fp8"), "engine.dtype = 'fp8'", "float16"),
+    ("missing arms", lambda d: d.pop("arms"), "arms", "required"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_contract_is_one_line_and_exit_2(tmp_path: Path, case) -> None:
+    _, edit, where, expected = case
+    path = _mutate(tmp_path, edit)
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 2
+    out = result.output.strip()
+    assert "Traceback" not in out
+    assert len(out.splitlines()) == 1, out
+    assert str(path) in out and where in out, out
+    assert expected.lower() in out.lower(), out
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: [unclosed\n")
+    for target in (bad, tmp_path / "absent.yaml"):
+        result = runner.invoke(app, ["contract", "validate", str(target)])
+        assert result.exit_code == 2
+        assert str(target) in result.output and len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,79 @@
+"""The speed workload's arithmetic and refusals, against a hand-written adapter (no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from qgate.speed import SpeedError, ids_sha256, rep_record, run_reps, synthetic_prompt
+
+SPEC = {
+    "input_tokens": 16, "output_tokens": 5, "greedy": True, "ignore_eos": True, "warmup": 1,
+    "reset_prefix_cache": True, "prompt_seed": 3, "launch": 0, "rep_indices": [0, 1],
+}  # fmt: skip
+
+
+def _out(n: int = 5, first: float = 10.0, last: float = 10.4) -> dict:
+    return {
+        "token_ids": list(range(n)), "finish_reason": "length", "num_generation_tokens": n,
+        "first_token_ts": first, "last_token_ts": last, "first_token_latency_s": 0.05,
+        "scheduled_ts": first - 0.04,
+    }  # fmt: skip
+
+
+def test_decode_rate_is_tokens_after_first_over_first_to_last() -> None:
+    rec = rep_record(_out(n=5, first=10.0, last=10.4), wall_s=0.5, index=2, launch=1, reset=True)
+    assert rec["decode_tok_s"] == pytest.approx(4 / 0.4)
+    assert rec["tpot_ms"] == pytest.approx(100.0)
+    assert rec["ttft_ms"] == pytest.approx(50.0)
+    assert rec["prefill_ms"] == pytest.approx(40.0)
+    assert rec["engine_s"] == pytest.approx(0.44)
+    assert rec["harness_overhead_s"] == pytest.approx(0.06)
+    assert rec["token_ids_sha256"] == ids_sha256([0, 1, 2, 3, 4])
+    assert (rec["index"], rec["launch"], rec["prefix_cache_reset"]) == (2, 1, True)
+
+
+@pytest.mark.parametrize("n,first,last", [(1, 1.0, 1.0), (5, 2.0, 2.0), (5, 2.0, 1.0)])
+def test_rate_that_cannot_be_computed_is_an_error(n: int, first: float, last: float) -> None:
+    with pytest.raises(SpeedError):
+        rep_record(_out(n, first, last), wall_s=1.0, index=0, launch=0, reset=True)
+
+
+def test_prompt_is_deterministic_exact_length_and_avoids_special_ids() -> None:
+    a = synthetic_prompt(50, 1000, seed=7, exclude=[0, 1, 2])
+    assert a == synthetic_prompt(50, 1000, seed=7, exclude=[0, 1, 2])
+    assert a != synthetic_prompt(50, 1000, seed=8, exclude=[0, 1, 2])
+    assert len(a) == 1000 and not {0, 1, 2} & set(a) and max(a) < 50
+
+
+class _Adapter:
+    vocab_size = 64
+    special_token_ids = [0]
+
+    def __init__(self, reset_ok: bool) -> None:
+        self.reset_ok = reset_ok
+        self.calls: list[tuple[str, object]] = []
+
+    def reset_prefix_cache(self) -> bool:
+        self.calls.append(("reset", None))
+        return self.reset_ok
+
+    def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict:
+        self.calls.append(("generate", dict(sampling)))
+        return _out()
+
+
+def test_reps_reset_before_every_generate_and_emit_records() -> None:
+    adapter, events = _Adapter(reset_ok=True), []
+    run_reps(adapter, SPEC, events.append)
+    kinds = [e["event"] for e in events]
+    assert kinds == ["prompt", "warmup", "rep", "rep"]
+    assert [c[0] for c in adapter.calls] == ["reset", "generate"] * 3
+    sampling = adapter.calls[1][1]
+    assert sampling["temperature"] == 0.0 and sampling["ignore_eos"] is True
+    assert sampling["max_tokens"] == sampling["min_tokens"] == 5
+    assert [e["rep"]["index"] for e in events if e["event"] == "rep"] == [0, 1]
+
+
+def test_refused_prefix_cache_reset_fails_the_run() -> None:
+    with pytest.raises(SpeedError, match="reset_prefix_cache"):
+        run_reps(_Adapter(reset_ok=False), SPEC, lambda e: None)
