@@ -34,9 +34,10 @@ def _extensions() -> dict:
     have_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     if want == "1" and not have_cuda:
         raise RuntimeError("QGATE_KERNELS_CUDA=1 but torch has no CUDA or nvcc was not found (CUDA_HOME)")
-    cxx = ["-O3", "-std=c++17"]
+    # No -std flag: BuildExtension picks the C++ standard that this torch's headers need.
+    cxx = ["-O3"]
     if have_cuda and want != "0":
-        nvcc = ["-O3", "-std=c++17", "-lineinfo"]
+        nvcc = ["-O3", "-lineinfo"]
         ext = cpp_extension.CUDAExtension(
             "qgate_kernels._C",
             ["csrc/ops_def.cpp", *CUDA_SOURCES],

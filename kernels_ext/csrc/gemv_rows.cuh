@@ -1,0 +1,128 @@
+// One fp16 row-dot-product engine shared by the GEMV and the fused GDN input kernels, so that both
+// give the same bits for the same row: float32 accumulation in a fixed order, no atomics.
+//
+// A row of K halves is read in chunks of 256 halves: lane l of a warp loads 16 bytes (8 halves) at
+// chunk offset 8 l. WPR warps share a row, warp s taking chunks s, s + WPR, ...; each warp keeps
+// kGemvUnroll 16-byte loads of the weight (and of x) in flight before the first use. Lane sums are
+// combined by a xor butterfly (every lane ends with the same value), warps of a row in slot order.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace qgate {
+
+constexpr int kGemvThreads = 256;
+constexpr int kGemvUnroll = 8;
+constexpr int64_t kGemvChunk = 256;  // halves per warp-wide step: 32 lanes x 8
+constexpr int64_t kGemvMaxSmemX = 48 * 1024;  // bytes of x staged in shared memory at most
+
+// Weights are read once per call: streaming loads keep them from evicting x.
+__device__ __forceinline__ uint4 load_weight16(const __half* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_x16(const __half* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc) {
+  const __half2* w2 = reinterpret_cast<const __half2*>(&w);
+  const __half2* x2 = reinterpret_cast<const __half2*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 wf = __half22float2(w2[i]);
+    const float2 xf = __half22float2(x2[i]);
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
+  }
+  return acc;
+}
+
+// Rows supplies row_ptr(row) -> const __half* and store(row, float) (where the result goes).
+// X_IN_SMEM: the block first stages x in shared memory (k * 2 bytes <= kGemvMaxSmemX), so that
+// its eight warps read x from there rather than each from L1/L2.
+template <int WPR, bool X_IN_SMEM, class Rows>
+__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
+                                                                 int64_t n_rows, int64_t k) {
+  constexpr int kWarps = kGemvThreads / 32;
+  constexpr int kRowsPerBlock = kWarps / WPR;
+  extern __shared__ uint4 x_smem[];  // [k / 8] when X_IN_SMEM
+  __shared__ float partial[kWarps];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int slot = warp % WPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
+  const bool active = row < n_rows;
+  const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
+  const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
+  constexpr int64_t kStep = static_cast<int64_t>(WPR) * kGemvUnroll;
+  if constexpr (X_IN_SMEM) {
+    for (int64_t i = threadIdx.x; i < k / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
+    __syncthreads();
+  }
+  float acc = 0.f;
+  if (active) {
+    for (int64_t c0 = slot; c0 < n_chunks; c0 += kStep) {
+      uint4 wv[kGemvUnroll];
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {  // all weight loads first: kGemvUnroll x 16 B in flight
+        const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
+        if (col < k) wv[u] = load_weight16(w + col);
+      }
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
+        if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (WPR == 1) {
+    if (active && lane == 0) rows.store(row, acc);
+  } else {
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (active && slot == 0 && lane == 0) {
+      float sum = partial[warp];
+#pragma unroll
+      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
+      rows.store(row, sum);
+    }
+  }
+}
+
+// Warps per row: enough that each warp has about 2 x kGemvUnroll chunks at most.
+inline int gemv_warps_per_row(int64_t k) {
+  const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
+  int wpr = 1;
+  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * 2 * kGemvUnroll) wpr *= 2;
+  return wpr;
+}
+
+template <int WPR, class Rows>
+void launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream) {
+  const int64_t x_bytes = k * 2;
+  if (x_bytes <= kGemvMaxSmemX) {
+    gemv_rows_kernel<WPR, true, Rows><<<grid, kGemvThreads, x_bytes, stream>>>(rows, x, n_rows, k);
+  } else {
+    gemv_rows_kernel<WPR, false, Rows><<<grid, kGemvThreads, 0, stream>>>(rows, x, n_rows, k);
+  }
+}
+
+template <class Rows>
+cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, cudaStream_t stream) {
+  if (n_rows <= 0) return cudaSuccess;
+  if (k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
+  const int wpr = gemv_warps_per_row(k);
+  const int64_t rows_per_block = kGemvThreads / 32 / wpr;
+  const int64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(blocks));
+  switch (wpr) {
+    case 1: launch_wpr<1>(rows, x, n_rows, k, grid, stream); break;
+    case 2: launch_wpr<2>(rows, x, n_rows, k, grid, stream); break;
+    case 4: launch_wpr<4>(rows, x, n_rows, k, grid, stream); break;
+    default: launch_wpr<8>(rows, x, n_rows, k, grid, stream); break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace qgate

@@ -1,0 +1,266 @@
+// Route qsa_topk: exact top-k over fp32 scores, per row of a batch.
+//
+// Definition: the first k of a stable sort by value descending (equal values: lower index first).
+// NaN of any payload ranks above +inf and all NaNs tie; -0.0 and +0.0 tie. Values are written
+// from the input elements, so their bits are kept.
+//
+// Method: each float maps to an order-preserving 32-bit key (key_of). G blocks share a row, each
+// owning a contiguous index range, and meet at row barriers (a cooperative launch guarantees they
+// are all resident; G = 1 needs no barrier at all).
+//   passes 0-3: a 256-bin histogram of key byte 3, 2, 1, 0 among the keys that match the prefix
+//               chosen so far (block counts in shared memory, then integer atomics into the row's
+//               global histogram: the sum is the same in any order); after the barrier every block
+//               reads the same counts and picks the same byte. After four passes the k-th largest
+//               key T is known exactly, and how many keys equal to T are needed (need_eq).
+//   compaction: every block counts its keys > T and == T; after a barrier, exclusive sums over the
+//               blocks before it (in index order) place each block's keys > T at fixed slots and
+//               take keys == T by increasing index until need_eq are taken.
+//   ordering:   the k candidates carry the composite (key << 32 | ~index), unique per element; each
+//               candidate's output position is the number of candidates with a larger composite,
+//               counted exactly, so the order is the stable sort's on every call.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "launchers.h"
+
+namespace qgate {
+namespace {
+
+constexpr int kTopkThreads = 256;
+constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int64_t kTopkPerBlock = 1024;  // target elements per block when the grid has room
+constexpr int kTopkMaxBlocksPerRow = 1024;
+constexpr size_t kRowHeaderBytes = 4 * 256 * sizeof(unsigned int) + 16;  // 4 histograms + barrier
+
+__device__ __forceinline__ uint32_t key_of(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if (f != f) return 0xffffffffu;          // NaN: above +inf (0xff800000), all payloads equal
+  if ((u << 1) == 0) return 0x80000000u;   // -0.0 == +0.0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct RowWorkspace {
+  unsigned int* hist;         // [4][256], zeroed by the caller
+  unsigned int* barrier;      // arrival counter, zeroed by the caller
+  uint2* counts;              // [G]: (keys > T, keys == T) per block
+  unsigned long long* cand;   // [k] composites
+};
+
+__device__ __forceinline__ RowWorkspace row_workspace(unsigned char* ws, size_t row_bytes, int row, int blocks) {
+  unsigned char* base = ws + static_cast<size_t>(row) * row_bytes;
+  RowWorkspace w;
+  w.hist = reinterpret_cast<unsigned int*>(base);
+  w.barrier = reinterpret_cast<unsigned int*>(base + 4 * 256 * sizeof(unsigned int));
+  w.counts = reinterpret_cast<uint2*>(base + kRowHeaderBytes);
+  w.cand = reinterpret_cast<unsigned long long*>(base + kRowHeaderBytes + static_cast<size_t>(blocks) * sizeof(uint2));
+  return w;
+}
+
+// All G blocks of a row arrive before any leaves; `arrivals` counts up monotonically per call.
+__device__ __forceinline__ void row_barrier(unsigned int* counter, unsigned int target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(counter, 1u);
+    while (*reinterpret_cast<volatile unsigned int*>(counter) < target) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Warp 0 finds, from the top bin down, the bin where the running count reaches `need`; returns it
+// in *bin and the count strictly above it in *above (shared memory).
+__device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned int* bin, unsigned int* above) {
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x >= 32) return;
+  unsigned int c[8];
+  unsigned int mine = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {  // lane l holds bins 255 - 8 l - e, highest first
+    c[e] = __ldcg(hist + 255 - 8 * lane - e);
+    mine += c[e];
+  }
+  unsigned int incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned int v = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  const unsigned int hit = __ballot_sync(0xffffffffu, incl >= need);
+  const int first = __ffs(hit) - 1;  // need <= row total, so some lane hits
+  if (lane == first) {
+    unsigned int run = incl - mine;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (run + c[e] >= need) {
+        *bin = 255 - 8 * lane - e;
+        *above = run;
+        break;
+      }
+      run += c[e];
+    }
+  }
+}
+
+// Block-wide exclusive scan of per-thread flags, in thread order; returns this thread's offset
+// and adds the block total to *running (all threads see the same total).
+__device__ __forceinline__ unsigned int block_rank(bool flag, unsigned int* warp_tot, unsigned int* total) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const unsigned int mask = __ballot_sync(0xffffffffu, flag);
+  if (lane == 0) warp_tot[warp] = __popc(mask);
+  __syncthreads();
+  unsigned int before = 0;
+  unsigned int sum = 0;
+#pragma unroll
+  for (int w = 0; w < kTopkWarps; ++w) {
+    before += w < warp ? warp_tot[w] : 0;
+    sum += warp_tot[w];
+  }
+  __syncthreads();
+  *total = sum;
+  return before + __popc(mask & ((1u << lane) - 1u));
+}
+
+__global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __restrict__ scores, int64_t len,
+                                                                int k, int blocks, unsigned char* ws,
+                                                                size_t row_bytes, float* __restrict__ values,
+                                                                int64_t* __restrict__ indices) {
+  __shared__ unsigned int sh_hist[256];
+  __shared__ unsigned int sh_bin, sh_above, sh_warp[kTopkWarps];
+  __shared__ unsigned long long sh_cand[kTopkMaxK];
+  const int row = blockIdx.x / blocks;
+  const int g = blockIdx.x - row * blocks;
+  const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
+  const RowWorkspace w = row_workspace(ws, row_bytes, row, blocks);
+  const int64_t per = (len + blocks - 1) / blocks;
+  const int64_t lo = g * per;
+  const int64_t hi = lo + per < len ? lo + per : len;
+  unsigned int phase = 0;
+
+  // Radix select: four 8-bit passes, most significant byte first.
+  uint32_t prefix = 0;
+  unsigned int need = static_cast<unsigned int>(k);
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    sh_hist[threadIdx.x] = 0;  // kTopkThreads == 256 bins
+    __syncthreads();
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kTopkThreads) {
+      const uint32_t key = key_of(__ldg(s + i));
+      if (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))) atomicAdd(&sh_hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (sh_hist[threadIdx.x] != 0) atomicAdd(w.hist + pass * 256 + threadIdx.x, sh_hist[threadIdx.x]);
+    row_barrier(w.barrier, ++phase * blocks);
+    select_bin(w.hist + pass * 256, need, &sh_bin, &sh_above);
+    __syncthreads();
+    prefix |= sh_bin << shift;
+    need -= sh_above;
+  }
+  const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
+
+  // Compaction: keys > thr at fixed slots [0, k - need), keys == thr by increasing index after them.
+  unsigned int n_gt = 0;
+  unsigned int n_eq = 0;
+  unsigned int tile_total = 0;
+  for (int64_t base = lo; base < hi; base += kTopkThreads) {
+    const int64_t i = base + threadIdx.x;
+    const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
+    block_rank(i < hi && key > thr, sh_warp, &tile_total);
+    n_gt += tile_total;
+    block_rank(i < hi && key == thr, sh_warp, &tile_total);
+    n_eq += tile_total;
+  }
+  if (threadIdx.x == 0) w.counts[g] = make_uint2(n_gt, n_eq);
+  row_barrier(w.barrier, ++phase * blocks);
+  unsigned int gt_before = 0;
+  unsigned int eq_before = 0;
+  for (int b = 0; b < g; ++b) {  // a few hundred L2 reads at most, the same sums in every thread
+    const uint2 c = __ldcg(w.counts + b);
+    gt_before += c.x;
+    eq_before += c.y;
+  }
+  const unsigned int eq_slot0 = static_cast<unsigned int>(k) - need;
+  for (int64_t base = lo; base < hi; base += kTopkThreads) {
+    const int64_t i = base + threadIdx.x;
+    const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
+    const bool gt = i < hi && key > thr;
+    const bool eq = i < hi && key == thr && eq_before < need;
+    const unsigned long long comp = (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+    const unsigned int r_gt = block_rank(gt, sh_warp, &tile_total);
+    if (gt) w.cand[gt_before + r_gt] = comp;
+    gt_before += tile_total;
+    const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
+    if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
+    eq_before += tile_total;
+  }
+  row_barrier(w.barrier, ++phase * blocks);
+
+  // Ordering: position = number of candidates with a larger composite.
+  for (int j = threadIdx.x; j < k; j += kTopkThreads) sh_cand[j] = __ldcg(w.cand + j);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  for (int c = g + blocks * warp; c < k; c += blocks * kTopkWarps) {
+    const unsigned long long mine = sh_cand[c];
+    unsigned int larger = 0;
+    for (int j = lane; j < k; j += 32) larger += sh_cand[j] > mine ? 1u : 0u;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) larger += __shfl_xor_sync(0xffffffffu, larger, off);
+    if (lane == 0) {
+      const int64_t idx = 0xffffffffu - static_cast<uint32_t>(mine & 0xffffffffu);
+      const int64_t out = static_cast<int64_t>(row) * k + larger;
+      values[out] = s[idx];
+      indices[out] = idx;
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, TopkPlan* plan) {
+  if (rows <= 0 || len <= 0 || k <= 0 || k > len || k > kTopkMaxK || len >= (int64_t(1) << 31)) {
+    return cudaErrorInvalidValue;
+  }
+  int sms = 0;
+  int per_sm = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qsa_topk_kernel, kTopkThreads, 0);
+  if (err != cudaSuccess) return err;
+  const int64_t resident = static_cast<int64_t>(sms) * per_sm;
+  int64_t blocks = (len + kTopkPerBlock - 1) / kTopkPerBlock;
+  if (blocks > kTopkMaxBlocksPerRow) blocks = kTopkMaxBlocksPerRow;
+  if (blocks * rows > resident) blocks = resident / rows;  // all blocks of the grid must be resident
+  if (blocks < 1) blocks = 1;
+  if (rows * blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  plan->blocks_per_row = static_cast<int>(blocks);
+  const size_t row_bytes = kRowHeaderBytes + static_cast<size_t>(blocks) * sizeof(uint2) + static_cast<size_t>(k) * 8;
+  plan->row_workspace_bytes = (row_bytes + 15) / 16 * 16;
+  plan->workspace_bytes = plan->row_workspace_bytes * static_cast<size_t>(rows);
+  return cudaSuccess;
+}
+
+cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int64_t k, const TopkPlan& plan,
+                            void* workspace, float* values, int64_t* indices, cudaStream_t stream) {
+  const int blocks = plan.blocks_per_row;
+  const dim3 grid(static_cast<unsigned>(rows * blocks));
+  const dim3 block(kTopkThreads);
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  size_t row_bytes = plan.row_workspace_bytes;
+  int k32 = static_cast<int>(k);
+  if (blocks == 1) {  // no barrier ever waits on another block: an ordinary launch is enough
+    qsa_topk_kernel<<<grid, block, 0, stream>>>(scores, len, k32, blocks, ws, row_bytes, values, indices);
+    return cudaGetLastError();
+  }
+  int blocks_arg = blocks;
+  void* args[] = {const_cast<float**>(&scores), &len, &k32, &blocks_arg, &ws, &row_bytes, &values, &indices};
+  cudaError_t err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(qsa_topk_kernel), grid, block, args, 0,
+                                                stream);
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+}  // namespace qgate
