@@ -396,7 +396,12 @@ def resolve_model_spec(spec: str, cache_dir: Path | None = None) -> Path:
     if spec == "tiny":
         return ensure_tiny(cache_dir)
     if spec == "tiny-trained":
-        from qgate.tiny_train import ensure_tiny_trained
-
         return ensure_tiny_trained(cache_dir)
     return Path(spec)
+
+
+def ensure_tiny_trained(cache_dir: Path | None = None, seed: int = DEFAULT_SEED) -> Path:
+    """The tiny model trained on the frozen GSM8K items, in the cache (trained on first use)."""
+    from qgate.tiny_train import ensure_trained
+
+    return ensure_trained(cache_dir, seed)

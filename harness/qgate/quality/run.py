@@ -1,0 +1,98 @@
+"""The in-engine item loop of the quality gate: chat prompt, sampling as the contract says, score, emit.
+
+Runs inside the engine child (qgate.engine.child hands it the `engine` adapter); it never imports vLLM.
+The spec (built by qgate.quality.runner.item_spec) carries everything the loop needs:
+
+    items: [{index, question, gold}], user_template ("... {question} ..."), system_prompt (str | None),
+    chat_template_kwargs (dict), sampling (vllm.SamplingParams kwargs: temperature, top_p, top_k, seed,
+    max_tokens, ignore_eos False, skip_special_tokens), strict_formats ([hash|boxed|final_answer]),
+    window_chars (int), reset_prefix_cache (bool)
+
+Each item is independent of the others (a per-request seed, the prefix cache reset before it), so a
+resumed run gives the same records as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from qgate.quality.scoring import prompt_closes_thinking, score_output
+
+
+class QualityRunError(RuntimeError):
+    """The engine did not do what the contract asks (e.g. the prefix cache would not reset)."""
+
+
+def build_messages(spec: dict[str, Any], question: str) -> list[dict[str, str]]:
+    messages = []
+    if spec.get("system_prompt"):
+        messages.append({"role": "system", "content": spec["system_prompt"]})
+    messages.append({"role": "user", "content": spec["user_template"].replace("{question}", question)})
+    return messages
+
+
+def decode_tok_s(n_tokens: int, first_ts: float, last_ts: float) -> float | None:
+    """Pure decode rate from the engine's own timestamps: (n - 1) tokens after the first one."""
+    if n_tokens < 2 or last_ts <= first_ts:
+        return None
+    return (n_tokens - 1) / (last_ts - first_ts)
+
+
+def _ids_sha256(ids: list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """Generate and score one item; returns its record."""
+    messages = build_messages(spec, item["question"])
+    prompt_ids = engine.chat_prompt_ids(messages, dict(spec.get("chat_template_kwargs") or {}))
+    prompt_text = engine.decode(prompt_ids) if hasattr(engine, "decode") else None
+    reset = None
+    if spec.get("reset_prefix_cache", True):
+        reset = bool(engine.reset_prefix_cache())
+        if not reset:
+            raise QualityRunError(f"item {item['index']}: reset_prefix_cache() returned False")
+    out = engine.generate(prompt_ids, dict(spec["sampling"]))
+    closed_in_prompt = prompt_closes_thinking(prompt_text or "")
+    scores = score_output(
+        out["text"],
+        out["token_ids"],
+        out["finish_reason"],
+        item["gold"],
+        list(spec["strict_formats"]),
+        closed_in_prompt=closed_in_prompt,
+        window=int(spec.get("window_chars", 50)),
+    )
+    n = len(out["token_ids"])
+    return {
+        "index": item["index"],
+        "gold": item["gold"],
+        "messages": messages,
+        "prompt": prompt_text,
+        "prompt_token_ids": prompt_ids,
+        "prompt_sha256": _ids_sha256(prompt_ids),
+        "thinking_closed_in_prompt": closed_in_prompt,
+        "output": out["text"],
+        "token_ids": out["token_ids"],
+        "token_ids_sha256": _ids_sha256(out["token_ids"]),
+        "output_tokens": n,
+        "finish_reason": out["finish_reason"],
+        "first_token_ts": out["first_token_ts"],
+        "last_token_ts": out["last_token_ts"],
+        "decode_s": max(0.0, out["last_token_ts"] - out["first_token_ts"]),
+        "decode_tok_s": decode_tok_s(n, out["first_token_ts"], out["last_token_ts"]),
+        "prefix_cache_reset": reset,
+        **scores,
+    }
+
+
+def run_items(
+    engine: Any, spec: dict[str, Any], emit: Callable[[dict[str, Any]], None], done: set[int]
+) -> None:
+    """Run every item of the spec whose index is not in `done`, emitting {"event": "item", "item": ...}."""
+    for item in spec["items"]:
+        if item["index"] in done:
+            continue
+        emit({"event": "item", "item": run_item(engine, spec, item)})
