@@ -1,0 +1,236 @@
+"""Kernel routes on the harness side: which routes an arm switches on, a pre-flight check of the arm's
+route env, the merge of the route plugin's per-process attestation files, and the attestation gates.
+
+The route plugin (kernels_ext/qgate_kernels/plugin.py) runs inside every vLLM process and writes its
+counts to `$QGATE_ATTEST_DIR/<process>-<pid>.json`; `collect` merges one engine start's files into
+`{route: {hits, fallbacks: {reason: n}, roles: {role: n}}}`, the `routes` entry of a result. A route the
+candidate switches on must show hits, and the control must show none: otherwise the comparison would
+measure something else than it claims (`attestation_gates`, which `qgate compare` turns into ERROR).
+
+No vLLM or torch import here; `check_overrides` imports override modules in a child interpreter with
+the arm's env, the way the engine will.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+# Route name -> the env var that switches it on (kept equal to qgate_kernels.overrides.ROUTE_ENV).
+ROUTES: dict[str, str] = {
+    "fp16_gemv": "VLLM_SM70_QWEN38_FP16_GEMV",
+    "fused_hc_fp16": "VLLM_SM70_QWEN38_FUSED_HC_FP16",
+    "fused_gdn_input_fp16": "VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16",
+    "qsa_topk": "VLLM_SM70_QWEN38_QSA_TOPK",
+}
+OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
+ROUTE_ENV_PREFIXES = ("VLLM_SM70_", OVERRIDE_PREFIX)  # what the launcher strips from the caller's env
+ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
+CHECK_TIMEOUT_S = 120.0
+
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off", ""})
+
+
+class RouteError(ValueError):
+    """The arm's route env cannot work; str() is one line naming the variable and its value."""
+
+
+def override_var(route: str) -> str:
+    """`fp16_gemv` -> `QGATE_ROUTE_IMPL_FP16_GEMV`."""
+    return OVERRIDE_PREFIX + route.upper()
+
+
+def switched_on(env: Mapping[str, str]) -> set[str]:
+    """Route names whose switch is on in env (1, true, yes, on; case-insensitive)."""
+    return {r for r, var in ROUTES.items() if str(env.get(var, "")).strip().lower() in _ON}
+
+
+def _static_problems(env: Mapping[str, str]) -> list[str]:
+    problems = []
+    for var in ROUTES.values():
+        if var in env and str(env[var]).strip().lower() not in _ON | _OFF:
+            problems.append(f"{var}={env[var]!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
+    known = {override_var(r): r for r in ROUTES}
+    on = switched_on(env)
+    for var in sorted(k for k in env if k.startswith(OVERRIDE_PREFIX)):
+        if var not in known:
+            problems.append(f"{var}: unknown route override (known: {', '.join(sorted(known))})")
+        elif known[var] not in on:
+            problems.append(f"{var} is set but the route is off ({ROUTES[known[var]]} is not 1)")
+        elif not _spec_ok(str(env[var])):
+            problems.append(f"{var}={env[var]!r}: expected 'package.module:function'")
+    return problems
+
+
+def _spec_ok(spec: str) -> bool:
+    module, sep, attr = spec.strip().partition(":")
+    names = module.split(".") + attr.split(".")
+    return bool(sep and module and attr) and all(n.isidentifier() for n in names)
+
+
+def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
+    """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ROUTE_ENV_PREFIXES)}
+    env.update({k: str(v) for k, v in arm_env.items()})
+    return env
+
+
+def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
+    """Refuse a route env that cannot work, before any engine starts: RouteError with one clear line.
+
+    Checks switch values, override variable names, overrides of routes that are off, and, when an
+    override is set, imports it in a child interpreter with this env and cwd (the engine's: give the
+    launcher's cwd) and checks its signature against the route op's. env is the arm's env.
+    """
+    problems = _static_problems(env)
+    if problems:
+        raise RouteError(problems[0])
+    if not any(k.startswith(OVERRIDE_PREFIX) for k in env):
+        return
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "qgate_kernels.overrides"],
+            env=engine_env(env),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise RouteError(f"checking the route overrides took over {CHECK_TIMEOUT_S:.0f} s") from None
+    _raise_child_problems(proc)
+
+
+def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
+    lines = proc.stdout.strip().splitlines()
+    try:
+        problems = json.loads(lines[-1])["problems"] if lines else None
+    except (ValueError, KeyError, TypeError):
+        problems = None
+    if problems is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named qgate_kernels" in proc.stderr:
+            tail = "qgate_kernels is not installed (pip install --no-build-isolation -e kernels_ext)"
+        raise RouteError(f"cannot check the route overrides: {tail}")
+    if problems:
+        raise RouteError(str(problems[0]))
+
+
+def _empty_route() -> dict:
+    return {"hits": 0, "fallbacks": {}, "roles": {}}
+
+
+def _add(into: dict[str, int], counts: Mapping[str, int]) -> None:
+    for key, n in counts.items():
+        into[str(key)] = into.get(str(key), 0) + int(n)
+
+
+def collect(attest_dir: Path) -> dict:
+    """Merge one engine start's attestation files: {route: {hits, fallbacks, roles}}, every route listed.
+
+    A file that cannot be read is an error (RouteError), never silently skipped: a lost worker file
+    would hide hits, or hide the control's. A process whose plugin failed counts `plugin_error`.
+    """
+    merged = {route: _empty_route() for route in ROUTES}
+    attest_dir = Path(attest_dir)
+    if not attest_dir.is_dir():
+        return merged
+    for path in sorted(attest_dir.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            routes = data["routes"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RouteError(f"{path}: unreadable route attestation ({type(exc).__name__}: {exc})") from None
+        if data.get("errors"):
+            # The plugin failed in that process (its message is in the engine log and in the file):
+            # every route it had on counts it, so no gate can mistake the failure for a clean run.
+            for route in data.get("routes_on", []):
+                _add(merged.setdefault(route, _empty_route())["fallbacks"], {"plugin_error": 1})
+        for route, counts in routes.items():
+            into = merged.setdefault(route, _empty_route())
+            into["hits"] += int(counts.get("hits", 0))
+            _add(into["fallbacks"], counts.get("fallbacks", {}))
+            _add(into["roles"], counts.get("roles", {}))
+    return merged
+
+
+def _fmt(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
+
+
+def attestation_gates(control: dict, candidate: dict) -> list[dict]:
+    """Gates {name, passed, detail} proving the arms ran what their env says; a failed one means ERROR.
+
+    - routes.control_clean: no route has hits in the control.
+    - routes.<route>.ran: each route the candidate's env switches on has hits in the candidate.
+    A result without `routes` fails the gates that need it.
+    """
+    gates = []
+    ctrl_routes = control.get("routes")
+    if not isinstance(ctrl_routes, dict):
+        gates.append(_gate("routes.control_clean", False, "the control result has no route attestation"))
+    else:
+        hot = {r: v.get("hits", 0) for r, v in ctrl_routes.items() if v.get("hits", 0) > 0}
+        detail = f"control hits: {_fmt(hot)}" if hot else "no route ran in the control"
+        gates.append(_gate("routes.control_clean", not hot, detail))
+    cand_routes = candidate.get("routes")
+    for route in sorted(switched_on(candidate.get("env", {}))):
+        name = f"routes.{route}.ran"
+        if not isinstance(cand_routes, dict):
+            gates.append(_gate(name, False, "the candidate result has no route attestation"))
+            continue
+        gates.append(_route_ran_gate(name, route, cand_routes.get(route, _empty_route())))
+    return gates
+
+
+def _route_ran_gate(name: str, route: str, counts: dict) -> dict:
+    hits = int(counts.get("hits", 0))
+    fallbacks = counts.get("fallbacks", {})
+    if hits > 0:
+        return _gate(
+            name, True, f"{hits} hits ({_fmt(counts.get('roles', {}))}); fallbacks: {_fmt(fallbacks)}"
+        )
+    if not fallbacks:
+        detail = (
+            f"{ROUTES[route]} is on but no vLLM process recorded a call: the route plugin did not run "
+            "(kernels_ext not installed, plugin failed to import, VLLM_PLUGINS excludes qgate_routes, "
+            "or QGATE_ATTEST_DIR unset; see the engine log)"
+        )
+    elif "plugin_error" in fallbacks:
+        detail = f"{ROUTES[route]} is on but the route plugin failed (see the engine log): {_fmt(fallbacks)}"
+    elif "no_site_in_model" in fallbacks:
+        detail = f"{ROUTES[route]} is on but no layer of the model can take it; fallbacks: {_fmt(fallbacks)}"
+    else:
+        detail = f"{ROUTES[route]} is on but every call fell back: {_fmt(fallbacks)}"
+    return _gate(name, False, detail)
+
+
+def _gate(name: str, passed: bool, detail: str) -> dict:
+    return {"name": name, "passed": passed, "detail": detail}
+
+
+def route_table(result: dict) -> list[dict]:
+    """Rows for reports, one per route: route, env var, switched on, hits, fallbacks, by role and reason."""
+    routes = result.get("routes") or {}
+    on = switched_on(result.get("env", {}))
+    rows = []
+    for route, var in ROUTES.items():
+        counts = routes.get(route, _empty_route())
+        fallbacks = counts.get("fallbacks", {})
+        rows.append(
+            {
+                "route": route,
+                "env": var,
+                "switched_on": route in on,
+                "hits": int(counts.get("hits", 0)),
+                "fallbacks": sum(int(n) for n in fallbacks.values()),
+                "hits_by_role": _fmt(counts.get("roles", {})),
+                "fallbacks_by_reason": _fmt(fallbacks),
+            }
+        )
+    return rows

@@ -1,0 +1,234 @@
+"""qgate.routes without vLLM: switches, the pre-flight override check, collect, gates, route table."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from qgate import routes
+from qgate.routes import RouteError
+
+FIXTURES = str(REPO / "tests" / "fixtures")
+GEMV = "VLLM_SM70_QWEN38_FP16_GEMV"
+IMPL = "QGATE_ROUTE_IMPL_FP16_GEMV"
+
+
+def test_routes_match_the_plugin_switches() -> None:
+    overrides = pytest.importorskip("qgate_kernels.overrides")
+    assert routes.ROUTES == overrides.ROUTE_ENV
+    assert routes.override_var("fused_hc_fp16") == overrides.override_var("fused_hc_fp16")
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [("1", True), ("true", True), (" ON ", True), ("yes", True), ("0", False), ("", False)]
+)
+def test_switched_on_parses_values(value: str, on: bool) -> None:
+    assert routes.switched_on({GEMV: value}) == ({"fp16_gemv"} if on else set())
+
+
+def test_switched_on_lists_every_route() -> None:
+    env = {var: "1" for var in routes.ROUTES.values()} | {"OTHER": "1"}
+    assert routes.switched_on(env) == set(routes.ROUTES)
+    assert routes.switched_on({}) == set()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({GEMV: "2"}, f"{GEMV}='2': expected 1 or 0"),
+        ({GEMV: "1", "QGATE_ROUTE_IMPL_FP16_GEMM": "a:b"}, "QGATE_ROUTE_IMPL_FP16_GEMM: unknown route"),
+        ({GEMV: "0", IMPL: "slow_routes:slow_gemv"}, f"{IMPL} is set but the route is off"),
+        ({GEMV: "1", IMPL: "slow_routes.slow_gemv"}, f"{IMPL}='slow_routes.slow_gemv': expected 'package."),
+    ],
+)  # fmt: skip
+def test_check_overrides_refuses_bad_env_without_importing(env: dict, message: str) -> None:
+    with pytest.raises(RouteError) as err:
+        routes.check_overrides(env)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_check_overrides_accepts_plain_switches() -> None:
+    routes.check_overrides({GEMV: "1", "VLLM_SM70_QWEN38_FUSED_HC_FP16": "0"})
+    routes.check_overrides({})
+
+
+@pytest.fixture()
+def impl_dir(tmp_path: Path) -> Path:
+    """A module of override candidates, importable through the arm's PYTHONPATH only."""
+    (tmp_path / "my_impls.py").write_text(
+        textwrap.dedent(
+            """
+            def good(w, x):
+                return x @ w.t()
+            def defaulted(weight, x, scale=1.0):
+                return x @ weight.t()
+            def one_arg(weight):
+                return weight
+            def three_args(weight, x, extra):
+                return x
+            def needs_keyword(weight, x, *, mode):
+                return x
+            not_callable = 3
+            """
+        )
+    )
+    (tmp_path / "broken_impl.py").write_text("import no_such_module_qgate\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("func", ["good", "defaulted"])
+def test_check_overrides_accepts_a_matching_signature(impl_dir: Path, func: str) -> None:
+    pytest.importorskip("qgate_kernels.overrides")
+    routes.check_overrides({GEMV: "1", IMPL: f"my_impls:{func}", "PYTHONPATH": str(impl_dir)})
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_pkg_qgate.mod:f", "cannot import 'no_such_pkg_qgate.mod' (ModuleNotFoundError"),
+        ("broken_impl:f", "cannot import 'broken_impl' (ModuleNotFoundError"),
+        ("my_impls:missing", "module 'my_impls' has no attribute 'missing'"),
+        ("my_impls:not_callable", "'not_callable' is not callable"),
+        ("my_impls:one_arg", "signature one_arg(weight) does not match the route op gemv("),
+        ("my_impls:three_args", "signature three_args(weight, x, extra) does not match"),
+        ("my_impls:needs_keyword", "does not match the route op"),
+    ],
+)
+def test_check_overrides_refuses_broken_specs_before_any_engine(
+    impl_dir: Path, spec: str, message: str
+) -> None:
+    pytest.importorskip("qgate_kernels.overrides")
+    with pytest.raises(RouteError) as err:
+        routes.check_overrides({GEMV: "1", IMPL: spec, "PYTHONPATH": str(impl_dir)})
+    text = str(err.value)
+    assert text.startswith(f"{IMPL}={spec!r}: ") and message in text, text
+    assert "\n" not in text
+
+
+def test_check_overrides_imports_with_the_arms_env_not_the_callers(impl_dir: Path) -> None:
+    pytest.importorskip("qgate_kernels.overrides")
+    # The module is importable here only through the arm's PYTHONPATH: without it, the check fails.
+    with pytest.raises(RouteError, match="cannot import 'my_impls'"):
+        routes.check_overrides({GEMV: "1", IMPL: "my_impls:good"})
+
+
+def test_the_test_fixture_overrides_pass_the_check() -> None:
+    pytest.importorskip("qgate_kernels.overrides")
+    for func in ("slow_gemv", "perturbed_gemv"):
+        routes.check_overrides({GEMV: "1", IMPL: f"slow_routes:{func}", "PYTHONPATH": FIXTURES})
+
+
+def _write(path: Path, routes_on: list[str], counts: dict, errors: list[str] | None = None) -> None:
+    path.write_text(json.dumps({"routes_on": routes_on, "routes": counts, "errors": errors or []}))
+
+
+def test_collect_merges_processes(tmp_path: Path) -> None:
+    worker = {
+        "fp16_gemv": {
+            "hits": 10,
+            "fallbacks": {"batch_not_1": 4},
+            "roles": {"qkv_proj": 6, "lm_head": 4},
+            "sites": {"qkv_proj": 2},
+        }
+    }
+    worker2 = {
+        "fp16_gemv": {"hits": 5, "fallbacks": {"batch_not_1": 1, "dtype": 2}, "roles": {"qkv_proj": 5}}
+    }
+    front = {"fp16_gemv": {"hits": 0, "fallbacks": {}, "roles": {}, "sites": {}}}
+    _write(tmp_path / "VllmWorker-0-11.json", ["fp16_gemv"], worker)
+    _write(tmp_path / "VllmWorker-1-12.json", ["fp16_gemv"], worker2)
+    _write(tmp_path / "MainProcess-10.json", ["fp16_gemv"], front)
+    (tmp_path / ".VllmWorker-0-11.json.tmp").write_text("{half a fi")  # an interrupted write: ignored
+    merged = routes.collect(tmp_path)
+    assert merged["fp16_gemv"] == {
+        "hits": 15,
+        "fallbacks": {"batch_not_1": 5, "dtype": 2},
+        "roles": {"qkv_proj": 11, "lm_head": 4},
+    }
+    assert set(merged) == set(routes.ROUTES)
+    assert merged["qsa_topk"] == {"hits": 0, "fallbacks": {}, "roles": {}}
+
+
+def test_collect_of_no_files_is_all_zero(tmp_path: Path) -> None:
+    for folder in (tmp_path, tmp_path / "missing"):
+        merged = routes.collect(folder)
+        assert all(v == {"hits": 0, "fallbacks": {}, "roles": {}} for v in merged.values())
+
+
+def test_collect_refuses_an_unreadable_file(tmp_path: Path) -> None:
+    (tmp_path / "VllmWorker-0-11.json").write_text("{not json")
+    with pytest.raises(RouteError, match="VllmWorker-0-11.json: unreadable route attestation"):
+        routes.collect(tmp_path)
+
+
+def test_collect_counts_a_plugin_error(tmp_path: Path) -> None:
+    counts = {"fp16_gemv": {"hits": 0, "fallbacks": {}, "roles": {}}}
+    _write(tmp_path / "VllmWorker-0-11.json", ["fp16_gemv"], counts, errors=["plugin setup failed: boom"])
+    assert routes.collect(tmp_path)["fp16_gemv"]["fallbacks"] == {"plugin_error": 1}
+
+
+def _result(env: dict, **counts: dict) -> dict:
+    r = {k: {"hits": 0, "fallbacks": {}, "roles": {}} for k in routes.ROUTES}
+    r.update(counts)
+    return {"env": env, "routes": r}
+
+
+def _gates(control: dict, candidate: dict) -> dict[str, dict]:
+    return {g["name"]: g for g in routes.attestation_gates(control, candidate)}
+
+
+HIT = {"hits": 9, "fallbacks": {"batch_not_1": 2}, "roles": {"qkv_proj": 9}}
+
+
+def test_gates_pass_when_candidate_routes_ran_and_control_is_clean() -> None:
+    gates = _gates(_result({GEMV: "0"}), _result({GEMV: "1"}, fp16_gemv=HIT))
+    assert set(gates) == {"routes.control_clean", "routes.fp16_gemv.ran"}
+    assert all(g["passed"] for g in gates.values())
+    assert "9 hits (qkv_proj: 9)" in gates["routes.fp16_gemv.ran"]["detail"]
+
+
+def test_gate_fails_when_a_switched_route_never_ran() -> None:
+    gates = _gates(_result({}), _result({GEMV: "1"}))
+    gate = gates["routes.fp16_gemv.ran"]
+    assert not gate["passed"] and "the route plugin did not run" in gate["detail"]
+
+
+def test_gate_fails_when_every_call_fell_back_or_the_model_has_no_site() -> None:
+    fell = {"hits": 0, "fallbacks": {"batch_not_1": 7}, "roles": {}}
+    gate = _gates(_result({}), _result({GEMV: "1"}, fp16_gemv=fell))["routes.fp16_gemv.ran"]
+    assert not gate["passed"] and "every call fell back: batch_not_1: 7" in gate["detail"]
+    hc = "VLLM_SM70_QWEN38_FUSED_HC_FP16"
+    none = {"hits": 0, "fallbacks": {"no_site_in_model": 1}, "roles": {}}
+    gate = _gates(_result({}), _result({hc: "1"}, fused_hc_fp16=none))["routes.fused_hc_fp16.ran"]
+    assert not gate["passed"] and "no layer of the model can take it" in gate["detail"]
+
+
+def test_gate_fails_when_the_control_ran_a_route() -> None:
+    gates = _gates(_result({GEMV: "0"}, fp16_gemv=HIT), _result({GEMV: "1"}, fp16_gemv=HIT))
+    assert not gates["routes.control_clean"]["passed"]
+    assert gates["routes.control_clean"]["detail"] == "control hits: fp16_gemv: 9"
+
+
+def test_gates_fail_without_attestation() -> None:
+    gates = _gates({"env": {}}, {"env": {GEMV: "1"}})
+    assert not gates["routes.control_clean"]["passed"] and not gates["routes.fp16_gemv.ran"]["passed"]
+
+
+def test_route_table_rows() -> None:
+    rows = routes.route_table(_result({GEMV: "1"}, fp16_gemv=HIT))
+    assert [r["route"] for r in rows] == list(routes.ROUTES)
+    assert rows[0] == {
+        "route": "fp16_gemv",
+        "env": GEMV,
+        "switched_on": True,
+        "hits": 9,
+        "fallbacks": 2,
+        "hits_by_role": "qkv_proj: 9",
+        "fallbacks_by_reason": "batch_not_1: 2",
+    }
+    assert rows[1]["switched_on"] is False and rows[1]["hits_by_role"] == "none"
