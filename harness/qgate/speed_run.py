@@ -8,6 +8,7 @@ without being asked to resume.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,17 +33,31 @@ def arm_path(out_dir: Path, arm: str) -> Path:
     return out_dir / "speed" / f"{arm}.json"
 
 
-def new_result(loaded: LoadedContract, arm: str, model: dict) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ArmPlan:
+    """One arm to run: a name (the result file's stem), its env and its engine args."""
+
+    name: str
+    env: dict[str, str]
+    engine_args: dict[str, Any]
+
+
+def contract_arms(loaded: LoadedContract, names: tuple[str, ...] = ARMS) -> list[ArmPlan]:
+    c = loaded.contract
+    return [ArmPlan(n, c.env_for(n), c.engine_for(n)) for n in names]
+
+
+def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, Any]:
     c = loaded.contract
     s = c.speed
     assert s is not None
     return {
         "kind": "speed",
         "schema_version": SPEED_SCHEMA_VERSION,
-        "arm": arm,
+        "arm": plan.name,
         "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
-        "env": c.env_for(arm),
-        "engine_args": c.engine_for(arm),
+        "env": dict(plan.env),
+        "engine_args": dict(plan.engine_args),
         "model": model,
         "fingerprint": None,
         "prompt": {"input_tokens": s.input_tokens, "seed": s.prompt_seed, "sha256": None},
@@ -63,11 +78,11 @@ def new_result(loaded: LoadedContract, arm: str, model: dict) -> dict[str, Any]:
     }
 
 
-def open_result(loaded: LoadedContract, arm: str, out_dir: Path, resume: bool, model: dict) -> dict:
+def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict) -> dict:
     """A fresh result, or the saved one when resuming; refuse to clobber or to mix contracts."""
-    path = arm_path(out_dir, arm)
+    path = arm_path(out_dir, plan.name)
     if not path.exists():
-        return new_result(loaded, arm, model)
+        return new_result(loaded, plan, model)
     if not resume:
         raise ResultError(f"{path}: a result exists; pass --resume to continue it or choose another --out")
     saved = load_result(path, kind="speed")
@@ -76,6 +91,8 @@ def open_result(loaded: LoadedContract, arm: str, out_dir: Path, resume: bool, m
             f"{path}: saved with contract sha256 {saved['contract']['sha256'][:12]}, "
             f"not {loaded.sha256[:12]}: cannot resume under a different contract"
         )
+    if saved["env"] != plan.env:
+        raise ResultError(f"{path}: saved with env {saved['env']}, not {plan.env}: cannot resume")
     return saved
 
 
@@ -109,7 +126,7 @@ def missing_reps(result: dict, launch: int, repetitions: int) -> list[int]:
 
 def run_launch(
     loaded: LoadedContract,
-    arm: str,
+    plan: ArmPlan,
     launch: int,
     result: dict,
     out_dir: Path,
@@ -117,6 +134,7 @@ def run_launch(
     progress: Progress | None,
 ) -> dict:
     """One engine start for one arm: warmup, then this launch's missing reps."""
+    arm = plan.name
     c = loaded.contract
     s = c.speed
     assert s is not None
@@ -129,7 +147,7 @@ def run_launch(
     spec = {
         "workload": "speed",
         "model_path": model_path,
-        "engine_args": c.engine_for(arm),
+        "engine_args": plan.engine_args,
         "input_tokens": s.input_tokens,
         "output_tokens": s.output_tokens,
         "greedy": s.greedy,
@@ -166,7 +184,7 @@ def run_launch(
         if progress is not None:
             progress(arm, ev, res)
 
-    outcome = run_child(spec, c.env_for(arm), out_dir / "logs" / f"speed-{arm}.log", on_event, attest_dir)
+    outcome = run_child(spec, plan.env, out_dir / "logs" / f"speed-{arm}.log", on_event, attest_dir)
     result = state["result"]
     result["routes"] = _merge_routes(result["routes"], _collect_routes(attest_dir))
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
@@ -182,18 +200,25 @@ def run_speed(
     arms: tuple[str, ...] = ARMS,
     resume: bool = False,
     progress: Progress | None = None,
+    plans: list[ArmPlan] | None = None,
 ) -> dict[str, dict]:
-    """Run every launch of every arm, interleaved (control, candidate, control, ...)."""
+    """Run every launch of every arm, interleaved (control, candidate, control, ...).
+
+    `plans` replaces the contract's two arms with derived ones (the ablation's arms).
+    """
     c = loaded.contract
     if c.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
+    plans = plans if plans is not None else contract_arms(loaded, arms)
     model_path, model = resolve_model(c.model)
-    results = {arm: open_result(loaded, arm, out_dir, resume, model) for arm in arms}
+    results = {p.name: open_result(loaded, p, out_dir, resume, model) for p in plans}
     for launch in range(c.speed.launches):
-        for arm in arms:
-            results[arm] = run_launch(loaded, arm, launch, results[arm], out_dir, model_path, progress)
-    for arm in arms:
-        res = results[arm]
+        for plan in plans:
+            results[plan.name] = run_launch(
+                loaded, plan, launch, results[plan.name], out_dir, model_path, progress
+            )
+    for plan in plans:
+        res = results[plan.name]
         res["complete"] = len(res["reps"]) == c.speed.launches * c.speed.repetitions
-        atomic_write_json(arm_path(out_dir, arm), res)
+        atomic_write_json(arm_path(out_dir, plan.name), res)
     return results
