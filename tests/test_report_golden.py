@@ -64,7 +64,7 @@ def test_report_names_what_the_issue_asks_for(record: dict) -> None:
         "| every candidate rep >= 55 tok/s | pass |",
         "| env.VLLM_SM70_QWEN38_FP16_GEMV | 0 | 1 | no |",
         f"sha256 `{support.FIXTURE_SHA}`",
-        "| fp16_gemv | 0 | 96 (route off: 96) | 84 |",
+        "| fp16_gemv | candidate | 0 | 96 (route off: 96) | 84 |",
     ):
         assert needle in text, needle
 

@@ -174,10 +174,13 @@ def switched_routes(env: dict[str, Any]) -> list[str]:
     Without qgate.routes, the switched-on route variables themselves (by the contract's prefix).
     """
     try:
-        routes_map = importlib.import_module("qgate.routes").ROUTES
+        routes = importlib.import_module("qgate.routes")
     except ModuleNotFoundError:
         return sorted(k for k, v in env.items() if k.startswith(ROUTE_ENV_PREFIX) and _is_on(v))
-    return [r for r, var in routes_map.items() if _is_on(env.get(var, ""))]
+    if hasattr(routes, "switched_on"):  # the route module's own reading of a switch value
+        on = routes.switched_on(env)
+        return [r for r in routes.ROUTES if r in on]
+    return [r for r, var in routes.ROUTES.items() if _is_on(env.get(var, ""))]
 
 
 def _arm_info(result: dict[str, Any], path: str) -> dict[str, Any]:

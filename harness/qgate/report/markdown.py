@@ -147,6 +147,7 @@ def _routes(record: dict[str, Any]) -> list[str]:
     names = sorted(set(croutes) | set(troutes))
     if not names:
         return ["### Routes", "", "No route counters in either result.", ""]
+    on = {name: set(arms[name].get("switched_routes") or []) for name in ("control", "candidate")}
     rows = []
     for r in names:
         c, t = croutes.get(r) or {}, troutes.get(r) or {}
@@ -154,6 +155,7 @@ def _routes(record: dict[str, Any]) -> list[str]:
         rows.append(
             {
                 "route": r,
+                "switched on in": ", ".join(n for n in ("control", "candidate") if r in on[n]) or "-",
                 "control hits": c.get("hits", "n/a"),
                 "control fallbacks": _fallbacks(c) if c else "n/a",
                 "candidate hits": t.get("hits", "n/a"),
