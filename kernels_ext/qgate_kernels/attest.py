@@ -82,6 +82,7 @@ class Recorder:
         self._dirty = True
         self._last = 0.0
         self._lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
         atexit.register(self.flush, True)
         # A forked child (vLLM may fork its engine core) counts its own calls from zero in its own file.
         os.register_at_fork(after_in_child=self._after_fork)
@@ -90,6 +91,7 @@ class Recorder:
         self.counters = Counters()
         self.errors = []
         self._lock = threading.Lock()
+        self._flusher = None  # threads do not survive a fork
         self._path = None
         self._dirty = True
         self._last = 0.0
@@ -112,8 +114,25 @@ class Recorder:
 
     def _touch(self) -> None:
         self._dirty = True
+        if self._flusher is None:
+            self._start_flusher()
         if time.monotonic() - self._last >= FLUSH_INTERVAL_S:
             self.flush()
+
+    def _start_flusher(self) -> None:
+        """A daemon thread writes pending counts every interval, so the last calls before a shutdown
+        that kills the process (no exit handlers) are on disk too, not only those before the last count
+        that happened to trigger a write."""
+        if self._dir is None:
+            return
+
+        def loop() -> None:
+            while True:
+                time.sleep(FLUSH_INTERVAL_S)
+                self.flush()
+
+        self._flusher = threading.Thread(target=loop, name="qgate-attest", daemon=True)
+        self._flusher.start()
 
     def snapshot(self) -> dict:
         return {

@@ -1,0 +1,107 @@
+"""The route plugin's pieces that need no vLLM engine: the attestation writer and override resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+pytest.importorskip("qgate_kernels")
+from qgate_kernels import attest, overrides  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def test_recorder_writes_counts_per_process(tmp_path: Path) -> None:
+    rec = attest.Recorder(str(tmp_path), ["fp16_gemv"], {})
+    rec.site("fp16_gemv", "qkv_proj")
+    for _ in range(3):
+        rec.hit("fp16_gemv", "qkv_proj")
+    rec.hit("fp16_gemv", "lm_head")
+    rec.fallback("fp16_gemv", "batch_not_1", 2)
+    rec.flush(True)
+    (path,) = _files(tmp_path)
+    assert path.name == f"{attest.process_label()}.json" and path.name.endswith(f"-{os.getpid()}.json")
+    data = json.loads(path.read_text())
+    assert data["kind"] == "route_attestation" and data["schema_version"] == 1
+    assert data["routes"]["fp16_gemv"] == {
+        "hits": 4,
+        "fallbacks": {"batch_not_1": 2},
+        "roles": {"qkv_proj": 3, "lm_head": 1},
+        "sites": {"qkv_proj": 1},
+    }
+    assert not list(tmp_path.glob(".*.tmp"))  # written through a temp file, then renamed
+
+
+def test_recorder_flushes_while_counting_without_exit(tmp_path: Path) -> None:
+    rec = attest.Recorder(str(tmp_path), ["fp16_gemv"], {})
+    rec.hit("fp16_gemv", "o_proj")  # the first count writes at once (nothing written yet)
+    rec.hit("fp16_gemv", "o_proj")  # within the interval: pending, left to the flusher thread
+    deadline = time.monotonic() + 5 * attest.FLUSH_INTERVAL_S
+    hits = 0
+    while time.monotonic() < deadline and hits < 2:
+        time.sleep(0.05)
+        hits = json.loads(_files(tmp_path)[0].read_text())["routes"]["fp16_gemv"]["hits"]
+    assert hits == 2
+
+
+def test_recorder_in_a_killed_process_leaves_its_counts(tmp_path: Path) -> None:
+    # A worker that is SIGKILLed runs no exit handler: the counts must be on disk already.
+    code = (
+        "import os, signal, time\n"
+        "from qgate_kernels import attest\n"
+        f"rec = attest.Recorder({str(tmp_path)!r}, ['fp16_gemv'], {{}})\n"
+        "for _ in range(1000): rec.hit('fp16_gemv', 'down_proj')\n"
+        f"time.sleep({3 * attest.FLUSH_INTERVAL_S})\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, timeout=60)
+    assert proc.returncode == -9
+    (path,) = _files(tmp_path)
+    assert json.loads(path.read_text())["routes"]["fp16_gemv"]["hits"] == 1000
+
+
+def test_recorder_without_a_directory_writes_nothing(tmp_path: Path) -> None:
+    rec = attest.Recorder(None, ["fp16_gemv"], {})
+    rec.hit("fp16_gemv", "qkv_proj")
+    rec.flush(True)
+    assert rec.counters.hits == {"fp16_gemv": 1}
+
+
+def test_override_resolves_the_fixture_and_it_computes_the_reference() -> None:
+    import torch
+
+    from qgate_kernels import reference
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        slow = overrides.resolve("fp16_gemv", "slow_routes:slow_gemv")
+        bad = overrides.resolve("fp16_gemv", "slow_routes:perturbed_gemv")
+    finally:
+        sys.path.remove(str(FIXTURES))
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(64, 32, generator=gen).half()  # [N, K]
+    x = torch.randn(1, 32, generator=gen).half()  # [1, K]
+    ref = reference.gemv(w, x)  # [1, N]
+    t0 = time.perf_counter()
+    assert torch.equal(slow(w, x), ref)
+    assert time.perf_counter() - t0 >= 0.0009  # the default 1 ms delay
+    assert not torch.equal(bad(w, x), ref)
+    assert torch.equal(bad(w, x)[..., 1::7], ref[..., 1::7])
+
+
+def test_env_problems_reports_in_one_line_each() -> None:
+    env = {"VLLM_SM70_QWEN38_FP16_GEMV": "1", "QGATE_ROUTE_IMPL_FP16_GEMV": "qgate_nope_module:f"}
+    (problem,) = overrides.env_problems(env)
+    assert problem.startswith("QGATE_ROUTE_IMPL_FP16_GEMV='qgate_nope_module:f': cannot import")
+    assert overrides.env_problems({"VLLM_SM70_QWEN38_FP16_GEMV": "1"}) == []
