@@ -118,6 +118,14 @@ def _collect_routes(attest_dir: Path) -> dict:
     return collect(attest_dir)
 
 
+def check_routes(env: dict[str, str]) -> None:
+    try:
+        from qgate.routes import check_overrides
+    except ImportError:
+        return
+    check_overrides(env, cwd=Path.cwd())
+
+
 def missing_reps(result: dict, launch: int, repetitions: int) -> list[int]:
     done = {r["index"] for r in result["reps"]}
     first = launch * repetitions
@@ -210,6 +218,8 @@ def run_speed(
     if c.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
     plans = plans if plans is not None else contract_arms(loaded, arms)
+    for plan in plans:  # a broken route override fails here, before any engine starts
+        check_routes(plan.env)
     model_path, model = resolve_model(c.model)
     results = {p.name: open_result(loaded, p, out_dir, resume, model) for p in plans}
     for launch in range(c.speed.launches):

@@ -10,6 +10,7 @@ from qgate.cli._options import ArmChoice, ContractOpt, OutOpt, user_errors
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
 from qgate.engine.launcher import EngineError
+from qgate.routes import RouteError
 from qgate.speed import SpeedError
 from qgate.speed_run import ARMS, arm_path, run_speed
 
@@ -24,7 +25,7 @@ def speed(contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: Resume
     with user_errors():
         loaded = load_contract(contract)
     arms = (arm.value,) if arm else ARMS
-    with user_errors(), user_errors(EngineError, SpeedError, code=1):
+    with user_errors(), user_errors(RouteError), user_errors(EngineError, SpeedError, code=1):
         with SpeedProgress(loaded.contract) as progress:
             results = run_speed(loaded, out, arms, resume=resume, progress=progress)
     for name, res in results.items():

@@ -67,8 +67,14 @@ def run_child(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     error: str | None = None
-    # The child runs in the log's folder: a folder named like a plugin package in the caller's cwd
-    # would shadow the installed plugin in vLLM's spawned processes.
+    # The child runs in the caller's folder so that route overrides (package.module:function) import
+    # as the user expects; a folder named like the plugin package there would shadow the installed
+    # plugin in vLLM's spawned processes, so that is refused.
+    if (Path.cwd() / "qgate_kernels").is_dir():
+        raise EngineError(
+            f"{Path.cwd() / 'qgate_kernels'} would shadow the installed route plugin in vLLM's "
+            "processes: run qgate from another folder"
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=log_path.parent, delete=False) as fh:
         json.dump(spec, fh)
         spec_path = fh.name
@@ -77,7 +83,6 @@ def run_child(
             proc = subprocess.Popen(
                 [sys.executable, "-m", "qgate.engine.child", spec_path, str(write_fd)],
                 env=env,
-                cwd=log_path.parent,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,),
