@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from qgate.cli.compare import app
+import yaml
 from typer.testing import CliRunner
+
+from qgate.cli.compare import app
 
 _spec = importlib.util.spec_from_file_location(
     "golden_support", Path(__file__).parent / "golden" / "support.py"
@@ -154,3 +156,78 @@ def test_fixture_pair_passes_with_the_real_route_attestation(
     ctrl, cand = pair_files(tmp_path, contract)
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
     assert res.exit_code == 0, res.output
+
+
+# ---- real vLLM on the CPU (tiny model); no mock anywhere -------------------------------------------
+
+
+def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
+    from conftest import small_contract
+
+    path = small_contract(tmp, name, **speed)
+    data = yaml.safe_load(path.read_text())
+    data["name"] = name.removesuffix(".yaml")
+    if candidate_env is None:  # A/A: the candidate is the control
+        data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
+    else:
+        data["arms"]["candidate"]["env"] = candidate_env
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _run_and_compare(tmp: Path, contract: Path, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    from conftest import qgate
+
+    out = tmp / "run"
+    proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cmp = qgate("compare", str(out), str(out), "--out", str(tmp / "cmp"))
+    assert cmp.returncode in (0, 1, 3), cmp.stderr[-3000:]
+    return cmp.returncode, json.loads((tmp / "cmp" / "verdict.json").read_text()), cmp.stdout
+
+
+@pytest.mark.vllm
+def test_real_speed_run_is_compared_and_attested(speed_run: Path, tmp_path: Path) -> None:
+    """The shared smoke run (GEMV on in the candidate, 3 v 3 reps): routes attested; 3 v 3 is inconclusive."""
+    from conftest import qgate
+
+    proc = qgate("compare", str(speed_run), str(speed_run), "--out", str(tmp_path))
+    record = json.loads((tmp_path / "verdict.json").read_text())
+    gates = {g["name"]: g for g in record["gates"]}
+    assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"]
+    assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
+    assert record["stats"]["decode_tok_s"]["verdict"] == "inconclusive"  # 3 v 3 cannot reach alpha
+    assert proc.returncode == 3 and "verdict: ERROR" in proc.stdout
+    assert (tmp_path / "speed.png").exists() and (tmp_path / "report.md").exists()
+
+
+@pytest.mark.vllm
+def test_real_aa_is_never_improved_or_regressed(tmp_path: Path) -> None:
+    """The same arm twice (two engine starts, 5 v 5 reps): no significant change, or inconclusive."""
+    contract = _real_contract(tmp_path, "aa-cpu.yaml", None, output_tokens=128, repetitions=5)
+    _, record, stdout = _run_and_compare(tmp_path, contract)
+    decode = record["stats"]["decode_tok_s"]
+    assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]
+    assert record["speed"]["tokens"]["control_vs_candidate_identical"]
+    assert not any(g["name"] == "comparable arms" and not g["passed"] for g in record["gates"])
+    print(stdout, decode["reason"])
+
+
+@pytest.mark.vllm
+def test_real_slowed_candidate_is_regressed_with_a_ci_below_one(tmp_path: Path) -> None:
+    """Known effect: the GEMV route through a test-only implementation that sleeps 1 ms per call."""
+    candidate_env = {
+        "VLLM_SM70_QWEN38_FP16_GEMV": "1",
+        "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:slow_gemv",
+        "QGATE_SLOW_GEMV_DELAY_MS": "1.0",
+    }
+    contract = _real_contract(tmp_path, "slow-cpu.yaml", candidate_env, repetitions=5)
+    fixtures = str(Path(__file__).parent / "fixtures")
+    code, record, stdout = _run_and_compare(tmp_path, contract, env={"PYTHONPATH": fixtures})
+    decode = record["stats"]["decode_tok_s"]
+    assert decode["verdict"] == "regressed", decode["reason"]
+    assert decode["ci_high"] < 1.0
+    gates = {g["name"]: g for g in record["gates"]}
+    assert gates["routes.fp16_gemv.ran"]["passed"] and not gates["no significant decode regression"]["passed"]
+    assert code == 1 and "verdict: FAIL" in stdout
+    print(stdout, decode["reason"])
