@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from qgate.compare import Pair, build_verdict
 from qgate.report import render_markdown, speed_png
 

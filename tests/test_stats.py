@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
+
 from qgate.stats import (
     ERROR,
     IMPROVED,
@@ -20,7 +22,6 @@ from qgate.stats import (
     min_attainable_p,
     unit_samples,
 )
-from scipy import stats as sps
 
 CTRL = [10.1, 10.4, 9.8, 10.0, 10.3, 10.2]
 CAND = [10.9, 11.2, 10.7, 11.5, 10.8]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
@@ -332,3 +333,19 @@ def test_a_kind_on_one_side_only_is_error() -> None:
         support.pinned_contract(),
     )
     assert rec["verdict"] == "ERROR" and not gate(rec, "same result kinds")["passed"]
+
+
+def test_a_quality_comparison_that_fails_is_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
+        return {"gates": [], "markdown": "", "figures": control["summary"]}  # KeyError: no summary
+
+    monkeypatch.setitem(
+        sys.modules, "qgate.quality.compare", types.SimpleNamespace(compare_quality=compare_quality)
+    )
+    control, candidate = support.load_pair()
+    pair = Pair(
+        "quality", _quality_result("control", control), _quality_result("candidate", candidate), "c", "t"
+    )
+    rec = build_verdict([pair], [], support.pinned_contract())
+    assert rec["verdict"] == "ERROR"
+    assert "KeyError" in gate(rec, "quality: quality comparison computed")["detail"]

@@ -242,10 +242,22 @@ def compare_speed(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
 
 def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
     """Quality results: the quality helper's compare_quality, plus the shared checks done here."""
-    module = importlib.import_module("qgate.quality.compare")
-    out = dict(module.compare_quality(pair.control, pair.candidate, loaded.contract))
     diffs = vd.differences(pair.control, pair.candidate, loaded)
     gates = [vd.comparable_gate(diffs), *vd.attestation(pair.control, pair.candidate)]
+    try:
+        module = importlib.import_module("qgate.quality.compare")
+        out = dict(module.compare_quality(pair.control, pair.candidate, loaded.contract))
+    except ModuleNotFoundError as exc:
+        if not str(exc.name).startswith("qgate.quality"):
+            raise
+        out = {"gates": [], "markdown": "The quality comparison is not available in this install."}
+        gates.append(vd.Gate("quality comparison available", False, str(exc), vd.SEV_ERROR))
+    except (KeyError, TypeError, ValueError) as exc:
+        # A quality result it cannot read is an ERROR verdict with the reason, never a pass.
+        out = {"gates": [], "markdown": f"The quality comparison failed: {type(exc).__name__}: {exc}"}
+        gates.append(
+            vd.Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", vd.SEV_ERROR)
+        )
     for g in out.get("gates", []):
         sev = vd.SEV_ERROR if g.get("severity") == vd.SEV_ERROR else vd.SEV_FAIL
         gates.append(vd.Gate(str(g["name"]), bool(g["passed"]), str(g.get("detail", "")), sev))
