@@ -1,0 +1,125 @@
+"""Float64 oracles for the qgate routes, written independently of qgate_kernels.reference
+(explicit loops and index arithmetic, no shared helpers), and the fresh random inputs they check."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from torch import Tensor
+
+
+def fresh_generator(device: str = "cpu") -> tuple[torch.Generator, int]:
+    """A generator with a new seed for every check (returned so that a failure can name it)."""
+    seed = int.from_bytes(os.urandom(6), "little")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen, seed
+
+
+def randn(
+    gen: torch.Generator, *shape: int, dtype: torch.dtype, device: str = "cpu", scale: float = 1.0
+) -> Tensor:
+    """Random normal values, never all zero (a zero tensor hides unwritten outputs)."""
+    t = torch.randn(*shape, generator=gen, dtype=torch.float32, device=device) * scale
+    return t.to(dtype)
+
+
+def gemv64(weight: Tensor, x: Tensor) -> Tensor:
+    return x.double() @ weight.double().t()
+
+
+def fused_hc64(h, norm_weight, w_a, a_static, scale_a, w_b, b_static, scale_b, eps):  # noqa: ANN001, ANN201
+    """Per stream j: Hn_j = H_j / sqrt(mean(H_j^2) + eps) * g;
+    A[j, i] = a_static[j, i] + s_a tanh(Hn_j . w_a[i]); b[j] = b_static[j] + s_b tanh(Hn_j . w_b);
+    out[i] = sum_j A[j, i] H_j."""
+    H = h.double()
+    n, d = H.shape
+    A = torch.empty(n, n + 1, dtype=torch.float64)
+    b = torch.empty(n, dtype=torch.float64)
+    for j in range(n):
+        hn = H[j] / math.sqrt(float((H[j] ** 2).sum()) / d + eps) * norm_weight.double()
+        for i in range(n + 1):
+            A[j, i] = float(a_static[j, i]) + float(scale_a) * math.tanh(float(hn @ w_a[i].double()))
+        b[j] = float(b_static[j]) + float(scale_b) * math.tanh(float(hn @ w_b.double()))
+    out = torch.zeros(n + 1, d, dtype=torch.float64)
+    for i in range(n + 1):
+        for j in range(n):
+            out[i] += A[j, i] * H[j]
+    return out[0], out[1:], b
+
+
+def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int):  # noqa: ANN201
+    """Row by row: where each interleaved output row lands in (mixed_qkv, z, b, a)."""
+    r = nv // nk
+    y = gemv64(w_qkvz, x.reshape(-1))
+    yba = gemv64(w_ba, x.reshape(-1))
+    mixed = torch.empty(2 * nk * dk + nv * dv, dtype=torch.float64)
+    z = torch.empty(nv * dv, dtype=torch.float64)
+    per = 2 * dk + 2 * r * dv
+    for g in range(nk):
+        for o in range(per):
+            v = y[g * per + o]
+            if o < dk:
+                mixed[g * dk + o] = v
+            elif o < 2 * dk:
+                mixed[nk * dk + g * dk + o - dk] = v
+            elif o < 2 * dk + r * dv:
+                mixed[2 * nk * dk + g * r * dv + o - 2 * dk] = v
+            else:
+                z[g * r * dv + o - 2 * dk - r * dv] = v
+    b = torch.empty(nv, dtype=torch.float64)
+    a = torch.empty(nv, dtype=torch.float64)
+    for g in range(nk):
+        for o in range(2 * r):
+            if o < r:
+                b[g * r + o] = yba[g * 2 * r + o]
+            else:
+                a[g * r + o - r] = yba[g * 2 * r + o]
+    return mixed[None], z.reshape(1, nv, dv), b[None], a[None]
+
+
+def topk_oracle(scores: Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
+    """Python's stable sort, value descending: NaN (any payload) first, then +inf, ..., -inf;
+    -0.0 and +0.0 tie; ties keep index order."""
+
+    def key(v: float) -> tuple[int, float]:
+        if math.isnan(v):
+            return (0, 0.0)
+        return (1, -(v + 0.0))  # v + 0.0 turns -0.0 into +0.0
+
+    values, indices = [], []
+    for row in scores.double().tolist():
+        order = sorted(range(len(row)), key=lambda i: key(row[i]))
+        indices.append(order[:k])
+        values.append([row[i] for i in order[:k]])
+    return values, indices
+
+
+def half_ulp(ref: Tensor) -> Tensor:
+    """Half of one fp16 unit in the last place at |ref| (subnormal spacing below 2^-14)."""
+    mag = ref.abs().clamp_min(2.0**-14)
+    return torch.exp2(torch.floor(torch.log2(mag)) - 10) / 2
+
+
+def acc_bound(dot_abs: Tensor, n_terms: int) -> Tensor:
+    """A generous bound on float32 summation error of n_terms terms whose |values| sum to dot_abs
+    (8 sqrt(n) units of 2^-24: far above the error of any fixed summation order on random data)."""
+    return 8 * math.sqrt(n_terms) * 2.0**-24 * dot_abs
+
+
+def fp16_close(out: Tensor, ref: Tensor, acc_err: Tensor) -> Tensor:
+    """out is ref rounded once to fp16, up to the float32 accumulation error acc_err."""
+    bound = half_ulp(ref) * 1.001 + acc_err + 1e-30
+    return (out.double() - ref).abs() <= bound
+
+
+def max_ulp_diff(a: Tensor, b: Tensor) -> int:
+    """Largest distance in fp16 units in the last place between two fp16 tensors (same sign order)."""
+    ia = a.contiguous().view(torch.int16).to(torch.int32)
+    ib = b.contiguous().view(torch.int16).to(torch.int32)
+    # map sign-magnitude to a monotonic integer line
+    ia = torch.where(ia < 0, -(ia & 0x7FFF), ia)
+    ib = torch.where(ib < 0, -(ib & 0x7FFF), ib)
+    return int((ia - ib).abs().max()) if a.numel() else 0
