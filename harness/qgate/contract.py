@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qgate.quality.schema import Quality
+
 CONTRACT_SCHEMA_VERSION = 1
 ROUTE_ENV_PREFIX = "VLLM_SM70_QWEN38_"
 
@@ -125,7 +127,7 @@ class Contract(_Strict):
     engine: Engine = Field(default_factory=Engine)
     arms: Arms
     speed: Speed | None = None
-    quality: dict[str, Any] | None = None
+    quality: Quality | None = None
     ops: dict[str, Any] | None = None
 
     @model_validator(mode="after")

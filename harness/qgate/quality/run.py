@@ -47,7 +47,9 @@ def _ids_sha256(ids: list[int]) -> str:
 def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """Generate and score one item; returns its record."""
     messages = build_messages(spec, item["question"])
-    prompt_ids = engine.chat_prompt_ids(messages, dict(spec.get("chat_template_kwargs") or {}))
+    # return_dict=False: transformers 5 otherwise returns a BatchEncoding, not the list of ids.
+    kwargs = {**(spec.get("chat_template_kwargs") or {}), "return_dict": False}
+    prompt_ids = engine.chat_prompt_ids(messages, kwargs)
     prompt_text = engine.decode(prompt_ids) if hasattr(engine, "decode") else None
     reset = None
     if spec.get("reset_prefix_cache", True):

@@ -1,0 +1,176 @@
+"""`qgate run quality` core: one engine start per arm, the frozen items, results kept current on disk.
+
+Per arm: DIR/quality/<arm>.jsonl gets one record per finished item (appended and fsynced as it comes),
+and DIR/quality/<arm>.json (the summary: every item record, run-level counts, fingerprint, routes) is
+rewritten atomically after every item. `resume=True` skips the items already in the JSONL; without it an
+existing result is never overwritten.
+
+Format history of quality results (`kind: quality`):
+  1 (2026-11-29): first version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from qgate.contract import LoadedContract
+from qgate.engine.launcher import EngineError, run_child
+from qgate.models import resolve_model
+from qgate.quality.gates import summarize
+from qgate.quality.gsm8k import Item, load_items
+from qgate.quality.schema import Quality
+from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
+from qgate.speed_run import _collect_routes, _merge_routes, check_routes
+
+QUALITY_SCHEMA_VERSION = 1
+ARMS = ("control", "candidate")
+
+# What the CLI shows: called with (arm, event record, result so far).
+Progress = Callable[[str, dict, dict], None]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def result_paths(out_dir: Path, arm: str) -> tuple[Path, Path]:
+    """(items JSONL, summary JSON) of one arm."""
+    return out_dir / "quality" / f"{arm}.jsonl", out_dir / "quality" / f"{arm}.json"
+
+
+def item_spec(q: Quality, items: list[Item]) -> dict[str, Any]:
+    """What qgate.quality.run.run_items needs inside the engine child (see its docstring)."""
+    return {
+        "items": [{"index": it.index, "question": it.question, "gold": it.gold} for it in items],
+        "user_template": q.user_template,
+        "system_prompt": q.system_prompt,
+        "chat_template_kwargs": dict(q.chat_template_kwargs),
+        "sampling": q.sampling.vllm_kwargs(),
+        "strict_formats": list(q.strict_formats),
+        "window_chars": q.window_chars,
+        "reset_prefix_cache": q.reset_prefix_cache,
+    }
+
+
+def new_result(loaded: LoadedContract, arm: str, model: dict, dataset: dict) -> dict[str, Any]:
+    c = loaded.contract
+    assert c.quality is not None
+    return {
+        "kind": "quality",
+        "schema_version": QUALITY_SCHEMA_VERSION,
+        "arm": arm,
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "env": c.env_for(arm),
+        "engine_args": c.engine_for(arm),
+        "model": model,
+        "fingerprint": None,
+        "dataset": dataset,
+        "quality": c.quality.model_dump(mode="json"),
+        "launches": [],
+        "items": [],
+        "summary": summarize([], c.quality.n_items),
+        "routes": {},
+        "dropped_env": [],
+        "complete": False,
+    }
+
+
+def open_result(
+    loaded: LoadedContract, arm: str, out_dir: Path, resume: bool, model: dict, dataset: dict
+) -> dict[str, Any]:
+    """A fresh result, or the saved one (its items re-read from the JSONL) when resuming."""
+    jsonl, summary = result_paths(out_dir, arm)
+    if not jsonl.exists() and not summary.exists():
+        return new_result(loaded, arm, model, dataset)
+    if not resume:
+        raise ResultError(f"{summary}: a result exists; pass --resume to continue it or choose another --out")
+    result = (
+        load_result(summary, kind="quality") if summary.exists() else new_result(loaded, arm, model, dataset)
+    )
+    if result["env"] != loaded.contract.env_for(arm):
+        raise ResultError(f"{summary}: saved with env {result['env']}, not {loaded.contract.env_for(arm)}")
+    for key, want in (("contract", loaded.sha256), ("dataset", dataset["items_sha256"])):
+        got = result[key]["sha256" if key == "contract" else "items_sha256"]
+        if got != want:
+            raise ResultError(
+                f"{summary}: saved with {key} sha256 {got[:12]}, not {want[:12]}: cannot resume"
+            )
+    by_index = {r["index"]: r for r in read_jsonl(jsonl)}
+    result["items"] = [by_index[i] for i in sorted(by_index)]
+    return result
+
+
+def run_arm(
+    loaded: LoadedContract, arm: str, result: dict, out_dir: Path, model_path: str, items: list[Item],
+    progress: Progress | None,
+) -> dict:  # fmt: skip
+    """One engine start: the arm's items not yet in the result."""
+    c = loaded.contract
+    assert c.quality is not None
+    done = {r["index"] for r in result["items"]}
+    if all(it.index in done for it in items):
+        return result
+    jsonl, summary = result_paths(out_dir, arm)
+    segment = len(result["launches"])
+    attest_dir = out_dir / "attest" / "quality" / arm / f"segment-{segment}"
+    spec = {"workload": "quality", "model_path": model_path, "engine_args": c.engine_for(arm),
+            **item_spec(c.quality, items), "done": sorted(done)}  # fmt: skip
+    state = {"result": result}
+
+    def on_event(ev: dict) -> None:
+        res = state["result"]
+        kind = ev.get("event")
+        if kind == "engine_ready":
+            res["fingerprint"] = ev["fingerprint"]
+            res["launches"].append(
+                {"segment": segment, "engine_start_s": ev["engine_start_s"], "started_at": _now()}
+            )
+            atomic_write_json(summary, res)
+        elif kind == "item":
+            append_jsonl(jsonl, ev["item"])
+            res["items"] = sorted([*res["items"], ev["item"]], key=lambda r: r["index"])
+            res["summary"] = summarize(res["items"], c.quality.n_items)
+            atomic_write_json(summary, res)
+        if progress is not None:
+            progress(arm, ev, res)
+
+    outcome = run_child(spec, c.env_for(arm), out_dir / "logs" / f"quality-{arm}.log", on_event, attest_dir)
+    result = state["result"]
+    result["routes"] = _merge_routes(result["routes"], _collect_routes(attest_dir))
+    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
+    atomic_write_json(summary, result)
+    if outcome.error:
+        raise EngineError(f"{arm}: {outcome.error} (log: {outcome.log_path})")
+    return result
+
+
+def run_quality(
+    loaded: LoadedContract,
+    out_dir: Path,
+    arms: tuple[str, ...] = ARMS,
+    resume: bool = False,
+    data: Path | None = None,
+    progress: Progress | None = None,
+) -> dict[str, dict]:
+    """Run the frozen items on every arm (control first); returns the arm results."""
+    c = loaded.contract
+    q = c.quality
+    if q is None:
+        raise ResultError(f"{loaded.path}: quality = None: the contract has no quality section")
+    items, source = load_items(q.indices, q.items_sha256, cli_data=data, contract_path=q.data_path)
+    dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
+               "source": source}  # fmt: skip
+    for arm in arms:  # a broken route override fails here, before any engine starts
+        check_routes(c.env_for(arm))
+    model_path, model = resolve_model(c.model)
+    results = {arm: open_result(loaded, arm, out_dir, resume, model, dataset) for arm in arms}
+    for arm in arms:
+        results[arm] = run_arm(loaded, arm, results[arm], out_dir, model_path, items, progress)
+        res = results[arm]
+        res["summary"] = summarize(res["items"], q.n_items)
+        res["complete"] = sorted(r["index"] for r in res["items"]) == q.indices
+        atomic_write_json(result_paths(out_dir, arm)[1], res)
+    return results

@@ -1,0 +1,99 @@
+"""The strict schema of a contract's `quality` section (the frozen GSM8K gate).
+
+Example (contracts/quality-cpu.yaml):
+
+    quality:
+      dataset: gsm8k
+      split: test
+      first_index: 8            # 0-based, inclusive
+      last_index: 23
+      items_sha256: 695073ca...  # canonical form: qgate.quality.gsm8k
+      user_template: "{question}"
+      chat_template_kwargs: {}
+      sampling: {temperature: 1.0, top_p: 0.95, top_k: 20, seed: 20260828, max_tokens: 4096}
+      strict_formats: [hash, boxed, final_answer]
+      gates: {min_raw_correct: 16, min_strict_correct: 16}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+StrictFormat = Literal["hash", "boxed", "final_answer"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QualitySampling(_Strict):
+    """vllm.SamplingParams for every item; EOS is always natural (ignore_eos is never set)."""
+
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    top_k: int = Field(20, ge=-1, description="-1 or 0: off")
+    seed: int = 20260828
+    max_tokens: int = Field(4096, ge=1)
+    skip_special_tokens: bool = True
+
+    def vllm_kwargs(self) -> dict[str, Any]:
+        return {**self.model_dump(), "ignore_eos": False}
+
+
+class QualityGates(_Strict):
+    """Gates on the candidate's run; each count is over the selected items."""
+
+    min_raw_correct: int = Field(ge=0)
+    min_strict_correct: int = Field(ge=0)
+    all_natural_stops: bool = True
+    all_closed_thinking: bool = True
+    max_length_caps: int = Field(0, ge=0)
+    max_invalid: int = Field(0, ge=0)
+    max_fffd: int = Field(0, ge=0, description="U+FFFD characters over all outputs")
+    repeated_window_below: int = Field(40, ge=1, description="every item's top 50-char window count < this")
+    token_run_below: int = Field(64, ge=1, description="every item's longest same-token run < this")
+    matched_misses: bool = Field(True, description="every candidate miss is also a reference miss")
+
+
+class Quality(_Strict):
+    dataset: Literal["gsm8k"] = "gsm8k"
+    split: Literal["test"] = "test"
+    first_index: int = Field(ge=0)
+    last_index: int = Field(ge=0)
+    items_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    data_path: str | None = Field(None, description="local JSONL; --data and QGATE_GSM8K_PATH win over it")
+    system_prompt: str | None = None
+    user_template: str = "{question}"
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    sampling: QualitySampling = Field(default_factory=QualitySampling)
+    strict_formats: list[StrictFormat] = Field(min_length=1)
+    window_chars: int = Field(50, ge=1)
+    reset_prefix_cache: bool = True
+    gates: QualityGates
+
+    @field_validator("user_template")
+    @classmethod
+    def _has_question(cls, value: str) -> str:
+        if "{question}" not in value:
+            raise ValueError("must contain {question}")
+        return value
+
+    @model_validator(mode="after")
+    def _counts_fit(self) -> Quality:
+        if self.last_index < self.first_index:
+            raise ValueError(f"last_index {self.last_index} is below first_index {self.first_index}")
+        n = self.n_items
+        for key in ("min_raw_correct", "min_strict_correct"):
+            if getattr(self.gates, key) > n:
+                raise ValueError(f"gates.{key} = {getattr(self.gates, key)} exceeds the {n} selected items")
+        return self
+
+    @property
+    def indices(self) -> list[int]:
+        return list(range(self.first_index, self.last_index + 1))
+
+    @property
+    def n_items(self) -> int:
+        return self.last_index - self.first_index + 1
