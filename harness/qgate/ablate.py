@@ -1,0 +1,578 @@
+"""`qgate ablate` core: which factor of a candidate earned the speed-up, and which one moved the answers.
+
+Factors come from the difference between the contract's control and candidate envs:
+- a route factor per kernel route whose switch or implementation override differs (the switch and its
+  `QGATE_ROUTE_IMPL_<ROUTE>` travel together: an override of a route that is off is refused anyway);
+- a plain env factor per other variable that differs (e.g. a library knob the candidate also sets).
+Variables equal in both arms are the base every arm shares. An arm is the control env with a set of
+factors moved to their candidate values; its name says which: `control`, `candidate`, `only-<f>`,
+`without-<f>`, `with-<f>+<g>`.
+
+Designs (arms are deduplicated by their factor set; for k factors):
+- both (default): control, candidate, each factor alone on top of the control, and each factor left
+  out of the candidate: 2k + 2 arms at most (k = 2: 4 arms; k = 3: 8, which is also the full factorial).
+  The issue asks for both marginal effects, and each design alone answers only one of the two questions
+  (alone: "what does this route do by itself", leave-one-out: "what would the candidate lose without it").
+- one-at-a-time: control, candidate, each factor alone (k + 2).
+- leave-one-out: control, candidate, each factor left out (k + 2).
+- full: the 2^k factorial (k <= MAX_FULL_FACTORS).
+
+All arms run the speed gate through `qgate.speed_run.run_speed(plans=...)`: same prompt, same engine
+args, one engine start per arm per launch, arms interleaved launch by launch, resumable per arm.
+
+Effects (statistics from qgate.stats; a statistic that cannot be computed is an ERROR of the ablation):
+- alone effect of f: arm `only-f` against the control; leave-one-out effect: the candidate against
+  `without-f`. Each: the ratio of mean decode tok/s with its bootstrap CI, Welch / Mann-Whitney p and the
+  per-metric verdict of `qgate.stats.compare_samples`, plus the change of mean TPOT in ms with a bootstrap
+  CI (arms resampled independently: they are independent engine starts).
+- interaction: the candidate's effect minus the sum of the single effects, on the TPOT scale (ms per
+  token: independent routes each add or save time per token, so their effects add up there) and on the
+  % tok/s scale the issue states it in (which is not additive even for independent routes: two -10 %
+  routes give -19 %, shown as +1 % interaction). Both with a bootstrap CI over all arms involved.
+
+Nothing here prints; the CLI (qgate.cli.ablate) shows progress and exits by `status`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qgate import routes
+from qgate import verdict as vd
+from qgate.compare import SPEED_EXTRA_KEYS
+from qgate.contract import LoadedContract
+from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
+from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
+from qgate.stats import ERROR as STAT_ERROR
+from qgate.stats import StatsConfig, compare_samples, unit_samples
+
+ABLATION_SCHEMA_VERSION = 1
+DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
+DEFAULT_DESIGN = "both"
+MAX_FULL_FACTORS = 5  # 2^5 = 32 engine starts per launch: beyond that, a factorial is not "small k"
+OK = "OK"
+ERROR = "ERROR"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class AblationError(ValueError):
+    """The contract cannot be ablated as asked; str() is one line naming the key and value."""
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One thing the candidate changes: a route (switch + override) or one plain env variable.
+
+    values: (var, control value, candidate value); None means the variable is unset in that arm.
+    """
+
+    name: str
+    kind: str  # "route" | "env"
+    values: tuple[tuple[str, str | None, str | None], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "vars": {var: {"control": c, "candidate": t} for var, c, t in self.values},
+        }
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One derived arm: its name (result file stem), the factors it moves and its full env."""
+
+    name: str
+    factors_on: tuple[str, ...]
+    env: dict[str, str]
+    roles: tuple[str, ...]  # why it is in the design: control, candidate, alone:<f>, leave-one-out:<f>
+
+
+def _route_vars(route: str) -> tuple[str, str]:
+    return routes.ROUTES[route], routes.override_var(route)
+
+
+def derive_factors(control: Mapping[str, str], candidate: Mapping[str, str]) -> list[Factor]:
+    """The factors in which candidate differs from control: routes first (in ROUTES order), then env vars."""
+    differing = {k for k in set(control) | set(candidate) if control.get(k) != candidate.get(k)}
+    factors, grouped = [], set()
+    for route in routes.ROUTES:
+        names = _route_vars(route)
+        grouped.update(names)
+        if differing & set(names):
+            values = tuple((v, control.get(v), candidate.get(v)) for v in names if v in differing)
+            factors.append(Factor(route, "route", values))
+    for var in sorted(differing - grouped):
+        if not _SAFE_NAME.match(var):
+            raise AblationError(f"arms.candidate.env.{var}: cannot name an arm after this variable")
+        factors.append(Factor(var, "env", ((var, control.get(var), candidate.get(var)),)))
+    return factors
+
+
+def arm_env(control: Mapping[str, str], factors: Sequence[Factor], on: Sequence[str]) -> dict[str, str]:
+    """The control env with the factors named in `on` moved to their candidate values."""
+    env = dict(control)
+    for f in factors:
+        if f.name not in on:
+            continue
+        for var, _, value in f.values:
+            if value is None:
+                env.pop(var, None)
+            else:
+                env[var] = value
+    return env
+
+
+def arm_name(on: Sequence[str], names: Sequence[str]) -> str:
+    s = set(on)
+    if not s:
+        return "control"
+    if s == set(names):
+        return "candidate"
+    if len(s) == 1:
+        return f"only-{next(iter(s))}"
+    if len(s) == len(names) - 1:
+        return f"without-{next(n for n in names if n not in s)}"
+    return "with-" + "+".join(n for n in names if n in s)
+
+
+def _design_sets(names: list[str], design: str) -> list[frozenset[str]]:
+    """The factor sets of a design, deduplicated, in run order: control first, then single factors,
+    then leave-one-out sets, then the rest of a factorial, candidate last."""
+    k = len(names)
+    wanted: list[frozenset[str]] = [frozenset()]
+    if design in ("both", "one-at-a-time", "full"):
+        wanted += [frozenset([n]) for n in names]
+    if design in ("both", "leave-one-out", "full"):
+        wanted += [frozenset(names) - {n} for n in names]
+    if design == "full":
+        wanted += [frozenset(c) for size in range(2, k - 1) for c in itertools.combinations(names, size)]
+    wanted.append(frozenset(names))
+    out: list[frozenset[str]] = []
+    for s in wanted:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def arm_roles(on: frozenset[str], names: Sequence[str]) -> tuple[str, ...]:
+    """What an arm's factor set stands for in the analysis (one set can stand for several)."""
+    roles = []
+    if not on:
+        roles.append("control")
+    if on == set(names):
+        roles.append("candidate")
+    if len(on) == 1 and len(names) > 1:
+        roles.append(f"alone:{next(iter(on))}")
+    if len(on) == len(names) - 1 and len(names) > 1:
+        roles.append(f"leave-one-out:{next(n for n in names if n not in on)}")
+    return tuple(roles) or ("factorial",)
+
+
+def plan_arms(loaded: LoadedContract, design: str = DEFAULT_DESIGN) -> tuple[list[Factor], list[Arm]]:
+    """The factors of the contract's candidate and the arms of the design (deduplicated, run order)."""
+    if design not in DESIGNS:
+        raise AblationError(f"--design {design!r}: expected one of {', '.join(DESIGNS)}")
+    c = loaded.contract
+    if c.speed is None:
+        raise AblationError(f"{loaded.path}: speed = None: an ablation runs the speed gate per arm")
+    ce, te = c.engine_for("control"), c.engine_for("candidate")
+    if ce != te:
+        keys = sorted(k for k in set(ce) | set(te) if ce.get(k) != te.get(k))
+        raise AblationError(
+            f"{loaded.path}: arms.*.engine differ in {', '.join(keys)}: an ablation varies the env only"
+        )
+    control, candidate = c.env_for("control"), c.env_for("candidate")
+    factors = derive_factors(control, candidate)
+    if not factors:
+        raise AblationError(f"{loaded.path}: arms.control.env equals arms.candidate.env: nothing to ablate")
+    if design == "full" and len(factors) > MAX_FULL_FACTORS:
+        raise AblationError(
+            f"--design full with {len(factors)} factors is {2 ** len(factors)} arms; "
+            f"at most {MAX_FULL_FACTORS} factors (use --design both)"
+        )
+    names = [f.name for f in factors]
+    arms = []
+    for on in _design_sets(names, design):
+        ordered = tuple(n for n in names if n in on)
+        env = arm_env(control, factors, ordered)
+        arms.append(Arm(arm_name(ordered, names), ordered, env, arm_roles(on, names)))
+    return factors, arms
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+
+def run_quality_arms(
+    loaded: LoadedContract, out_dir: Path, arms: Sequence[Arm], resume: bool, progress: Progress | None
+) -> dict[str, Any]:
+    """The quality gate per arm where the contract asks for it and the quality runner takes derived arms.
+
+    Returns {"ran": bool, "detail": str}: a quality section that was not run is said so, never hidden.
+    """
+    c = loaded.contract
+    if c.quality is None:
+        return {"ran": False, "detail": "the contract has no quality section"}
+    try:
+        from qgate.quality.runner import run_quality
+    except ImportError as exc:
+        return {"ran": False, "detail": f"qgate.quality.runner is not available ({exc})"}
+    if "plans" not in inspect.signature(run_quality).parameters:
+        return {
+            "ran": False,
+            "detail": "not run per arm: qgate.quality.runner.run_quality takes the contract's two arms "
+            "only (no derived arms); quality results already in DIR/quality/ are reported",
+        }
+    engine = c.engine_for("control")
+    plans = [ArmPlan(a.name, a.env, engine) for a in arms]
+    run_quality(loaded, out_dir, resume=resume, progress=progress, plans=plans)
+    return {"ran": True, "detail": f"quality gate run on {len(plans)} arms"}
+
+
+def run_ablation(
+    loaded: LoadedContract,
+    out_dir: Path,
+    design: str = DEFAULT_DESIGN,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Plan, run every arm's speed gate (and quality where possible), analyse, write the report."""
+    factors, arms = plan_arms(loaded, design)
+    engine = loaded.contract.engine_for("control")
+    run_speed(
+        loaded,
+        out_dir,
+        resume=resume,
+        progress=progress,
+        plans=[ArmPlan(a.name, a.env, engine) for a in arms],
+    )
+    quality = run_quality_arms(loaded, out_dir, arms, resume, progress)
+    record = analyse(loaded, out_dir, design, factors, arms, quality)
+    return record, write_ablation(record, out_dir)
+
+
+def analyse(
+    loaded: LoadedContract,
+    out_dir: Path,
+    design: str,
+    factors: Sequence[Factor],
+    arms: Sequence[Arm],
+    quality: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Read the arms' results from out_dir and build the ablation record."""
+    speed = {a.name: load_result(arm_path(out_dir, a.name), "speed") for a in arms}
+    qual = {}
+    for a in arms:
+        path = out_dir / "quality" / f"{a.name}.json"
+        if path.is_file():
+            qual[a.name] = load_result(path, "quality")
+    paths = {a.name: str(arm_path(out_dir, a.name)) for a in arms}
+    return build_record(loaded, design, factors, arms, speed, qual, dict(quality), paths)
+
+
+def write_ablation(record: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """DIR/ablation.json, DIR/ablation.md and DIR/ablation.png, each written atomically."""
+    from qgate.report.ablation import ablation_png, render_ablation
+
+    out = Path(out_dir)
+    paths = {
+        "record": str(out / "ablation.json"),
+        "report": str(out / "ablation.md"),
+        "plot": str(out / "ablation.png"),
+    }
+    ablation_png(record, paths["plot"])
+    atomic_write_text(paths["report"], render_ablation(record))
+    atomic_write_json(paths["record"], record)
+    return paths
+
+
+# --- analysis ---------------------------------------------------------------------------------------
+
+
+def _values(result: Mapping[str, Any], field: str) -> np.ndarray:
+    # Missing or non-numeric values become NaN so the statistics report an error instead of guessing.
+    out = []
+    for rep in result.get("reps") or []:
+        v = rep.get(field)
+        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan"))
+    return np.array(out, dtype=float)
+
+
+def samples(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray]:
+    """The statistical unit of an arm (reps, or launch means when it ran over several launches)."""
+    launches = int((result.get("workload") or {}).get("launches", 1) or 1)
+    ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
+    return unit_samples(_values(result, field), ids, launches)
+
+
+MeansFn = Callable[[Mapping[str, Any]], Any]
+
+
+def bootstrap_estimate(data: Mapping[str, np.ndarray], fn: MeansFn, cfg: StatsConfig) -> dict[str, Any]:
+    """A function of arm means, with its seeded percentile bootstrap (1 - alpha) CI.
+
+    Each arm is resampled independently (arms are separate engine starts). fn receives a mapping of arm
+    name -> mean (a float for the estimate, an array of B resampled means for the CI) and must be
+    written with array arithmetic. An arm with fewer than 2 finite samples gives an error record.
+    """
+    for name, x in data.items():
+        if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
+            msg = f"arm {name}: {x.size} sample(s), need at least 2 finite ones for a bootstrap CI"
+            return {"estimate": None, "ci_low": None, "ci_high": None, "error": msg}
+    rng = np.random.default_rng(cfg.seed)
+    resampled = {}
+    for name in sorted(data):  # fixed order: the same seed gives the same CI
+        x = data[name]
+        resampled[name] = x[rng.integers(0, x.size, size=(cfg.bootstrap_resamples, x.size))].mean(axis=1)
+    estimate = float(fn({k: float(v.mean()) for k, v in data.items()}))
+    dist = np.asarray(fn(resampled), dtype=float)
+    lo, hi = np.quantile(dist, [cfg.alpha / 2, 1 - cfg.alpha / 2])
+    if not (np.isfinite(estimate) and np.isfinite(lo) and np.isfinite(hi)):
+        return {"estimate": None, "ci_low": None, "ci_high": None, "error": "non-finite bootstrap"}
+    return {"estimate": estimate, "ci_low": float(lo), "ci_high": float(hi), "error": None}
+
+
+def arm_figures(result: Mapping[str, Any], cfg: StatsConfig) -> dict[str, Any]:
+    """Per-arm decode tok/s (per rep, the unit's mean and its bootstrap CI), TPOT and TTFT."""
+    unit, tok = samples(result, "decode_tok_s")
+    mean = bootstrap_estimate({"arm": tok}, lambda m: m["arm"], cfg)
+    tpot, ttft = _values(result, "tpot_ms"), _values(result, "ttft_ms")
+    return {
+        "unit": unit,
+        "reps": len(result.get("reps") or []),
+        "decode_tok_s": [float(v) if np.isfinite(v) else None for v in _values(result, "decode_tok_s")],
+        "decode_tok_s_mean": mean["estimate"],
+        "decode_tok_s_ci": [mean["ci_low"], mean["ci_high"]],
+        "decode_tok_s_ci_error": mean["error"],
+        "tpot_ms_mean": float(tpot.mean()) if tpot.size and np.all(np.isfinite(tpot)) else None,
+        "ttft_ms_median": float(np.median(ttft)) if ttft.size and np.all(np.isfinite(ttft)) else None,
+        "engine_start_s": [la.get("engine_start_s") for la in result.get("launches") or []],
+    }
+
+
+def effect(ref: str, arm: str, results: Mapping[str, Mapping[str, Any]], cfg: StatsConfig) -> dict[str, Any]:
+    """arm against ref: decode tok/s statistics (qgate.stats) and the TPOT change in ms with its CI."""
+    unit, a = samples(results[ref], "decode_tok_s")
+    _, b = samples(results[arm], "decode_tok_s")
+    decode = compare_samples(a, b, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
+    _, ta = samples(results[ref], "tpot_ms")
+    _, tb = samples(results[arm], "tpot_ms")
+    tpot = bootstrap_estimate({"ref": ta, "arm": tb}, lambda m: m["arm"] - m["ref"], cfg)
+    return {"reference": ref, "arm": arm, "decode": decode.to_dict(), "tpot_delta_ms": tpot}
+
+
+def _interaction(
+    total: tuple[str, str], parts: Sequence[tuple[str, str]], results: Mapping, cfg: StatsConfig, basis: str
+) -> dict[str, Any]:
+    """total effect minus the sum of the parts' effects, each (reference arm, arm), on both scales."""
+    names = sorted({n for pair in (total, *parts) for n in pair})
+    tpot = {n: samples(results[n], "tpot_ms")[1] for n in names}
+    tok = {n: samples(results[n], "decode_tok_s")[1] for n in names}
+
+    def ms(m: Mapping[str, Any]) -> Any:
+        return (m[total[1]] - m[total[0]]) - sum((m[b] - m[a] for a, b in parts), 0.0)
+
+    def pct(m: Mapping[str, Any]) -> Any:
+        change = [100.0 * (m[b] / m[a] - 1.0) for a, b in parts]
+        return 100.0 * (m[total[1]] / m[total[0]] - 1.0) - sum(change, 0.0)
+
+    return {
+        "basis": basis,
+        "total": {"reference": total[0], "arm": total[1]},
+        "parts": [{"reference": a, "arm": b} for a, b in parts],
+        "tpot_ms": bootstrap_estimate(tpot, ms, cfg),
+        "decode_pct": bootstrap_estimate(tok, pct, cfg),
+    }
+
+
+def effects(
+    factors: Sequence[Factor], arms: Sequence[Arm], results: Mapping, cfg: StatsConfig
+) -> dict[str, Any]:
+    """The candidate's effect, each factor's alone and leave-one-out effects, and the interactions."""
+    by_set = {frozenset(a.factors_on): a.name for a in arms}
+    names = [f.name for f in factors]
+    alone, loo = {}, {}
+    for n in names:
+        if frozenset([n]) in by_set:
+            alone[n] = effect("control", by_set[frozenset([n])], results, cfg)
+        rest = frozenset(m for m in names if m != n)
+        if rest in by_set:
+            loo[n] = effect(by_set[rest], "candidate", results, cfg)
+    out: dict[str, Any] = {
+        "candidate": effect("control", "candidate", results, cfg),
+        "alone": alone,
+        "leave_one_out": loo,
+        "interaction": {},
+    }
+    if len(names) < 2:
+        return out  # one factor: its effect is the candidate's, there is nothing to add up
+    total = ("control", "candidate")
+    if len(alone) == len(names):
+        parts = [("control", alone[n]["arm"]) for n in names]
+        out["interaction"]["alone"] = _interaction(total, parts, results, cfg, "alone")
+    if len(loo) == len(names):
+        parts = [(loo[n]["reference"], "candidate") for n in names]
+        out["interaction"]["leave_one_out"] = _interaction(total, parts, results, cfg, "leave-one-out")
+    return out
+
+
+def attestation_gates(name: str, result: Mapping[str, Any]) -> list[vd.Gate]:
+    """Every route switched on in this arm shows hits; every route off shows none. ERROR-class."""
+    rec = result.get("routes")
+    if not isinstance(rec, dict):
+        return [vd.Gate(f"{name}: route attestation", False, "the result has no routes", vd.SEV_ERROR)]
+    on = routes.switched_on(result.get("env") or {})
+    gates = [
+        vd.Gate(f"{name}: {g['name']}", bool(g["passed"]), str(g["detail"]), vd.SEV_ERROR)
+        for g in routes.attestation_gates(dict(result), dict(result))
+        if g["name"].endswith(".ran")
+    ]
+    hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
+    detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))
+    ok_detail = "no route that is off ran"
+    gates.append(vd.Gate(f"{name}: routes.off_clean", not hot, detail if hot else ok_detail, vd.SEV_ERROR))
+    return gates
+
+
+def arm_gates(
+    loaded: LoadedContract, arm: Arm, result: Mapping[str, Any], control: Mapping[str, Any]
+) -> list[vd.Gate]:
+    """ERROR-class gates of one arm: complete, ran its planned env, comparable with the control, attested."""
+    res = dict(result)
+    gates = [vd.completeness_gate(res, arm.name)]
+    env = res.get("env") if isinstance(res.get("env"), dict) else {}
+    ok = env == arm.env
+    detail = "the result ran the planned env" if ok else f"result env {env} is not the planned {arm.env}"
+    gates.append(vd.Gate(f"{arm.name}: env as planned", ok, detail, vd.SEV_ERROR))
+    if arm.name != "control":
+        diffs = vd.differences(dict(control), res, loaded, SPEED_EXTRA_KEYS)
+        g = vd.comparable_gate(diffs)
+        gates.append(vd.Gate(f"{arm.name}: comparable with control", g.passed, g.detail, g.severity))
+    gates += attestation_gates(arm.name, res)
+    return gates
+
+
+def quality_summary(arm: str, result: Mapping[str, Any] | None, control: Mapping[str, Any] | None) -> Any:
+    """Misses per arm, and the misses the control did not have; None when the arm has no quality result."""
+    if result is None:
+        return None
+    from qgate.quality.gates import new_misses
+
+    s = result.get("summary") or {}
+    new = new_misses(dict(control), dict(result)) if control is not None and arm != "control" else []
+    return {
+        "n_done": s.get("n_done"),
+        "raw_correct": s.get("raw_correct"),
+        "strict_correct": s.get("strict_correct"),
+        "raw_misses": s.get("raw_misses"),
+        "strict_misses": s.get("strict_misses"),
+        "new_misses_vs_control": new,
+        "complete": bool(result.get("complete")),
+    }
+
+
+def _effect_gates(eff: Mapping[str, Any]) -> list[vd.Gate]:
+    pairs = [("candidate", eff["candidate"])]
+    pairs += [(f"alone {k}", v) for k, v in eff["alone"].items()]
+    pairs += [(f"leave-one-out {k}", v) for k, v in eff["leave_one_out"].items()]
+    gates = []
+    for label, e in pairs:
+        d = e["decode"]
+        bad = d["verdict"] == STAT_ERROR or e["tpot_delta_ms"]["error"] is not None
+        detail = d.get("error") or e["tpot_delta_ms"]["error"] or f"{d['verdict']}: {d['reason']}"
+        gates.append(vd.Gate(f"effect {label} computed", not bad, str(detail), vd.SEV_ERROR))
+    for basis, inter in eff["interaction"].items():
+        err = inter["tpot_ms"]["error"] or inter["decode_pct"]["error"]
+        gates.append(vd.Gate(f"interaction ({basis}) computed", err is None, err or "computed", vd.SEV_ERROR))
+    return gates
+
+
+def build_record(
+    loaded: LoadedContract,
+    design: str,
+    factors: Sequence[Factor],
+    arms: Sequence[Arm],
+    speed: Mapping[str, Mapping[str, Any]],
+    quality_results: Mapping[str, Mapping[str, Any]],
+    quality: dict[str, Any],
+    paths: Mapping[str, str],
+) -> dict[str, Any]:
+    """The ablation record from the arms' speed (and quality) results. Pure: no file access."""
+    c = loaded.contract
+    assert c.speed is not None
+    cfg = StatsConfig.from_contract(c.speed.stats)
+    control = speed["control"]
+    gates: list[vd.Gate] = []
+    arm_rows = []
+    for arm in arms:
+        res = speed[arm.name]
+        arm_g = arm_gates(loaded, arm, res, control)
+        gates += arm_g
+        arm_rows.append(_arm_row(arm, res, control, cfg, arm_g, paths.get(arm.name, "")))
+        arm_rows[-1]["quality"] = quality_summary(
+            arm.name, quality_results.get(arm.name), quality_results.get("control")
+        )
+    eff = effects(factors, arms, speed, cfg)
+    gates += _effect_gates(eff)
+    status, reasons = vd.decide(gates)
+    return {
+        "kind": "ablation",
+        "schema_version": ABLATION_SCHEMA_VERSION,
+        "status": OK if status == vd.PASS else ERROR,
+        "reasons": reasons,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "design": design,
+        "stats": {
+            "alpha": cfg.alpha,
+            "min_effect_pct": cfg.min_effect_pct,
+            "max_cv_pct": cfg.max_cv_pct,
+            "bootstrap_resamples": cfg.bootstrap_resamples,
+            "seed": cfg.seed,
+        },
+        "factors": [f.to_dict() for f in factors],
+        "arms": arm_rows,
+        "effects": eff,
+        "quality": quality,
+        "gates": [g.to_dict() for g in gates],
+    }
+
+
+def _arm_row(
+    arm: Arm, res: Mapping[str, Any], control: Mapping[str, Any], cfg: StatsConfig, gates: list, path: str
+) -> dict[str, Any]:
+    tokens = vd.token_summary(dict(control), dict(res))
+    return {
+        "name": arm.name,
+        "roles": list(arm.roles),
+        "factors_on": list(arm.factors_on),
+        "env": dict(arm.env),
+        "path": path,
+        "figures": arm_figures(res, cfg),
+        "tokens": {
+            "identical_across_reps": tokens["candidate_identical_across_reps"],
+            "identical_to_control": tokens["control_vs_candidate_identical"],
+            "first_diverging_index": tokens["first_diverging_index"],
+            "tokens": tokens["candidate_tokens"],
+        },
+        "routes": routes.route_table(dict(res)),
+        "attested": all(g.passed for g in gates if ": routes." in g.name or "route attestation" in g.name),
+        "gates_passed": all(g.passed for g in gates),
+    }
+
+
+def load_ablation(path: str | Path) -> dict[str, Any]:
+    """Read an ablation record back (kind and schema_version checked)."""
+    data = load_result(path, "ablation")
+    if "arms" not in data or "effects" not in data:
+        raise ResultError(f"{path}: an ablation record needs 'arms' and 'effects'")
+    return data

@@ -1,0 +1,73 @@
+"""`qgate ablate --contract C --out DIR [--design both|one-at-a-time|leave-one-out|full] [--resume]`.
+
+Wiring only. Mounted by the top-level app as `app.command("ablate")(ablate.ablate)`.
+Exit codes: 0 the ablation is trustworthy (status OK), 3 ERROR (an arm incomplete, not comparable,
+not attested, or a statistic that could not be computed), 2 usage / contract error, 1 engine failure.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from qgate.ablate import DEFAULT_DESIGN, OK, AblationError, run_ablation
+from qgate.cli._options import EXIT_ERROR, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.cli._progress import SpeedProgress
+from qgate.contract import load_contract
+from qgate.engine.launcher import EngineError
+from qgate.routes import RouteError
+from qgate.speed import SpeedError
+
+
+class Design(str, Enum):
+    both = "both"
+    one_at_a_time = "one-at-a-time"
+    leave_one_out = "leave-one-out"
+    full = "full"
+
+
+DesignOpt = Annotated[
+    Design,
+    typer.Option(
+        "--design",
+        help="both: each factor alone and left out (default); one-at-a-time; leave-one-out; "
+        "full: 2^k factorial",
+    ),
+]
+_DEFAULT = Design(DEFAULT_DESIGN)
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue: run only the arms and reps not done")]
+
+
+def ablate(
+    contract: ContractOpt, out: OutOpt, design: DesignOpt = _DEFAULT, resume: ResumeOpt = False
+) -> None:
+    """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report."""
+    with user_errors():
+        loaded = load_contract(contract)
+    with user_errors(), user_errors(AblationError, RouteError), user_errors(EngineError, SpeedError, code=1):
+        with SpeedProgress(loaded.contract) as progress:
+            record, paths = run_ablation(loaded, out, design.value, resume=resume, progress=progress)
+    typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
+    for reason in record["reasons"]:
+        typer.echo(f"  - {reason}")
+    for name, e in _effect_lines(record):
+        typer.echo(f"  {name}: {e}")
+    typer.echo(f"report: {paths['report']}")
+    exit_with(EXIT_OK if record["status"] == OK else EXIT_ERROR)
+
+
+def _effect_lines(record: dict) -> list[tuple[str, str]]:
+    eff = record["effects"]
+    lines = [("all (candidate)", _fmt(eff["candidate"]))]
+    for group, label in (("alone", "alone"), ("leave_one_out", "left out")):
+        lines += [(f"{name} {label}", _fmt(e)) for name, e in eff[group].items()]
+    return lines
+
+
+def _fmt(e: dict) -> str:
+    d = e["decode"]
+    if d.get("ratio") is None:
+        return d["verdict"]
+    return f"x{d['ratio']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}] {d['verdict']}"
