@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qgate.ops.schema import Ops
 from qgate.quality.schema import Quality
 
 CONTRACT_SCHEMA_VERSION = 1
@@ -128,7 +129,7 @@ class Contract(_Strict):
     arms: Arms
     speed: Speed | None = None
     quality: Quality | None = None
-    ops: dict[str, Any] | None = None
+    ops: Ops | None = None
 
     @model_validator(mode="after")
     def _input_fits(self) -> Contract:

@@ -1,0 +1,76 @@
+"""`qgate run ops` and `qgate bench ops`: wiring only (core in qgate.ops.run).
+
+Mounted by the top-level app: run_ops_cmd as `qgate run ops`, bench_app as `qgate bench`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qgate.cli._options import EXIT_FAIL, ContractOpt, OutOpt, exit_with, user_errors
+
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA if visible), cuda or cpu")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing record")]
+TrialsOpt = Annotated[int | None, typer.Option("--trials", min=1, help="override ops.trials")]
+RepsOpt = Annotated[int | None, typer.Option("--reps", min=1, help="override ops.bench.reps")]
+OptionalContract = Annotated[
+    Path | None,
+    typer.Option("--contract", "-c", help="contract YAML (default: built-in shapes)", dir_okay=False),
+]
+OptionalOut = Annotated[Path | None, typer.Option("--out", "-o", help="output directory", file_okay=False)]
+
+
+def run_ops_cmd(
+    contract: ContractOpt,
+    out: OutOpt,
+    device: DeviceOpt = "auto",
+    trials: TrialsOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Operator screen: every route at the contract's shapes against its reference. Exit 1 on a failure."""
+    from qgate.contract import load_contract
+    from qgate.ops.render import screen_markdown
+    from qgate.ops.run import OpsError, run_ops
+
+    with user_errors(OpsError):
+        loaded = load_contract(contract)
+        record = run_ops(loaded, out, device=device, trials=trials, force=force)
+    typer.echo(screen_markdown(record))
+    typer.echo(f"-> {out / 'ops' / 'ops.json'}")
+    if not record["passed"]:
+        exit_with(EXIT_FAIL)
+
+
+def bench_ops_cmd(
+    contract: OptionalContract = None,
+    out: OptionalOut = None,
+    device: DeviceOpt = "auto",
+    reps: RepsOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk."""
+    from qgate.contract import load_contract
+    from qgate.ops.render import bench_markdown
+    from qgate.ops.run import OpsError, bench_ops
+
+    with user_errors(OpsError):
+        loaded = load_contract(contract) if contract is not None else None
+        record = bench_ops(loaded, out, device=device, reps=reps, force=force)
+    typer.echo(bench_markdown(record))
+    if out is not None:
+        typer.echo(f"-> {out / 'ops' / 'bench.json'}")
+
+
+bench_app = typer.Typer(help="Benchmarks that print figures (never gates).", no_args_is_help=True)
+bench_app.command("ops")(bench_ops_cmd)
+
+# Standalone: `python -m qgate.cli.ops run|bench ...` (the same commands, before they are mounted).
+app = typer.Typer(help="Operator screen and benchmark of the kernels_ext routes.", no_args_is_help=True)
+app.command("run")(run_ops_cmd)
+app.command("bench")(bench_ops_cmd)
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,8 @@
+"""The operator screen (`qgate run ops`) and benchmark (`qgate bench ops`) of the kernels_ext routes.
+
+Kept light: importing qgate.ops (or qgate.ops.schema, which the contract uses) imports neither torch
+nor qgate_kernels; screen.py, bench.py and cases.py do, when a command needs them.
+"""
+
+OPS_SCHEMA_VERSION = 1
+BENCH_SCHEMA_VERSION = 1

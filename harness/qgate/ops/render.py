@@ -1,0 +1,64 @@
+"""Markdown tables of the ops screen and benchmark records (strings only: the CLI prints or saves them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(v: Any, spec: str = ".3g") -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def screen_markdown(record: dict[str, Any]) -> str:
+    dev = record["device"]
+    lines = [
+        f"# qgate ops screen: {'PASS' if record['passed'] else 'FAIL'}",
+        "",
+        f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}, seed {record['seed']}, "
+        f"started {record['started_at']}.",
+        "",
+        "| route | shape | bitwise = ref | max abs diff | max ULP | deterministic | graph replay | "
+        "fallback probe | result |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in record["cases"]:
+        probe = c.get("fallback_probe")
+        probe_txt = "n/a" if probe is None else _fmt(probe["counted"] and probe["equal_to_reference"])
+        verdict = "pass" if c["passed"] else "FAIL: " + "; ".join(c["failures"])
+        lines.append(
+            f"| {c['route']} | {c['label']} | {c.get('bitwise_equal', 'n/a')}/{c['trials']} | "
+            f"{_fmt(c.get('max_abs_diff'))} | {_fmt(c.get('max_ulp'))} | {_fmt(c.get('deterministic'))} | "
+            f"{_fmt(c.get('graph_replay_identical'))} | {probe_txt} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def bench_markdown(record: dict[str, Any]) -> str:
+    dev = record["device"]
+    lines = [
+        "# qgate ops benchmark",
+        "",
+        f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}; timing: {record['timing']}; "
+        f"device copy {record['copy_gb_s'] / 1000:.2f} TB/s (read + write).",
+        "",
+        "| route | shape | route us | route TB/s | % of copy | baseline | baseline us | baseline TB/s | "
+        "speed-up | sets (MB) | target | met |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in record["cases"]:
+        r, b = c["route_timing"], c["baseline_timing"]
+        target = ", ".join(f"{k}={v:g}" for k, v in c["target"].items()) or "-"
+        lines.append(
+            f"| {c['route']} | {c['label']} | {r['median_us']:.2f} | {r['gb_s'] / 1000:.2f} | "
+            f"{_fmt(c['pct_of_copy'], '.0f')} | {c['baseline']} | {b['median_us']:.2f} | "
+            f"{b['gb_s'] / 1000:.2f} | "
+            f"{c['speedup']:.2f}x | {c['input_sets']} ({c['rotated_bytes'] / 1e6:.0f}) | {target} | "
+            f"{_fmt(c['target_met'])} |"
+        )
+    return "\n".join(lines) + "\n"

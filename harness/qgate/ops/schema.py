@@ -1,0 +1,109 @@
+"""The contract's `ops:` section: which routes to screen at which shapes, with which tolerances.
+
+Every key is known (extra="forbid"): a typo is an error naming the key path. Without an `ops:`
+section, or with `default_shapes: true` (the default), the screen and the benchmark use the
+Qwen3-Next-80B TP4 shapes of qgate.ops.cases.DEFAULT_SHAPES, plus the shapes listed here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RouteName = Literal["fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk"]
+ALL_ROUTES: tuple[str, ...] = ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tolerance(_Strict):
+    """Per route, over every output element of every trial.
+
+    max_ulp: distance to the reference in units in the last place of the output dtype, at the
+    element's magnitude but never below 1/1024 of the output's largest magnitude (so cancellation
+    to near zero, where float32 summation order alone moves many ULPs, is not an error).
+    max_abs_diff: absolute difference (None: not gated, still reported).
+    min_bitwise_fraction: the fraction of trials whose outputs equal the reference bit for bit.
+    """
+
+    max_ulp: int = Field(ge=0)
+    max_abs_diff: float | None = Field(None, ge=0)
+    min_bitwise_fraction: float = Field(0.0, ge=0, le=1)
+
+
+# The kernels accumulate in float32 in another order than the reference (cuBLAS / CPU BLAS in
+# float32): a rounding apart, so a few ULPs. The top-k is exact by definition.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "fp16_gemv": Tolerance(max_ulp=2),
+    "fused_hc_fp16": Tolerance(max_ulp=8),
+    "fused_gdn_input_fp16": Tolerance(max_ulp=2),
+    "qsa_topk": Tolerance(max_ulp=0, max_abs_diff=0.0, min_bitwise_fraction=1.0),
+}
+
+
+class GemvShape(_Strict):
+    n: int = Field(ge=1, description="output rows (weight [n, k])")
+    k: int = Field(ge=1)
+
+
+class HcShape(_Strict):
+    streams: int = Field(ge=1, le=64)
+    hidden: int = Field(ge=1)
+
+
+class GdnShape(_Strict):
+    hidden: int = Field(ge=1)
+    num_k_heads: int = Field(ge=1)
+    num_v_heads: int = Field(ge=1)
+    head_k_dim: int = Field(ge=1)
+    head_v_dim: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> GdnShape:
+        if self.num_v_heads % self.num_k_heads:
+            raise ValueError(
+                f"num_v_heads {self.num_v_heads} is not a multiple of num_k_heads {self.num_k_heads}"
+            )
+        return self
+
+
+class TopkShape(_Strict):
+    rows: int = Field(ge=1)
+    length: int = Field(ge=1)
+    k: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> TopkShape:
+        if self.k > self.length:
+            raise ValueError(f"k {self.k} exceeds length {self.length}")
+        return self
+
+
+class Shapes(_Strict):
+    fp16_gemv: list[GemvShape] = Field(default_factory=list)
+    fused_hc_fp16: list[HcShape] = Field(default_factory=list)
+    fused_gdn_input_fp16: list[GdnShape] = Field(default_factory=list)
+    qsa_topk: list[TopkShape] = Field(default_factory=list)
+
+
+class Bench(_Strict):
+    warmup: int = Field(3, ge=0, description="graph replays before timing")
+    reps: int = Field(30, ge=1, description="timed graph replays; the median is reported")
+    rotate_bytes: int = Field(256 * 2**20, ge=0, description="distinct input bytes cycled per timed graph")
+    max_sets: int = Field(512, ge=1, description="at most this many input sets per graph")
+
+
+class Ops(_Strict):
+    routes: list[RouteName] = Field(default_factory=lambda: list(ALL_ROUTES))
+    trials: int = Field(20, ge=1, description="fresh random inputs per route and shape")
+    seed: int | None = Field(None, description="None: a fresh seed per run (recorded)")
+    default_shapes: bool = True
+    shapes: Shapes = Field(default_factory=Shapes)
+    tolerances: dict[RouteName, Tolerance] = Field(default_factory=dict)
+    bench: Bench = Field(default_factory=Bench)
+
+    def tolerance(self, route: str) -> Tolerance:
+        return self.tolerances.get(route, DEFAULT_TOLERANCES[route])  # type: ignore[call-overload]

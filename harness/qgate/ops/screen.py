@@ -1,0 +1,239 @@
+"""The operator screen: each route at each shape against its reference, on the current device.
+
+Per case: `trials` fresh random inputs; per trial every output compared with the reference (bit
+equality, max abs diff, max ULP); the same inputs twice give the same bits; CUDA-graph replay of
+the route on new data in the captured buffers gives the eager bits; a probe the kernel does not
+take (M > 1, k too large) falls back, is counted, and equals the reference. Plain data in, one
+record out; nothing printed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import qgate_kernels
+from qgate.ops import OPS_SCHEMA_VERSION
+from qgate.ops.cases import Case
+
+
+def ordered_int(t: Tensor) -> Tensor:
+    """Floats mapped to int64 so that adjacent representable values differ by one."""
+    bits = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}[t.dtype]
+    width = torch.iinfo(bits).bits
+    i = t.contiguous().view(bits).to(torch.int64)
+    sign = i < 0
+    mag = i & ((1 << (width - 1)) - 1)
+    return torch.where(sign, -mag, mag)
+
+
+def ulp_distance(out: Tensor, ref: Tensor) -> float:
+    """Max distance in ULPs of the output dtype, measured at max(|ref|, max|ref| / 1024).
+
+    Integer outputs (indices) count any difference as infinite. NaN where the reference has a
+    number (or the reverse) is infinite.
+    """
+    if out.numel() == 0:
+        return 0.0
+    if not out.is_floating_point():
+        return 0.0 if torch.equal(out, ref) else math.inf
+    if not torch.equal(torch.isnan(out), torch.isnan(ref)):
+        return math.inf
+    keep = ~torch.isnan(ref)
+    o, r = out[keep].double(), ref[keep].double()
+    if o.numel() == 0:
+        return 0.0
+    if not torch.equal(torch.isinf(o), torch.isinf(r)) or not torch.equal(
+        o[torch.isinf(o)], r[torch.isinf(r)]
+    ):
+        return math.inf
+    finite = ~torch.isinf(r)
+    o, r = o[finite], r[finite]
+    if o.numel() == 0:
+        return 0.0
+    mant = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23}[out.dtype]
+    tiny = {torch.float16: 2.0**-14, torch.bfloat16: 2.0**-126, torch.float32: 2.0**-126}[out.dtype]
+    floor = max(float(r.abs().max()) / 1024, tiny)
+    spacing = torch.exp2(torch.floor(torch.log2(r.abs().clamp_min(floor))) - mant)
+    return float(((o - r).abs() / spacing).max())
+
+
+def bitwise_equal(outs: tuple[Tensor, ...], refs: tuple[Tensor, ...]) -> bool:
+    return len(outs) == len(refs) and all(
+        o.shape == r.shape and o.dtype == r.dtype and torch.equal(_bits(o), _bits(r))
+        for o, r in zip(outs, refs, strict=True)
+    )
+
+
+def _bits(t: Tensor) -> Tensor:
+    if not t.is_floating_point():
+        return t
+    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _max_abs_diff(outs: tuple[Tensor, ...], refs: tuple[Tensor, ...]) -> float:
+    worst = 0.0
+    for o, r in zip(outs, refs, strict=True):
+        if not o.is_floating_point():
+            worst = max(worst, 0.0 if torch.equal(o, r) else math.inf)
+            continue
+        both = ~(torch.isnan(o) & torch.isnan(r)) & ~(torch.isinf(o) & (o == r))
+        diff = (o.double() - r.double())[both].abs()
+        if diff.numel():
+            worst = max(worst, math.inf if torch.isnan(diff).any() else float(diff.max()))
+    return worst
+
+
+def _fallback_delta(before: dict[str, dict[str, int]], route: str) -> dict[str, int]:
+    after = qgate_kernels.fallback_counts()[route]
+    return {r: n - before[route].get(r, 0) for r, n in after.items() if n != before[route].get(r, 0)}
+
+
+def _graph_replay_identical(
+    case: Case, gen: torch.Generator, dev: torch.device, replays: int = 3
+) -> bool | None:
+    """Capture the route on static inputs; replays on fresh data copied in must give the eager bits."""
+    if dev.type != "cuda":
+        return None
+    static = case.make(gen, dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        case.kernel(*static)  # warm up outside capture (allocator, lazy init)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = case.kernel(*static)
+    for _ in range(replays):
+        fresh = case.make(gen, dev)
+        for dst, src in zip(static, fresh, strict=True):
+            if isinstance(dst, Tensor):
+                dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        if not bitwise_equal(tuple(t.clone() for t in captured), case.kernel(*static)):
+            return False
+    return True
+
+
+def screen_case(
+    case: Case, trials: int, tolerance: dict[str, Any], gen: torch.Generator, dev: torch.device
+) -> dict:
+    """Screen one route at one shape; the record says why it failed, if it did."""
+    before = qgate_kernels.fallback_counts()
+    bitwise, max_abs, max_ulp, deterministic = 0, 0.0, 0.0, True
+    for trial in range(trials):
+        args = case.make(gen, dev)
+        outs, refs = case.kernel(*args), case.reference(*args)
+        bitwise += bitwise_equal(outs, refs)
+        max_abs = max(max_abs, _max_abs_diff(outs, refs))
+        max_ulp = max(max_ulp, max(ulp_distance(o, r) for o, r in zip(outs, refs, strict=True)))
+        if trial == 0:
+            deterministic = bitwise_equal(outs, case.kernel(*args))
+    unexpected = _fallback_delta(before, case.route)
+    graph_ok = _graph_replay_identical(case, gen, dev)
+
+    before = qgate_kernels.fallback_counts()
+    probe = case.probe(gen, dev)
+    probe_equal = bitwise_equal(case.kernel(*probe), case.reference(*probe))
+    probe_counted = _fallback_delta(before, case.route) == {case.probe_reason: 1}
+
+    failures = []
+    if unexpected:
+        failures.append(f"fell back instead of running the kernel: {unexpected}")
+    if max_ulp > tolerance["max_ulp"]:
+        failures.append(f"max ULP {max_ulp:.3g} > {tolerance['max_ulp']}")
+    if tolerance.get("max_abs_diff") is not None and max_abs > tolerance["max_abs_diff"]:
+        failures.append(f"max abs diff {max_abs:.3g} > {tolerance['max_abs_diff']}")
+    if bitwise / trials < tolerance.get("min_bitwise_fraction", 0.0):
+        failures.append(f"bitwise equal {bitwise}/{trials} < {tolerance['min_bitwise_fraction']:.0%}")
+    if not deterministic:
+        failures.append("two calls on the same inputs differ")
+    if graph_ok is False:
+        failures.append("CUDA-graph replay differs from eager")
+    if not (probe_equal and probe_counted):
+        failures.append(f"probe ({case.probe_reason}) did not fall back to the reference and count it")
+    return {
+        "route": case.route,
+        "shape": case.shape,
+        "label": case.label,
+        "trials": trials,
+        "bitwise_equal": bitwise,
+        "max_abs_diff": max_abs,
+        "max_ulp": max_ulp,
+        "deterministic": deterministic,
+        "graph_replay_identical": graph_ok,
+        "fallback_probe": {
+            "reason": case.probe_reason,
+            "counted": probe_counted,
+            "equal_to_reference": probe_equal,
+        },
+        "unexpected_fallbacks": unexpected,
+        "tolerance": tolerance,
+        "passed": not failures,
+        "failures": failures,
+    }
+
+
+def _screen_or_error(
+    case: Case, trials: int, tolerance: dict[str, Any], gen: torch.Generator, dev: torch.device
+) -> dict:
+    """A kernel that raises (a failed launch, a failed capture) fails its case, with the error."""
+    try:
+        return screen_case(case, trials, tolerance, gen, dev)
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return {
+            "route": case.route,
+            "shape": case.shape,
+            "label": case.label,
+            "trials": trials,
+            "tolerance": tolerance,
+            "passed": False,
+            "failures": [f"error: {type(exc).__name__}: {first}"],
+        }
+
+
+def device_info(dev: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {"device": str(dev), "torch": torch.__version__, "cuda": torch.version.cuda}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        info.update(
+            gpu=props.name,
+            capability=f"{props.major}.{props.minor}",
+            multiprocessors=props.multi_processor_count,
+            l2_bytes=getattr(props, "L2_cache_size", None),
+        )
+    info["qgate_kernels"] = qgate_kernels.build_info()
+    return info
+
+
+def run_screen(
+    cases: list[Case],
+    trials: int,
+    tolerances: dict[str, dict[str, Any]],
+    device: str,
+    seed: int | None = None,
+    contract: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Screen every case; the record passes only if every case passes."""
+    dev = torch.device(device)
+    seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(seed)
+    results = [_screen_or_error(c, trials, tolerances[c.route], gen, dev) for c in cases]
+    return {
+        "kind": "ops",
+        "schema_version": OPS_SCHEMA_VERSION,
+        "contract": contract,
+        "started_at": datetime.now(timezone.utc).isoformat(),
+        "seed": seed,
+        "device": device_info(dev),
+        "cases": results,
+        "passed": bool(results) and all(r["passed"] for r in results),
+    }
