@@ -1,0 +1,59 @@
+"""`qgate history append|report`: wiring only (the store's rules are in qgate.history).
+
+Exit codes: 0 done (append: appended, or the identical night was already recorded), 2 a bad result
+directory or store (one line; the store is left as it was), including a night already recorded with
+different figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qgate.cli._options import OutOpt, user_errors
+from qgate.history import HistoryError, append, write_report
+
+app = typer.Typer(help="History of nightly verdicts: append a night, render the trend.", no_args_is_help=True)
+StoreOpt = Annotated[
+    Path, typer.Option("--store", "-s", help="history store (SQLite file; created by the first append)")
+]
+ResultDirArg = Annotated[
+    Path,
+    typer.Argument(
+        metavar="RESULT_DIR",
+        help="a night's run directory: speed/<arm>.json, quality/<arm>.json and the compare verdict.json(s)",
+        file_okay=False,
+    ),
+]
+NightOpt = Annotated[
+    str | None,
+    typer.Option("--night", help="YYYY-MM-DD (default: the UTC date of the first engine start)"),
+]
+CommitOpt = Annotated[
+    str | None, typer.Option("--commit", help="commit SHA (default: the git SHA the results record)")
+]
+
+
+@app.command("append")
+def append_cmd(
+    result_dir: ResultDirArg, store: StoreOpt, night: NightOpt = None, commit: CommitOpt = None
+) -> None:
+    """Add one night (one row per arm); the same night again is a no-op if identical, else refused."""
+    with user_errors(HistoryError):
+        outcome = append(store, result_dir, night=night, commit=commit)
+    typer.echo(
+        f"{outcome.status}: night {outcome.night} ({', '.join(outcome.arms)}), "
+        f"verdict {outcome.verdict or 'none'} -> {outcome.store}"
+    )
+
+
+@app.command("report")
+def report_cmd(store: StoreOpt, out: OutOpt) -> None:
+    """Write OUT/history.md and OUT/history.png: decode tok/s and quality per night, with the gates."""
+    with user_errors(HistoryError):
+        paths = write_report(store, out)
+    typer.echo(f"report: {paths['report']}")
+    if "plot" in paths:
+        typer.echo(f"plot: {paths['plot']}")

@@ -1,0 +1,550 @@
+"""The history of nightly verdicts: an append-only SQLite store, one row per arm per night.
+
+`collect(result_dir)` reads one night's run directory (what the nightly workflow leaves):
+
+    RESULT_DIR/speed/<arm>.json       speed results (qgate run speed --out RESULT_DIR)
+    RESULT_DIR/quality/<arm>.json     quality results (qgate run quality --out RESULT_DIR)
+    RESULT_DIR/verdict.json and RESULT_DIR/*/verdict.json   the verdicts of `qgate compare`
+
+and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
+every rep), quality counts (raw/strict correct and accuracy over the selected items, health counts),
+the gate lines the trend report draws, and the night's verdict (the worst of the verdicts found:
+ERROR > FAIL > PASS; each kind's verdict and reasons are kept too).
+
+The store (stdlib sqlite3, one file, rollback journal) holds two tables: `qgate_history` (key/value:
+format = qgate-history, schema_version) and `nights` (the rows; primary key night + arm). Triggers abort
+any UPDATE or DELETE of `nights`: rows are only ever added.
+
+Rules:
+- Only a path that does not exist is created (built in a temporary file beside it, then linked into
+  place). An existing file must be a qgate history store of a known schema version, else one line
+  names the problem (empty, not SQLite, a SQLite file of something else, unknown version, corrupt)
+  and the file is left exactly as it was.
+- A second append of a night already recorded is idempotent when its rows are identical (same figures
+  and verdicts: a retried workflow step is harmless) and refused when they differ: the history is never
+  rewritten, so the night keeps what was first recorded for it. Every arm of a night goes in one
+  transaction: a night is recorded whole or not at all.
+
+Format history of the store (`qgate_history.schema_version`):
+  1 (2026-11-29): first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from qgate.results import ResultError, atomic_write_text, load_result
+
+HISTORY_SCHEMA_VERSION = 1
+FORMAT = "qgate-history"
+ARMS = ("control", "candidate")
+KINDS = ("speed", "quality")
+VERDICT_RANK = {"PASS": 0, "FAIL": 1, "ERROR": 2}
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# (column, SQL type); the order is the table's and the row dict's.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("night", "TEXT NOT NULL"),
+    ("arm", "TEXT NOT NULL"),
+    ("commit_sha", "TEXT NOT NULL"),
+    ("appended_at", "TEXT NOT NULL"),
+    ("source", "TEXT"),
+    ("speed_contract", "TEXT"),
+    ("speed_contract_sha256", "TEXT"),
+    ("quality_contract", "TEXT"),
+    ("quality_contract_sha256", "TEXT"),
+    ("decode_reps", "INTEGER"),
+    ("decode_tok_s_mean", "REAL"),
+    ("decode_tok_s_min", "REAL"),
+    ("decode_tok_s_reps", "TEXT"),  # JSON list, every rep in index order
+    ("tpot_ms_mean", "REAL"),
+    ("ttft_ms_median", "REAL"),
+    ("speed_complete", "INTEGER"),
+    ("gate_min_decode_tok_s", "REAL"),
+    ("quality_selected", "INTEGER"),
+    ("quality_scored", "INTEGER"),
+    ("raw_correct", "INTEGER"),
+    ("strict_correct", "INTEGER"),
+    ("raw_accuracy", "REAL"),
+    ("strict_accuracy", "REAL"),
+    ("natural_stops", "INTEGER"),
+    ("closed_thinking", "INTEGER"),
+    ("length_caps", "INTEGER"),
+    ("invalid_outputs", "INTEGER"),
+    ("fffd_chars", "INTEGER"),
+    ("max_token_run", "INTEGER"),
+    ("max_window_repeats", "INTEGER"),
+    ("quality_complete", "INTEGER"),
+    ("gate_min_raw_correct", "INTEGER"),
+    ("gate_min_strict_correct", "INTEGER"),
+    ("verdict", "TEXT"),
+    ("verdicts", "TEXT"),  # JSON {kind: {verdict, reasons, contract_sha256}}
+    ("fingerprint", "TEXT"),  # JSON {gpu, driver, torch, vllm, qgate, hostname}
+    ("content_sha256", "TEXT NOT NULL"),
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+# Not part of a night's content: where and when it was appended.
+_NOT_CONTENT = ("appended_at", "source", "content_sha256")
+_FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname")
+
+
+class HistoryError(Exception):
+    """A store or result directory that cannot be used; str() is one line for the user."""
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """What an append did: status is "appended" or "already recorded" (an identical night)."""
+
+    store: str
+    night: str
+    status: str
+    arms: tuple[str, ...]
+    verdict: str | None
+
+
+# ---------------------------------------------------------------- one night's rows from a result dir
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and value == value else None  # NaN -> None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """Decode figures of one speed result; a rep without a number counts as None (and lowers nothing)."""
+    reps = sorted(result.get("reps") or [], key=lambda r: r.get("index", 0))
+    tok = [_num(r.get("decode_tok_s")) for r in reps]
+    present = [v for v in tok if v is not None]
+    return {
+        "speed_contract": (result.get("contract") or {}).get("name"),
+        "speed_contract_sha256": (result.get("contract") or {}).get("sha256"),
+        "decode_reps": len(reps),
+        "decode_tok_s_mean": _mean(tok),
+        "decode_tok_s_min": min(present) if present else None,
+        "decode_tok_s_reps": json.dumps(tok),
+        "tpot_ms_mean": _mean([_num(r.get("tpot_ms")) for r in reps]),
+        "ttft_ms_median": _median([_num(r.get("ttft_ms")) for r in reps]),
+        "speed_complete": int(result.get("complete") is True),
+    }
+
+
+def quality_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """Quality counts recomputed from the per-item records (the raw data, not a summary).
+
+    Accuracy is over the items the contract selects: an item that was never scored counts as a miss.
+    """
+    items = result.get("items") or []
+    section = result.get("quality") or {}
+    gates = section.get("gates") or {}
+    first, last = section.get("first_index"), section.get("last_index")
+    selected = last - first + 1 if isinstance(first, int) and isinstance(last, int) else len(items)
+
+    def count(key: str) -> int:
+        return sum(1 for it in items if it.get(key) is True)
+
+    def worst(key: str) -> int | None:
+        values = [it[key] for it in items if isinstance(it.get(key), int)]
+        return max(values) if values else None
+
+    raw, strict = count("raw_correct"), count("strict_correct")
+    return {
+        "quality_contract": (result.get("contract") or {}).get("name"),
+        "quality_contract_sha256": (result.get("contract") or {}).get("sha256"),
+        "quality_selected": selected,
+        "quality_scored": len(items),
+        "raw_correct": raw,
+        "strict_correct": strict,
+        "raw_accuracy": raw / selected if selected else None,
+        "strict_accuracy": strict / selected if selected else None,
+        "natural_stops": count("natural_stop"),
+        "closed_thinking": count("closed_thinking"),
+        "length_caps": count("length_cap"),
+        "invalid_outputs": count("invalid"),
+        "fffd_chars": sum(int(it.get("fffd_count") or 0) for it in items),
+        "max_token_run": worst("longest_token_run"),
+        "max_window_repeats": worst("max_window_repeats"),
+        "quality_complete": int(result.get("complete") is True),
+        "gate_min_raw_correct": gates.get("min_raw_correct"),
+        "gate_min_strict_correct": gates.get("min_strict_correct"),
+    }
+
+
+def _load_results(result_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{kind: {arm: result}} for every DIR/<kind>/<arm>.json present."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in KINDS:
+        for arm in ARMS:
+            path = result_dir / kind / f"{arm}.json"
+            if path.is_file():
+                try:
+                    found.setdefault(kind, {})[arm] = load_result(path, kind)
+                except ResultError as exc:
+                    raise HistoryError(str(exc)) from None
+    return found
+
+
+def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
+    """{kind: {verdict, reasons, contract_sha256, path}} from RESULT_DIR/verdict.json and */verdict.json."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in [result_dir / "verdict.json", *sorted(result_dir.glob("*/verdict.json"))]:
+        if not path.is_file():
+            continue
+        try:
+            record = load_result(path, "verdict")
+        except ResultError as exc:
+            raise HistoryError(str(exc)) from None
+        if record.get("verdict") not in VERDICT_RANK:
+            raise HistoryError(f"{path}: verdict = {record.get('verdict')!r}: expected PASS, FAIL or ERROR")
+        for kind in record.get("kinds") or []:
+            if kind in out:
+                raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")
+            out[kind] = {
+                "verdict": record["verdict"],
+                "reasons": list(record.get("reasons") or []),
+                "contract_sha256": (record.get("contract") or {}).get("sha256"),
+                "min_decode_tok_s": (record.get("figures") or {}).get("min_decode_tok_s"),
+                "path": str(path),
+            }
+    return out
+
+
+def _night_of(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The UTC date of the first engine start among the results (today when none is recorded)."""
+    starts = [
+        str(launch["started_at"])
+        for arms in results.values()
+        for res in arms.values()
+        for launch in res.get("launches") or []
+        if isinstance(launch, dict) and launch.get("started_at")
+    ]
+    for stamp in sorted(starts):
+        try:
+            return datetime.fromisoformat(stamp).astimezone(timezone.utc).date().isoformat()
+        except ValueError:
+            continue
+    return datetime.now(timezone.utc).date().isoformat()
+
+
+def check_night(night: str) -> str:
+    try:
+        if len(night) != 10:
+            raise ValueError(night)
+        return date.fromisoformat(night).isoformat()
+    except ValueError:
+        raise HistoryError(f"--night = {night!r}: expected a date YYYY-MM-DD") from None
+
+
+def _commit_of(results: dict[str, dict[str, dict[str, Any]]], given: str | None, where: Path) -> str:
+    """The commit given, checked against the git SHA the results record; one of them must exist."""
+    recorded = sorted(
+        {
+            str(res["fingerprint"]["git_sha"])
+            for arms in results.values()
+            for res in arms.values()
+            if isinstance(res.get("fingerprint"), dict) and res["fingerprint"].get("git_sha")
+        }
+    )
+    if len(recorded) > 1:
+        raise HistoryError(f"{where}: the results were made at different commits: {', '.join(recorded)}")
+    if given is not None:
+        given = given.strip()
+        if not given:
+            raise HistoryError("--commit = '': expected a git commit SHA")
+        if recorded and not (recorded[0].startswith(given) or given.startswith(recorded[0])):
+            raise HistoryError(f"--commit = {given!r}: the results record git_sha {recorded[0]!r}")
+        return given
+    if not recorded:
+        raise HistoryError(f"{where}: the results record no fingerprint.git_sha: pass --commit SHA")
+    return recorded[0]
+
+
+def _check_verdict_contracts(
+    results: dict[str, dict[str, dict[str, Any]]], verdicts: dict[str, dict[str, Any]]
+) -> None:
+    """A verdict must be of these results: same contract sha256 as the results of its kind."""
+    for kind, v in verdicts.items():
+        for arm, res in results.get(kind, {}).items():
+            sha = (res.get("contract") or {}).get("sha256")
+            if v["contract_sha256"] != sha:
+                raise HistoryError(
+                    f"{v['path']}: verdict for contract sha256 {str(v['contract_sha256'])[:12]}, but "
+                    f"{kind}/{arm}.json was run under {str(sha)[:12]}: not the verdict of these results"
+                )
+
+
+def _fingerprint(arms: list[dict[str, Any]]) -> str:
+    for res in arms:
+        fp = res.get("fingerprint")
+        if isinstance(fp, dict):
+            return json.dumps({k: fp.get(k) for k in _FINGERPRINT_KEYS}, sort_keys=True)
+    return json.dumps(None)
+
+
+def content_sha256(row: dict[str, Any]) -> str:
+    """Hash of what a night says (not where or when it was appended): the idempotency key."""
+    content = {k: row.get(k) for k in COLUMN_NAMES if k not in _NOT_CONTENT}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def collect(
+    result_dir: str | Path, night: str | None = None, commit: str | None = None
+) -> list[dict[str, Any]]:
+    """The rows of one night, one per arm with a speed or quality result, in control/candidate order."""
+    where = Path(result_dir)
+    if not where.is_dir():
+        raise HistoryError(f"{where}: no such result directory")
+    results = _load_results(where)
+    if not results:
+        raise HistoryError(f"{where}: holds no speed/<arm>.json or quality/<arm>.json")
+    verdicts = load_verdicts(where)
+    _check_verdict_contracts(results, verdicts)
+    the_night = check_night(night) if night is not None else _night_of(results)
+    the_commit = _commit_of(results, commit, where)
+    worst = max((v["verdict"] for v in verdicts.values()), key=VERDICT_RANK.__getitem__, default=None)
+    kept = {k: {x: v[x] for x in ("verdict", "reasons", "contract_sha256")} for k, v in verdicts.items()}
+    gate = (verdicts.get("speed") or {}).get("min_decode_tok_s")
+    rows = []
+    for arm in ARMS:
+        arm_results = {kind: results[kind][arm] for kind in KINDS if arm in results.get(kind, {})}
+        if not arm_results:
+            continue
+        row: dict[str, Any] = dict.fromkeys(COLUMN_NAMES)
+        row.update(night=the_night, arm=arm, commit_sha=the_commit, source=str(where.resolve()))
+        if "speed" in arm_results:
+            row.update(speed_figures(arm_results["speed"]), gate_min_decode_tok_s=_num(gate))
+        if "quality" in arm_results:
+            row.update(quality_figures(arm_results["quality"]))
+        row.update(verdict=worst, verdicts=json.dumps(kept, sort_keys=True))
+        row["fingerprint"] = _fingerprint(list(arm_results.values()))
+        row["content_sha256"] = content_sha256(row)
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- the store
+
+
+def _schema_sql() -> list[str]:
+    cols = ",\n  ".join(f"{name} {sql}" for name, sql in COLUMNS)
+    return [
+        "CREATE TABLE qgate_history (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"CREATE TABLE nights (\n  {cols},\n  PRIMARY KEY (night, arm)\n)",
+        "CREATE TRIGGER nights_no_update BEFORE UPDATE ON nights "
+        "BEGIN SELECT RAISE(ABORT, 'the qgate history is append-only'); END",
+        "CREATE TRIGGER nights_no_delete BEFORE DELETE ON nights "
+        "BEGIN SELECT RAISE(ABORT, 'the qgate history is append-only'); END",
+    ]
+
+
+def _check_header(path: Path) -> None:
+    """Refuse what is not a SQLite file before SQLite opens it (opening could write to it)."""
+    if path.is_dir():
+        raise HistoryError(f"{path}: is a directory, not a qgate history store")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot read the history store: {exc.strerror}") from None
+    if not head:
+        raise HistoryError(f"{path}: an empty file, not a qgate history store; nothing was changed")
+    if head != _SQLITE_MAGIC:
+        raise HistoryError(
+            f"{path}: not a SQLite database (corrupt or foreign file), not a qgate history store; "
+            "nothing was changed"
+        )
+
+
+def _validate(conn: sqlite3.Connection, path: Path) -> None:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "qgate_history" not in tables or "nights" not in tables:
+        raise HistoryError(
+            f"{path}: a SQLite database that is not a qgate history store (tables: "
+            f"{', '.join(sorted(tables)) or 'none'}); nothing was changed"
+        )
+    meta = dict(conn.execute("SELECT key, value FROM qgate_history").fetchall())
+    if meta.get("format") != FORMAT:
+        raise HistoryError(f"{path}: qgate_history.format = {meta.get('format')!r}, expected {FORMAT!r}")
+    version = meta.get("schema_version")
+    if version != str(HISTORY_SCHEMA_VERSION):
+        raise HistoryError(
+            f"{path}: history schema_version = {version!r}; this qgate reads {HISTORY_SCHEMA_VERSION}"
+        )
+    cols = tuple(r[1] for r in conn.execute("PRAGMA table_info(nights)"))
+    if cols != COLUMN_NAMES:
+        raise HistoryError(f"{path}: table nights has columns {cols}, not those of schema {version}")
+    check = conn.execute("PRAGMA quick_check").fetchone()
+    if not check or check[0] != "ok":
+        raise HistoryError(f"{path}: the store fails SQLite's integrity check: {check}")
+
+
+@contextmanager
+def _open(path: Path, readonly: bool) -> Iterator[sqlite3.Connection]:
+    """A validated connection to an existing store; SQLite errors become one line."""
+    _check_header(path)
+    uri = f"file:{quote(str(path.resolve()))}?mode={'ro' if readonly else 'rw'}"
+    conn = None
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        if not readonly:
+            conn.execute("BEGIN IMMEDIATE")  # one writer; validation and insert see the same store
+        _validate(conn, path)
+        yield conn
+        if not readonly:
+            conn.execute("COMMIT")
+    except sqlite3.IntegrityError as exc:  # a trigger or the primary key said no
+        raise HistoryError(f"{path}: {exc}; nothing was changed") from None
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(
+            f"{path}: corrupt or unreadable history store ({exc}); nothing was changed"
+        ) from None
+    finally:
+        if conn is not None:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            conn.close()
+
+
+def _insert(conn: sqlite3.Connection, rows: list[dict[str, Any]]) -> None:
+    marks = ", ".join("?" for _ in COLUMN_NAMES)
+    conn.executemany(
+        f"INSERT INTO nights ({', '.join(COLUMN_NAMES)}) VALUES ({marks})",
+        [tuple(row[k] for k in COLUMN_NAMES) for row in rows],
+    )
+
+
+def _create(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Build a new store in a temporary file, then link it into place (never over an existing file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            for stmt in _schema_sql():
+                conn.execute(stmt)
+            conn.executemany(
+                "INSERT INTO qgate_history (key, value) VALUES (?, ?)",
+                [
+                    ("format", FORMAT),
+                    ("schema_version", str(HISTORY_SCHEMA_VERSION)),
+                    ("created_at", _now()),
+                ],
+            )
+            _insert(conn, rows)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise HistoryError(f"{path}: appeared while the store was being created; run again") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _refusal(path: Path, night: str, existing: dict[str, tuple[str, str, str]], arms: list[str]) -> str:
+    arm = next(iter(existing))
+    _, commit, at = existing[arm]
+    return (
+        f"{path}: night {night} is already recorded (arms {', '.join(sorted(existing))}; commit "
+        f"{commit[:12]}, appended {at}) and these results (arms {', '.join(arms)}) differ from it; the "
+        "history is append-only: nothing was changed"
+    )
+
+
+def append(
+    store: str | Path, result_dir: str | Path, night: str | None = None, commit: str | None = None
+) -> AppendOutcome:
+    """Add one night's rows to the store (created when the path does not exist); see the module doc."""
+    path = Path(store)
+    rows = collect(result_dir, night, commit)
+    stamp = _now()
+    for row in rows:
+        row["appended_at"] = stamp
+    the_night, arms = rows[0]["night"], [r["arm"] for r in rows]
+    outcome = AppendOutcome(str(path), the_night, "appended", tuple(arms), rows[0]["verdict"])
+    if not path.exists():
+        _create(path, rows)
+        return outcome
+    with _open(path, readonly=False) as conn:
+        existing = {
+            r[0]: (r[1], r[2], r[3])
+            for r in conn.execute(
+                "SELECT arm, content_sha256, commit_sha, appended_at FROM nights WHERE night = ?",
+                (the_night,),
+            )
+        }
+        if existing:
+            same = set(existing) == set(arms) and all(
+                existing[r["arm"]][0] == r["content_sha256"] for r in rows
+            )
+            if not same:
+                raise HistoryError(_refusal(path, the_night, existing, arms))
+            return AppendOutcome(str(path), the_night, "already recorded", tuple(arms), rows[0]["verdict"])
+        _insert(conn, rows)
+    return outcome
+
+
+def read_rows(store: str | Path) -> list[dict[str, Any]]:
+    """Every row of the store, by night then arm (control first)."""
+    path = Path(store)
+    if not path.exists():
+        raise HistoryError(f"{path}: no such history store")
+    with _open(path, readonly=True) as conn:
+        cur = conn.execute(
+            f"SELECT {', '.join(COLUMN_NAMES)} FROM nights "
+            "ORDER BY night, CASE arm WHEN 'control' THEN 0 WHEN 'candidate' THEN 1 ELSE 2 END, arm"
+        )
+        return [dict(zip(COLUMN_NAMES, r, strict=True)) for r in cur.fetchall()]
+
+
+def write_report(store: str | Path, out_dir: str | Path) -> dict[str, str]:
+    """OUT/history.md and OUT/history.png (the trend of every night in the store), written atomically."""
+    from qgate.report import trend
+
+    rows = read_rows(store)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"report": str(out / "history.md")}
+    if rows:
+        fd, tmp = tempfile.mkstemp(prefix=".history.", suffix=".png", dir=out)
+        os.close(fd)
+        try:
+            trend.render_png(rows, tmp)
+            os.replace(tmp, out / "history.png")
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        paths["plot"] = str(out / "history.png")
+    text = trend.render_markdown(rows, str(store), "history.png" if rows else None)
+    atomic_write_text(paths["report"], text)
+    return paths

@@ -1,0 +1,400 @@
+"""The trend report of the nightly history: markdown + PNG of decode tok/s and quality over the nights.
+
+Input: the rows of qgate.history (one per arm per night). A regression shows the night it came in:
+- an event "regression came in (speed|quality)" on the first night whose verdict of that kind is FAIL
+  or ERROR after a passing night (or on its first night), with the last passing night and its commit
+  beside the commit of that night (so the commits between the two are the suspects);
+- events when the candidate's slowest rep first falls under the decode gate, when quality first falls
+  under a quality gate, when an arm's mean decode rate moves by DRIFT_PCT or more from the night before
+  (a note only: the nightly verdict is the gate), and when a contract or the environment changes
+  (figures on either side of that night were measured under different conditions);
+- in the PNG, FAIL/ERROR nights are shaded and each regression night is marked with its date.
+Rendering only: no statistics are computed here and nothing is printed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+DRIFT_PCT = 5.0
+_COLORS = {"control": "#4c72b0", "candidate": "#dd8452", "gate": "#c44e52", "strict": "#8172b3"}
+_ENV_KEYS = ("gpu", "driver", "torch", "vllm")
+
+
+def nights(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per night, oldest first: {night, commit, verdict, verdicts, control, candidate}."""
+    by_night: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = by_night.setdefault(
+            row["night"],
+            {
+                "night": row["night"],
+                "commit": row["commit_sha"],
+                "verdict": row["verdict"],
+                "verdicts": json.loads(row["verdicts"] or "{}"),
+                "control": None,
+                "candidate": None,
+            },
+        )
+        entry[row["arm"]] = row
+    return [by_night[n] for n in sorted(by_night)]
+
+
+def _pct(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0:
+        return None
+    return 100.0 * (new / old - 1.0)
+
+
+def _get(entry: dict[str, Any] | None, arm: str, key: str) -> Any:
+    row = entry and entry.get(arm)
+    return row.get(key) if row else None
+
+
+def _short(commit: str | None) -> str:
+    return (commit or "?")[:12]
+
+
+def _below_quality_gate(entry: dict[str, Any]) -> list[str]:
+    row = entry.get("candidate")
+    if not row or row.get("quality_selected") is None:
+        return []
+    out = []
+    for label, key, gate_key in (
+        ("raw", "raw_correct", "gate_min_raw_correct"),
+        ("strict", "strict_correct", "gate_min_strict_correct"),
+    ):
+        gate = row.get(gate_key)
+        if gate is not None and row[key] < gate:
+            out.append(f"{label} {row[key]}/{row['quality_selected']} < {gate}")
+    return out
+
+
+def _below_speed_gate(entry: dict[str, Any]) -> bool:
+    low, gate = (
+        _get(entry, "candidate", "decode_tok_s_min"),
+        _get(entry, "candidate", "gate_min_decode_tok_s"),
+    )
+    return low is not None and gate is not None and low < gate
+
+
+def _kind_verdict(entry: dict[str, Any] | None, kind: str) -> str | None:
+    return ((entry or {}).get("verdicts") or {}).get(kind, {}).get("verdict")
+
+
+def _regressed(prev: dict[str, Any] | None, cur: dict[str, Any], kind: str) -> bool:
+    """The kind's verdict is FAIL/ERROR and was PASS (or absent) the night before."""
+    return _kind_verdict(cur, kind) in ("FAIL", "ERROR") and _kind_verdict(prev, kind) in (None, "PASS")
+
+
+def _verdict_events(
+    prev: dict[str, Any] | None, cur: dict[str, Any], last_pass: dict[str, dict[str, Any]]
+) -> list[str]:
+    """Per kind (speed, quality): the night its verdict turned FAIL/ERROR, and the night it recovered."""
+    out = []
+    for kind in sorted(cur["verdicts"]):
+        v, pv = _kind_verdict(cur, kind), _kind_verdict(prev, kind)
+        if _regressed(prev, cur, kind):
+            lp = last_pass.get(kind)
+            since = (
+                f"last passing night {lp['night']} at commit {_short(lp['commit'])}"
+                if lp
+                else "no earlier passing night"
+            )
+            out.append(f"**regression came in** ({kind}): verdict {pv or 'none'} -> {v} ({since})")
+        elif v == "PASS" and pv in ("FAIL", "ERROR"):
+            out.append(f"recovered ({kind}): verdict {pv} -> PASS")
+        elif v != pv and prev is not None and pv is not None:
+            out.append(f"{kind} verdict {pv} -> {v}")
+    return out
+
+
+def _change_events(prev: dict[str, Any], cur: dict[str, Any]) -> list[str]:
+    out = []
+    for arm in ("control", "candidate"):
+        change = _pct(_get(cur, arm, "decode_tok_s_mean"), _get(prev, arm, "decode_tok_s_mean"))
+        if change is not None and abs(change) >= DRIFT_PCT:
+            out.append(f"{arm} decode mean {change:+.1f} % vs the previous night")
+    for kind in ("speed", "quality"):
+        old, new = (_get(e, "candidate", f"{kind}_contract_sha256") for e in (prev, cur))
+        if old and new and old != new:
+            out.append(f"{kind} contract changed (sha256 {old[:12]} -> {new[:12]})")
+    old_fp = json.loads(_get(prev, "candidate", "fingerprint") or "null") or {}
+    new_fp = json.loads(_get(cur, "candidate", "fingerprint") or "null") or {}
+    for key in _ENV_KEYS:
+        if old_fp and new_fp and old_fp.get(key) != new_fp.get(key):
+            out.append(f"environment changed: {key} {old_fp.get(key)!r} -> {new_fp.get(key)!r}")
+    return out
+
+
+def events(entries: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What changed on which night, oldest first: [{night, commit, event}]."""
+    out: list[dict[str, str]] = []
+    prev: dict[str, Any] | None = None
+    last_pass: dict[str, dict[str, Any]] = {}
+    for cur in entries:
+        found = _verdict_events(prev, cur, last_pass)
+        if _below_speed_gate(cur) and (prev is None or not _below_speed_gate(prev)):
+            low, gate = (
+                _get(cur, "candidate", "decode_tok_s_min"),
+                _get(cur, "candidate", "gate_min_decode_tok_s"),
+            )
+            found.append(f"candidate below the decode gate: slowest rep {low:.2f} < {gate:g} tok/s")
+        below = _below_quality_gate(cur)
+        if below and (prev is None or not _below_quality_gate(prev)):
+            found.append("candidate below a quality gate: " + ", ".join(below))
+        if prev is not None:
+            found += _change_events(prev, cur)
+        out += [{"night": cur["night"], "commit": _short(cur["commit"]), "event": e} for e in found]
+        last_pass.update({k: cur for k in cur["verdicts"] if _kind_verdict(cur, k) == "PASS"})
+        prev = cur
+    return out
+
+
+def regression_nights(entries: list[dict[str, Any]]) -> list[str]:
+    """Nights on which a kind's verdict turned FAIL or ERROR after passing (or on its first night)."""
+    out, prev = [], None
+    for cur in entries:
+        if any(_regressed(prev, cur, kind) for kind in cur["verdicts"]):
+            out.append(cur["night"])
+        prev = cur
+    return out
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _f(value: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f} %"
+
+
+def _acc(row: dict[str, Any] | None, key: str) -> str:
+    if not row or row.get("quality_selected") is None:
+        return "n/a"
+    return f"{row[key]}/{row['quality_selected']}"
+
+
+def _health(row: dict[str, Any] | None) -> str:
+    if not row or row.get("quality_selected") is None:
+        return "n/a"
+    n = row["quality_selected"]
+    return (
+        f"stops {row['natural_stops']}/{n}, closed {row['closed_thinking']}/{n}, caps {row['length_caps']}, "
+        f"invalid {row['invalid_outputs']}, U+FFFD {row['fffd_chars']}, run {_f(row['max_token_run'], 'd')}, "
+        f"window {_f(row['max_window_repeats'], 'd')}"
+    )
+
+
+def _night_line(entry: dict[str, Any], prev: dict[str, Any] | None) -> str:
+    cand, ctrl = entry.get("candidate"), entry.get("control")
+    c_mean, t_mean = (
+        _get(entry, "control", "decode_tok_s_mean"),
+        _get(entry, "candidate", "decode_tok_s_mean"),
+    )
+    cells = [
+        entry["night"],
+        f"`{_short(entry['commit'])}`",
+        f"**{entry['verdict']}**" if entry["verdict"] else "none",
+        _f(c_mean),
+        _f(t_mean),
+        _f(_get(entry, "candidate", "decode_tok_s_min")),
+        _f(_get(entry, "candidate", "gate_min_decode_tok_s"), "g"),
+        _signed(_pct(t_mean, c_mean)),
+        _signed(_pct(t_mean, _get(prev, "candidate", "decode_tok_s_mean"))) if prev else "n/a",
+        f"{_acc(cand, 'raw_correct')} / {_acc(ctrl, 'raw_correct')}",
+        f"{_acc(cand, 'strict_correct')} / {_acc(ctrl, 'strict_correct')}",
+        _health(cand),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _contracts_line(entries: list[dict[str, Any]]) -> str:
+    last = entries[-1]
+    parts = []
+    for kind in ("speed", "quality"):
+        name = _get(last, "candidate", f"{kind}_contract") or _get(last, "control", f"{kind}_contract")
+        sha = _get(last, "candidate", f"{kind}_contract_sha256") or _get(
+            last, "control", f"{kind}_contract_sha256"
+        )
+        if name:
+            parts.append(f"{kind} `{name}` (sha256 `{str(sha)[:12]}`)")
+    return ", ".join(parts) or "none recorded"
+
+
+def render_markdown(rows: list[dict[str, Any]], store: str, png_name: str | None) -> str:
+    """The trend report: summary, events (the night each change came in), one line per night."""
+    entries = nights(rows)
+    lines = ["# qgate nightly history", ""]
+    if not entries:
+        return "\n".join([*lines, f"Store `{store}` holds no nights yet.", ""])
+    last = entries[-1]
+    lines += [
+        f"Store `{store}`: {len(entries)} nights ({entries[0]['night']} to {last['night']}), "
+        f"{len(rows)} rows.",
+        f"Latest contracts: {_contracts_line(entries)}.",
+        f"Latest night {last['night']} (commit `{_short(last['commit'])}`): "
+        f"verdict **{last['verdict'] or 'none'}**.",
+        "",
+    ]
+    if png_name:
+        lines += [f"![decode tok/s and quality per night]({png_name})", ""]
+    lines += ["## Events", ""]
+    evs = events(entries)
+    if evs:
+        lines += ["| night | commit | event |", "|---|---|---|"]
+        lines += [f"| {e['night']} | `{e['commit']}` | {e['event']} |" for e in evs]
+    else:
+        lines.append("No change of verdict, gate, contract or environment over these nights.")
+    lines += ["", "## Nights", ""]
+    lines.append(
+        "| night | commit | verdict | control tok/s | candidate tok/s | candidate slowest rep | gate | "
+        "candidate vs control | candidate vs previous night | raw correct (cand / ctrl) | "
+        "strict correct (cand / ctrl) | candidate health |"
+    )
+    lines.append("|" + "---|" * 12)
+    lines += [_night_line(e, entries[i - 1] if i else None) for i, e in enumerate(entries)]
+    lines += _reason_lines(entries)
+    lines += [
+        "",
+        "tok/s: mean pure-decode rate over the night's reps; gate: `speed.gates.min_decode_tok_s` (every "
+        "candidate rep must reach it). Correct counts are over the contract's selected items (an unscored "
+        "item is a miss). Health: natural stops, closed thinking, length caps, invalid outputs, U+FFFD "
+        "characters, longest same-token run, top repeated-window count (candidate).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _reason_lines(entries: list[dict[str, Any]]) -> list[str]:
+    bad = [e for e in entries if e["verdict"] in ("FAIL", "ERROR")]
+    if not bad:
+        return []
+    out = ["", "## Why the failing nights failed", ""]
+    for e in bad:
+        out.append(f"- {e['night']} (`{_short(e['commit'])}`) **{e['verdict']}**")
+        for kind, v in sorted(e["verdicts"].items()):
+            for reason in v.get("reasons") or []:
+                out.append(f"  - {kind} ({v['verdict']}): {reason.removeprefix(kind + ': ')}")
+    return out
+
+
+# ---------------------------------------------------------------- PNG
+
+
+def series(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The values the PNG draws, per night (None where a night has no such figure)."""
+    entries = nights(rows)
+
+    def col(arm: str, key: str) -> list[Any]:
+        return [_get(e, arm, key) for e in entries]
+
+    def acc(arm: str, key: str) -> list[float | None]:
+        return [None if v is None else 100.0 * v for v in col(arm, key)]
+
+    def gate_pct(key: str) -> list[float | None]:
+        out = []
+        for e in entries:
+            gate, n = _get(e, "candidate", key), _get(e, "candidate", "quality_selected")
+            out.append(100.0 * gate / n if gate is not None and n else None)
+        return out
+
+    return {
+        "nights": [e["night"] for e in entries],
+        "commits": [_short(e["commit"]) for e in entries],
+        "verdicts": [e["verdict"] for e in entries],
+        "control_mean": col("control", "decode_tok_s_mean"),
+        "candidate_mean": col("candidate", "decode_tok_s_mean"),
+        "candidate_reps": [json.loads(v) if v else [] for v in col("candidate", "decode_tok_s_reps")],
+        "gate": col("candidate", "gate_min_decode_tok_s"),
+        "raw_pct": {arm: acc(arm, "raw_accuracy") for arm in ("control", "candidate")},
+        "strict_pct": {arm: acc(arm, "strict_accuracy") for arm in ("control", "candidate")},
+        "raw_gate_pct": gate_pct("gate_min_raw_correct"),
+        "strict_gate_pct": gate_pct("gate_min_strict_correct"),
+        "regressions": regression_nights(entries),
+    }
+
+
+def _line(ax: Any, ys: list[Any], **kw: Any) -> None:
+    pts = [(i, y) for i, y in enumerate(ys) if y is not None]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], **kw)
+
+
+def _mark_nights(axes: list[Any], s: dict[str, Any]) -> None:
+    for i, v in enumerate(s["verdicts"]):
+        if v in ("FAIL", "ERROR"):
+            for ax in axes:
+                ax.axvspan(i - 0.5, i + 0.5, color=_COLORS["gate"], alpha=0.12, linewidth=0)
+    for k, night in enumerate(s["regressions"]):
+        i = s["nights"].index(night)
+        for ax in axes:
+            ax.axvline(i, color=_COLORS["gate"], linewidth=1.2)
+        label = f"regression: {night} ({s['commits'][i]})"
+        # Labels of nearby regressions are staggered downwards so they do not overprint.
+        axes[0].annotate(label, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12 - 11 * (k % 3)),
+                         textcoords="offset points", color=_COLORS["gate"], fontsize="small")  # fmt: skip
+
+
+def _decode_axes(ax: Any, s: dict[str, Any]) -> None:
+    for i, reps in enumerate(s["candidate_reps"]):
+        ys = [v for v in reps if v is not None]
+        ax.plot([i] * len(ys), ys, ".", color=_COLORS["candidate"], alpha=0.35, markersize=4)
+    _line(ax, s["control_mean"], marker="o", color=_COLORS["control"], label="control mean")
+    _line(
+        ax, s["candidate_mean"], marker="o", color=_COLORS["candidate"], label="candidate mean (dots: reps)"
+    )
+    _line(ax, s["gate"], drawstyle="steps-mid", linestyle="--", color=_COLORS["gate"],
+          label="gate: every candidate rep >=")  # fmt: skip
+    ax.set_ylabel("decode tok/s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+
+
+def _quality_axes(ax: Any, s: dict[str, Any]) -> None:
+    have = any(v is not None for arm in s["raw_pct"].values() for v in arm)
+    if not have:
+        ax.text(0.5, 0.5, "no quality results", transform=ax.transAxes, ha="center", va="center")
+    _line(ax, s["raw_pct"]["candidate"], marker="o", color=_COLORS["candidate"], label="candidate raw")
+    _line(ax, s["strict_pct"]["candidate"], marker="s", linestyle=":", color=_COLORS["candidate"],
+          label="candidate strict")  # fmt: skip
+    _line(ax, s["raw_pct"]["control"], marker="o", color=_COLORS["control"], alpha=0.6, label="control raw")
+    _line(
+        ax, s["raw_gate_pct"], drawstyle="steps-mid", linestyle="--", color=_COLORS["gate"], label="raw gate"
+    )
+    _line(ax, s["strict_gate_pct"], drawstyle="steps-mid", linestyle="--", color=_COLORS["strict"],
+          label="strict gate")  # fmt: skip
+    ax.set_ylabel("GSM8K accuracy %")
+    ax.set_ylim(-5, 105)
+    ax.grid(True, alpha=0.3)
+    if have:
+        ax.legend(loc="best", fontsize="small")
+
+
+def render_png(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Two panels over the nights: decode tok/s with the gate, GSM8K accuracy with the gates."""
+    s = series(rows)
+    n = len(s["nights"])
+    fig = Figure(figsize=(max(7.0, min(0.45 * n + 3, 24.0)), 7.0), dpi=110)
+    FigureCanvasAgg(fig)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    _decode_axes(top, s)
+    _quality_axes(bottom, s)
+    _mark_nights([top, bottom], s)
+    step = max(1, n // 20)  # at most ~20 date labels, so a long history stays readable
+    for ax in (top, bottom):
+        ax.set_xlim(-0.6, max(n - 0.4, 0.6))
+        ax.set_xticks(range(0, n, step))
+    top.set_xticklabels([])
+    bottom.set_xticklabels(s["nights"][::step], rotation=45, ha="right", fontsize="small")
+    top.set_title("qgate nightly: decode tok/s and quality (shaded: FAIL/ERROR nights)")
+    fig.tight_layout()
+    fig.savefig(str(path), format="png")
