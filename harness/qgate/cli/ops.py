@@ -35,7 +35,7 @@ def run_ops_cmd(
     from qgate.ops.render import screen_markdown
     from qgate.ops.run import OpsError, run_ops
 
-    with user_errors(OpsError):
+    with user_errors(), user_errors(OpsError):
         loaded = load_contract(contract)
         record = run_ops(loaded, out, device=device, trials=trials, force=force)
     typer.echo(screen_markdown(record))
@@ -56,7 +56,7 @@ def bench_ops_cmd(
     from qgate.ops.render import bench_markdown
     from qgate.ops.run import OpsError, bench_ops
 
-    with user_errors(OpsError):
+    with user_errors(), user_errors(OpsError):
         loaded = load_contract(contract) if contract is not None else None
         record = bench_ops(loaded, out, device=device, reps=reps, force=force)
     typer.echo(bench_markdown(record))

@@ -115,7 +115,7 @@ def bench_case(
     route, base = _stats(route_t, case.bytes_moved), _stats(base_t, case.bytes_moved)
     speedup = base["median_us"] / route["median_us"]
     target = target_for(case.route, case.label)
-    met = _target_met(target, route, speedup)
+    met = _target_met(target, route, speedup) if dev.type == "cuda" else None  # targets are the H200's
     return {
         "route": case.route,
         "shape": case.shape,

@@ -1,0 +1,104 @@
+"""`qgate run ops` / `qgate bench ops` on the CPU through the Typer app: files, exit codes, messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from qgate.cli.ops import app
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL_OPS = {
+    "trials": 3,
+    "default_shapes": False,
+    "shapes": {
+        "fp16_gemv": [{"n": 48, "k": 128}],
+        "fused_hc_fp16": [{"streams": 4, "hidden": 64}],
+        "fused_gdn_input_fp16": [
+            {"hidden": 64, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 16, "head_v_dim": 8}
+        ],
+        "qsa_topk": [{"rows": 2, "length": 300, "k": 17}],
+    },
+    "bench": {"reps": 2, "warmup": 1, "rotate_bytes": 10000, "max_sets": 2},
+}
+
+
+def _contract(tmp_path: Path, ops: dict | None = SMALL_OPS) -> Path:
+    data = yaml.safe_load((REPO / "contracts" / "smoke-cpu.yaml").read_text())
+    data["ops"] = ops
+    path = tmp_path / "ops.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_run_ops_screens_every_route_and_writes_records(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "ops" / "ops.json").read_text())
+    assert record["kind"] == "ops" and record["schema_version"] == 1 and record["passed"]
+    assert [c["route"] for c in record["cases"]] == [
+        "fp16_gemv",
+        "fused_hc_fp16",
+        "fused_gdn_input_fp16",
+        "qsa_topk",
+    ]
+    for case in record["cases"]:
+        assert case["bitwise_equal"] == 3 and case["fallback_probe"]["counted"], case
+    assert "| fp16_gemv | 48x128 | 3/3 |" in (out / "ops" / "ops.md").read_text()
+    # an existing record is not replaced without --force
+    again = CliRunner().invoke(
+        app, ["run", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"]
+    )
+    assert again.exit_code == 2 and "use --force" in again.output
+
+
+def test_run_ops_fails_when_the_route_differs_from_its_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qgate_kernels import reference
+
+    true_gemv = reference.gemv
+    # The op's CPU kernel was registered with the true function; only the screen's reference moves.
+    monkeypatch.setattr(reference, "gemv", lambda w, x: true_gemv(w, x) * 1.01)
+    ops = {**SMALL_OPS, "routes": ["fp16_gemv"]}
+    res = CliRunner().invoke(app, ["run", "-c", str(_contract(tmp_path, ops)), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 1, res.output
+    record = json.loads((tmp_path / "o" / "ops" / "ops.json").read_text())
+    assert not record["passed"] and "max ULP" in record["cases"][0]["failures"][0]
+
+
+def test_bad_ops_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    ops = {**SMALL_OPS, "trails": 3}
+    res = CliRunner().invoke(app, ["run", "-c", str(_contract(tmp_path, ops)), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert "ops.trails" in res.output and "unknown key" in res.output and "Traceback" not in res.output
+
+
+def test_cuda_device_without_gpu_is_a_user_error(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    res = CliRunner().invoke(
+        app, ["run", "-c", str(_contract(tmp_path)), "-o", str(tmp_path / "o"), "--device", "cuda"]
+    )
+    assert res.exit_code == 2 and "no CUDA device" in res.output
+
+
+def test_bench_ops_writes_figures_for_every_case(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app, ["bench", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"]
+    )
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "ops" / "bench.json").read_text())
+    assert record["kind"] == "ops_bench" and record["copy_gb_s"] > 0
+    for case in record["cases"]:
+        assert case["route_timing"]["median_us"] > 0 and case["baseline_timing"]["median_us"] > 0
+        assert len(case["raw_us"]["route"]) == 2 and case["target_met"] is None  # targets are the H200's
+    assert "| qsa_topk | 2x300x17 |" in res.output
