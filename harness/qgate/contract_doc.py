@@ -1,0 +1,160 @@
+"""The contract reference (docs/contract-reference.md), generated from the pydantic schema.
+
+`generate()` walks qgate.contract.Contract and every model nested in it and writes one section per
+model (each key path it appears at), one table row per key: type, default (or "required"), the
+constraints pydantic enforces (>=, >, pattern, length), and the field's description. Model docstrings
+head their sections. The committed file must equal `generate()` (tests/test_contract_doc.py), so the
+reference cannot drift from the schema: after a schema change run `qgate contract doc --out
+docs/contract-reference.md`. Pure: returns text, never prints.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from qgate.contract import CONTRACT_SCHEMA_VERSION, Contract
+
+HEADER = """# Contract reference
+
+<!-- Generated from qgate.contract.Contract by `qgate contract doc`; do not edit by hand.
+     tests/test_contract_doc.py fails when this file and the schema differ. -->
+
+A contract is a YAML file (contracts/*.yaml) read strictly: an unknown key, a wrong type or an
+impossible value is one error line naming the file, the key path, the value and what was expected
+(`qgate contract validate FILE`; exit 2). Contract schema version: {version}.
+Below, each section is one mapping of the contract, under the key path it appears at.
+"""
+
+
+def _anchor(path: str) -> str:
+    return "contract" if not path else re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")
+
+
+def _models(model: type[BaseModel], path: str, found: dict[type[BaseModel], list[str]]) -> None:
+    """Every model reachable from `model`, with the key paths it appears at, in first-seen order."""
+    found.setdefault(model, []).append(path)
+    for name, field in model.model_fields.items():
+        for sub in _nested(field.annotation):
+            _models(sub, f"{path}.{name}" if path else name, found)
+
+
+def _nested(annotation: Any) -> list[type[BaseModel]]:
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _nested(arg)]
+
+
+def type_text(annotation: Any, paths: dict[type[BaseModel], list[str]]) -> str:
+    """A reader's name for a type: `integer`, `one of "a", "b"`, `list of string`, a link to a section."""
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(
+            f"`{v!r}`" if isinstance(v, str) else f"`{v}`" for v in get_args(annotation)
+        )
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        text = " or ".join(type_text(a, paths) for a in args)
+        return f"{text} or null" if len(args) < len(get_args(annotation)) else text
+    if origin is list:
+        return "list of " + type_text(get_args(annotation)[0], paths)
+    if origin is dict:
+        key, value = get_args(annotation) or (str, Any)
+        if value is Any:
+            return "mapping"
+        return f"mapping of {type_text(key, paths)} to {type_text(value, paths)}"
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        where = paths[annotation]
+        return f"mapping: [{', '.join(f'`{p}`' for p in where)}](#{_anchor(where[0])})"
+    names = {int: "integer", float: "number", str: "string", bool: "boolean"}
+    return names.get(
+        annotation, "any" if annotation is Any else getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def default_text(field: FieldInfo) -> str:
+    if field.is_required():
+        return "**required**"
+    if field.default_factory is not None:
+        made = field.default_factory()  # type: ignore[call-arg]
+        if isinstance(made, BaseModel):
+            return "its own defaults"
+        return f"`{made!r}`"
+    if field.default is None or field.default is PydanticUndefined:
+        return "unset"
+    if isinstance(field.default, bool):
+        return f"`{str(field.default).lower()}`"
+    return f"`{field.default!r}`" if isinstance(field.default, str) else f"`{field.default}`"
+
+
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def constraints_text(field: FieldInfo) -> str:
+    """The checks pydantic applies to the value, from the field's metadata."""
+    out = []
+    for meta in field.metadata:
+        for attr, sign in _BOUNDS:
+            if getattr(meta, attr, None) is not None:
+                out.append(f"{sign} {getattr(meta, attr)}")
+        if getattr(meta, "min_length", None) is not None:
+            out.append(f"at least {meta.min_length} long")
+        if getattr(meta, "max_length", None) is not None:
+            out.append(f"at most {meta.max_length} long")
+        if getattr(meta, "pattern", None) is not None:
+            out.append(f"matches `{meta.pattern}`")
+    return ", ".join(out)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _rules(model: type[BaseModel]) -> list[str]:
+    """The model's validators that say what they check (their docstrings' first lines)."""
+    decorators = model.__pydantic_decorators__
+    found = []
+    for dec in (*decorators.field_validators.values(), *decorators.model_validators.values()):
+        doc = inspect.getdoc(dec.func)
+        if doc:
+            keys = ", ".join(f"`{f}`" for f in getattr(dec.info, "fields", ()))
+            found.append(
+                f"- Rule{' on ' + keys if keys else ''}: {' '.join(doc.split(chr(10) * 2)[0].split())}"
+            )
+    return [*found, ""] if found else []
+
+
+def _section(model: type[BaseModel], where: list[str], paths: dict[type[BaseModel], list[str]]) -> list[str]:
+    title = ", ".join(f"`{p}`" for p in where) if where[0] else "top level"
+    lines = [f'<a id="{_anchor(where[0])}"></a>', "", f"## {title}", ""]
+    doc = inspect.getdoc(model) if model.__doc__ else None
+    if doc:
+        lines += [" ".join(doc.split("\n\n", 1)[0].split()), ""]
+    lines += _rules(model)
+    lines += ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        cells = [
+            f"`{name}`",
+            type_text(field.annotation, paths),
+            default_text(field),
+            constraints_text(field),
+            field.description or "",
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
+def generate(model: type[BaseModel] = Contract) -> str:
+    """The whole reference as markdown (deterministic: same schema, same text)."""
+    paths: dict[type[BaseModel], list[str]] = {}
+    _models(model, "", paths)
+    lines = [HEADER.format(version=CONTRACT_SCHEMA_VERSION)]
+    for sub, where in paths.items():
+        lines += _section(sub, where, paths)
+    return "\n".join(lines).rstrip("\n") + "\n"
