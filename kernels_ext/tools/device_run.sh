@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call: build kernels_ext for the local GPU, run the kernel tests, the ops screen and the
+# ops benchmark; everything lands under $OUT (log.txt, pytest.log, s/ops/ops.{json,md}, b/ops/bench.{json,md}).
+# Run from the repository root. Expects wheels for missing Python packages in .whl/ (pydantic on the
+# H200 image), carried with the call.
+set -uo pipefail
+OUT=${OUT:-/tmp/qgate-device-out}
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+export PYTHONUNBUFFERED=1
+step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD/harness${PYTHONPATH:+:$PYTHONPATH}
+
+step "device"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+  nvcc --version | tail -n 2; } 2>&1 | tee -a "$LOG"
+
+step "build (TORCH_CUDA_ARCH_LIST=9.0)"
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} QGATE_KERNELS_CUDA=1
+if ! python3 -m pip install --no-build-isolation --no-deps --no-index -e kernels_ext >>"$LOG" 2>&1; then
+  tail -n 40 "$LOG"; echo "BUILD FAILED" | tee -a "$LOG"; exit 1
+fi
+python3 -c "import qgate_kernels as q; print(q.build_info(), q.cuda_kernels_available())" 2>&1 | tee -a "$LOG"
+
+step "compile check sm_90 (-Xptxas -v)"
+python3 kernels_ext/tools/compile_check.py --arch 90 2>&1 | tee -a "$LOG"
+
+step "pytest tests/kernels"
+timeout 300 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider >"$OUT/pytest.log" 2>&1
+echo "pytest rc=$?" | tee -a "$LOG"
+tail -n 25 "$OUT/pytest.log"
+
+step "ops screen (default shapes)"
+timeout 240 python3 -m qgate.cli.ops run -c contracts/smoke-cpu.yaml -o "$OUT/s" --device cuda >>"$LOG" 2>&1
+echo "screen rc=$?" | tee -a "$LOG"
+cat "$OUT/s/ops/ops.md" 2>/dev/null
+
+step "ops bench (default shapes)"
+timeout 300 python3 -m qgate.cli.ops bench -o "$OUT/b" --device cuda >>"$LOG" 2>&1
+echo "bench rc=$?" | tee -a "$LOG"
+cat "$OUT/b/ops/bench.md" 2>/dev/null
+step "done"
