@@ -371,6 +371,7 @@ def ensure_built(target: Path, builder: Callable[[Path], Any]) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is readable like any model directory
         builder(tmp)
         if target.exists():  # a broken earlier build: replace it
             shutil.rmtree(target)

