@@ -202,8 +202,8 @@ def test_a_real_interaction_is_found(two: LoadedContract) -> None:
     for rep in res["reps"]:
         rep["tpot_ms"] += 3.0
         rep["decode_tok_s"] = 1000.0 / rep["tpot_ms"]
-    inter = record_of(two, factors, arms, speed)["effects"]["interaction"]["alone"]["tpot_ms"]
-    assert inter["ci_low"] > 2.5 and inter["ci_high"] < 3.5
+    for inter in record_of(two, factors, arms, speed)["effects"]["interaction"].values():
+        assert inter["tpot_ms"]["ci_low"] > 2.5 and inter["tpot_ms"]["ci_high"] < 3.5, inter["basis"]
 
 
 def test_a_switched_on_route_without_hits_is_an_error(two: LoadedContract) -> None:

@@ -25,10 +25,13 @@ Effects (statistics from qgate.stats; a statistic that cannot be computed is an 
   `without-f`. Each: the ratio of mean decode tok/s with its bootstrap CI, Welch / Mann-Whitney p and the
   per-metric verdict of `qgate.stats.compare_samples`, plus the change of mean TPOT in ms with a bootstrap
   CI (arms resampled independently: they are independent engine starts).
-- interaction: the candidate's effect minus the sum of the single effects, on the TPOT scale (ms per
-  token: independent routes each add or save time per token, so their effects add up there) and on the
-  % tok/s scale the issue states it in (which is not additive even for independent routes: two -10 %
-  routes give -19 %, shown as +1 % interaction). Both with a bootstrap CI over all arms involved.
+- interaction: the candidate's effect minus the sum of the alone effects (or, from leave-one-out arms,
+  the sum of the effects added last minus the candidate's effect: the same quantity for pairwise
+  interactions), on the TPOT scale (ms per token: independent routes each add or save time per token,
+  so their effects add up there) and on the % tok/s scale the issue states it in (not additive even for
+  independent routes: two -10 % routes give -19 %, shown as +1 point). Bootstrap CI over the arms used.
+- Launches: with speed.launches = 1 each arm is one engine start, so what differs between engine starts
+  (machine load, drift) is not in the CIs; the record says so in `notes`. launches >= 4 puts it there.
 
 Nothing here prints; the CLI (qgate.cli.ablate) shows progress and exits by `status`.
 """
@@ -373,17 +376,23 @@ def effect(ref: str, arm: str, results: Mapping[str, Mapping[str, Any]], cfg: St
 def _interaction(
     total: tuple[str, str], parts: Sequence[tuple[str, str]], results: Mapping, cfg: StatsConfig, basis: str
 ) -> dict[str, Any]:
-    """total effect minus the sum of the parts' effects, each (reference arm, arm), on both scales."""
+    """The interaction from the total and the parts' effects, each (reference arm, arm), on both scales.
+
+    alone basis: total - sum(alone effects); leave-one-out basis: sum(effects added last) - total. Both
+    estimate the sum of the pairwise interactions (for two factors both are T(both) - T(a) - T(b) + T(none)
+    in TPOT), so the two bases agree in sign and size when the effects are pairwise.
+    """
+    sign = 1.0 if basis == "alone" else -1.0
     names = sorted({n for pair in (total, *parts) for n in pair})
     tpot = {n: samples(results[n], "tpot_ms")[1] for n in names}
     tok = {n: samples(results[n], "decode_tok_s")[1] for n in names}
 
     def ms(m: Mapping[str, Any]) -> Any:
-        return (m[total[1]] - m[total[0]]) - sum((m[b] - m[a] for a, b in parts), 0.0)
+        return sign * ((m[total[1]] - m[total[0]]) - sum((m[b] - m[a] for a, b in parts), 0.0))
 
     def pct(m: Mapping[str, Any]) -> Any:
         change = [100.0 * (m[b] / m[a] - 1.0) for a, b in parts]
-        return 100.0 * (m[total[1]] / m[total[0]] - 1.0) - sum(change, 0.0)
+        return sign * (100.0 * (m[total[1]] / m[total[0]] - 1.0) - sum(change, 0.0))
 
     return {
         "basis": basis,
@@ -523,12 +532,19 @@ def build_record(
         )
     eff = effects(factors, arms, speed, cfg)
     gates += _effect_gates(eff)
+    notes = []
+    if c.speed.launches == 1:
+        notes.append(
+            "speed.launches = 1: each arm is one engine start, so differences between engine starts "
+            "(machine load, drift) are not in the CIs; use launches >= 4 to test over engine starts"
+        )
     status, reasons = vd.decide(gates)
     return {
         "kind": "ablation",
         "schema_version": ABLATION_SCHEMA_VERSION,
         "status": OK if status == vd.PASS else ERROR,
         "reasons": reasons,
+        "notes": notes,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
         "design": design,

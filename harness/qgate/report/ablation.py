@@ -190,6 +190,7 @@ def render_ablation(record: dict[str, Any]) -> str:
     if record["reasons"]:
         lines += ["**ERROR: the ablation cannot be trusted:**", ""]
         lines += [f"- {r}" for r in record["reasons"]] + [""]
+    lines += [f"Note: {n}." for n in record.get("notes", [])] + ([""] if record.get("notes") else [])
     for part in (_factors, _arms, _effects, _interaction, _routes, _quality):
         lines += part(record)
     return "\n".join(lines).rstrip() + "\n"
@@ -234,7 +235,10 @@ def _effects_panel(ax: Any, record: dict[str, Any]) -> None:
             continue
         err = [[d["ratio"] - d["ci_low"]], [d["ci_high"] - d["ratio"]]]
         ax.errorbar([d["ratio"]], [y], xerr=err, fmt="o", color=color, capsize=4)
+        ax.annotate(d["verdict"], (d["ci_high"], y), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize="x-small", color=color)  # fmt: skip
     ax.axvline(1.0, color="#c44e52", linestyle="--", linewidth=1)
+    ax.margins(x=0.25)  # room for the verdict labels
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize="small")
     ax.set_xlabel("decode tok/s ratio, arm / reference (CI)")
