@@ -1,0 +1,284 @@
+"""The GitHub workflows parse and name commands that exist.
+
+Every `qgate ...` command line in a `run:` script is split into words (shlex, as the shell would, with
+`$VARS` left unexpanded) and walked through the real CLI (typer.main.get_command(qgate.cli.app)): the
+command path must exist and end at a command, each --option used must be one of that command's, an
+option that takes a value must have one, the positional arguments must fit, required options must be
+given. Then the nightly's structure: triggers, runner labels, one-at-a-time concurrency, a time limit
+on every step, sm_70 build, the production contracts, summary, artifacts, history.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from qgate.cli import app as qgate_app
+from qgate.contract import load_contract
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / ".github" / "workflows"
+NIGHTLY, CI = WORKFLOWS / "nightly.yml", WORKFLOWS / "ci.yml"
+
+# Commands written as their own module but not yet mounted in qgate.cli.app when this was written.
+# While a path is missing from the real app it is checked against the module's own definition (same
+# options); once mounted, the real app is used and the entry is dead (delete it then).
+UNMOUNTED = {
+    ("run", "ops"): "qgate.cli.ops:run_ops_cmd",
+    ("run", "quality"): "qgate.cli.quality:quality",
+    ("history",): "qgate.cli.history:app",
+}
+# Files another helper ships (checked when present).
+PENDING_FILES = {"contracts/qwen38-sm70-tp4-quality.yaml": "the production quality contract (issue 4)"}
+_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "<", ">", ">>", ">&", "<&", "2>", "&>"}
+
+
+def _is_group(cmd: Any) -> bool:
+    # Typer builds its own click classes (typer._click): duck-typed, not isinstance checks.
+    return isinstance(getattr(cmd, "commands", None), dict)
+
+
+def _params(cmd: Any, kind: str) -> list[Any]:
+    return [p for p in cmd.params if p.param_type_name == kind]
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    # YAML 1.1 reads the key `on` as True.
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def steps(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [step for job in data["jobs"].values() for step in job.get("steps", [])]
+
+
+def qgate_commands(script: str) -> list[list[str]]:
+    """The words after `qgate` (or `python -m qgate`) of every qgate command in a shell script."""
+    found = []
+    for line in script.replace("\\\n", " ").splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        try:
+            words = list(lexer)
+        except ValueError as exc:  # an unclosed quote
+            raise AssertionError(f"cannot split shell line {line!r}: {exc}") from None
+        for i, word in enumerate(words):
+            start = None
+            if word == "qgate" or word.endswith("/qgate"):
+                start = i + 1
+            elif (
+                word == "-m"
+                and i + 1 < len(words)
+                and words[i + 1] == "qgate"
+                and i
+                and "python" in words[i - 1]
+            ):
+                start = i + 2
+            if start is None or (i and words[i - 1] in ("-m",)):
+                continue
+            cmd = []
+            for w in words[start:]:
+                if w in _OPERATORS or set(w) <= set(";&|<>()"):
+                    break
+                cmd.append(w)
+            found.append(cmd)
+    return found
+
+
+def _resolve(words: list[str]) -> tuple[Any, list[str], list[str]]:
+    """(command, its path, the remaining words), via the real app or an UNMOUNTED stand-in."""
+    root = typer.main.get_command(qgate_app)
+    cmd, path, i = root, [], 0
+    while _is_group(cmd) and i < len(words) and not words[i].startswith("-"):
+        sub = cmd.commands.get(words[i])
+        if sub is None:
+            return _unmounted([*path, words[i]], words)
+        cmd, path, i = sub, [*path, words[i]], i + 1
+    return cmd, path, words[i:]
+
+
+def _unmounted(path: list[str], words: list[str]) -> tuple[Any, list[str], list[str]]:
+    for n in range(len(path), 0, -1):
+        target = UNMOUNTED.get(tuple(path[:n]))
+        if target is None:
+            continue
+        module, attr = target.split(":")
+        obj = getattr(importlib.import_module(module), attr)
+        if not isinstance(obj, typer.Typer):  # a command function: a one-command app is that command
+            one = typer.Typer(add_completion=False)
+            one.command()(obj)
+            obj = one
+        cmd, found, rest = typer.main.get_command(obj), list(path[:n]), words[n:]
+        while _is_group(cmd) and rest and rest[0] in cmd.commands:
+            cmd, found, rest = cmd.commands[rest[0]], [*found, rest[0]], rest[1:]
+        return cmd, found, rest
+    raise AssertionError(f"no command `qgate {' '.join(path)}` in qgate.cli.app")
+
+
+def problems(words: list[str]) -> list[str]:
+    """What is wrong with `qgate <words>` against the CLI; empty when the line would parse."""
+    try:
+        cmd, path, rest = _resolve(words)
+    except AssertionError as exc:
+        return [str(exc)]
+    name = "qgate " + " ".join(path)
+    if _is_group(cmd):
+        return [f"`{name}` is a command group: it names no command ({', '.join(sorted(cmd.commands))})"]
+    options = {o: p for p in _params(cmd, "option") for o in (*p.opts, *p.secondary_opts)}
+    found, used, positional, j = [], set(), [], 0
+    while j < len(rest):
+        word = rest[j]
+        if word == "--help":
+            return []
+        if word.startswith("-") and word != "-":
+            flag, eq, _ = word.partition("=")
+            opt = options.get(flag)
+            if opt is None:
+                found.append(f"`{name}` has no option {flag} (it has {', '.join(sorted(options))})")
+            else:
+                used.add(opt.name)
+                if not opt.is_flag and not eq:
+                    j += 1
+                    if j >= len(rest):
+                        found.append(f"`{name}`: option {flag} needs a value")
+            j += 1
+            continue
+        positional.append(word)
+        j += 1
+    arguments = _params(cmd, "argument")
+    least = sum(1 for a in arguments if a.required)
+    most = sum(a.nargs if a.nargs > 0 else 10**6 for a in arguments)
+    if not least <= len(positional) <= most:
+        found.append(f"`{name}` takes {least}..{most} arguments, got {len(positional)}: {positional}")
+    for p in _params(cmd, "option"):
+        if p.required and p.name not in used:
+            found.append(f"`{name}`: required option {p.opts[0]} is missing")
+    return found
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for path in (NIGHTLY, CI):
+        for step in steps(load(path)):
+            for words in qgate_commands(str(step.get("run", ""))):
+                label = f"{path.name}:{step.get('name', '?')}:qgate {' '.join(words)}"
+                cases.append(pytest.param(words, id=label))
+    return cases
+
+
+@pytest.mark.parametrize("words", _cases())
+def test_each_qgate_command_line_exists_in_the_cli(words: list[str]) -> None:
+    assert problems(words) == []
+
+
+def test_every_command_is_mounted_in_the_real_cli() -> None:
+    """Skips (naming them) while a command is only checked through its UNMOUNTED stand-in."""
+    root = typer.main.get_command(qgate_app)
+    missing = []
+    for path, target in UNMOUNTED.items():
+        cmd = root
+        for word in path:
+            cmd = cmd.commands.get(word) if _is_group(cmd) else None
+            if cmd is None:
+                missing.append(f"qgate {' '.join(path)} ({target})")
+                break
+    if missing:
+        pytest.skip(
+            "checked through their own modules, not yet mounted in qgate.cli.app: " + "; ".join(missing)
+        )
+
+
+def test_the_checker_catches_wrong_lines() -> None:
+    assert problems(["run", "speed", "--contract", "c.yaml", "--out", "d"]) == []
+    assert "no command `qgate run sped`" in problems(["run", "sped", "--out", "d"])[0]
+    assert "has no option --output" in problems(["run", "speed", "--contract", "c", "--output", "d"])[0]
+    assert "option --out needs a value" in problems(["run", "speed", "--contract", "c", "--out"])[0]
+    assert "required option --out is missing" in problems(["run", "speed", "--contract", "c"])[0]
+    assert "takes 2..2 arguments, got 1" in problems(["compare", "a", "--out", "d"])[0]
+    assert "is a command group" in problems(["run"])[0]
+    assert problems(["history", "append", "DIR", "--store", "s", "--night", "2026-12-01"]) == []
+    assert "has no option --db" in problems(["history", "report", "--db", "s", "--out", "o"])[0]
+    assert qgate_commands('x=1; "$VENV/bin/qgate" compare "$A" b --out "$O" && echo ok # qgate nope') == [
+        ["compare", "$A", "b", "--out", "$O"]
+    ]
+
+
+def test_nightly_runs_every_gate_and_the_history() -> None:
+    lines = [" ".join(w) for s in steps(load(NIGHTLY)) for w in qgate_commands(str(s.get("run", "")))]
+    starts = ("run ops ", "run speed ", "run quality ", "compare ", "history append ", "history report ")
+    for start in starts:
+        assert any(line.startswith(start) for line in lines), f"no `qgate {start.strip()}` in the nightly"
+    compares = [line for line in lines if line.startswith("compare ")]
+    assert len(compares) == 2 and {"$SPEED_CONTRACT", "$QUALITY_CONTRACT"} <= {
+        w for line in compares for w in line.split()
+    }
+
+
+def test_nightly_triggers_runner_concurrency_and_time_limits() -> None:
+    data = load(NIGHTLY)
+    assert "workflow_dispatch" in data["on"]
+    assert all(re.fullmatch(r"[\d*/,-]+( [\d*/,-]+){4}", s["cron"]) for s in data["on"]["schedule"])
+    job = data["jobs"]["nightly"]
+    assert set(job["runs-on"]) == {"self-hosted", "v100"}
+    assert data["concurrency"]["group"] and data["concurrency"]["cancel-in-progress"] is False
+    assert all(isinstance(s.get("timeout-minutes"), int) for s in job["steps"]), "a step without a time limit"
+    assert job["env"]["TORCH_CUDA_ARCH_LIST"] == "7.0"
+    assert job["env"]["SPEED_CONTRACT"] == "contracts/qwen38-sm70-tp4-decode.yaml"
+    assert job["env"]["QUALITY_CONTRACT"] == "contracts/qwen38-sm70-tp4-quality.yaml"
+    build = " ".join(str(s.get("run", "")) for s in job["steps"])
+    assert "--no-build-isolation -e kernels_ext" in build
+
+
+def test_nightly_reports_uploads_and_fails_on_fail_or_error() -> None:
+    job = load(NIGHTLY)["jobs"]["nightly"]
+    names = [s.get("name", "") for s in job["steps"]]
+    by_name = dict(zip(names, job["steps"], strict=True))
+    first_compare = names.index("Speed verdict")
+    # A compare exit 1 (FAIL) / 3 (ERROR) must fail the job: no step may swallow an exit code ...
+    assert not any(s.get("continue-on-error") for s in job["steps"])
+    assert not any("|| true" in str(s.get("run", "")) for s in job["steps"])
+    # ... while everything after the gates still runs to report it.
+    for step in job["steps"][first_compare:]:
+        assert str(step.get("if", "")).replace(" ", "") in ("${{!cancelled()}}", "always()") or (
+            "!cancelled()" in str(step.get("if", ""))
+        ), f"step {step.get('name')!r} would not run after a failed gate"
+    assert "GITHUB_STEP_SUMMARY" in by_name["Verdicts to the job summary"]["run"]
+    upload = by_name["Upload results, reports and plots"]
+    assert upload["uses"].startswith("actions/upload-artifact@") and upload["if"] == "always()"
+    assert upload["with"]["path"].strip("/") == "nightly"
+    # Untrusted inputs reach scripts through env, never pasted into them.
+    assert not any("${{ inputs." in str(s.get("run", "")) for s in job["steps"])
+
+
+def test_nightly_contracts_exist_and_validate() -> None:
+    env = load(NIGHTLY)["jobs"]["nightly"]["env"]
+    for key in ("SPEED_CONTRACT", "QUALITY_CONTRACT"):
+        path = REPO / env[key]
+        if not path.exists() and env[key] in PENDING_FILES:
+            pytest.skip(f"{env[key]} not shipped yet: {PENDING_FILES[env[key]]}")
+        loaded = load_contract(path)
+        section = "speed" if key == "SPEED_CONTRACT" else "quality"
+        assert getattr(loaded.contract, section) is not None, f"{env[key]} has no {section} section"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    data = load(CI)
+    assert {"push", "pull_request"} <= set(data["on"])
+    job = data["jobs"]["tests"]
+    assert job["runs-on"] == "ubuntu-latest"
+    runs = [str(s.get("run", "")) for s in job["steps"]]
+    assert any(r.strip() == "bash .ci/run" for r in runs)
+    ci_run = (REPO / ".ci" / "run").read_text()
+    assert "nox -s tests" in ci_run and "pip install -q nox" in ci_run
+    readme = REPO / "README.md"
+    assert "pip install nox && nox -s tests" in readme.read_text(encoding="utf-8")
