@@ -20,7 +20,9 @@
 //               counted exactly, so the order is the stable sort's on every call.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "launchers.h"
 
@@ -57,15 +59,18 @@ __device__ __forceinline__ RowWorkspace row_workspace(unsigned char* ws, size_t 
   return w;
 }
 
-// All G blocks of a row arrive before any leaves; `arrivals` counts up monotonically per call.
+// All G blocks of a row arrive before any leaves; the counter counts up monotonically per call.
+// bar.sync, then one thread's release add / acquire loads at gpu scope: the block's earlier global
+// writes and atomics are visible to every block that passes the same barrier (release and
+// acquire are cumulative through bar.sync).
 __device__ __forceinline__ void row_barrier(unsigned int* counter, unsigned int target) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1u);
-    while (*reinterpret_cast<volatile unsigned int*>(counter) < target) {
-    }
-    __threadfence();
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    unsigned int seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen < target);
   }
   __syncthreads();
 }
@@ -231,7 +236,10 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qsa_topk_kernel, kTopkThreads, 0);
   if (err != cudaSuccess) return err;
   const int64_t resident = static_cast<int64_t>(sms) * per_sm;
-  int64_t blocks = (len + kTopkPerBlock - 1) / kTopkPerBlock;
+  // QGATE_TOPK_PER_BLOCK (tuning, see BENCH.md): elements per block when the grid has room.
+  int64_t per_block = kTopkPerBlock;
+  if (const char* env = std::getenv("QGATE_TOPK_PER_BLOCK")) per_block = std::max<int64_t>(256, std::atoll(env));
+  int64_t blocks = (len + per_block - 1) / per_block;
   if (blocks > kTopkMaxBlocksPerRow) blocks = kTopkMaxBlocksPerRow;
   if (blocks * rows > resident) blocks = resident / rows;  // all blocks of the grid must be resident
   if (blocks < 1) blocks = 1;

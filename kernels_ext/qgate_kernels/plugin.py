@@ -154,16 +154,17 @@ class _LinearSite:
     def __init__(self, layer: Any, role: str, weight: Any, orig_apply: Callable[..., Any]) -> None:
         self.layer = weakref.ref(layer)
         self.role = role
-        self.weight = weight  # [N, K] fp16, kept alive past vLLM's CPU repack
-        self.n_out = int(weight.shape[0])
+        self.n_out, self.k_in = (int(n) for n in weight.shape)
+        # [N, K] fp16, kept alive past vLLM's CPU repack; None for other dtypes (every call falls back).
+        self.weight = weight.detach() if weight.dtype == torch.float16 else None
         self.orig_apply = orig_apply
 
     def reject(self, x: Any) -> str | None:
-        if x.dim() != 2 or x.shape[-1] != self.weight.shape[1]:
+        if x.dim() != 2 or x.shape[-1] != self.k_in:
             return "shape"
         if x.shape[0] != 1:
             return "batch_not_1"  # prefill, batched decode, speculative verification
-        if x.dtype != torch.float16:
+        if x.dtype != torch.float16 or self.weight is None:
             return "dtype"
         if x.device != self.weight.device:
             return "device"
@@ -196,11 +197,12 @@ def _role(layer: Any) -> str:
     return str(getattr(layer, "prefix", "") or "").rsplit(".", 1)[-1]
 
 
-def _fp16_matrix(weight: Any) -> bool:
+def _float_matrix(weight: Any) -> bool:
+    """A loaded, unquantized 2-D weight (fp16 ones are routed; others are wired to count `dtype`)."""
     return (
         isinstance(weight, torch.Tensor)
         and weight.dim() == 2
-        and weight.dtype == torch.float16
+        and weight.is_floating_point()
         and not weight.is_meta
         and weight.numel() > 0
     )
@@ -255,19 +257,22 @@ class _GdnSite:
 
     def __init__(self, layer: Any, w_qkvz: Any, w_ba: Any) -> None:
         self.layer = weakref.ref(layer)
-        self.w_qkvz = w_qkvz  # [nk * (2 dk + 2 r dv), K] fp16, this rank's shard
-        self.w_ba = w_ba  # [nk * 2 r, K] fp16
+        self.k_in = int(w_qkvz.shape[1])
+        fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
+        # This rank's shards, fp16, kept past vLLM's CPU repack; None for other dtypes (calls fall back).
+        self.w_qkvz = w_qkvz if fp16 else None  # [nk * (2 dk + 2 r dv), K]
+        self.w_ba = w_ba if fp16 else None  # [nk * 2 r, K]
         self.nk = layer.num_k_heads // layer.tp_size
         self.nv = layer.num_v_heads // layer.tp_size
         self.dk = layer.head_k_dim
         self.dv = layer.head_v_dim
 
     def reject(self, h: Any) -> str | None:
-        if h.dim() != 2 or h.shape[-1] != self.w_qkvz.shape[1]:
+        if h.dim() != 2 or h.shape[-1] != self.k_in:
             return "shape"
         if h.shape[0] != 1:
             return "batch_not_1"
-        if h.dtype != torch.float16:
+        if h.dtype != torch.float16 or self.w_qkvz is None:
             return "dtype"
         if h.device != self.w_qkvz.device:
             return "device"
@@ -335,7 +340,7 @@ def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> 
         assert _STATE is not None
         role = _role(layer)
         weight = getattr(layer, "weight", None)
-        keep = weight.detach() if _fp16_matrix(weight) else None  # before vLLM's CPU repack drops it
+        keep = weight.detach() if _float_matrix(weight) else None  # before vLLM's CPU repack drops it
         orig(self, layer)
         if keep is None:
             return
@@ -445,9 +450,9 @@ def _wire_lm_head(model: Any) -> None:
         return  # absent, or an UnquantizedLinearMethod lm_head wired at load already
     weight = getattr(lm_head, "weight", None)
     unquantized = isinstance(getattr(lm_head, "quant_method", None), UnquantizedEmbeddingMethod)
-    if unquantized and _fp16_matrix(weight):
+    if unquantized and _float_matrix(weight):
         orig = _unpatched(UnquantizedEmbeddingMethod, "apply")
-        site = _LinearSite(lm_head, "lm_head", weight.detach(), orig)
+        site = _LinearSite(lm_head, "lm_head", weight, orig)
         lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")
 
 
@@ -457,8 +462,14 @@ def _wire_gdn(model: Any) -> None:
     for module in model.modules():
         if not isinstance(module, QwenGatedDeltaNetAttention) or not module.gqa_interleaved_layout:
             continue  # the route's layout is Qwen3-Next's interleaved one (Qwen3.5 is flat)
-        w_qkvz = getattr(getattr(module, "in_proj_qkvz", None), "_qgate_weight", None)
-        w_ba = getattr(getattr(module, "in_proj_ba", None), "_qgate_weight", None)
+        qkvz, ba = getattr(module, "in_proj_qkvz", None), getattr(module, "in_proj_ba", None)
+        w_qkvz, w_ba = getattr(qkvz, "_qgate_weight", None), getattr(ba, "_qgate_weight", None)
+        for proj in (qkvz, ba):
+            if hasattr(proj, "_qgate_weight"):
+                del proj._qgate_weight  # the site keeps what it needs
         if w_qkvz is None or w_ba is None:
-            continue  # quantized or non-fp16 projections keep vLLM's path
+            continue  # quantized projections keep vLLM's path
+        fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
+        if getattr(module, "enable_fused_gdn_spec_decode", False) and not fp16:
+            continue  # forward_cuda's own fused bf16 path: the route never replaces it
         module._qgate_gdn_site = _add_site(_GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, _GdnSite.role)

@@ -116,5 +116,10 @@ def qsa_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """
     if scores.dim() != 2 or not 1 <= k <= scores.shape[1]:
         raise ValueError(f"qsa_topk: scores {tuple(scores.shape)} with k={k}: need [B, L] and 1 <= k <= L")
-    values, indices = torch.sort(scores, dim=1, descending=True, stable=True)
-    return values[:, :k].clone(), indices[:, :k].clone()
+    # torch.sort alone is not enough: CUDA's radix sort orders NaNs by their sign bit and -0.0
+    # below +0.0. Sort a canonical copy (every NaN the positive quiet NaN, -0.0 made +0.0), then
+    # gather the input elements so that their bits are kept.
+    canonical = torch.where(torch.isnan(scores), torch.full_like(scores, float("nan")), scores + 0.0)
+    _, order = torch.sort(canonical, dim=1, descending=True, stable=True)
+    indices = order[:, :k].contiguous()
+    return scores.gather(1, indices), indices
