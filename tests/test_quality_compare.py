@@ -74,7 +74,9 @@ def test_a_broken_candidate_fails_with_reasons() -> None:
     assert not g["candidate structurally invalid"]["passed"]
     assert not g["candidate U+FFFD characters"]["passed"]
     assert not g["matched misses"]["passed"]
-    assert "item 12 raw: predicted '7', expected 12" in g["matched misses"]["detail"]
+    detail = g["matched misses"]["detail"]
+    assert detail.startswith("2 item(s) missed only by the candidate: ")
+    assert "item 12 (expected 12): raw 7, strict 7" in detail and "item 13 (expected 13): raw none" in detail
     assert g["candidate same-token run"]["passed"] and g["same items and prompts"]["passed"]
     rows = {r["index"]: r for r in out["misses"]}
     assert set(rows) == {12, 13} and rows[12]["candidate_raw"] == "7" and rows[12]["new_miss"]

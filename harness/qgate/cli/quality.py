@@ -45,8 +45,9 @@ def quality(
     with user_errors():
         loaded = load_contract(contract)
     arms = (arm.value,) if arm else ARMS
-    with user_errors(DatasetError, RouteError), user_errors(EngineError, QualityRunError, code=EXIT_FAIL):
-        results = run_quality(loaded, out, arms, resume=resume, data=data, progress=_progress)
+    with user_errors(), user_errors(DatasetError, RouteError):
+        with user_errors(EngineError, QualityRunError, code=EXIT_FAIL):
+            results = run_quality(loaded, out, arms, resume=resume, data=data, progress=_progress)
     for name, res in results.items():
         s = res["summary"]
         rate = f"{s['decode_tok_s']:.1f}" if s["decode_tok_s"] else "-"

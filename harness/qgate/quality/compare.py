@@ -97,7 +97,7 @@ _FIGURES = (
 def render_markdown(q: Quality, sums: dict[str, dict], misses: list[dict], gates: list[dict]) -> str:
     n, sp = q.n_items, q.sampling
     lines = [
-        f"## Quality: GSM8K {q.split} items {q.first_index}-{q.last_index} ({n} items)",
+        f"**GSM8K {q.split} items {q.first_index}-{q.last_index} ({n} items)**",
         "",
         f"Sampling: temperature {sp.temperature}, top_p {sp.top_p}, top_k {sp.top_k}, "
         f"seed {sp.seed}, max_tokens {sp.max_tokens}; strict formats: "

@@ -127,8 +127,14 @@ def matched_gate(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[s
     found = new_misses(reference, candidate)
     if not found:
         return make_gate("matched misses", True, "every candidate miss is also a reference miss")
+    by_item: dict[int, list[dict[str, Any]]] = {}
+    for m in found:
+        by_item.setdefault(m["index"], []).append(m)
     listed = "; ".join(
-        f"item {m['index']} {m['extractor']}: predicted {m['predicted']!r}, expected {m['gold']}"
-        for m in found
+        f"item {i} (expected {ms[0]['gold']}): "
+        + ", ".join(f"{m['extractor']} {m['predicted'] or 'none'}" for m in ms)
+        for i, ms in sorted(by_item.items())
     )
-    return make_gate("matched misses", False, f"{len(found)} new miss(es) vs the reference: {listed}")
+    return make_gate(
+        "matched misses", False, f"{len(by_item)} item(s) missed only by the candidate: {listed}"
+    )
