@@ -24,7 +24,7 @@ GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 def _setup(session: nox.Session) -> None:
     session.install(*ENGINE)
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", *BROKEN_BESIDE_CPU_TORCH)
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test]", "setuptools>=68", "wheel")
     # kernels_ext builds against the torch already in the venv: no isolated build env.
     session.install("--no-build-isolation", "-e", "kernels_ext")
     session.env.setdefault("QGATE_GSM8K_PATH", str(GSM8K))
