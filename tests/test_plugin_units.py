@@ -105,3 +105,27 @@ def test_env_problems_reports_in_one_line_each() -> None:
     (problem,) = overrides.env_problems(env)
     assert problem.startswith("QGATE_ROUTE_IMPL_FP16_GEMV='qgate_nope_module:f': cannot import")
     assert overrides.env_problems({"VLLM_SM70_QWEN38_FP16_GEMV": "1"}) == []
+
+
+def test_gdn_route_output_is_what_vllms_gdn_core_gets() -> None:
+    """The fused GDN input op returns, bit for bit, what vLLM 0.32's Qwen3-Next Part 1 hands its core."""
+    import types
+
+    import torch
+
+    gdn = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
+    from qgate_kernels import ops, reference
+
+    nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
+    layer = types.SimpleNamespace(num_k_heads=nk, num_v_heads=nv, head_k_dim=dk, head_v_dim=dv, tp_size=1)
+    gen = torch.Generator().manual_seed(11)
+    w_qkvz = (torch.randn(nk * (2 * dk) + 2 * nv * dv, hidden, generator=gen) / 8).half()  # [Nqkvz, K]
+    w_ba = (torch.randn(2 * nv, hidden, generator=gen) / 8).half()  # [2 nv, K]
+    h = torch.randn(1, hidden, generator=gen).half()  # [1, K]
+    # vLLM's path: the two projections, then its own de-interleaving (forward_cpu, interleaved layout).
+    mixed_qkvz, ba = reference.gemv(w_qkvz, h), reference.gemv(w_ba, h)
+    q, k, v, z, b, a = gdn.QwenGatedDeltaNetAttention.fix_query_key_value_ordering(layer, mixed_qkvz, ba)
+    want = (torch.cat((q.reshape(1, -1), k.reshape(1, -1), v.reshape(1, -1)), dim=-1), z, b, a)
+    got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv)
+    for name, g, w in zip(("mixed_qkv", "z", "b", "a"), got, want, strict=True):
+        assert g.shape == w.shape and torch.equal(g, w), name
