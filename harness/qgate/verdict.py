@@ -250,7 +250,7 @@ def speed_gates(
         Gate(
             "no significant decode regression",
             decode.verdict != REGRESSED,
-            f"decode verdict {decode.verdict} (change {_pct(decode.change_pct)})",
+            f"decode verdict {decode.verdict} (change {_pct(decode.change_pct)}, {_ci(decode)})",
         )
     ]
     if g.min_decode_tok_s is not None:
@@ -269,6 +269,12 @@ def speed_gates(
         detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
         gates.append(Gate(f"decode improvement >= {want:g} %", ok, detail))
     return gates
+
+
+def _ci(st: MetricStats) -> str:
+    if st.ci_low is None or st.ci_high is None or st.ci_level is None:
+        return "no CI"
+    return f"{100 * st.ci_level:g} % CI of ratio [{st.ci_low:.4f}, {st.ci_high:.4f}]"
 
 
 def _pct(value: float | None) -> str:

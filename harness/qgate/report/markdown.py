@@ -64,9 +64,18 @@ def _throughput(record: dict[str, Any]) -> list[str]:
         table(pd.DataFrame(rows)),
         "",
         f"Throughput change: {_pct(figs['throughput_change_pct'])}; "
-        f"TPOT change: {_pct(figs['tpot_change_pct'])}.",
+        f"TPOT change: {_pct(figs['tpot_change_pct'])}.{_compatible(record['stats'].get('decode_tok_s'))}",
         "",
     ]
+
+
+def _compatible(st: dict[str, Any] | None) -> str:
+    """What the data cannot rule out: the CI of the ratio as a range of changes."""
+    if not st or st.get("ci_low") is None or st.get("ci_high") is None or not st.get("ci_level"):
+        return ""
+    low, high = 100 * (st["ci_low"] - 1), 100 * (st["ci_high"] - 1)
+    level = _num(100 * st["ci_level"], "g")
+    return f" The data are compatible with a decode change from {low:+.2f} % to {high:+.2f} % ({level} % CI)."
 
 
 def _statistics(record: dict[str, Any]) -> list[str]:
