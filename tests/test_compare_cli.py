@@ -125,7 +125,9 @@ def test_contract_hash_mismatch_exits_3(tmp_path: Path, contract: Path) -> None:
     assert "contract in hand" in res.output
 
 
-@pytest.mark.parametrize("case", ["missing file", "bad json", "bad contract", "no speed section", "no out"])
+@pytest.mark.parametrize(
+    "case", ["missing file", "bad json", "bad contract", "no speed section", "no out", "verdict as input"]
+)
 def test_usage_and_contract_errors_exit_2_with_one_line(tmp_path: Path, contract: Path, case: str) -> None:
     ctrl, cand = pair_files(tmp_path, contract)
     args: list[object] = [ctrl, cand, "--contract", contract, "--out", tmp_path / "out"]
@@ -138,6 +140,8 @@ def test_usage_and_contract_errors_exit_2_with_one_line(tmp_path: Path, contract
     elif case == "no speed section":
         text = contract.read_text()
         contract.write_text(text[: text.index("speed:")])
+    elif case == "verdict as input":
+        support.write_json(cand, {"kind": "verdict", "schema_version": 1})
     else:
         args = args[:4]
     res = invoke(*args)

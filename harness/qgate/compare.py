@@ -73,8 +73,10 @@ def locate(path: str | Path, arm: str) -> dict[str, Path]:
         return found
     if not p.exists():
         raise ResultError(f"{p}: no such result file or run directory")
-    kind = load_result(p).get("kind")
-    return {str(kind): p}
+    kind = str(load_result(p).get("kind"))
+    if kind not in KINDS:
+        raise ResultError(f"{p}: kind = {kind!r}: only {' and '.join(KINDS)} results can be compared")
+    return {kind: p}
 
 
 def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[list[Pair], list[str]]:
