@@ -31,7 +31,8 @@ namespace {
 
 constexpr int kTopkThreads = 256;
 constexpr int kTopkWarps = kTopkThreads / 32;
-constexpr int64_t kTopkPerBlock = 1024;  // target elements per block when the grid has room
+constexpr int64_t kTopkPerBlock = 1024;     // least elements per block when the grid has room
+constexpr int64_t kTopkTargetBlocks = 64;   // blocks per row to aim for
 constexpr int kTopkMaxBlocksPerRow = 1024;
 constexpr size_t kRowHeaderBytes = 4 * 256 * sizeof(unsigned int) + 16;  // 4 histograms + barrier
 
@@ -236,8 +237,10 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qsa_topk_kernel, kTopkThreads, 0);
   if (err != cudaSuccess) return err;
   const int64_t resident = static_cast<int64_t>(sms) * per_sm;
-  // QGATE_TOPK_PER_BLOCK (tuning, see BENCH.md): elements per block when the grid has room.
-  int64_t per_block = kTopkPerBlock;
+  // About kTopkTargetBlocks blocks a row, at least kTopkPerBlock elements each: on the H200 more
+  // blocks cost more in the row barriers than they save in the passes (BENCH.md).
+  // QGATE_TOPK_PER_BLOCK overrides the elements per block (tuning only).
+  int64_t per_block = std::max<int64_t>(kTopkPerBlock, (len + kTopkTargetBlocks - 1) / kTopkTargetBlocks);
   if (const char* env = std::getenv("QGATE_TOPK_PER_BLOCK")) per_block = std::max<int64_t>(256, std::atoll(env));
   int64_t blocks = (len + per_block - 1) / per_block;
   if (blocks > kTopkMaxBlocksPerRow) blocks = kTopkMaxBlocksPerRow;

@@ -27,7 +27,7 @@ def main() -> int:
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev)
     gen.manual_seed(int.from_bytes(os.urandom(6), "little"))
-    copy = copy_bandwidth(dev)
+    copy = copy_bandwidth(dev)["best"]
     cfg = {"warmup": 3, "reps": args.reps, "rotate_bytes": 256 * 2**20, "max_sets": 512}
     env = {k: v for k, v in os.environ.items() if k.startswith("QGATE_")}
     for case in build_cases(args.routes, {}, True):

@@ -47,20 +47,10 @@ echo "bench rc=$?" | tee -a "$LOG"
 cat "$OUT/b/ops/bench.md" 2>/dev/null
 step "tuning variants (one process each: the switches are read once per process)"
 V="$OUT/variants.jsonl"
-for x in smem global; do
-  for pdl in 0 1; do
-    QGATE_GEMV_X=$x QGATE_GEMV_PDL=$pdl timeout 120 python3 kernels_ext/tools/bench_variants.py \
-      --routes fp16_gemv fused_gdn_input_fp16 --tag "x=$x,pdl=$pdl" >>"$V" 2>>"$LOG"
-  done
+for spec in ${QGATE_VARIANTS:-"QGATE_GEMV_PDL=1"}; do
+  env "$spec" timeout 120 python3 kernels_ext/tools/bench_variants.py \
+    --routes fp16_gemv fused_gdn_input_fp16 --tag "$spec" >>"$V" 2>>"$LOG"
 done
-for per in 1024 2048 4096 512; do
-  QGATE_TOPK_PER_BLOCK=$per timeout 120 python3 kernels_ext/tools/bench_variants.py --routes qsa_topk \
-    --tag "topk_per_block=$per" >>"$V" 2>>"$LOG"
-done
-grep -E "^(x=|topk)" "$LOG"
+grep -E "^QGATE_" "$LOG"
 
-step "SASS of the GEMV kernels (loads)"
-so=$(ls kernels_ext/qgate_kernels/_C*.so | head -n 1)
-cuobjdump -sass "$so" 2>/dev/null | grep -E "Function : .*gemv_rows|LDG|LDS|STS" | sed 's/^ *\/\*[0-9a-f]*\*\/ *//' \
-  | awk '{print $1, $2}' | uniq -c | head -n 60 >>"$LOG"
 step "done"

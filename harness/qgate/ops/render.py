@@ -39,13 +39,19 @@ def screen_markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _copy_ways(record: dict[str, Any]) -> list[tuple[str, float]]:
+    return [(k, v) for k, v in record.get("copy_detail_gb_s", {}).items() if k != "best"]
+
+
 def bench_markdown(record: dict[str, Any]) -> str:
     dev = record["device"]
     lines = [
         "# qgate ops benchmark",
         "",
         f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}; timing: {record['timing']}; "
-        f"device copy {record['copy_gb_s'] / 1000:.2f} TB/s (read + write).",
+        f"device copy {record['copy_gb_s'] / 1000:.2f} TB/s (read + write; "
+        + ", ".join(f"{k} {v / 1000:.2f}" for k, v in _copy_ways(record))
+        + ").",
         "",
         "| route | shape | route us | route TB/s | % of copy | baseline | baseline us | baseline TB/s | "
         "speed-up | sets (MB) | target | met |",
