@@ -110,6 +110,30 @@ __device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned
   }
 }
 
+// Add one to sh_hist[bin] for every lane with `counted`: lanes with the same bin are merged first
+// (__match_any_sync), so a warp does one shared atomic per distinct bin; the heavy bins of the top
+// byte (sign and exponent) would otherwise serialise. Called by all 32 lanes.
+__device__ __forceinline__ void add_to_bin(unsigned int* sh_hist, unsigned int bin, bool counted) {
+  const unsigned int active = __ballot_sync(0xffffffffu, counted);
+  if (counted) {
+    const unsigned int peers = __match_any_sync(active, bin);
+    if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(sh_hist + bin, __popc(peers));
+  }
+}
+
+// Sum of one value per thread over the block (integer: the order does not matter).
+__device__ __forceinline__ unsigned int block_sum(unsigned int v, unsigned int* warp_tot) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) warp_tot[threadIdx.x >> 5] = v;
+  __syncthreads();
+  unsigned int sum = 0;
+#pragma unroll
+  for (int w = 0; w < kTopkWarps; ++w) sum += warp_tot[w];
+  __syncthreads();
+  return sum;
+}
+
 // Block-wide exclusive scan of per-thread flags, in thread order; returns this thread's offset
 // and adds the block total to *running (all threads see the same total).
 __device__ __forceinline__ unsigned int block_rank(bool flag, unsigned int* warp_tot, unsigned int* total) {
@@ -135,7 +159,7 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
                                                                 size_t row_bytes, float* __restrict__ values,
                                                                 int64_t* __restrict__ indices) {
   __shared__ unsigned int sh_hist[256];
-  __shared__ unsigned int sh_bin, sh_above, sh_warp[kTopkWarps];
+  __shared__ unsigned int sh_bin, sh_above, sh_gt_fill, sh_warp[kTopkWarps];
   __shared__ unsigned long long sh_cand[kTopkMaxK];
   const int row = blockIdx.x / blocks;
   const int g = blockIdx.x - row * blocks;
@@ -153,9 +177,11 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
     const int shift = 24 - 8 * pass;
     sh_hist[threadIdx.x] = 0;  // kTopkThreads == 256 bins
     __syncthreads();
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kTopkThreads) {
-      const uint32_t key = key_of(__ldg(s + i));
-      if (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))) atomicAdd(&sh_hist[(key >> shift) & 255u], 1u);
+    for (int64_t base = lo; base < hi; base += kTopkThreads) {  // uniform trip count: whole warps
+      const int64_t i = base + threadIdx.x;
+      const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
+      const bool counted = i < hi && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
+      add_to_bin(sh_hist, (key >> shift) & 255u, counted);
     }
     __syncthreads();
     if (sh_hist[threadIdx.x] != 0) atomicAdd(w.hist + pass * 256 + threadIdx.x, sh_hist[threadIdx.x]);
@@ -168,18 +194,17 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
   const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
 
   // Compaction: keys > thr at fixed slots [0, k - need), keys == thr by increasing index after them.
-  unsigned int n_gt = 0;
-  unsigned int n_eq = 0;
-  unsigned int tile_total = 0;
-  for (int64_t base = lo; base < hi; base += kTopkThreads) {
-    const int64_t i = base + threadIdx.x;
-    const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
-    block_rank(i < hi && key > thr, sh_warp, &tile_total);
-    n_gt += tile_total;
-    block_rank(i < hi && key == thr, sh_warp, &tile_total);
-    n_eq += tile_total;
+  unsigned int my_gt = 0;
+  unsigned int my_eq = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kTopkThreads) {
+    const uint32_t key = key_of(__ldg(s + i));
+    my_gt += key > thr;
+    my_eq += key == thr;
   }
+  const unsigned int n_gt = block_sum(my_gt, sh_warp);
+  const unsigned int n_eq = block_sum(my_eq, sh_warp);
   if (threadIdx.x == 0) w.counts[g] = make_uint2(n_gt, n_eq);
+  if (threadIdx.x == 0) sh_gt_fill = 0;
   row_barrier(w.barrier, ++phase * blocks);
   unsigned int gt_before = 0;
   unsigned int eq_before = 0;
@@ -188,19 +213,24 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
     gt_before += c.x;
     eq_before += c.y;
   }
+  // Keys > thr: any slot in the block's range will do (the ordering below sorts them), so a
+  // shared counter hands them out. Keys == thr: by increasing index, and only while some are
+  // still needed, so a block-wide rank runs only in blocks that hold needed ties.
   const unsigned int eq_slot0 = static_cast<unsigned int>(k) - need;
+  const bool take_eq = n_eq > 0 && eq_before < need;
+  unsigned int tile_total = 0;
   for (int64_t base = lo; base < hi; base += kTopkThreads) {
     const int64_t i = base + threadIdx.x;
     const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
-    const bool gt = i < hi && key > thr;
-    const bool eq = i < hi && key == thr && eq_before < need;
-    const unsigned long long comp = (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-    const unsigned int r_gt = block_rank(gt, sh_warp, &tile_total);
-    if (gt) w.cand[gt_before + r_gt] = comp;
-    gt_before += tile_total;
-    const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
-    if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
-    eq_before += tile_total;
+    const unsigned long long comp =
+        (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+    if (i < hi && key > thr) w.cand[gt_before + atomicAdd(&sh_gt_fill, 1u)] = comp;
+    if (take_eq) {  // uniform across the block
+      const bool eq = i < hi && key == thr;
+      const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
+      if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
+      eq_before += tile_total;
+    }
   }
   row_barrier(w.barrier, ++phase * blocks);
 
