@@ -229,6 +229,16 @@ def test_commit_and_night_checks(tmp_path: Path, contract: Path) -> None:
         history.collect(run, commit="deadbeef")
     with pytest.raises(history.HistoryError, match="expected a date YYYY-MM-DD"):
         history.collect(run, night="2026-13-01")
+    # Arms run at different commits: the night's commit must be named, and be one of them.
+    path = run / "speed" / "candidate.json"
+    data = json.loads(path.read_text())
+    data["fingerprint"]["git_sha"] = "d" * 40
+    path.write_text(json.dumps(data))
+    with pytest.raises(history.HistoryError, match="made at different commits .* pass --commit SHA"):
+        history.collect(run)
+    rows = history.collect(run, commit="d" * 40)
+    assert json.loads(rows[1]["fingerprint"])["git_sha"] == {"speed": "d" * 40}
+    assert json.loads(rows[0]["fingerprint"])["git_sha"] == {"speed": "c0ffee" + "0" * 34}
     for arm in ("control", "candidate"):
         path = run / "speed" / f"{arm}.json"
         data = json.loads(path.read_text())

@@ -96,7 +96,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
-_FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname")
+_FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
 
 
 class HistoryError(Exception):
@@ -260,7 +260,8 @@ def check_night(night: str) -> str:
 
 
 def _commit_of(results: dict[str, dict[str, dict[str, Any]]], given: str | None, where: Path) -> str:
-    """The commit given, checked against the git SHA the results record; one of them must exist."""
+    """The night's commit: the one given (it must be one the results record, when they record any),
+    else the one git SHA all the results record. Each row's fingerprint keeps what its results recorded."""
     recorded = sorted(
         {
             str(res["fingerprint"]["git_sha"])
@@ -269,15 +270,18 @@ def _commit_of(results: dict[str, dict[str, dict[str, Any]]], given: str | None,
             if isinstance(res.get("fingerprint"), dict) and res["fingerprint"].get("git_sha")
         }
     )
-    if len(recorded) > 1:
-        raise HistoryError(f"{where}: the results were made at different commits: {', '.join(recorded)}")
     if given is not None:
         given = given.strip()
         if not given:
             raise HistoryError("--commit = '': expected a git commit SHA")
-        if recorded and not (recorded[0].startswith(given) or given.startswith(recorded[0])):
-            raise HistoryError(f"--commit = {given!r}: the results record git_sha {recorded[0]!r}")
+        if recorded and not any(r.startswith(given) or given.startswith(r) for r in recorded):
+            raise HistoryError(f"--commit = {given!r}: the results record git_sha {', '.join(recorded)}")
         return given
+    if len(recorded) > 1:
+        raise HistoryError(
+            f"{where}: the results were made at different commits ({', '.join(recorded)}): "
+            "pass --commit SHA to name the night's commit"
+        )
     if not recorded:
         raise HistoryError(f"{where}: the results record no fingerprint.git_sha: pass --commit SHA")
     return recorded[0]
@@ -297,12 +301,16 @@ def _check_verdict_contracts(
                 )
 
 
-def _fingerprint(arms: list[dict[str, Any]]) -> str:
-    for res in arms:
-        fp = res.get("fingerprint")
-        if isinstance(fp, dict):
-            return json.dumps({k: fp.get(k) for k in _FINGERPRINT_KEYS}, sort_keys=True)
-    return json.dumps(None)
+def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
+    """The arm's machine and versions (from its first result), and every result's recorded git SHA."""
+    fps = {kind: res.get("fingerprint") for kind, res in arm_results.items()}
+    fps = {kind: fp for kind, fp in fps.items() if isinstance(fp, dict)}
+    if not fps:
+        return json.dumps(None)
+    first = next(iter(fps.values()))
+    out: dict[str, Any] = {k: first.get(k) for k in _FINGERPRINT_KEYS if k != "git_sha"}
+    out["git_sha"] = {kind: fp.get("git_sha") for kind, fp in fps.items()}
+    return json.dumps(out, sort_keys=True)
 
 
 def content_sha256(row: dict[str, Any]) -> str:
@@ -340,7 +348,7 @@ def collect(
         if "quality" in arm_results:
             row.update(quality_figures(arm_results["quality"]))
         row.update(verdict=worst, verdicts=json.dumps(kept, sort_keys=True))
-        row["fingerprint"] = _fingerprint(list(arm_results.values()))
+        row["fingerprint"] = _fingerprint(arm_results)
         row["content_sha256"] = content_sha256(row)
         rows.append(row)
     return rows

@@ -334,14 +334,24 @@ def _mark_nights(axes: list[Any], s: dict[str, Any]) -> None:
         if v in ("FAIL", "ERROR"):
             for ax in axes:
                 ax.axvspan(i - 0.5, i + 0.5, color=_COLORS["gate"], alpha=0.12, linewidth=0)
+    n = len(s["nights"])
     for k, night in enumerate(s["regressions"]):
         i = s["nights"].index(night)
         for ax in axes:
             ax.axvline(i, color=_COLORS["gate"], linewidth=1.2)
-        label = f"regression: {night} ({s['commits'][i]})"
-        # Labels of nearby regressions are staggered downwards so they do not overprint.
-        axes[0].annotate(label, (i, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12 - 11 * (k % 3)),
-                         textcoords="offset points", color=_COLORS["gate"], fontsize="small")  # fmt: skip
+        # Labels point inwards (right half: text to the left) and nearby ones are staggered downwards.
+        right = i >= n / 2 and n > 1
+        label = axes[0].annotate(
+            f"regression: {night} ({s['commits'][i]})",
+            (i, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(-3 if right else 3, -12 - 11 * (k % 3)),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            color=_COLORS["gate"],
+            fontsize="small",
+        )
+        label.set_in_layout(False)
 
 
 def _decode_axes(ax: Any, s: dict[str, Any]) -> None:
@@ -352,8 +362,9 @@ def _decode_axes(ax: Any, s: dict[str, Any]) -> None:
     _line(
         ax, s["candidate_mean"], marker="o", color=_COLORS["candidate"], label="candidate mean (dots: reps)"
     )
-    _line(ax, s["gate"], drawstyle="steps-mid", linestyle="--", color=_COLORS["gate"],
-          label="gate: every candidate rep >=")  # fmt: skip
+    gates = [g for g in s["gate"] if g is not None]
+    label = f"gate: every candidate rep >= {gates[-1]:g}" if gates else "gate"
+    _line(ax, s["gate"], drawstyle="steps-mid", linestyle="--", color=_COLORS["gate"], label=label)
     ax.set_ylabel("decode tok/s")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
