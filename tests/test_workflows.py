@@ -10,7 +10,6 @@ on every step, sm_70 build, the production contracts, summary, artifacts, histor
 
 from __future__ import annotations
 
-import importlib
 import re
 import shlex
 from pathlib import Path
@@ -27,16 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
 NIGHTLY, CI = WORKFLOWS / "nightly.yml", WORKFLOWS / "ci.yml"
 
-# Commands written as their own module but not yet mounted in qgate.cli.app when this was written.
-# While a path is missing from the real app it is checked against the module's own definition (same
-# options); once mounted, the real app is used and the entry is dead (delete it then).
-UNMOUNTED = {
-    ("run", "ops"): "qgate.cli.ops:run_ops_cmd",
-    ("run", "quality"): "qgate.cli.quality:quality",
-    ("history",): "qgate.cli.history:app",
-}
-# Files another helper ships (checked when present).
-PENDING_FILES = {"contracts/qwen38-sm70-tp4-quality.yaml": "the production quality contract (issue 4)"}
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "<", ">", ">>", ">&", "<&", "2>", "&>"}
 
 
@@ -96,33 +85,15 @@ def qgate_commands(script: str) -> list[list[str]]:
 
 
 def _resolve(words: list[str]) -> tuple[Any, list[str], list[str]]:
-    """(command, its path, the remaining words), via the real app or an UNMOUNTED stand-in."""
+    """(command, its path, the remaining words), via the real app."""
     root = typer.main.get_command(qgate_app)
     cmd, path, i = root, [], 0
     while _is_group(cmd) and i < len(words) and not words[i].startswith("-"):
         sub = cmd.commands.get(words[i])
         if sub is None:
-            return _unmounted([*path, words[i]], words)
+            raise AssertionError(f"no command `qgate {' '.join([*path, words[i]])}` in qgate.cli.app")
         cmd, path, i = sub, [*path, words[i]], i + 1
     return cmd, path, words[i:]
-
-
-def _unmounted(path: list[str], words: list[str]) -> tuple[Any, list[str], list[str]]:
-    for n in range(len(path), 0, -1):
-        target = UNMOUNTED.get(tuple(path[:n]))
-        if target is None:
-            continue
-        module, attr = target.split(":")
-        obj = getattr(importlib.import_module(module), attr)
-        if not isinstance(obj, typer.Typer):  # a command function: a one-command app is that command
-            one = typer.Typer(add_completion=False)
-            one.command()(obj)
-            obj = one
-        cmd, found, rest = typer.main.get_command(obj), list(path[:n]), words[n:]
-        while _is_group(cmd) and rest and rest[0] in cmd.commands:
-            cmd, found, rest = cmd.commands[rest[0]], [*found, rest[0]], rest[1:]
-        return cmd, found, rest
-    raise AssertionError(f"no command `qgate {' '.join(path)}` in qgate.cli.app")
 
 
 def problems(words: list[str]) -> list[str]:
@@ -179,23 +150,6 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize("words", _cases())
 def test_each_qgate_command_line_exists_in_the_cli(words: list[str]) -> None:
     assert problems(words) == []
-
-
-def test_every_command_is_mounted_in_the_real_cli() -> None:
-    """Skips (naming them) while a command is only checked through its UNMOUNTED stand-in."""
-    root = typer.main.get_command(qgate_app)
-    missing = []
-    for path, target in UNMOUNTED.items():
-        cmd = root
-        for word in path:
-            cmd = cmd.commands.get(word) if _is_group(cmd) else None
-            if cmd is None:
-                missing.append(f"qgate {' '.join(path)} ({target})")
-                break
-    if missing:
-        pytest.skip(
-            "checked through their own modules, not yet mounted in qgate.cli.app: " + "; ".join(missing)
-        )
 
 
 def test_the_checker_catches_wrong_lines() -> None:
@@ -264,8 +218,6 @@ def test_nightly_contracts_exist_and_validate() -> None:
     env = load(NIGHTLY)["jobs"]["nightly"]["env"]
     for key in ("SPEED_CONTRACT", "QUALITY_CONTRACT"):
         path = REPO / env[key]
-        if not path.exists() and env[key] in PENDING_FILES:
-            pytest.skip(f"{env[key]} not shipped yet: {PENDING_FILES[env[key]]}")
         loaded = load_contract(path)
         section = "speed" if key == "SPEED_CONTRACT" else "quality"
         assert getattr(loaded.contract, section) is not None, f"{env[key]} has no {section} section"

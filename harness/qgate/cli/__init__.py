@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from qgate.cli import compare, contract, model, run
+from qgate.cli import ablate, compare, contract, contract_doc, history, model, ops, quality, run
 
 app = typer.Typer(
     help="qgate: gate GPU kernel candidates for LLM decode on speed and quality.",
@@ -12,10 +12,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+contract.app.command("doc")(contract_doc.doc)
+run.app.command("quality")(quality.quality)
+run.app.command("ops")(ops.run_ops_cmd)
 app.add_typer(contract.app, name="contract")
 app.add_typer(model.app, name="model")
 app.add_typer(run.app, name="run")
+app.add_typer(ops.bench_app, name="bench")
+app.add_typer(history.app, name="history")
 app.command("compare")(compare.compare)
+app.command("ablate")(ablate.ablate)
 
 
 def main() -> None:
