@@ -165,6 +165,10 @@ def run_quality(
                "source": source}  # fmt: skip
     for arm in arms:  # a broken route override fails here, before any engine starts
         check_routes(c.env_for(arm))
+    if c.model == "tiny-trained":  # train it (first use) on the data given here, not only the default path
+        from qgate.tiny_train import ensure_trained
+
+        ensure_trained(data=None if source.startswith("hf:") else Path(source))
     model_path, model = resolve_model(c.model)
     results = {arm: open_result(loaded, arm, out_dir, resume, model, dataset) for arm in arms}
     for arm in arms:
