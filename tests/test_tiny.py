@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from qgate.tiny import CONFIG, build_tiny, ensure_tiny, resolve_model_spec, verify_manifest
 from typer.testing import CliRunner
+
+from qgate.tiny import CONFIG, build_tiny, ensure_tiny, resolve_model_spec, verify_manifest
 
 
 @pytest.fixture(scope="module")
