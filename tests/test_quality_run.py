@@ -69,7 +69,7 @@ def test_items_are_generated_scored_and_done_ones_skipped() -> None:
     assert rec["prefix_cache_reset"] is True and rec["natural_stop"]
     kinds = [c[0] for c in engine.calls]
     assert kinds == ["chat", "reset", "generate"]
-    assert engine.calls[0][2] == {"enable_thinking": True, "return_dict": False}
+    assert engine.calls[0][2] == {"enable_thinking": True}
     assert engine.calls[2][2] == SPEC["sampling"]
 
 

@@ -96,7 +96,7 @@ def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bo
     return saved
 
 
-def _merge_routes(total: dict, part: dict) -> dict:
+def merge_routes(total: dict, part: dict) -> dict:
     merged = {
         k: {"hits": v["hits"], "fallbacks": dict(v["fallbacks"]), "roles": dict(v["roles"])}
         for k, v in total.items()
@@ -110,7 +110,7 @@ def _merge_routes(total: dict, part: dict) -> dict:
     return merged
 
 
-def _collect_routes(attest_dir: Path) -> dict:
+def collect_routes(attest_dir: Path) -> dict:
     try:
         from qgate.routes import collect
     except ImportError:  # the route plugin is optional: without it no route can be attested
@@ -194,7 +194,7 @@ def run_launch(
 
     outcome = run_child(spec, plan.env, out_dir / "logs" / f"speed-{arm}.log", on_event, attest_dir)
     result = state["result"]
-    result["routes"] = _merge_routes(result["routes"], _collect_routes(attest_dir))
+    result["routes"] = merge_routes(result["routes"], collect_routes(attest_dir))
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
     atomic_write_json(path, result)
     if outcome.error:

@@ -46,7 +46,7 @@ class VllmEngine:
         ids = self._tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, **chat_template_kwargs
         )
-        if isinstance(ids, dict):  # some tokenizers return a BatchEncoding
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 

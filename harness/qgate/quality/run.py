@@ -14,11 +14,11 @@ resumed run gives the same records as an uninterrupted one.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
 from qgate.quality.scoring import prompt_closes_thinking, score_output
+from qgate.speed import ids_sha256
 
 
 class QualityRunError(RuntimeError):
@@ -40,15 +40,10 @@ def decode_tok_s(n_tokens: int, first_ts: float, last_ts: float) -> float | None
     return (n_tokens - 1) / (last_ts - first_ts)
 
 
-def _ids_sha256(ids: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
-
-
 def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """Generate and score one item; returns its record."""
     messages = build_messages(spec, item["question"])
-    # return_dict=False: transformers 5 otherwise returns a BatchEncoding, not the list of ids.
-    kwargs = {**(spec.get("chat_template_kwargs") or {}), "return_dict": False}
+    kwargs = dict(spec.get("chat_template_kwargs") or {})
     prompt_ids = engine.chat_prompt_ids(messages, kwargs)
     prompt_text = engine.decode(prompt_ids) if hasattr(engine, "decode") else None
     reset = None
@@ -74,11 +69,11 @@ def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[st
         "messages": messages,
         "prompt": prompt_text,
         "prompt_token_ids": prompt_ids,
-        "prompt_sha256": _ids_sha256(prompt_ids),
+        "prompt_sha256": ids_sha256(prompt_ids),
         "thinking_closed_in_prompt": closed_in_prompt,
         "output": out["text"],
         "token_ids": out["token_ids"],
-        "token_ids_sha256": _ids_sha256(out["token_ids"]),
+        "token_ids_sha256": ids_sha256(out["token_ids"]),
         "output_tokens": n,
         "finish_reason": out["finish_reason"],
         "first_token_ts": out["first_token_ts"],

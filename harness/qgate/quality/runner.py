@@ -23,7 +23,7 @@ from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.schema import Quality
 from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
-from qgate.speed_run import _collect_routes, _merge_routes, check_routes
+from qgate.speed_run import check_routes, collect_routes, merge_routes
 
 QUALITY_SCHEMA_VERSION = 1
 ARMS = ("control", "candidate")
@@ -139,7 +139,7 @@ def run_arm(
 
     outcome = run_child(spec, c.env_for(arm), out_dir / "logs" / f"quality-{arm}.log", on_event, attest_dir)
     result = state["result"]
-    result["routes"] = _merge_routes(result["routes"], _collect_routes(attest_dir))
+    result["routes"] = merge_routes(result["routes"], collect_routes(attest_dir))
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
     atomic_write_json(summary, result)
     if outcome.error:
