@@ -113,11 +113,18 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   }
 }
 
-// Warps per row: enough that each warp has about 2 x kGemvUnroll chunks at most.
+// Warps per row: enough that each warp loads about `groups` groups of kGemvUnroll chunks at most
+// (QGATE_GEMV_GROUPS, default 2, tuning only: fewer warps a row mean fewer waves of blocks but
+// more round trips per warp).
 inline int gemv_warps_per_row(int64_t k) {
+  static const int64_t groups = [] {
+    const char* env = std::getenv("QGATE_GEMV_GROUPS");
+    const long v = env != nullptr ? std::atol(env) : 2;
+    return static_cast<int64_t>(v >= 1 && v <= 64 ? v : 2);
+  }();
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
   int wpr = 1;
-  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * 2 * kGemvUnroll) wpr *= 2;
+  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * groups * kGemvUnroll) wpr *= 2;
   return wpr;
 }
 

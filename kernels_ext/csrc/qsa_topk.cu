@@ -31,6 +31,8 @@ namespace {
 
 constexpr int kTopkThreads = 256;
 constexpr int kTopkWarps = kTopkThreads / 32;
+constexpr int kTopkItems = 8;               // keys a thread holds in registers
+constexpr int64_t kTopkTile = kTopkItems * kTopkThreads;
 constexpr int64_t kTopkPerBlock = 1024;     // least elements per block when the grid has room
 constexpr int64_t kTopkTargetBlocks = 64;   // blocks per row to aim for
 constexpr int kTopkMaxBlocksPerRow = 1024;
@@ -110,6 +112,16 @@ __device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned
   }
 }
 
+// Keys of one tile: all loads issued before any is used; out-of-range items are never read.
+__device__ __forceinline__ void load_tile(uint32_t (&keys)[kTopkItems], const float* __restrict__ s, int64_t base,
+                                          int64_t hi) {
+#pragma unroll
+  for (int j = 0; j < kTopkItems; ++j) {
+    const int64_t i = base + j * kTopkThreads + threadIdx.x;
+    keys[j] = i < hi ? key_of(__ldg(s + i)) : 0u;
+  }
+}
+
 // Add one to sh_hist[bin] for every lane with `counted`: lanes with the same bin are merged first
 // (__match_any_sync), so a warp does one shared atomic per distinct bin; the heavy bins of the top
 // byte (sign and exponent) would otherwise serialise. Called by all 32 lanes.
@@ -170,6 +182,14 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
   const int64_t hi = lo + per < len ? lo + per : len;
   unsigned int phase = 0;
 
+  // The block's keys come in tiles of kTopkItems x 256: item j of thread t is index
+  // base + 256 j + t (coalesced per j, and tile order is index order). When the block's range fits
+  // one tile (the usual case) the keys are loaded once into registers; otherwise each loop reloads
+  // its tiles (all kTopkItems loads of a tile in flight at once).
+  const bool one_tile = hi - lo <= kTopkTile;
+  uint32_t keys[kTopkItems];
+  if (one_tile) load_tile(keys, s, lo, hi);
+
   // Radix select: four 8-bit passes, most significant byte first.
   uint32_t prefix = 0;
   unsigned int need = static_cast<unsigned int>(k);
@@ -177,11 +197,14 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
     const int shift = 24 - 8 * pass;
     sh_hist[threadIdx.x] = 0;  // kTopkThreads == 256 bins
     __syncthreads();
-    for (int64_t base = lo; base < hi; base += kTopkThreads) {  // uniform trip count: whole warps
-      const int64_t i = base + threadIdx.x;
-      const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
-      const bool counted = i < hi && (pass == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
-      add_to_bin(sh_hist, (key >> shift) & 255u, counted);
+    for (int64_t base = lo; base < hi; base += kTopkTile) {
+      if (!one_tile) load_tile(keys, s, base, hi);
+#pragma unroll
+      for (int j = 0; j < kTopkItems; ++j) {
+        const bool valid = base + j * kTopkThreads + threadIdx.x < hi;
+        const bool counted = valid && (pass == 0 || (keys[j] >> (shift + 8)) == (prefix >> (shift + 8)));
+        add_to_bin(sh_hist, (keys[j] >> shift) & 255u, counted);
+      }
     }
     __syncthreads();
     if (sh_hist[threadIdx.x] != 0) atomicAdd(w.hist + pass * 256 + threadIdx.x, sh_hist[threadIdx.x]);
@@ -196,10 +219,14 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
   // Compaction: keys > thr at fixed slots [0, k - need), keys == thr by increasing index after them.
   unsigned int my_gt = 0;
   unsigned int my_eq = 0;
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kTopkThreads) {
-    const uint32_t key = key_of(__ldg(s + i));
-    my_gt += key > thr;
-    my_eq += key == thr;
+  for (int64_t base = lo; base < hi; base += kTopkTile) {
+    if (!one_tile) load_tile(keys, s, base, hi);
+#pragma unroll
+    for (int j = 0; j < kTopkItems; ++j) {
+      const bool valid = base + j * kTopkThreads + threadIdx.x < hi;
+      my_gt += valid && keys[j] > thr;
+      my_eq += valid && keys[j] == thr;
+    }
   }
   const unsigned int n_gt = block_sum(my_gt, sh_warp);
   const unsigned int n_eq = block_sum(my_eq, sh_warp);
@@ -219,17 +246,20 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
   const unsigned int eq_slot0 = static_cast<unsigned int>(k) - need;
   const bool take_eq = n_eq > 0 && eq_before < need;
   unsigned int tile_total = 0;
-  for (int64_t base = lo; base < hi; base += kTopkThreads) {
-    const int64_t i = base + threadIdx.x;
-    const uint32_t key = i < hi ? key_of(__ldg(s + i)) : 0u;
-    const unsigned long long comp =
-        (static_cast<unsigned long long>(key) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-    if (i < hi && key > thr) w.cand[gt_before + atomicAdd(&sh_gt_fill, 1u)] = comp;
-    if (take_eq) {  // uniform across the block
-      const bool eq = i < hi && key == thr;
-      const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
-      if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
-      eq_before += tile_total;
+  for (int64_t base = lo; base < hi; base += kTopkTile) {
+    if (!one_tile) load_tile(keys, s, base, hi);
+#pragma unroll
+    for (int j = 0; j < kTopkItems; ++j) {
+      const int64_t i = base + j * kTopkThreads + threadIdx.x;
+      const unsigned long long comp =
+          (static_cast<unsigned long long>(keys[j]) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+      if (i < hi && keys[j] > thr) w.cand[gt_before + atomicAdd(&sh_gt_fill, 1u)] = comp;
+      if (take_eq) {  // uniform across the block
+        const bool eq = i < hi && keys[j] == thr;
+        const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
+        if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
+        eq_before += tile_total;
+      }
     }
   }
   row_barrier(w.barrier, ++phase * blocks);

@@ -47,7 +47,7 @@ echo "bench rc=$?" | tee -a "$LOG"
 cat "$OUT/b/ops/bench.md" 2>/dev/null
 step "tuning variants (one process each: the switches are read once per process)"
 V="$OUT/variants.jsonl"
-for spec in ${QGATE_VARIANTS:-"QGATE_GEMV_PDL=1"}; do
+for spec in ${QGATE_VARIANTS:-"QGATE_GEMV_PDL=1 QGATE_GEMV_GROUPS=4 QGATE_GEMV_GROUPS=1"}; do
   env "$spec" timeout 120 python3 kernels_ext/tools/bench_variants.py \
     --routes fp16_gemv fused_gdn_input_fp16 --tag "$spec" >>"$V" 2>>"$LOG"
 done
