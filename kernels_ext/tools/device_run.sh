@@ -47,8 +47,9 @@ echo "bench rc=$?" | tee -a "$LOG"
 cat "$OUT/b/ops/bench.md" 2>/dev/null
 step "tuning variants (one process each: the switches are read once per process)"
 V="$OUT/variants.jsonl"
-for spec in ${QGATE_VARIANTS:-"QGATE_GEMV_PDL=1 QGATE_GEMV_GROUPS=4 QGATE_GEMV_GROUPS=1"}; do
-  env "$spec" timeout 120 python3 kernels_ext/tools/bench_variants.py \
+# Each spec: comma-separated VAR=value settings for one process.
+for spec in ${QGATE_VARIANTS:-QGATE_GEMV_PDL=1 QGATE_GEMV_GROUPS=4 QGATE_GEMV_GROUPS=1 QGATE_GEMV_PDL=1,QGATE_GEMV_GROUPS=4}; do
+  env ${spec//,/ } timeout 120 python3 kernels_ext/tools/bench_variants.py \
     --routes fp16_gemv fused_gdn_input_fp16 --tag "$spec" >>"$V" 2>>"$LOG"
 done
 grep -E "^QGATE_" "$LOG"
