@@ -13,8 +13,9 @@
 //               reads the same counts and picks the same byte. After four passes the k-th largest
 //               key T is known exactly, and how many keys equal to T are needed (need_eq).
 //   compaction: every block counts its keys > T and == T; after a barrier, exclusive sums over the
-//               blocks before it (in index order) place each block's keys > T at fixed slots and
-//               take keys == T by increasing index until need_eq are taken.
+//               blocks before it (in index order) give each block its range of slots for keys > T
+//               and the keys == T it takes, by increasing index, until need_eq are taken.
+// Each thread holds its keys in registers across the passes when the block's range fits one tile.
 //   ordering:   the k candidates carry the composite (key << 32 | ~index), unique per element; each
 //               candidate's output position is the number of candidates with a larger composite,
 //               counted exactly, so the order is the stable sort's on every call.
