@@ -166,3 +166,22 @@ def test_entry_point_is_installed() -> None:
 
     found = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
     assert found.get("qgate_routes") == "qgate_kernels.plugin:register"
+
+
+def test_pure_python_install_declares_the_same_ops() -> None:
+    # As after `pip install -e kernels_ext` in an isolated build (no torch, so no compiled _C).
+    code = (
+        "import sys; sys.modules['qgate_kernels._C'] = None\n"
+        "import torch, qgate_kernels\n"
+        "from qgate_kernels import _library\n"
+        "assert not _library.EXTENSION_LOADED\n"
+        "for name, schema in _library.SCHEMAS.items():\n"
+        "    assert str(getattr(torch.ops.qgate, name).default._schema) == 'qgate::' + schema\n"
+        "w, x = torch.randn(8, 16).half(), torch.randn(16).half()\n"
+        "assert torch.equal(qgate_kernels.gemv(w, x), qgate_kernels.reference.gemv(w, x))\n"
+        "print('ok')\n"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
