@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 SPEED_SCHEMA_VERSION = 1
-KNOWN_SCHEMAS = {"speed": {1}, "quality": {1}, "verdict": {1}, "ops": {1}, "ablation": {1}}
+KNOWN_SCHEMAS = {"speed": {1}, "quality": {1}, "verdict": {1}, "ops": {1}, "ops_bench": {1}, "ablation": {1}}
 
 
 class ResultError(Exception):

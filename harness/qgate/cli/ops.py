@@ -32,8 +32,8 @@ def run_ops_cmd(
 ) -> None:
     """Operator screen: every route at the contract's shapes against its reference. Exit 1 on a failure."""
     from qgate.contract import load_contract
-    from qgate.ops.render import screen_markdown
     from qgate.ops.run import OpsError, run_ops
+    from qgate.report.ops import screen_markdown
 
     with user_errors(), user_errors(OpsError):
         loaded = load_contract(contract)
@@ -53,8 +53,8 @@ def bench_ops_cmd(
 ) -> None:
     """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk."""
     from qgate.contract import load_contract
-    from qgate.ops.render import bench_markdown
     from qgate.ops.run import OpsError, bench_ops
+    from qgate.report.ops import bench_markdown
 
     with user_errors(), user_errors(OpsError):
         loaded = load_contract(contract) if contract is not None else None

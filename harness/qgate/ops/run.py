@@ -64,8 +64,8 @@ def run_ops(
     loaded: LoadedContract, out: Path, device: str = "auto", trials: int | None = None, force: bool = False
 ) -> dict[str, Any]:
     """Screen every route at the contract's shapes; writes ops.json and ops.md; returns the record."""
-    from qgate.ops.render import screen_markdown
     from qgate.ops.screen import run_screen
+    from qgate.report.ops import screen_markdown
 
     ops = _ops_section(loaded)
     path = _target(out, "ops.json", force)
@@ -86,7 +86,7 @@ def bench_ops(
 ) -> dict[str, Any]:
     """Benchmark every route against its baseline; writes bench.json and bench.md when out is given."""
     from qgate.ops.bench import run_bench
-    from qgate.ops.render import bench_markdown
+    from qgate.report.ops import bench_markdown
 
     ops = _ops_section(loaded)
     path = _target(out, "bench.json", force) if out is not None else None
