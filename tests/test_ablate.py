@@ -320,3 +320,15 @@ def test_cli_refuses_an_unknown_design(tmp_path: Path) -> None:
     args = ["ablate", "--contract", loaded.path, "--out", str(tmp_path / "o"), "--design", "random"]
     out = CliRunner().invoke(_cli(), args)
     assert out.exit_code == 2 and "random" in out.output
+
+
+def test_the_documented_example_contract_plans_the_four_arms(tmp_path: Path) -> None:
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "ablate.md").read_text()
+    yaml_block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert yaml_block is not None
+    (tmp_path / "doc.yaml").write_text(yaml_block.group(1))
+    factors, arms = ablate.plan_arms(load_contract(tmp_path / "doc.yaml"))
+    assert [f.name for f in factors] == ["fp16_gemv", PLACEBO]
+    assert [a.name for a in arms] == ["control", "only-fp16_gemv", f"only-{PLACEBO}", "candidate"]

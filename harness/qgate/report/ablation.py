@@ -239,6 +239,7 @@ def _effects_panel(ax: Any, record: dict[str, Any]) -> None:
                     va="center", fontsize="x-small", color=color)  # fmt: skip
     ax.axvline(1.0, color="#c44e52", linestyle="--", linewidth=1)
     ax.margins(x=0.25)  # room for the verdict labels
+    ax.set_xlim(left=0.0)  # a ratio of rates is never negative
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize="small")
     ax.set_xlabel("decode tok/s ratio, arm / reference (CI)")
