@@ -129,3 +129,41 @@ def test_gdn_route_output_is_what_vllms_gdn_core_gets() -> None:
     got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv)
     for name, g, w in zip(("mixed_qkv", "z", "b", "a"), got, want, strict=True):
         assert g.shape == w.shape and torch.equal(g, w), name
+
+
+PROBE = """
+import json, os, sys
+import torch
+from vllm.model_executor.layers.linear import UnquantizedLinearMethod as L
+import vllm.envs as envs
+from qgate_kernels import plugin
+plugin.register()
+plugin.register()  # vLLM may load a plugin several times in one process
+apply = L.__dict__["apply"]
+depth = 0
+while hasattr(apply, "_qgate_orig"):
+    apply, depth = apply._qgate_orig, depth + 1
+print(json.dumps({
+    "apply_wrappers": depth,
+    "op_defined": hasattr(torch.ops.qgate_routes, "linear"),
+    "factor": envs.compile_factors().get("QGATE_ROUTES"),
+    "files": sorted(os.listdir(sys.argv[1])),
+}))
+"""
+
+
+@pytest.mark.parametrize("switch", ["0", "1"])
+def test_register_is_idempotent_and_does_nothing_when_no_route_is_on(tmp_path: Path, switch: str) -> None:
+    pytest.importorskip("vllm")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_SM70_", "QGATE_ROUTE_IMPL_"))}
+    env |= {"VLLM_SM70_QWEN38_FP16_GEMV": switch, "QGATE_ATTEST_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if switch == "0":
+        assert got == {"apply_wrappers": 0, "op_defined": False, "factor": None, "files": []}
+    else:
+        assert got["apply_wrappers"] == 1 and got["op_defined"] and got["factor"] == "fp16_gemv"
+        assert len(got["files"]) == 1 and got["files"][0].startswith("MainProcess-")
