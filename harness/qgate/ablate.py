@@ -505,6 +505,15 @@ def _effect_gates(eff: Mapping[str, Any]) -> list[vd.Gate]:
     return gates
 
 
+def _notes(launches: int) -> list[str]:
+    if launches > 1:
+        return []
+    return [
+        "speed.launches = 1: each arm is one engine start, so differences between engine starts "
+        "(machine load, drift) are not in the CIs; use launches >= 4 to test over engine starts"
+    ]
+
+
 def build_record(
     loaded: LoadedContract,
     design: str,
@@ -532,19 +541,13 @@ def build_record(
         )
     eff = effects(factors, arms, speed, cfg)
     gates += _effect_gates(eff)
-    notes = []
-    if c.speed.launches == 1:
-        notes.append(
-            "speed.launches = 1: each arm is one engine start, so differences between engine starts "
-            "(machine load, drift) are not in the CIs; use launches >= 4 to test over engine starts"
-        )
     status, reasons = vd.decide(gates)
     return {
         "kind": "ablation",
         "schema_version": ABLATION_SCHEMA_VERSION,
         "status": OK if status == vd.PASS else ERROR,
         "reasons": reasons,
-        "notes": notes,
+        "notes": _notes(c.speed.launches),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
         "design": design,
