@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
-from qgate.engine.launcher import EngineError, run_child
+from qgate.engine.launcher import EngineError
+from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
+from qgate.routes import check_overrides
 
 ARMS = ("control", "candidate")
 
@@ -96,33 +98,8 @@ def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bo
     return saved
 
 
-def merge_routes(total: dict, part: dict) -> dict:
-    merged = {
-        k: {"hits": v["hits"], "fallbacks": dict(v["fallbacks"]), "roles": dict(v["roles"])}
-        for k, v in total.items()
-    }
-    for route, rec in part.items():
-        cur = merged.setdefault(route, {"hits": 0, "fallbacks": {}, "roles": {}})
-        cur["hits"] += rec.get("hits", 0)
-        for key in ("fallbacks", "roles"):
-            for name, n in rec.get(key, {}).items():
-                cur[key][name] = cur[key].get(name, 0) + n
-    return merged
-
-
-def collect_routes(attest_dir: Path) -> dict:
-    try:
-        from qgate.routes import collect
-    except ImportError:  # the route plugin is optional: without it no route can be attested
-        return {}
-    return collect(attest_dir)
-
-
 def check_routes(env: dict[str, str]) -> None:
-    try:
-        from qgate.routes import check_overrides
-    except ImportError:
-        return
+    """Refuse a broken route override before any engine starts (the child runs in this folder)."""
     check_overrides(env, cwd=Path.cwd())
 
 
@@ -192,14 +169,11 @@ def run_launch(
         if progress is not None:
             progress(arm, ev, res)
 
-    outcome = run_child(spec, plan.env, out_dir / "logs" / f"speed-{arm}.log", on_event, attest_dir)
-    result = state["result"]
-    result["routes"] = merge_routes(result["routes"], collect_routes(attest_dir))
-    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
-    atomic_write_json(path, result)
-    if outcome.error:
-        raise EngineError(f"{arm} launch {launch}: {outcome.error} (log: {outcome.log_path})")
-    return result
+    log = out_dir / "logs" / f"speed-{arm}.log"
+    return run_segment(
+        spec, plan.env, log, attest_dir, state["result"], on_event,
+        lambda res: atomic_write_json(path, res), f"{arm} launch {launch}",
+    )  # fmt: skip
 
 
 def run_speed(

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
-from qgate.engine.launcher import EngineError, run_child
+from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
 from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.schema import Quality
 from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
-from qgate.speed_run import check_routes, collect_routes, merge_routes
+from qgate.speed_run import check_routes
 
 QUALITY_SCHEMA_VERSION = 1
 ARMS = ("control", "candidate")
@@ -137,14 +137,11 @@ def run_arm(
         if progress is not None:
             progress(arm, ev, res)
 
-    outcome = run_child(spec, c.env_for(arm), out_dir / "logs" / f"quality-{arm}.log", on_event, attest_dir)
-    result = state["result"]
-    result["routes"] = merge_routes(result["routes"], collect_routes(attest_dir))
-    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
-    atomic_write_json(summary, result)
-    if outcome.error:
-        raise EngineError(f"{arm}: {outcome.error} (log: {outcome.log_path})")
-    return result
+    log = out_dir / "logs" / f"quality-{arm}.log"
+    return run_segment(
+        spec, c.env_for(arm), log, attest_dir, state["result"], on_event,
+        lambda res: atomic_write_json(summary, res), arm,
+    )  # fmt: skip
 
 
 def run_quality(

@@ -1,0 +1,48 @@
+"""One engine start of one arm (a segment of a run), shared by the speed and quality runs.
+
+Runs the child, then folds what only exists after it ends into the arm's result: the route counts the
+vLLM processes wrote (summed over segments) and the inherited env variables that were dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from qgate.engine.launcher import EngineError, run_child
+from qgate.routes import collect
+
+
+def merge_routes(total: dict, part: dict) -> dict:
+    """Sum route counts {route: {hits, fallbacks: {reason: n}, roles: {role: n}}} of two segments."""
+    merged = {
+        k: {"hits": v["hits"], "fallbacks": dict(v["fallbacks"]), "roles": dict(v["roles"])}
+        for k, v in total.items()
+    }
+    for route, rec in part.items():
+        cur = merged.setdefault(route, {"hits": 0, "fallbacks": {}, "roles": {}})
+        cur["hits"] += rec.get("hits", 0)
+        for key in ("fallbacks", "roles"):
+            for name, n in rec.get(key, {}).items():
+                cur[key][name] = cur[key].get(name, 0) + n
+    return merged
+
+
+def run_segment(
+    spec: dict,
+    env: dict[str, str],
+    log_path: Path,
+    attest_dir: Path,
+    result: dict,
+    on_event: Callable[[dict], None],
+    save: Callable[[dict], None],
+    label: str,
+) -> dict:
+    """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
+    outcome = run_child(spec, env, log_path, on_event, attest_dir)
+    result["routes"] = merge_routes(result["routes"], collect(attest_dir))
+    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
+    save(result)
+    if outcome.error:
+        raise EngineError(f"{label}: {outcome.error} (log: {outcome.log_path})")
+    return result
