@@ -38,7 +38,6 @@ Nothing here prints; the CLI (qgate.cli.ablate) shows progress and exits by `sta
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +52,7 @@ from qgate import routes
 from qgate import verdict as vd
 from qgate.compare import SPEED_EXTRA_KEYS
 from qgate.contract import LoadedContract
+from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
 from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
@@ -218,23 +218,13 @@ def plan_arms(loaded: LoadedContract, design: str = DEFAULT_DESIGN) -> tuple[lis
 def run_quality_arms(
     loaded: LoadedContract, out_dir: Path, arms: Sequence[Arm], resume: bool, progress: Progress | None
 ) -> dict[str, Any]:
-    """The quality gate per arm where the contract asks for it and the quality runner takes derived arms.
+    """The quality gate per arm where the contract asks for it.
 
     Returns {"ran": bool, "detail": str}: a quality section that was not run is said so, never hidden.
     """
     c = loaded.contract
     if c.quality is None:
         return {"ran": False, "detail": "the contract has no quality section"}
-    try:
-        from qgate.quality.runner import run_quality
-    except ImportError as exc:
-        return {"ran": False, "detail": f"qgate.quality.runner is not available ({exc})"}
-    if "plans" not in inspect.signature(run_quality).parameters:
-        return {
-            "ran": False,
-            "detail": "not run per arm: qgate.quality.runner.run_quality takes the contract's two arms "
-            "only (no derived arms); quality results already in DIR/quality/ are reported",
-        }
     engine = c.engine_for("control")
     plans = [ArmPlan(a.name, a.env, engine) for a in arms]
     run_quality(loaded, out_dir, resume=resume, progress=progress, plans=plans)

@@ -23,7 +23,7 @@ from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.schema import Quality
 from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
-from qgate.speed_run import check_routes
+from qgate.speed_run import ArmPlan, check_routes, contract_arms
 
 QUALITY_SCHEMA_VERSION = 1
 ARMS = ("control", "candidate")
@@ -55,16 +55,16 @@ def item_spec(q: Quality, items: list[Item]) -> dict[str, Any]:
     }
 
 
-def new_result(loaded: LoadedContract, arm: str, model: dict, dataset: dict) -> dict[str, Any]:
+def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, dataset: dict) -> dict[str, Any]:
     c = loaded.contract
     assert c.quality is not None
     return {
         "kind": "quality",
         "schema_version": QUALITY_SCHEMA_VERSION,
-        "arm": arm,
+        "arm": plan.name,
         "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
-        "env": c.env_for(arm),
-        "engine_args": c.engine_for(arm),
+        "env": dict(plan.env),
+        "engine_args": dict(plan.engine_args),
         "model": model,
         "fingerprint": None,
         "dataset": dataset,
@@ -79,19 +79,19 @@ def new_result(loaded: LoadedContract, arm: str, model: dict, dataset: dict) -> 
 
 
 def open_result(
-    loaded: LoadedContract, arm: str, out_dir: Path, resume: bool, model: dict, dataset: dict
+    loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict, dataset: dict
 ) -> dict[str, Any]:
     """A fresh result, or the saved one (its items re-read from the JSONL) when resuming."""
-    jsonl, summary = result_paths(out_dir, arm)
+    jsonl, summary = result_paths(out_dir, plan.name)
     if not jsonl.exists() and not summary.exists():
-        return new_result(loaded, arm, model, dataset)
+        return new_result(loaded, plan, model, dataset)
     if not resume:
         raise ResultError(f"{summary}: a result exists; pass --resume to continue it or choose another --out")
     result = (
-        load_result(summary, kind="quality") if summary.exists() else new_result(loaded, arm, model, dataset)
+        load_result(summary, kind="quality") if summary.exists() else new_result(loaded, plan, model, dataset)
     )
-    if result["env"] != loaded.contract.env_for(arm):
-        raise ResultError(f"{summary}: saved with env {result['env']}, not {loaded.contract.env_for(arm)}")
+    if result["env"] != plan.env:
+        raise ResultError(f"{summary}: saved with env {result['env']}, not {plan.env}")
     for key, want in (("contract", loaded.sha256), ("dataset", dataset["items_sha256"])):
         got = result[key]["sha256" if key == "contract" else "items_sha256"]
         if got != want:
@@ -104,10 +104,11 @@ def open_result(
 
 
 def run_arm(
-    loaded: LoadedContract, arm: str, result: dict, out_dir: Path, model_path: str, items: list[Item],
+    loaded: LoadedContract, plan: ArmPlan, result: dict, out_dir: Path, model_path: str, items: list[Item],
     progress: Progress | None,
 ) -> dict:  # fmt: skip
     """One engine start: the arm's items not yet in the result."""
+    arm = plan.name
     c = loaded.contract
     assert c.quality is not None
     done = {r["index"] for r in result["items"]}
@@ -116,7 +117,7 @@ def run_arm(
     jsonl, summary = result_paths(out_dir, arm)
     segment = len(result["launches"])
     attest_dir = out_dir / "attest" / "quality" / arm / f"segment-{segment}"
-    spec = {"workload": "quality", "model_path": model_path, "engine_args": c.engine_for(arm),
+    spec = {"workload": "quality", "model_path": model_path, "engine_args": plan.engine_args,
             **item_spec(c.quality, items), "done": sorted(done)}  # fmt: skip
     state = {"result": result}
 
@@ -139,7 +140,7 @@ def run_arm(
 
     log = out_dir / "logs" / f"quality-{arm}.log"
     return run_segment(
-        spec, c.env_for(arm), log, attest_dir, state["result"], on_event,
+        spec, plan.env, log, attest_dir, state["result"], on_event,
         lambda res: atomic_write_json(summary, res), arm,
     )  # fmt: skip
 
@@ -151,8 +152,12 @@ def run_quality(
     resume: bool = False,
     data: Path | None = None,
     progress: Progress | None = None,
+    plans: list[ArmPlan] | None = None,
 ) -> dict[str, dict]:
-    """Run the frozen items on every arm (control first); returns the arm results."""
+    """Run the frozen items on every arm (control first); returns the arm results.
+
+    `plans` replaces the contract's two arms with derived ones (the ablation's arms).
+    """
     c = loaded.contract
     q = c.quality
     if q is None:
@@ -160,18 +165,19 @@ def run_quality(
     items, source = load_items(q.indices, q.items_sha256, cli_data=data, contract_path=q.data_path)
     dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
                "source": source}  # fmt: skip
-    for arm in arms:  # a broken route override fails here, before any engine starts
-        check_routes(c.env_for(arm))
+    plans = plans if plans is not None else contract_arms(loaded, arms)
+    for plan in plans:  # a broken route override fails here, before any engine starts
+        check_routes(plan.env)
     if c.model == "tiny-trained":  # train it (first use) on the data given here, not only the default path
         from qgate.tiny_train import ensure_trained
 
         ensure_trained(data=None if source.startswith("hf:") else Path(source))
     model_path, model = resolve_model(c.model)
-    results = {arm: open_result(loaded, arm, out_dir, resume, model, dataset) for arm in arms}
-    for arm in arms:
-        results[arm] = run_arm(loaded, arm, results[arm], out_dir, model_path, items, progress)
-        res = results[arm]
+    results = {p.name: open_result(loaded, p, out_dir, resume, model, dataset) for p in plans}
+    for plan in plans:
+        res = run_arm(loaded, plan, results[plan.name], out_dir, model_path, items, progress)
         res["summary"] = summarize(res["items"], q.n_items)
         res["complete"] = sorted(r["index"] for r in res["items"]) == q.indices
-        atomic_write_json(result_paths(out_dir, arm)[1], res)
+        atomic_write_json(result_paths(out_dir, plan.name)[1], res)
+        results[plan.name] = res
     return results
