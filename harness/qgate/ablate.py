@@ -52,6 +52,7 @@ from qgate import routes
 from qgate import verdict as vd
 from qgate.compare import SPEED_EXTRA_KEYS
 from qgate.contract import LoadedContract
+from qgate.errors import QgateError
 from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
 from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
@@ -67,7 +68,7 @@ ERROR = "ERROR"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class AblationError(ValueError):
+class AblationError(QgateError, ValueError):
     """The contract cannot be ablated as asked; str() is one line naming the key and value."""
 
 

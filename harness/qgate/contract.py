@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qgate.errors import QgateError
 from qgate.ops.schema import Ops
 from qgate.quality.schema import Quality
 
@@ -22,7 +23,7 @@ CONTRACT_SCHEMA_VERSION = 1
 ROUTE_ENV_PREFIX = "VLLM_SM70_QWEN38_"
 
 
-class ContractError(Exception):
+class ContractError(QgateError):
     """A contract that cannot be used; str() is one line for the user."""
 
 

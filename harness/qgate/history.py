@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from qgate.errors import QgateError
 from qgate.results import ResultError, atomic_write_text, load_result
 
 HISTORY_SCHEMA_VERSION = 1
@@ -99,7 +100,7 @@ _NOT_CONTENT = ("appended_at", "source", "content_sha256")
 _FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
 
 
-class HistoryError(Exception):
+class HistoryError(QgateError):
     """A store or result directory that cannot be used; str() is one line for the user."""
 
 

@@ -12,11 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from qgate.errors import QgateError
+
 SPEED_SCHEMA_VERSION = 1
 KNOWN_SCHEMAS = {"speed": {1}, "quality": {1}, "verdict": {1}, "ops": {1}, "ops_bench": {1}, "ablation": {1}}
 
 
-class ResultError(Exception):
+class ResultError(QgateError):
     """A result file that cannot be used; str() is one line for the user."""
 
 

@@ -20,6 +20,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from qgate.errors import QgateError
+
 # Route name -> the env var that switches it on (kept equal to qgate_kernels.overrides.ROUTE_ENV).
 ROUTES: dict[str, str] = {
     "fp16_gemv": "VLLM_SM70_QWEN38_FP16_GEMV",
@@ -36,7 +38,7 @@ _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"0", "false", "no", "off", ""})
 
 
-class RouteError(ValueError):
+class RouteError(QgateError, ValueError):
     """The arm's route env cannot work; str() is one line naming the variable and its value."""
 
 

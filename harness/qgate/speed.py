@@ -14,8 +14,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from qgate.errors import RunFailure
 
-class SpeedError(RuntimeError):
+
+class SpeedError(RunFailure, RuntimeError):
     """A rep that cannot be measured honestly (reset refused, missing timestamps)."""
 
 

@@ -11,6 +11,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from qgate.errors import QgateError
+
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
@@ -33,17 +35,15 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 @contextmanager
 def user_errors(*error_types: type[BaseException], code: int = EXIT_USAGE) -> Iterator[None]:
-    """Map the core's user-facing exceptions to one line and an exit code.
+    """Print qgate's user-facing errors as one line and exit with their code (2 bad input, 1 run failed).
 
-    With no types given, contract and result-file errors (exit 2 by default) are mapped.
+    `error_types` adds other exception types (e.g. OSError), which exit with `code`.
     """
-    from qgate.contract import ContractError
-    from qgate.results import ResultError
-
-    types = error_types or (ContractError, ResultError)
     try:
         yield
-    except types as exc:
+    except QgateError as exc:
+        fail(str(exc), exc.exit_code)
+    except error_types as exc:
         fail(str(exc), code)
     except KeyboardInterrupt:
         typer.echo("qgate: interrupted; completed records are on disk (use --resume)", err=True)

@@ -12,13 +12,10 @@ from typing import Annotated
 
 import typer
 
-from qgate.ablate import DEFAULT_DESIGN, OK, AblationError, run_ablation
+from qgate.ablate import DEFAULT_DESIGN, OK, run_ablation
 from qgate.cli._options import EXIT_ERROR, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
-from qgate.engine.launcher import EngineError
-from qgate.routes import RouteError
-from qgate.speed import SpeedError
 
 
 class Design(str, Enum):
@@ -46,7 +43,7 @@ def ablate(
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report."""
     with user_errors():
         loaded = load_contract(contract)
-    with user_errors(), user_errors(AblationError, RouteError), user_errors(EngineError, SpeedError, code=1):
+    with user_errors():
         with SpeedProgress(loaded.contract) as progress:
             record, paths = run_ablation(loaded, out, design.value, resume=resume, progress=progress)
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")

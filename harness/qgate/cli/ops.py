@@ -32,10 +32,10 @@ def run_ops_cmd(
 ) -> None:
     """Operator screen: every route at the contract's shapes against its reference. Exit 1 on a failure."""
     from qgate.contract import load_contract
-    from qgate.ops.run import OpsError, run_ops
+    from qgate.ops.run import run_ops
     from qgate.report.ops import screen_markdown
 
-    with user_errors(), user_errors(OpsError):
+    with user_errors():
         loaded = load_contract(contract)
         record = run_ops(loaded, out, device=device, trials=trials, force=force)
     typer.echo(screen_markdown(record))
@@ -53,10 +53,10 @@ def bench_ops_cmd(
 ) -> None:
     """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk."""
     from qgate.contract import load_contract
-    from qgate.ops.run import OpsError, bench_ops
+    from qgate.ops.run import bench_ops
     from qgate.report.ops import bench_markdown
 
-    with user_errors(), user_errors(OpsError):
+    with user_errors():
         loaded = load_contract(contract) if contract is not None else None
         record = bench_ops(loaded, out, device=device, reps=reps, force=force)
     typer.echo(bench_markdown(record))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, ArmChoice, ContractOpt, OutOpt, user_errors
+from qgate.cli._options import ArmChoice, ContractOpt, OutOpt, user_errors
 
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the saved items")]
@@ -36,18 +36,12 @@ def quality(
 ) -> None:
     """Quality gate: the contract's frozen GSM8K items on each arm; compare with `qgate compare`."""
     from qgate.contract import load_contract
-    from qgate.engine.launcher import EngineError
-    from qgate.quality.gsm8k import DatasetError
-    from qgate.quality.run import QualityRunError
     from qgate.quality.runner import ARMS, result_paths, run_quality
-    from qgate.routes import RouteError
 
+    arms = (arm.value,) if arm else ARMS
     with user_errors():
         loaded = load_contract(contract)
-    arms = (arm.value,) if arm else ARMS
-    with user_errors(), user_errors(DatasetError, RouteError):
-        with user_errors(EngineError, QualityRunError, code=EXIT_FAIL):
-            results = run_quality(loaded, out, arms, resume=resume, data=data, progress=_progress)
+        results = run_quality(loaded, out, arms, resume=resume, data=data, progress=_progress)
     for name, res in results.items():
         s = res["summary"]
         rate = f"{s['decode_tok_s']:.1f}" if s["decode_tok_s"] else "-"

@@ -9,9 +9,6 @@ import typer
 from qgate.cli._options import ArmChoice, ContractOpt, OutOpt, user_errors
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
-from qgate.engine.launcher import EngineError
-from qgate.routes import RouteError
-from qgate.speed import SpeedError
 from qgate.speed_run import ARMS, arm_path, run_speed
 
 app = typer.Typer(help="Run a gate's workload on real vLLM, one engine start per arm.", no_args_is_help=True)
@@ -22,10 +19,9 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the sav
 @app.command()
 def speed(contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: ResumeOpt = False) -> None:
     """Speed gate: warmup, then timed reps after a prefix-cache reset, per arm."""
+    arms = (arm.value,) if arm else ARMS
     with user_errors():
         loaded = load_contract(contract)
-    arms = (arm.value,) if arm else ARMS
-    with user_errors(), user_errors(RouteError), user_errors(EngineError, SpeedError, code=1):
         with SpeedProgress(loaded.contract) as progress:
             results = run_speed(loaded, out, arms, resume=resume, progress=progress)
     for name, res in results.items():

@@ -17,11 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from qgate.errors import RunFailure
+
 # Inherited variables with these prefixes would switch routes behind the contract's back.
 ROUTE_ENV_PREFIXES = ("VLLM_SM70_", "QGATE_ROUTE_IMPL_")
 
 
-class EngineError(RuntimeError):
+class EngineError(RunFailure, RuntimeError):
     """The engine child failed; str() is one line, the log path says where the details are."""
 
 

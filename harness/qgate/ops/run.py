@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
+from qgate.errors import QgateError
 from qgate.ops.schema import Ops
 from qgate.results import atomic_write_json, atomic_write_text
 
 
-class OpsError(Exception):
+class OpsError(QgateError):
     """Cannot run the screen or the benchmark as asked; str() is one line for the user."""
 
 

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from qgate.errors import QgateError
+
 DEFAULT_DATA_PATH = Path("../shared/data/gsm8k/test.jsonl")
 DATA_ENV = "QGATE_GSM8K_PATH"
 FROZEN_FIRST, FROZEN_LAST = 8, 23
@@ -27,7 +29,7 @@ FROZEN_SHA256 = "695073cabaae071a517cbce5259894e3eae42db9dabce1fe376d8abc2652641
 _GOLD = re.compile(r"####\s*(.+?)\s*$")
 
 
-class DatasetError(Exception):
+class DatasetError(QgateError):
     """Data that cannot be used for the gate; str() is one line for the user."""
 
 

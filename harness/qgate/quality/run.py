@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from qgate.errors import RunFailure
 from qgate.quality.scoring import prompt_closes_thinking, score_output
 from qgate.speed import ids_sha256
 
 
-class QualityRunError(RuntimeError):
+class QualityRunError(RunFailure, RuntimeError):
     """The engine did not do what the contract asks (e.g. the prefix cache would not reset)."""
 
 

@@ -1,0 +1,18 @@
+"""The errors a user can cause or meet: the CLI prints them as one line and exits with `exit_code`.
+
+Anything else that escapes is a bug in qgate and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class QgateError(Exception):
+    """Bad input (a contract, a result file, data, an env): exit 2."""
+
+    exit_code = 2
+
+
+class RunFailure(QgateError):
+    """A run that could not finish honestly (engine died, a rep could not be measured): exit 1."""
+
+    exit_code = 1
