@@ -48,9 +48,10 @@ constexpr int kHcMaxStreams = 8;
 cudaError_t launch_fused_hc(const HcArgs& args, cudaStream_t stream);
 
 // Exact top-k per row (see qsa_topk.cu). The plan fixes the blocks per row and the workspace size;
-// the workspace must be zero-filled before each launch.
+// the workspace (empty on the cluster path) must be zero-filled before each launch.
 constexpr int64_t kTopkMaxK = 4096;
 struct TopkPlan {
+  int cluster;  // > 0: sm_90 cluster path, this many blocks a row, no workspace
   int blocks_per_row;
   size_t row_workspace_bytes;
   size_t workspace_bytes;

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "launchers.h"
 
@@ -81,6 +82,9 @@ __device__ __forceinline__ void row_barrier(unsigned int* counter, unsigned int 
 
 // Warp 0 finds, from the top bin down, the bin where the running count reaches `need`; returns it
 // in *bin and the count strictly above it in *above (shared memory).
+// kGlobal: hist is the row's global histogram (read through L2, other blocks wrote it); otherwise
+// shared memory.
+template <bool kGlobal>
 __device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned int* bin, unsigned int* above) {
   const int lane = threadIdx.x & 31;
   if (threadIdx.x >= 32) return;
@@ -88,7 +92,7 @@ __device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned
   unsigned int mine = 0;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {  // lane l holds bins 255 - 8 l - e, highest first
-    c[e] = __ldcg(hist + 255 - 8 * lane - e);
+    c[e] = kGlobal ? __ldcg(hist + 255 - 8 * lane - e) : hist[255 - 8 * lane - e];
     mine += c[e];
   }
   unsigned int incl = mine;
@@ -210,7 +214,7 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
     __syncthreads();
     if (sh_hist[threadIdx.x] != 0) atomicAdd(w.hist + pass * 256 + threadIdx.x, sh_hist[threadIdx.x]);
     row_barrier(w.barrier, ++phase * blocks);
-    select_bin(w.hist + pass * 256, need, &sh_bin, &sh_above);
+    select_bin<true>(w.hist + pass * 256, need, &sh_bin, &sh_above);
     __syncthreads();
     prefix |= sh_bin << shift;
     need -= sh_above;
@@ -286,10 +290,69 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
 }
 
 }  // namespace
+}  // namespace qgate
+
+#include "qsa_topk_cluster.cuh"
+
+namespace qgate {
+namespace {
+
+// Largest cluster the device runs for the cluster kernel (16 needs the non-portable opt-in), 0 when
+// the device has no clusters (before sm_90) or QGATE_TOPK_IMPL=cluster does not ask for this path.
+cudaError_t topk_max_cluster(int device, int* out) {
+  *out = 0;
+  int major = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return err;
+  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // opt-in: slower than the grid path so far (BENCH.md)
+  if (major < 9 || impl == nullptr || std::strcmp(impl, "cluster") != 0) return cudaSuccess;
+  err = cudaFuncSetAttribute(qsa_topk_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+  for (int c = kTcMaxCluster; c >= 8; c /= 2) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(c);
+    config.blockDim = dim3(kTcThreads);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = c;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    err = cudaOccupancyMaxActiveClusters(&clusters, qsa_topk_cluster_kernel, &config);
+    if (err == cudaSuccess && clusters > 0) {
+      *out = c;
+      return cudaSuccess;
+    }
+    (void)cudaGetLastError();  // a refused size is not an error of the call
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
 
 cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, TopkPlan* plan) {
   if (rows <= 0 || len <= 0 || k <= 0 || k > len || k > kTopkMaxK || len >= (int64_t(1) << 31)) {
     return cudaErrorInvalidValue;
+  }
+  static int max_cluster = -1;  // per process: one kind of GPU
+  if (max_cluster < 0) {
+    int found = 0;
+    const cudaError_t cerr = topk_max_cluster(device, &found);
+    if (cerr != cudaSuccess) return cerr;
+    max_cluster = found;
+  }
+  plan->cluster = 0;
+  if (max_cluster > 0) {  // sm_90: one cluster a row, smallest power of two with one tile per block
+    int c = 1;
+    while (c < max_cluster && (len + c - 1) / c > kTcTile) c *= 2;
+    if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
+    plan->cluster = c;
+    plan->blocks_per_row = c;
+    plan->row_workspace_bytes = 0;
+    plan->workspace_bytes = 0;
+    return cudaSuccess;
   }
   int sms = 0;
   int per_sm = 0;
@@ -317,12 +380,29 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
 
 cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int64_t k, const TopkPlan& plan,
                             void* workspace, float* values, int64_t* indices, cudaStream_t stream) {
+  int k32 = static_cast<int>(k);
+  if (plan.cluster > 0) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
+    config.blockDim = dim3(kTcThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel, scores, len, k32, plan.cluster, values,
+                                         indices);
+    if (err != cudaSuccess) return err;
+    return cudaGetLastError();
+  }
   const int blocks = plan.blocks_per_row;
   const dim3 grid(static_cast<unsigned>(rows * blocks));
   const dim3 block(kTopkThreads);
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   size_t row_bytes = plan.row_workspace_bytes;
-  int k32 = static_cast<int>(k);
   if (blocks == 1) {  // no barrier ever waits on another block: an ordinary launch is enough
     qsa_topk_kernel<<<grid, block, 0, stream>>>(scores, len, k32, blocks, ws, row_bytes, values, indices);
     return cudaGetLastError();
