@@ -349,3 +349,27 @@ def test_a_quality_comparison_that_fails_is_error(monkeypatch: pytest.MonkeyPatc
     rec = build_verdict([pair], [], support.pinned_contract())
     assert rec["verdict"] == "ERROR"
     assert "KeyError" in gate(rec, "quality: quality comparison computed")["detail"]
+
+
+def _margin_contract(margin_pct: float) -> LoadedContract:
+    base = support.pinned_contract()
+    data = base.contract.model_dump(mode="json")
+    data["speed"]["gates"]["max_decode_regression_pct"] = margin_pct
+    contract = parse_contract(data, Path("margin.yaml"))
+    return LoadedContract(path="margin.yaml", sha256=support.FIXTURE_SHA, contract=contract)
+
+
+def test_non_inferiority_needs_the_ci_to_rule_out_a_larger_slowdown() -> None:
+    control, candidate = support.load_pair()
+    # The candidate is ~3 % slower but noisy: not a significant regression, and not ruled out either.
+    for i, (rep, c) in enumerate(zip(candidate["reps"], control["reps"], strict=True)):
+        rep["decode_tok_s"] = c["decode_tok_s"] * (0.97 + (0.04 if i % 2 else -0.04))
+    rec = verdict_of(control, candidate, _margin_contract(1.0))
+    decode = rec["stats"]["decode_tok_s"]
+    assert decode["verdict"] != "regressed" and decode["ci_low"] < 0.99, decode
+    g = gate(rec, "decode regression ruled out beyond 1 %")
+    assert not g["passed"] and rec["verdict"] == "FAIL"
+    # The same data pass a margin wide enough for the CI's lower bound.
+    wide = 100 * (1 - decode["ci_low"]) + 1
+    rec = verdict_of(control, candidate, _margin_contract(wide))
+    assert gate(rec, "decode regression ruled out")["passed"]

@@ -96,6 +96,13 @@ class SpeedGates(_Strict):
     max_prefill_regression_pct: float | None = Field(None, ge=0)
     identical_tokens: bool = True
     min_decode_improvement_pct: float | None = Field(None, ge=0)
+    max_decode_regression_pct: float | None = Field(
+        None,
+        ge=0,
+        lt=100,
+        description="non-inferiority margin: passes only when the CI's lower bound of the decode ratio "
+        "(candidate/control) is >= 1 - margin/100, i.e. the data rule out a larger slowdown",
+    )
 
 
 class SpeedStats(_Strict):

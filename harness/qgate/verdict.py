@@ -263,12 +263,26 @@ def speed_gates(
             "all candidate reps produced the same token ids" if same else "candidate reps differ in tokens"
         )
         gates.append(Gate("candidate tokens identical across reps", same, detail))
+    if g.max_decode_regression_pct is not None:
+        gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct))
     if g.min_decode_improvement_pct is not None:
         want = g.min_decode_improvement_pct
         ok = decode.verdict == IMPROVED and decode.change_pct is not None and decode.change_pct >= want
         detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
         gates.append(Gate(f"decode improvement >= {want:g} %", ok, detail))
     return gates
+
+
+def _non_inferiority_gate(decode: MetricStats, margin_pct: float) -> Gate:
+    """No significant regression is not evidence of no regression: the CI must exclude a slowdown
+    larger than the margin, so a noisy or underpowered run cannot pass by failing to detect one."""
+    floor = 1.0 - margin_pct / 100.0
+    name = f"decode regression ruled out beyond {margin_pct:g} %"
+    if decode.ci_low is None:
+        return Gate(name, False, "no CI of the decode ratio", SEV_ERROR)
+    ok = decode.ci_low >= floor
+    detail = f"{_ci(decode)}; lower bound {'>=' if ok else '<'} {floor:.4f}"
+    return Gate(name, ok, detail)
 
 
 def _ci(st: MetricStats) -> str:
