@@ -41,16 +41,17 @@ def tests(session: nox.Session) -> None:
 
 
 def _kernels_compile(session: nox.Session) -> None:
-    script = ROOT / "kernels_ext" / "tools" / "compile_check.py"
-    if script.exists():
-        session.run("python", str(script))
+    """sm_70 with Debian's CUDA 11.8 (non-free; CUDA 13 dropped sm_70), sm_90 with the machine's CUDA 13.
+
+    The install script is idempotent (~90 s once, needs root or sudo); a missing toolkit fails the check.
+    """
+    session.run("bash", ".ci/install_cuda118.sh", external=True)
+    session.run("python", "kernels_ext/tools/compile_check.py")
 
 
 @nox.session
 def kernels(session: nox.Session) -> None:
     """Compile every .cu for sm_70 (CUDA 11.8) and sm_90 (CUDA 13); fail on an error or a spill."""
-    # Debian's CUDA 11.8 (non-free) is the toolkit that still builds sm_70; needs root, ~90 s once.
-    session.run("bash", ".ci/install_cuda118.sh", external=True)
     _kernels_compile(session)
 
 
@@ -73,4 +74,5 @@ def demo(session: nox.Session) -> None:
         str(out / "report"),
         success_codes=[0, 1, 3],
     )
-    session.log(f"results: {out / 'speed'}  report: {out / 'report' / 'report.md'}")
+    if (out / "report" / "report.md").exists():
+        session.log(f"results: {out / 'speed'}  report: {out / 'report' / 'report.md'}")
