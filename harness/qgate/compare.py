@@ -14,8 +14,6 @@ so the report can be rendered again from verdict.json alone.
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,7 +24,7 @@ import numpy as np
 
 from qgate import verdict as vd
 from qgate.contract import ROUTE_ENV_PREFIX, ContractError, LoadedContract, load_contract
-from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
+from qgate.results import ResultError, atomic_write_json, atomic_write_text, atomic_write_with, load_result
 from qgate.stats import StatsConfig, compare_samples, unit_samples
 
 VERDICT_SCHEMA_VERSION = 1
@@ -315,13 +313,7 @@ def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"verdict": str(out / "verdict.json"), "report": str(out / "report.md")}
     if "speed" in record.get("kinds", []):
-        fd, tmp = tempfile.mkstemp(prefix=".speed.", suffix=".png", dir=out)
-        os.close(fd)
-        try:
-            plots.speed_png(record, tmp)
-            os.replace(tmp, out / "speed.png")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
         paths["plot"] = str(out / "speed.png")
     record = {**record, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     atomic_write_text(paths["report"], render_markdown(record))

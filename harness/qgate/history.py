@@ -45,7 +45,7 @@ from typing import Any
 from urllib.parse import quote
 
 from qgate.errors import QgateError
-from qgate.results import ResultError, atomic_write_text, load_result
+from qgate.results import ResultError, atomic_write_text, atomic_write_with, load_result
 
 HISTORY_SCHEMA_VERSION = 1
 FORMAT = "qgate-history"
@@ -546,13 +546,7 @@ def write_report(store: str | Path, out_dir: str | Path) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {"report": str(out / "history.md")}
     if rows:
-        fd, tmp = tempfile.mkstemp(prefix=".history.", suffix=".png", dir=out)
-        os.close(fd)
-        try:
-            trend.render_png(rows, tmp)
-            os.replace(tmp, out / "history.png")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        atomic_write_with(out / "history.png", lambda tmp: trend.render_png(rows, tmp), ".png")
         paths["plot"] = str(out / "history.png")
     text = trend.render_markdown(rows, str(store), "history.png" if rows else None)
     atomic_write_text(paths["report"], text)

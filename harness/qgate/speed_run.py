@@ -15,7 +15,7 @@ from typing import Any
 
 from qgate.contract import LoadedContract
 from qgate.engine.launcher import EngineError
-from qgate.engine.segment import run_segment
+from qgate.engine.segment import result_header, run_segment
 from qgate.models import resolve_model
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
 from qgate.routes import check_overrides
@@ -54,14 +54,7 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, 
     s = c.speed
     assert s is not None
     return {
-        "kind": "speed",
-        "schema_version": SPEED_SCHEMA_VERSION,
-        "arm": plan.name,
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
-        "env": dict(plan.env),
-        "engine_args": dict(plan.engine_args),
-        "model": model,
-        "fingerprint": None,
+        **result_header("speed", SPEED_SCHEMA_VERSION, loaded, plan, model),
         "prompt": {"input_tokens": s.input_tokens, "seed": s.prompt_seed, "sha256": None},
         "workload": {
             "output_tokens": s.output_tokens,
@@ -72,11 +65,7 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, 
             "reset_prefix_cache": s.reset_prefix_cache,
             "launches": s.launches,
         },
-        "launches": [],
         "reps": [],
-        "routes": {},
-        "dropped_env": [],
-        "complete": False,
     }
 
 

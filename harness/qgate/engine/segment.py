@@ -8,9 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from qgate.engine.launcher import EngineError, run_child
 from qgate.routes import collect
+
+
+def result_header(kind: str, schema_version: int, loaded: Any, plan: Any, model: dict) -> dict[str, Any]:
+    """What every arm result starts with: who ran what, under which contract, env and engine args."""
+    c = loaded.contract
+    return {
+        "kind": kind,
+        "schema_version": schema_version,
+        "arm": plan.name,
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "env": dict(plan.env),
+        "engine_args": dict(plan.engine_args),
+        "model": model,
+        "fingerprint": None,
+        "launches": [],
+        "routes": {},
+        "dropped_env": [],
+        "complete": False,
+    }
 
 
 def merge_routes(total: dict, part: dict) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
-from qgate.engine.segment import run_segment
+from qgate.engine.segment import result_header, run_segment
 from qgate.models import resolve_model
 from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
@@ -59,22 +59,11 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, dataset: dict
     c = loaded.contract
     assert c.quality is not None
     return {
-        "kind": "quality",
-        "schema_version": QUALITY_SCHEMA_VERSION,
-        "arm": plan.name,
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
-        "env": dict(plan.env),
-        "engine_args": dict(plan.engine_args),
-        "model": model,
-        "fingerprint": None,
+        **result_header("quality", QUALITY_SCHEMA_VERSION, loaded, plan, model),
         "dataset": dataset,
         "quality": c.quality.model_dump(mode="json"),
-        "launches": [],
         "items": [],
         "summary": summarize([], c.quality.n_items),
-        "routes": {},
-        "dropped_env": [],
-        "complete": False,
     }
 
 
