@@ -37,7 +37,7 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     _kernels_compile(session)
-    session.run("pytest", "-ra", *session.posargs)
+    session.run("pytest", "-ra", "--durations=15", *session.posargs)
 
 
 def _kernels_compile(session: nox.Session) -> None:
