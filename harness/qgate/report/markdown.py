@@ -231,7 +231,8 @@ def _speed(record: dict[str, Any]) -> list[str]:
     unit_line = f"Statistics unit: {unit} ({figs['control']['reps']} v {figs['candidate']['reps']} reps" + (
         f", {figs['control']['launches']} launches per arm: reps averaged per launch first)."
         if unit == "launch"
-        else ")."
+        else "). Each arm is one engine start, so variation between engine starts is not in these "
+        "statistics; use the contract's `launches` (>= 5) for a verdict across engine starts."
     )
     return [
         "## Speed",
