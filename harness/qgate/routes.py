@@ -14,12 +14,12 @@ the arm's env, the way the engine will.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from qgate.engine.launcher import child_env
 from qgate.errors import QgateError
 
 # Route name -> the env var that switches it on (kept equal to qgate_kernels.overrides.ROUTE_ENV).
@@ -30,7 +30,6 @@ ROUTES: dict[str, str] = {
     "qsa_topk": "VLLM_SM70_QWEN38_QSA_TOPK",
 }
 OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
-ROUTE_ENV_PREFIXES = ("VLLM_SM70_", OVERRIDE_PREFIX)  # what the launcher strips from the caller's env
 ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
 CHECK_TIMEOUT_S = 120.0
 
@@ -77,9 +76,7 @@ def _spec_ok(spec: str) -> bool:
 
 def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
     """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(ROUTE_ENV_PREFIXES)}
-    env.update({k: str(v) for k, v in arm_env.items()})
-    return env
+    return child_env(dict(arm_env), None)[0]
 
 
 def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
