@@ -65,7 +65,8 @@ cudaError_t launch_gdn_input(const GdnArgs& p, cudaStream_t stream) {
                      p.hidden,  n_qkvz, nk, r, p.head_k_dim, p.head_v_dim,
                      static_cast<__half*>(p.mixed_qkv), static_cast<__half*>(p.z),
                      static_cast<__half*>(p.b), static_cast<__half*>(p.a)};
-  return launch_gemv_rows(rows, static_cast<const __half*>(p.x), n_qkvz + 2 * p.num_v_heads, p.hidden, stream);
+  return launch_gemv_rows(rows, static_cast<const __half*>(p.x), n_qkvz + 2 * p.num_v_heads, p.hidden,
+                          p.static_weights, stream);
 }
 
 }  // namespace qgate

@@ -16,15 +16,16 @@ struct GemvRows {
 
 }  // namespace
 
-cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, cudaStream_t stream) {
+cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, bool static_weights,
+                        cudaStream_t stream) {
   // sm_90 with QGATE_GEMV_IMPL=bulk: bulk copies into shared memory (gemv_bulk.cuh, same bits).
   const GemvBulkPlan bulk = plan_gemv_bulk(w, n, k);
   if (bulk.blocks > 0) {
     return launch_gemv_bulk(bulk, static_cast<const __half*>(w), static_cast<const __half*>(x), static_cast<__half*>(y),
-                            n, k, stream);
+                            n, k, static_weights, stream);
   }
   const GemvRows rows{static_cast<const __half*>(w), k, static_cast<__half*>(y)};
-  return launch_gemv_rows(rows, static_cast<const __half*>(x), n, k, stream);
+  return launch_gemv_rows(rows, static_cast<const __half*>(x), n, k, static_weights, stream);
 }
 
 }  // namespace qgate

@@ -156,7 +156,7 @@ inline GemvBulkPlan plan_gemv_bulk(const void* w, int64_t n, int64_t k) {
 
 template <int WPR>
 cudaError_t launch_bulk_wpr(const GemvBulkPlan& plan, const __half* w, const __half* x, __half* y, int64_t n,
-                            int64_t k, cudaStream_t stream) {
+                            int64_t k, bool static_weights, cudaStream_t stream) {
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       gemv_bulk_kernel<WPR>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBulkSmemBudget));
   if (attr_err != cudaSuccess) return attr_err;
@@ -169,17 +169,17 @@ cudaError_t launch_bulk_wpr(const GemvBulkPlan& plan, const __half* w, const __h
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = gemv_tuning().pdl ? 1 : 0;
+  config.numAttrs = static_weights ? 1 : 0;  // PDL: see launch_gemv_rows
   return cudaLaunchKernelEx(&config, gemv_bulk_kernel<WPR>, w, x, y, n, k, plan.rows_per_block, plan.stages);
 }
 
 inline cudaError_t launch_gemv_bulk(const GemvBulkPlan& plan, const __half* w, const __half* x, __half* y, int64_t n,
-                                    int64_t k, cudaStream_t stream) {
+                                    int64_t k, bool static_weights, cudaStream_t stream) {
   switch (gemv_warps_per_row(k)) {
-    case 1: return launch_bulk_wpr<1>(plan, w, x, y, n, k, stream);
-    case 2: return launch_bulk_wpr<2>(plan, w, x, y, n, k, stream);
-    case 4: return launch_bulk_wpr<4>(plan, w, x, y, n, k, stream);
-    default: return launch_bulk_wpr<8>(plan, w, x, y, n, k, stream);
+    case 1: return launch_bulk_wpr<1>(plan, w, x, y, n, k, static_weights, stream);
+    case 2: return launch_bulk_wpr<2>(plan, w, x, y, n, k, static_weights, stream);
+    case 4: return launch_bulk_wpr<4>(plan, w, x, y, n, k, static_weights, stream);
+    default: return launch_bulk_wpr<8>(plan, w, x, y, n, k, static_weights, stream);
   }
 }
 

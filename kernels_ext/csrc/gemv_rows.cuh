@@ -38,10 +38,20 @@ __device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float 
   return acc;
 }
 
-// PDL (sm_90): when the launch allows programmatic dependent launch, the kernel may start before
-// the previous kernel in the stream has finished; it waits here before it reads x or writes any
-// output. Weights are read before the wait: see launch_gemv_rows for when that is allowed. Without
-// such a launch the wait returns at once.
+// Programmatic dependent launch (PDL, sm_90). The rows kernel is written for it either way:
+// - it lets the next kernel in the stream launch as soon as all of its own blocks are running
+//   (allow_next_grid, at the start). That changes nothing unless the next kernel was itself
+//   launched with PDL, and such a kernel waits for this one before it reads what this one wrote.
+// - it issues its first weight loads before wait_for_previous_grid and reads x and writes the
+//   output only after it. When the kernel itself was launched with PDL (static weights, see
+//   launch_gemv_rows), it may start while the previous kernel drains, so the weight loads overlap
+//   that kernel's tail; without PDL both calls return at once.
+__device__ __forceinline__ void allow_next_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void wait_for_previous_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -77,6 +87,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   const bool active = row < n_rows;
   const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
+  allow_next_grid();
   uint4 wv[kGemvUnroll];
   if (active) load_weight_group<WPR>(wv, w, slot, k, lane);
   wait_for_previous_grid();
@@ -128,23 +139,14 @@ inline int gemv_warps_per_row(int64_t k) {
   return wpr;
 }
 
-// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
-//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory;
-//   QGATE_GEMV_PDL=1     launch with programmatic dependent launch on sm_90, so the weight loads
-//                        overlap the end of the previous kernel. Only valid when no kernel before
-//                        it in the stream writes the weights (true of inference weights).
-struct GemvTuning {
-  bool x_global;
-  bool pdl;
-};
-
-inline GemvTuning gemv_tuning() {
-  static const GemvTuning tuning = [] {
+// Tuning switch, read once per process (the benchmark compares it; see BENCH.md):
+//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory.
+inline bool gemv_x_global() {
+  static const bool x_global = [] {
     const char* x = std::getenv("QGATE_GEMV_X");
-    const char* pdl = std::getenv("QGATE_GEMV_PDL");
-    return GemvTuning{x != nullptr && std::strcmp(x, "global") == 0, pdl != nullptr && std::strcmp(pdl, "1") == 0};
+    return x != nullptr && std::strcmp(x, "global") == 0;
   }();
-  return tuning;
+  return x_global;
 }
 
 template <int WPR, bool X_IN_SMEM, class Rows>
@@ -169,20 +171,25 @@ cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_
 }
 
 template <int WPR, class Rows>
-cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream) {
-  const GemvTuning tuning = gemv_tuning();
+cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, bool static_weights,
+                       cudaStream_t stream) {
   int device = 0;
   int major = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const bool pdl = tuning.pdl && major >= 9;
-  if (!tuning.x_global && k * 2 <= kGemvMaxSmemX) return launch_one<WPR, true>(rows, x, n_rows, k, grid, stream, pdl);
+  const bool pdl = static_weights && major >= 9;
+  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) return launch_one<WPR, true>(rows, x, n_rows, k, grid, stream, pdl);
   return launch_one<WPR, false>(rows, x, n_rows, k, grid, stream, pdl);
 }
 
+// static_weights: the caller promises that no kernel still running before this one in the stream
+// writes the weights (true of a model's weights during inference). Only then is the kernel
+// launched with PDL on sm_90, reading its weights while the previous kernel finishes; x is always
+// read after the previous kernel has completed.
 template <class Rows>
-cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, cudaStream_t stream) {
+cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, bool static_weights,
+                             cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
   const int wpr = gemv_warps_per_row(k);
@@ -191,10 +198,10 @@ cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, 
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   switch (wpr) {
-    case 1: return launch_wpr<1>(rows, x, n_rows, k, grid, stream);
-    case 2: return launch_wpr<2>(rows, x, n_rows, k, grid, stream);
-    case 4: return launch_wpr<4>(rows, x, n_rows, k, grid, stream);
-    default: return launch_wpr<8>(rows, x, n_rows, k, grid, stream);
+    case 1: return launch_wpr<1>(rows, x, n_rows, k, grid, static_weights, stream);
+    case 2: return launch_wpr<2>(rows, x, n_rows, k, grid, static_weights, stream);
+    case 4: return launch_wpr<4>(rows, x, n_rows, k, grid, static_weights, stream);
+    default: return launch_wpr<8>(rows, x, n_rows, k, grid, static_weights, stream);
   }
 }
 

@@ -11,7 +11,11 @@
 namespace qgate {
 
 // y[n] = sum_k w[n, k] * x[k]; w, x, y fp16 (as raw pointers), k % 8 == 0, 16-byte aligned rows.
-cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, cudaStream_t stream);
+// static_weights: no kernel of the current step writes w (a model's weights): on sm_90 the kernel
+// is then launched with programmatic dependent launch and reads w while the previous kernel in the
+// stream finishes (gemv_rows.cuh). Same bits either way.
+cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, bool static_weights,
+                        cudaStream_t stream);
 
 // Both Qwen3-Next GDN input GEMVs in one launch, written de-interleaved (see gdn_input.cu).
 struct GdnArgs {
@@ -24,6 +28,7 @@ struct GdnArgs {
   void* a;             // [nv] fp16
   int64_t hidden;
   int num_k_heads, num_v_heads, head_k_dim, head_v_dim;
+  bool static_weights;  // as for launch_gemv
 };
 cudaError_t launch_gdn_input(const GdnArgs& args, cudaStream_t stream);
 

@@ -25,7 +25,7 @@ void check_dense(const at::Tensor& t, const char* name, at::ScalarType dtype, co
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
-at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x) {
+at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x, bool static_weight) {
   const at::Device dev = weight.device();
   check_dense(weight, "weight", at::kHalf, dev);
   check_dense(x, "x", at::kHalf, dev);
@@ -39,7 +39,7 @@ at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(n);
   at::Tensor y = at::empty(shape, x.options());
-  check_cuda(qgate::launch_gemv(weight.data_ptr(), x.data_ptr(), y.data_ptr(), n, k,
+  check_cuda(qgate::launch_gemv(weight.data_ptr(), x.data_ptr(), y.data_ptr(), n, k, static_weight,
                                 at::cuda::getCurrentCUDAStream()),
              "gemv");
   return y;
@@ -82,7 +82,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_hc_cuda(const at::Tensor& h
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gdn_input_cuda(const at::Tensor& x, const at::Tensor& w_qkvz,
                                                                           const at::Tensor& w_ba, int64_t nk,
-                                                                          int64_t nv, int64_t dk, int64_t dv) {
+                                                                          int64_t nv, int64_t dk, int64_t dv,
+                                                                          bool static_weight) {
   const at::Device dev = x.device();
   check_dense(x, "x", at::kHalf, dev);
   check_dense(w_qkvz, "w_qkvz", at::kHalf, dev);
@@ -102,7 +103,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> gdn_input_cuda(const 
   at::Tensor a = at::empty({1, nv}, x.options());
   qgate::GdnArgs args{x.data_ptr(),        w_qkvz.data_ptr(), w_ba.data_ptr(),       mixed.data_ptr(),
                       z.data_ptr(),        b.data_ptr(),      a.data_ptr(),          hidden,
-                      static_cast<int>(nk), static_cast<int>(nv), static_cast<int>(dk), static_cast<int>(dv)};
+                      static_cast<int>(nk), static_cast<int>(nv), static_cast<int>(dk), static_cast<int>(dv),
+                      static_weight};
   check_cuda(qgate::launch_gdn_input(args, at::cuda::getCurrentCUDAStream()), "gdn_input");
   return {mixed, z, b, a};
 }

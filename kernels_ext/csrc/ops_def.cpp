@@ -8,13 +8,13 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(qgate, m) {
-  m.def("gemv(Tensor weight, Tensor x) -> Tensor");
+  m.def("gemv(Tensor weight, Tensor x, bool static_weight=False) -> Tensor");
   m.def(
       "fused_hc(Tensor h, Tensor norm_weight, Tensor w_a, Tensor a_static, Tensor scale_a, "
       "Tensor w_b, Tensor b_static, Tensor scale_b, float eps) -> (Tensor, Tensor, Tensor)");
   m.def(
       "gdn_input(Tensor x, Tensor w_qkvz, Tensor w_ba, int num_k_heads, int num_v_heads, "
-      "int head_k_dim, int head_v_dim) -> (Tensor, Tensor, Tensor, Tensor)");
+      "int head_k_dim, int head_v_dim, bool static_weight=False) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("qsa_topk(Tensor scores, int k) -> (Tensor, Tensor)");
 }
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -92,7 +94,7 @@ def _layout_reason(tensors: tuple[Tensor, ...]) -> str | None:
     return None
 
 
-def gemv(weight: Tensor, x: Tensor) -> Tensor:
+def gemv(weight: Tensor, x: Tensor, *, static_weight: bool = False) -> Tensor:
     """Batch-one FP16 row-GEMV, route `fp16_gemv`: y = x W^T.
 
     weight: [N, K] fp16 row-major; x: [K] -> y [N], or [M, K] -> y [M, N]. float32 accumulation in
@@ -100,6 +102,11 @@ def gemv(weight: Tensor, x: Tensor) -> Tensor:
     takes M = 1, K a multiple of 8 and 16-byte aligned dense rows; anything else runs the
     reference and counts a fallback (reasons: m_gt_1, dtype, shape, layout, device, no_cuda_build,
     arch).
+
+    static_weight=True promises that no kernel of the current step writes `weight` (a model's
+    weights during inference): on sm_90 the kernel then starts with programmatic dependent launch
+    and streams the weights while the previous kernel finishes; x is read only after it has
+    completed. The result bits are the same either way.
     """
     if weight.dim() != 2 or x.dim() not in (1, 2) or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"gemv: weight {tuple(weight.shape)} and x {tuple(x.shape)} do not fit")
@@ -107,7 +114,7 @@ def gemv(weight: Tensor, x: Tensor) -> Tensor:
     if reason is not None:
         _count(ROUTE_GEMV, reason)
         return reference.gemv(weight, x)
-    return torch.ops.qgate.gemv.default(weight, x)
+    return torch.ops.qgate.gemv.default(weight, x, static_weight)
 
 
 def _gemv_reason(weight: Tensor, x: Tensor) -> str | None:
@@ -185,6 +192,8 @@ def gdn_input(
     num_v_heads: int,
     head_k_dim: int,
     head_v_dim: int,
+    *,
+    static_weight: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fused Gated-DeltaNet input projection (Qwen3-Next layout), route `fused_gdn_input_fp16`.
 
@@ -194,6 +203,7 @@ def gdn_input(
     equal gemv's) and writes straight into the de-interleaved outputs vLLM's GDN core takes:
     mixed_qkv [1, 2*nk*dk + nv*dv] = [all q | all k | all v], z [1, nv, dv], b [1, nv], a [1, nv].
     T > 1 rows (m_gt_1), other dtypes, K not a multiple of 8 run the reference, counted.
+    static_weight: as for `gemv`.
     """
     reference._check_gdn_shapes(x, w_qkvz, w_ba, num_k_heads, num_v_heads, head_k_dim, head_v_dim)
     heads = (num_k_heads, num_v_heads, head_k_dim, head_v_dim)
@@ -201,7 +211,7 @@ def gdn_input(
     if reason is not None:
         _count(ROUTE_GDN, reason)
         return reference.gdn_input(x, w_qkvz, w_ba, *heads)
-    return torch.ops.qgate.gdn_input.default(x, w_qkvz, w_ba, *heads)
+    return torch.ops.qgate.gdn_input.default(x, w_qkvz, w_ba, *heads, static_weight)
 
 
 def _gdn_reason(x: Tensor, w_qkvz: Tensor, w_ba: Tensor) -> str | None:
@@ -246,14 +256,26 @@ def _topk_reason(scores: Tensor, k: int) -> str | None:
 # --- registrations: the reference is the CPU kernel; fake kernels give shapes to torch.compile ---
 
 _impl_lib = torch.library.Library(_library.NAMESPACE, "IMPL")
-_impl_lib.impl("gemv", reference.gemv, "CPU")
+
+
+def _launch_flag_ignored(ref: Callable[..., Any], n_args: int) -> Callable[..., Any]:
+    """The CPU kernel of an op whose last argument, static_weight, only changes how the CUDA kernel
+    is launched: the reference (bound now, as the other ops' CPU kernels are) on the other args."""
+
+    def cpu(*args: Any) -> Any:
+        return ref(*args[:n_args])
+
+    return cpu
+
+
+_impl_lib.impl("gemv", _launch_flag_ignored(reference.gemv, 2), "CPU")
 _impl_lib.impl("fused_hc", reference.fused_hc, "CPU")
-_impl_lib.impl("gdn_input", reference.gdn_input, "CPU")
+_impl_lib.impl("gdn_input", _launch_flag_ignored(reference.gdn_input, 7), "CPU")
 _impl_lib.impl("qsa_topk", reference.qsa_topk, "CPU")
 
 
 @torch.library.register_fake("qgate::gemv", lib=_impl_lib)
-def _gemv_fake(weight: Tensor, x: Tensor) -> Tensor:
+def _gemv_fake(weight: Tensor, x: Tensor, static_weight: bool = False) -> Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
@@ -282,6 +304,7 @@ def _gdn_input_fake(
     num_v_heads: int,
     head_k_dim: int,
     head_v_dim: int,
+    static_weight: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     t = 1 if x.dim() == 1 else x.shape[0]
     width = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim

@@ -31,6 +31,7 @@ This is the only module of kernels_ext that imports vLLM (inside the functions t
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import weakref
@@ -105,6 +106,9 @@ def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], 
     except Exception as exc:  # a broken extension build must stop the engine, not run vLLM's path
         return {}, f"cannot import qgate_kernels.ops ({type(exc).__name__}: {exc})"
     impls = {r: getattr(ops, overrides.ROUTE_OP[r]) for r in routes_on}
+    for r in {GEMV_ROUTE, GDN_ROUTE} & routes_on:
+        # A model's weights are not written during inference: the kernel may stream them early (PDL).
+        impls[r] = functools.partial(impls[r], static_weight=True)
     for route, spec in overrides.overrides_in(os.environ).items():
         try:
             impls[route] = overrides.resolve(route, spec)

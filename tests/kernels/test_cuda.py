@@ -250,5 +250,49 @@ def test_opcheck_on_cuda() -> None:
         ),
         "qsa_topk": (torch.randn(3, 4000, generator=gen, device=DEV), 33),
     }
+    cases["gemv_static"] = (*cases["gemv"], True)  # static_weight=True: the PDL launch on sm_90
+    cases["gdn_input_static"] = (*cases["gdn_input"], True)
     for name, args in cases.items():
-        torch.library.opcheck(getattr(torch.ops.qgate, name).default, args)
+        torch.library.opcheck(getattr(torch.ops.qgate, name.removesuffix("_static")).default, args)
+
+
+@pytest.mark.parametrize(("n", "k"), [(3072, 2048), (4096, 4096), (37984, 2048), (7, 264)])
+def test_static_weight_launch_gives_the_same_bits(n: int, k: int) -> None:
+    """static_weight=True (PDL on sm_90: weights read before the previous kernel has finished)."""
+    gen, seed = fresh_generator(DEV)
+    w = randn(gen, n, k, dtype=torch.half, device=DEV, scale=k**-0.5)
+    x = randn(gen, k, dtype=torch.half, device=DEV)
+    assert torch.equal(qgate_kernels.gemv(w, x, static_weight=True), qgate_kernels.gemv(w, x)), f"seed {seed}"
+
+
+def test_static_weight_chain_reads_x_after_the_previous_kernel() -> None:
+    """A chain where each GEMV's x is written by the kernel just before it (another GEMV or a torch
+    kernel), eager and under graph replay: every x must be the finished one, so the chain with PDL
+    launches equals the chain with plain launches bit for bit."""
+    gen, seed = fresh_generator(DEV)
+    ws = [randn(gen, 2048, 2048, dtype=torch.half, device=DEV, scale=2048**-0.5) for _ in range(6)]
+    x0 = randn(gen, 2048, dtype=torch.half, device=DEV)
+
+    def chain(static: bool) -> torch.Tensor:
+        y = x0
+        for i, w in enumerate(ws):
+            y = qgate_kernels.gemv(w, y, static_weight=static)
+            if i % 2:
+                y = torch.tanh(y * 1.5)  # a torch kernel between two GEMVs
+        return y
+
+    want = chain(False)
+    assert torch.equal(chain(True), want), f"seed {seed}"
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain(True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(True)
+    for _ in range(3):
+        x0.copy_(torch.randn(2048, generator=gen, device=DEV).half())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, chain(False)), f"seed {seed}"

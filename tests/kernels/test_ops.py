@@ -62,9 +62,10 @@ def test_opcheck_all_ops_on_cpu() -> None:
         "gemv": [
             (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16)),
             (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 1, 64, dtype=torch.float16)),
+            (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16), True),
         ],
         "fused_hc": [(*_hc_args(gen), 1e-6)],
-        "gdn_input": [_gdn_args(gen)],
+        "gdn_input": [_gdn_args(gen), (*_gdn_args(gen), True)],
         "qsa_topk": [(randn(gen, 3, 100, dtype=torch.float32), 7)],
     }
     for name, cases in samples.items():

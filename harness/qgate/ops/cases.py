@@ -52,6 +52,8 @@ class Case:
     probe: Maker  # inputs the CUDA kernel does not take: must run the reference, counted
     probe_reason: str
     bytes_moved: int  # each input read once, each output written once
+    # optional: "plain" (the route without the static-weight launch), "producer" (a kernel that
+    # writes the route's activation input, timed before each call: see ops/bench.py)
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -81,13 +83,18 @@ def gemv_case(n: int, k: int) -> Case:
         route="fp16_gemv",
         shape={"n": n, "k": k},
         make=make,
-        kernel=lambda w, x: (qgate_kernels.gemv(w, x),),
+        # as the vLLM plugin calls it: a model's weights are static (PDL launch on sm_90)
+        kernel=lambda w, x: (qgate_kernels.gemv(w, x, static_weight=True),),
         reference=lambda w, x: (reference.gemv(w, x),),
         baseline=lambda w, x: F.linear(x.view(1, -1), w),
         baseline_name="F.linear (cuBLAS)",
         probe=probe,
         probe_reason="m_gt_1",
         bytes_moved=2 * (n * k + k + n),
+        meta={
+            "plain": lambda w, x: (qgate_kernels.gemv(w, x),),
+            "producer": lambda w, x: x.mul_(1.0),  # a kernel that writes x just before the call
+        },
     )
 
 
@@ -160,13 +167,17 @@ def gdn_case(hidden: int, num_k_heads: int, num_v_heads: int, head_k_dim: int, h
         route="fused_gdn_input_fp16",
         shape={"hidden": hidden, "nk": num_k_heads, "nv": num_v_heads, "dk": head_k_dim, "dv": head_v_dim},
         make=make,
-        kernel=lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads),
+        kernel=lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads, static_weight=True),
         reference=lambda x, wq, wb: reference.gdn_input(x, wq, wb, *heads),
         baseline=lambda x, wq, wb: unfused_gdn(x, wq, wb, *heads),
         baseline_name="2x F.linear + split/reshape/cat (vLLM)",
         probe=probe,
         probe_reason="m_gt_1",
         bytes_moved=2 * (rows * hidden + hidden + rows),
+        meta={
+            "plain": lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads),
+            "producer": lambda x, wq, wb: x.mul_(1.0),
+        },
     )
 
 

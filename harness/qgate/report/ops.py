@@ -67,4 +67,26 @@ def bench_markdown(record: dict[str, Any]) -> str:
             f"{c['speedup']:.2f}x | {c['input_sets']} ({c['rotated_bytes'] / 1e6:.0f}) | {target} | "
             f"{_fmt(c['target_met'])} |"
         )
+    conditions = [c for c in record["cases"] if "plain_timing" in c or "after_producer" in c]
+    if conditions:
+        lines += [
+            "",
+            "Launch conditions (route us above: calls back to back, launched as the vLLM plugin launches "
+            "them; plain: without the static-weight (PDL) launch; after producer: each call right after "
+            "a kernel that writes its input, that kernel's time subtracted):",
+            "",
+            "| route | shape | back to back us | plain us | after producer: route us | TB/s | "
+            "baseline us | producer us |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in conditions:
+            plain = c.get("plain_timing", {}).get("median_us")
+            ap = c.get("after_producer", {})
+            gb = ap.get("route_gb_s")
+            lines.append(
+                f"| {c['route']} | {c['label']} | {c['route_timing']['median_us']:.2f} | "
+                f"{_fmt(plain, '.2f')} | "
+                f"{_fmt(ap.get('route_us'), '.2f')} | {_fmt(gb / 1000 if gb else None, '.2f')} | "
+                f"{_fmt(ap.get('baseline_us'), '.2f')} | {_fmt(ap.get('producer_us'), '.2f')} |"
+            )
     return "\n".join(lines) + "\n"
