@@ -1,28 +1,68 @@
-// sm_90 path of qsa_topk: one thread-block cluster per row, the histograms and the candidates in
-// distributed shared memory, so a row costs six cluster barriers (hardware, sub-microsecond) and no
-// global workspace, memset or grid-wide barrier. Included by qsa_topk.cu after its helpers; same
-// definition, same key, same passes, same tie rule, so the result is bit-identical to the grid path.
+// sm_90 path of qsa_topk: one thread-block cluster per row. Same definition, same key (key_of), same
+// four 8-bit radix passes, same tie rule as the grid path in qsa_topk.cu (which includes this file
+// after its helpers), so the output is bit-identical; no global workspace, memset or grid barrier.
 //
-// C blocks of kTcThreads threads share a row (C = 1..16, a power of two); block r of the cluster
-// owns the index range [r per, (r + 1) per). Per pass every block builds its 256-bin histogram in
-// its own shared memory (one buffer per pass, so no buffer is rewritten while another block may read
-// it), the cluster meets at a barrier, and every block sums bin t over the C blocks in rank order.
-// Compaction: counts exchanged the same way; every block pushes its candidates into the candidate
-// array of every block of the cluster (remote stores), a barrier, then each block orders k / C of
-// them by counting larger composites. A last barrier keeps each block's shared memory alive while
-// others may still read it.
+// C blocks of NT threads share a row (C = 1..16, a power of two); block r owns the contiguous range
+// [r per, (r + 1) per), per a multiple of ITEMS, and thread t holds ITEMS consecutive keys of each
+// tile of NT x ITEMS (registers across all phases when the range is one tile, the usual case).
+//   passes 0-3: every thread adds its counted keys into a lane-striped histogram (bin b, lane l at
+//               word 32 b + l): the lanes of a warp never hit the same bank or word, so the skewed top
+//               byte costs no serialisation (no __match_any_sync). The block's 256 counts go to
+//               shared memory (one buffer per pass, never rewritten while another block may read
+//               it), a cluster barrier, then every block sums bin b over the C blocks in rank order
+//               (distributed shared memory) and picks the same byte.
+//   compaction: the block's ties before it (pass-3 counts of the other blocks, already read) and one
+//               block-wide scan of (keys > T, keys == T) per thread give each selected key its slot
+//               in the block's own list, in increasing index order.
+//   ordering:   block 0 reads the C lists in rank order (all k selected keys in index order), sorts
+//               them by ~key with a stable block radix sort (cub), so equal keys keep increasing
+//               index order, and writes values (reloaded from the input, bits kept) and indices.
+// Cluster barriers: one per pass, one after the compaction, one that keeps every block's shared
+// memory alive until block 0 has read it.
 #pragma once
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cub/block/block_radix_sort.cuh>
+#define QGATE_TC_SM90 1
+#endif
 
 namespace qgate {
 namespace {
 
-constexpr int kTcThreads = 1024;
-constexpr int kTcWarps = kTcThreads / 32;
-constexpr int kTcItems = 8;
-constexpr int64_t kTcTile = static_cast<int64_t>(kTcItems) * kTcThreads;
+constexpr int kTcThreads = 1024;  // threads a block (production configuration)
+constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
+constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
+// Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the sort's
+// storage afterwards (a fixed budget: the host cannot see the device pass's cub sizes; the kernel
+// checks it at compile time).
+constexpr size_t kTcUnionBytes = 40 * 1024;
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Small per-block state, in static shared memory.
+struct TcShared {
+  unsigned int bin, above, eq_before, nsel, max_key;
+  unsigned int warp[32];
+  unsigned int off[kTcMaxCluster + 1];
+};
+
+#ifdef QGATE_TOPK_PHASES
+// Phase timestamps (tools/topk_bench.cu): [block][32] clock64 / %globaltimer readings, null when off.
+__device__ unsigned long long* g_tc_phase = nullptr;
+__device__ __forceinline__ unsigned long long tc_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define TC_STAMP(i) \
+  if (threadIdx.x == 0 && g_tc_phase != nullptr) g_tc_phase[blockIdx.x * 32 + (i)] = clock64()
+#define TC_GSTAMP(i) \
+  if (threadIdx.x == 0 && g_tc_phase != nullptr) g_tc_phase[blockIdx.x * 32 + (i)] = tc_gtimer()
+#else
+#define TC_STAMP(i)
+#define TC_GSTAMP(i)
+#endif
+
+#ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tc_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
@@ -33,9 +73,9 @@ __device__ __forceinline__ uint32_t tc_rank() {
 __device__ __forceinline__ void tc_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Generic address of the same shared variable in block `rank` of the cluster: plain loads and
-// stores through it reach distributed shared memory, and the compiler may overlap them (ordered
-// against tc_sync by its memory clobber).
+__device__ __forceinline__ void tc_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void tc_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// Generic address of the same shared variable in block `rank` of the cluster.
 template <class T>
 __device__ __forceinline__ T* tc_map(T* p, uint32_t rank) {
   unsigned long long r;
@@ -43,166 +83,290 @@ __device__ __forceinline__ T* tc_map(T* p, uint32_t rank) {
   return reinterpret_cast<T*>(r);
 }
 
-__device__ __forceinline__ void tc_load_tile(uint32_t (&keys)[kTcItems], const float* __restrict__ s, int64_t base,
-                                             int64_t hi) {
+// This thread's ITEMS consecutive keys from index `first`; indices at or past `hi` get key 0, which
+// no float maps to (the least key, of -inf, is 0x007fffff), so 0 marks "no element" everywhere.
+template <int ITEMS>
+__device__ __forceinline__ void tc_load(uint32_t (&keys)[ITEMS], const float* __restrict__ s, int64_t first,
+                                        int64_t hi) {
+  static_assert(ITEMS % 4 == 0, "ITEMS must be a multiple of 4");
+  if (first + ITEMS <= hi && (reinterpret_cast<uintptr_t>(s + first) & 15) == 0) {
 #pragma unroll
-  for (int j = 0; j < kTcItems; ++j) {
-    const int64_t i = base + j * kTcThreads + threadIdx.x;
-    keys[j] = i < hi ? key_of(__ldg(s + i)) : 0u;
+    for (int q = 0; q < ITEMS / 4; ++q) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(s + first) + q);
+      keys[4 * q] = key_of(v.x);
+      keys[4 * q + 1] = key_of(v.y);
+      keys[4 * q + 2] = key_of(v.z);
+      keys[4 * q + 3] = key_of(v.w);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) keys[j] = first + j < hi ? key_of(__ldg(s + first + j)) : 0u;
   }
 }
 
-// Exclusive rank of `flag` in thread order over the block, block total in *total.
-__device__ __forceinline__ unsigned int tc_block_rank(bool flag, unsigned int* warp_tot, unsigned int* total) {
+// Adds the keys that match the prefix above byte `shift` into the lane-striped histogram.
+template <int ITEMS>
+__device__ __forceinline__ void tc_count(unsigned int* striped, const uint32_t (&keys)[ITEMS], int shift,
+                                         uint32_t prefix, bool first_pass) {
+  const unsigned int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < ITEMS; ++j) {
+    const uint32_t key = keys[j];
+    const bool counted = key != 0 && (first_pass || ((key ^ prefix) >> (shift + 8)) == 0);
+    if (counted) atomicAdd(striped + ((key >> shift) & 255u) * 32 + lane, 1u);
+  }
+}
+
+// hist[b] = sum over lanes of striped[32 b + l], and the striped words back to zero. NT / 256
+// threads a bin, each over a rotated run of lanes (no bank conflicts).
+template <int NT>
+__device__ __forceinline__ void tc_reduce(unsigned int* striped, unsigned int* hist) {
+  constexpr int kTpb = NT / 256;
+  constexpr int kLanes = 32 / kTpb;
+  const int bin = threadIdx.x / kTpb;
+  const int part = threadIdx.x % kTpb;
+  unsigned int sum = 0;
+#pragma unroll
+  for (int i = 0; i < kLanes; ++i) {
+    unsigned int* p = striped + bin * 32 + part * kLanes + ((i + bin) & (kLanes - 1));
+    sum += *p;
+    *p = 0;
+  }
+#pragma unroll
+  for (int off = kTpb / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (part == 0) hist[bin] = sum;
+}
+
+// Exclusive block scan of v in thread order; *total gets the block sum. Two block barriers.
+template <int NT>
+__device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* warp_tot, unsigned int* total) {
+  constexpr int kWarps = NT / 32;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
-  const unsigned int mask = __ballot_sync(0xffffffffu, flag);
-  if (lane == 0) warp_tot[warp] = __popc(mask);
+  unsigned int incl = v;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += u;
+  }
+  if (lane == 31) warp_tot[warp] = incl;
   __syncthreads();
-  unsigned int before = 0;
-  unsigned int sum = 0;
-#pragma unroll 8
-  for (int w = 0; w < kTcWarps; ++w) {
-    before += w < warp ? warp_tot[w] : 0;
-    sum += warp_tot[w];
+  const unsigned int w = lane < kWarps ? warp_tot[lane] : 0u;
+  unsigned int wincl = w;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned int u = __shfl_up_sync(0xffffffffu, wincl, off);
+    if (lane >= off) wincl += u;
+  }
+  *total = __shfl_sync(0xffffffffu, wincl, 31);
+  const unsigned int before = __shfl_sync(0xffffffffu, wincl - w, warp);
+  __syncthreads();
+  return before + incl - v;
+}
+
+// Block 0: the k selected keys of the row, read from the C lists in rank order (index order), sorted
+// by ~key ascending (stable: equal keys keep increasing index), written out. SI keys a thread.
+template <int NT, int SI>
+__device__ __forceinline__ void tc_order(void* temp, TcShared& sh, const uint2* sel, int csize, int k, uint32_t thr,
+                                         const float* __restrict__ s, float* __restrict__ values,
+                                         int64_t* __restrict__ indices) {
+  using Sort = cub::BlockRadixSort<uint32_t, NT, SI, uint32_t>;
+  static_assert(sizeof(typename Sort::TempStorage) <= kTcUnionBytes, "sort storage over its budget");
+  static_assert(kTcStripedBytes <= kTcUnionBytes, "striped histogram over its budget");
+  uint32_t keys[SI];
+  uint32_t vals[SI];
+  uint32_t mx = thr;
+#pragma unroll
+  for (int i = 0; i < SI; ++i) {
+    const int p = threadIdx.x * SI + i;
+    keys[i] = 0xffffffffu;  // padding: after every real ~key (real keys are > 0)
+    vals[i] = 0;
+    if (p < k) {
+      int r = 0;
+      while (r + 1 < csize && static_cast<int>(sh.off[r + 1]) <= p) ++r;
+      const uint2 e = *tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r));
+      keys[i] = ~e.x;
+      vals[i] = e.y;
+      mx = e.x > mx ? e.x : mx;
+    }
+  }
+  tc_arrive();  // this block has read every list: the others may leave
+  TC_STAMP(16);
+  // Every selected key lies in [thr, mx], so they share the bits above the highest bit of thr ^ mx:
+  // sorting the bits below it is enough (fewer radix passes).
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if ((threadIdx.x & 31) == 0) sh.warp[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const unsigned int m = __reduce_max_sync(0xffffffffu, threadIdx.x < NT / 32 ? sh.warp[threadIdx.x] : 0u);
+    if (threadIdx.x == 0) sh.max_key = m;
   }
   __syncthreads();
-  *total = sum;
-  return before + __popc(mask & ((1u << lane) - 1u));
+  const int end_bit = sh.max_key == thr ? 1 : 32 - __clz(sh.max_key ^ thr);
+  Sort(*reinterpret_cast<typename Sort::TempStorage*>(temp)).SortBlockedToStriped(keys, vals, 0, end_bit);
+  TC_STAMP(17);
+#pragma unroll
+  for (int i = 0; i < SI; ++i) {
+    const int p = i * NT + threadIdx.x;
+    if (p < k) {
+      values[p] = __ldg(s + vals[i]);
+      indices[p] = static_cast<int64_t>(vals[i]);
+    }
+  }
 }
-#endif
+#endif  // QGATE_TC_SM90
 
-__global__ void __launch_bounds__(kTcThreads, 1) qsa_topk_cluster_kernel(const float* __restrict__ scores,
-                                                                          int64_t len, int k, int csize,
-                                                                          float* __restrict__ values,
-                                                                          int64_t* __restrict__ indices) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  __shared__ unsigned int sh_hist[4][256];
-  __shared__ unsigned int sh_tot[256];
-  __shared__ unsigned int sh_bin, sh_above, sh_gt_fill, sh_warp[kTcWarps];
-  __shared__ uint2 sh_counts;
-  __shared__ unsigned long long sh_cand[kTopkMaxK];
+template <int NT, int ITEMS>
+__global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __restrict__ scores, int64_t len,
+                                                                  int k, int csize,
+                                                                  float* __restrict__ values,
+                                                                  int64_t* __restrict__ indices) {
+#ifdef QGATE_TC_SM90
+  constexpr int64_t kTile = static_cast<int64_t>(NT) * ITEMS;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  __shared__ TcShared sh;
+  unsigned int* striped = reinterpret_cast<unsigned int*>(tc_smem);
+  unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [4][256]
+  unsigned int* tot = hist + 4 * 256;                                           // [256]
+  uint2* sel = reinterpret_cast<uint2*>(tot + 256);                            // [k]
+  TC_GSTAMP(0);
+  TC_STAMP(1);
   const uint32_t rank = tc_rank();
   const int row = blockIdx.x / csize;
   const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
-  const int64_t per = (len + csize - 1) / csize;
+  int64_t per = (len + csize - 1) / csize;
+  per = (per + ITEMS - 1) / ITEMS * ITEMS;
   const int64_t lo = static_cast<int64_t>(rank) * per < len ? static_cast<int64_t>(rank) * per : len;
   const int64_t hi = lo + per < len ? lo + per : len;
-  const bool one_tile = hi - lo <= kTcTile;
-  uint32_t keys[kTcItems];
-  if (one_tile) tc_load_tile(keys, s, lo, hi);
-  for (int i = threadIdx.x; i < 4 * 256; i += kTcThreads) (&sh_hist[0][0])[i] = 0;
+  const bool one_tile = hi - lo <= kTile;
+  const int64_t mine = threadIdx.x * ITEMS;  // this thread's first index within a tile
+  uint32_t keys[ITEMS];
+  if (one_tile) tc_load(keys, s, lo + mine, hi);
+  for (int i = threadIdx.x; i < 256 * 32; i += NT) striped[i] = 0;
   __syncthreads();
 
   uint32_t prefix = 0;
   unsigned int need = static_cast<unsigned int>(k);
+  unsigned int eq_before = 0;  // keys == T in the blocks before this one
+#pragma unroll
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    for (int64_t base = lo; base < hi; base += kTcTile) {
-      if (!one_tile) tc_load_tile(keys, s, base, hi);
-#pragma unroll
-      for (int j = 0; j < kTcItems; ++j) {
-        const bool valid = base + j * kTcThreads + threadIdx.x < hi;
-        const bool counted = valid && (pass == 0 || (keys[j] >> (shift + 8)) == (prefix >> (shift + 8)));
-        add_to_bin(sh_hist[pass], (keys[j] >> shift) & 255u, counted);
+    if (one_tile) {
+      tc_count(striped, keys, shift, prefix, pass == 0);
+    } else {
+      for (int64_t base = lo; base < hi; base += kTile) {
+        tc_load(keys, s, base + mine, hi);
+        tc_count(striped, keys, shift, prefix, pass == 0);
       }
     }
+    __syncthreads();
+    tc_reduce<NT>(striped, hist + pass * 256);
+    TC_STAMP(2 + 3 * pass);
     tc_sync();
+    TC_STAMP(3 + 3 * pass);
+    unsigned int v[kTcMaxCluster];
     if (threadIdx.x < 256) {
-      unsigned int sum = 0;
-#pragma unroll 16
-      for (int r = 0; r < csize; ++r) sum += *tc_map(&sh_hist[pass][threadIdx.x], r);
-      sh_tot[threadIdx.x] = sum;
+      unsigned int total = 0;
+#pragma unroll
+      for (int r = 0; r < kTcMaxCluster; ++r) {
+        v[r] = r < csize ? *tc_map(hist + pass * 256 + threadIdx.x, static_cast<uint32_t>(r)) : 0u;
+        total += v[r];
+      }
+      tot[threadIdx.x] = total;
     }
     __syncthreads();
-    select_bin<false>(sh_tot, need, &sh_bin, &sh_above);
+    select_bin<false>(tot, need, &sh.bin, &sh.above);
     __syncthreads();
-    prefix |= sh_bin << shift;
-    need -= sh_above;
+    const unsigned int bin = sh.bin;
+    prefix |= bin << shift;
+    need -= sh.above;
+    if (pass == 3) {  // bin b of pass 3 counts the keys == T: the ties in the blocks before this one
+      if (threadIdx.x == bin) {
+        unsigned int before = 0;
+#pragma unroll
+        for (int r = 0; r < kTcMaxCluster; ++r) before += r < static_cast<int>(rank) ? v[r] : 0u;
+        sh.eq_before = before;
+      }
+      __syncthreads();
+      eq_before = sh.eq_before;
+    }
+    TC_STAMP(4 + 3 * pass);
   }
-  const uint32_t thr = prefix;
+  const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
 
-  unsigned int my_gt = 0;
-  unsigned int my_eq = 0;
-  for (int64_t base = lo; base < hi; base += kTcTile) {
-    if (!one_tile) tc_load_tile(keys, s, base, hi);
+  // Compaction into this block's list, in index order: keys > thr, and keys == thr while the row's
+  // tie rank (ties in earlier blocks and tiles first) is below need.
+  unsigned int nsel = 0;
+  for (int64_t base = lo; base < hi; base += kTile) {
+    if (!one_tile) tc_load(keys, s, base + mine, hi);
+    unsigned int gt = 0;
+    unsigned int eq = 0;
 #pragma unroll
-    for (int j = 0; j < kTcItems; ++j) {
-      const bool valid = base + j * kTcThreads + threadIdx.x < hi;
-      my_gt += valid && keys[j] > thr;
-      my_eq += valid && keys[j] == thr;
+    for (int j = 0; j < ITEMS; ++j) {
+      gt += keys[j] > thr;
+      eq += keys[j] == thr;
     }
-  }
-  unsigned int tot = 0;
-  // Block sums of my_gt and my_eq: warp sums, then warp 0 adds the 32 warp sums in order.
-  {
-    unsigned int g = my_gt;
-    unsigned int e = my_eq;
+    unsigned int total = 0;
+    const unsigned int excl = tc_scan<NT>(gt | (eq << 16), sh.warp, &total);  // tile <= 2^16 keys
+    const unsigned int rem = need > eq_before ? need - eq_before : 0u;        // ties still to take
+    unsigned int seen = excl >> 16;
+    unsigned int slot = nsel + (excl & 0xffffu) + (seen < rem ? seen : rem);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      g += __shfl_xor_sync(0xffffffffu, g, off);
-      e += __shfl_xor_sync(0xffffffffu, e, off);
-    }
-    __shared__ uint2 sh_we[kTcWarps];
-    if ((threadIdx.x & 31) == 0) sh_we[threadIdx.x >> 5] = make_uint2(g, e);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint2 t = make_uint2(0, 0);
-      for (int w = 0; w < kTcWarps; ++w) t = make_uint2(t.x + sh_we[w].x, t.y + sh_we[w].y);
-      sh_counts = t;
-      sh_gt_fill = 0;
-    }
-  }
-  tc_sync();
-  unsigned int gt_before = 0;
-  unsigned int eq_before = 0;
-  for (uint32_t r = 0; r < rank; ++r) {
-    const uint2 c = *tc_map(&sh_counts, r);
-    gt_before += c.x;
-    eq_before += c.y;
-  }
-  const unsigned int n_eq = sh_counts.y;
-  const unsigned int eq_slot0 = static_cast<unsigned int>(k) - need;
-  const bool take_eq = n_eq > 0 && eq_before < need;
-  // Every candidate goes to slot `slot` of every block's sh_cand.
-  auto push = [&](unsigned int slot, unsigned long long comp) {
-    for (int r = 0; r < csize; ++r) *tc_map(&sh_cand[slot], r) = comp;
-  };
-  for (int64_t base = lo; base < hi; base += kTcTile) {
-    if (!one_tile) tc_load_tile(keys, s, base, hi);
-#pragma unroll
-    for (int j = 0; j < kTcItems; ++j) {
-      const int64_t i = base + j * kTcThreads + threadIdx.x;
-      const unsigned long long comp =
-          (static_cast<unsigned long long>(keys[j]) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-      if (i < hi && keys[j] > thr) push(gt_before + atomicAdd(&sh_gt_fill, 1u), comp);
-      if (take_eq) {  // uniform across the block
-        const bool eq = i < hi && keys[j] == thr;
-        const unsigned int r_eq = tc_block_rank(eq, sh_warp, &tot);
-        if (eq && eq_before + r_eq < need) push(eq_slot0 + eq_before + r_eq, comp);
-        eq_before += tot;
+    for (int j = 0; j < ITEMS; ++j) {
+      const uint32_t idx = static_cast<uint32_t>(base + mine + j);
+      if (keys[j] > thr) {
+        sel[slot++] = make_uint2(keys[j], idx);
+      } else if (keys[j] == thr) {
+        if (seen < rem) sel[slot++] = make_uint2(keys[j], idx);
+        ++seen;
       }
     }
+    const unsigned int eq_tot = total >> 16;
+    nsel += (total & 0xffffu) + (eq_tot < rem ? eq_tot : rem);
+    eq_before += eq_tot;
   }
+  if (threadIdx.x == 0) sh.nsel = nsel;
+  TC_STAMP(14);
   tc_sync();
-
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  for (int c = static_cast<int>(rank) + csize * warp; c < k; c += csize * kTcWarps) {
-    const unsigned long long mine = sh_cand[c];
-    unsigned int larger = 0;
-    for (int j = lane; j < k; j += 32) larger += sh_cand[j] > mine ? 1u : 0u;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) larger += __shfl_xor_sync(0xffffffffu, larger, off);
-    if (lane == 0) {
-      const int64_t idx = 0xffffffffu - static_cast<uint32_t>(mine & 0xffffffffu);
-      const int64_t out = static_cast<int64_t>(row) * k + larger;
-      values[out] = s[idx];
-      indices[out] = idx;
-    }
+  TC_STAMP(15);
+  if (rank != 0) {
+    tc_arrive();
+    tc_wait();  // block 0 reads this block's list until it arrives
+    TC_STAMP(19);
+    TC_GSTAMP(20);
+    return;
   }
-  tc_sync();  // no block leaves while another may still read its shared memory
+  if (threadIdx.x < 32) {
+    const unsigned int n = threadIdx.x < static_cast<unsigned int>(csize) ? *tc_map(&sh.nsel, threadIdx.x) : 0u;
+    unsigned int incl = n;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
+      if (threadIdx.x >= off) incl += u;
+    }
+    if (threadIdx.x <= kTcMaxCluster) sh.off[threadIdx.x] = incl - n;
+  }
+  __syncthreads();
+  float* out_v = values + static_cast<int64_t>(row) * k;
+  int64_t* out_i = indices + static_cast<int64_t>(row) * k;
+  if (k <= NT) {
+    tc_order<NT, 1>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
+  } else if (k <= 2 * NT) {
+    tc_order<NT, 2>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
+  } else if (k <= 4 * NT) {
+    tc_order<NT, 4>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
+  } else {
+    tc_order<NT, (kTopkMaxK / NT > 4 ? kTopkMaxK / NT : 4)>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
+  }
+  tc_wait();
+  TC_STAMP(19);
+  TC_GSTAMP(20);
 #endif
+}
+
+// Dynamic shared memory of one block for k.
+inline size_t tc_smem_bytes(int64_t k) {
+  return kTcUnionBytes + 5 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * sizeof(uint2);
 }
 
 }  // namespace

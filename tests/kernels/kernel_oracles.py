@@ -115,11 +115,11 @@ def fp16_close(out: Tensor, ref: Tensor, acc_err: Tensor) -> Tensor:
     return (out.double() - ref).abs() <= bound
 
 
-def max_ulp_diff(a: Tensor, b: Tensor) -> int:
-    """Largest distance in fp16 units in the last place between two fp16 tensors (same sign order)."""
+def ulp_distance(a: Tensor, b: Tensor) -> Tensor:
+    """Per-element distance in fp16 units in the last place between two fp16 tensors."""
     ia = a.contiguous().view(torch.int16).to(torch.int32)
     ib = b.contiguous().view(torch.int16).to(torch.int32)
     # map sign-magnitude to a monotonic integer line
     ia = torch.where(ia < 0, -(ia & 0x7FFF), ia)
     ib = torch.where(ib < 0, -(ib & 0x7FFF), ib)
-    return int((ia - ib).abs().max()) if a.numel() else 0
+    return (ia - ib).abs()
