@@ -304,14 +304,19 @@ cudaError_t topk_max_cluster(int device, int* out) {
   int major = 0;
   cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // opt-in: slower than the grid path so far (BENCH.md)
+  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // opt-in until measured on the H200 (BENCH.md)
   if (major < 9 || impl == nullptr || std::strcmp(impl, "cluster") != 0) return cudaSuccess;
-  err = cudaFuncSetAttribute(qsa_topk_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  const auto kernel = qsa_topk_cluster_kernel<kTcThreads, kTcItems>;
+  const size_t smem = tc_smem_bytes(kTopkMaxK);
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return err;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   for (int c = kTcMaxCluster; c >= 8; c /= 2) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(c);
     config.blockDim = dim3(kTcThreads);
+    config.dynamicSmemBytes = smem;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = c;
@@ -320,7 +325,7 @@ cudaError_t topk_max_cluster(int device, int* out) {
     config.attrs = attr;
     config.numAttrs = 1;
     int clusters = 0;
-    err = cudaOccupancyMaxActiveClusters(&clusters, qsa_topk_cluster_kernel, &config);
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
     if (err == cudaSuccess && clusters > 0) {
       *out = c;
       return cudaSuccess;
@@ -328,6 +333,14 @@ cudaError_t topk_max_cluster(int device, int* out) {
     (void)cudaGetLastError();  // a refused size is not an error of the call
   }
   return cudaSuccess;
+}
+
+// Blocks a row on the cluster path: the least power of two whose blocks hold one tile each, at most
+// max_cluster (longer rows loop over tiles).
+int tc_cluster_size(int64_t len, int max_cluster, int64_t tile, int items) {
+  int c = 1;
+  while (c < max_cluster && ((len + c - 1) / c + items - 1) / items * items > tile) c *= 2;
+  return c;
 }
 
 }  // namespace
@@ -344,9 +357,8 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
     max_cluster = found;
   }
   plan->cluster = 0;
-  if (max_cluster > 0) {  // sm_90: one cluster a row, smallest power of two with one tile per block
-    int c = 1;
-    while (c < max_cluster && (len + c - 1) / c > kTcTile) c *= 2;
+  if (max_cluster > 0) {  // sm_90: one cluster a row
+    const int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
     plan->cluster = c;
     plan->blocks_per_row = c;
@@ -385,6 +397,7 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
     config.blockDim = dim3(kTcThreads);
+    config.dynamicSmemBytes = tc_smem_bytes(k);
     config.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -393,8 +406,8 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
     attr[0].val.clusterDim.z = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel, scores, len, k32, plan.cluster, values,
-                                         indices);
+    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores, len, k32,
+                                         plan.cluster, values, indices);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
   }

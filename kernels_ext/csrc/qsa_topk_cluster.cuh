@@ -21,8 +21,9 @@
 // memory alive until block 0 has read it.
 #pragma once
 
+#include <cub/block/block_radix_sort.cuh>  // both compilation passes (the host stub must see the same)
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#include <cub/block/block_radix_sort.cuh>
 #define QGATE_TC_SM90 1
 #endif
 
