@@ -72,54 +72,65 @@ __device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], cons
 // X_IN_SMEM: once its first weight loads are in flight, the block stages x in shared memory
 // (k * 2 bytes <= kGemvMaxSmemX) so that its warps read x from there; otherwise each warp reads x
 // through L1.
-template <int WPR, bool X_IN_SMEM, class Rows>
-__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
-                                                                 int64_t n_rows, int64_t k) {
+// Rows are taken grid-stride: a group of WPR warps does rows g, g + G, g + 2G, ... (G = groups in
+// the grid), and issues the first weight loads of its next row as soon as the last ones of the
+// current row are used, before the current row's reduction and store. With a grid of one row per
+// group (the plain launch) each group does one row. The per-row arithmetic never depends on the
+// grid, so every grid gives the same bits.
+template <int WPR, bool X_IN_SMEM, int MIN_BLOCKS, class Rows>
+__global__ void __launch_bounds__(kGemvThreads, MIN_BLOCKS) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
+                                                                             int64_t n_rows, int64_t k) {
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
   constexpr int64_t kStep = static_cast<int64_t>(WPR) * kGemvUnroll;
   extern __shared__ uint4 x_smem[];  // [k / 8] when X_IN_SMEM
-  __shared__ float partial[kWarps];
+  __shared__ float partial[2][kWarps];  // by row parity: one barrier per row is enough
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int slot = warp % WPR;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
-  const bool active = row < n_rows;
-  const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
+  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
+  int64_t block_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;  // the block's first row this round
+  int64_t row = block_row + warp / WPR;
   allow_next_grid();
   uint4 wv[kGemvUnroll];
-  if (active) load_weight_group<WPR>(wv, w, slot, k, lane);
+  if (row < n_rows) load_weight_group<WPR>(wv, rows.row_ptr(row), slot, k, lane);
   wait_for_previous_grid();
   if constexpr (X_IN_SMEM) {
     for (int64_t i = threadIdx.x; i < k / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
     __syncthreads();
   }
-  float acc = 0.f;
-  if (active) {
-    for (int64_t c0 = slot;;) {
+  for (int parity = 0; block_row < n_rows; block_row += row_stride, row += row_stride, parity ^= 1) {
+    const bool active = row < n_rows;
+    const int64_t next = row + row_stride;
+    float acc = 0.f;
+    if (active) {
+      const __half* __restrict__ w = rows.row_ptr(row);
+      for (int64_t c0 = slot;;) {
 #pragma unroll
-      for (int u = 0; u < kGemvUnroll; ++u) {
-        const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
-        if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
+        for (int u = 0; u < kGemvUnroll; ++u) {
+          const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
+          if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
+        }
+        c0 += kStep;
+        if (c0 >= n_chunks) break;
+        load_weight_group<WPR>(wv, w, c0, k, lane);
       }
-      c0 += kStep;
-      if (c0 >= n_chunks) break;
-      load_weight_group<WPR>(wv, w, c0, k, lane);
+      if (next < n_rows) load_weight_group<WPR>(wv, rows.row_ptr(next), slot, k, lane);
     }
-  }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if constexpr (WPR == 1) {
-    if (active && lane == 0) rows.store(row, acc);
-  } else {
-    if (lane == 0) partial[warp] = acc;
-    __syncthreads();
-    if (active && slot == 0 && lane == 0) {
-      float sum = partial[warp];
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if constexpr (WPR == 1) {
+      if (active && lane == 0) rows.store(row, acc);
+    } else {
+      if (lane == 0) partial[parity][warp] = acc;
+      __syncthreads();
+      if (active && slot == 0 && lane == 0) {
+        float sum = partial[parity][warp];
 #pragma unroll
-      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
-      rows.store(row, sum);
+        for (int s = 1; s < WPR; ++s) sum += partial[parity][warp + s];
+        rows.store(row, sum);
+      }
     }
   }
 }
@@ -139,8 +150,28 @@ inline int gemv_warps_per_row(int64_t k) {
   return wpr;
 }
 
-// Tuning switch, read once per process (the benchmark compares it; see BENCH.md):
+// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
 //   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory.
+//   QGATE_GEMV_BLOCKS_PER_SM=n (n >= 1) a grid of at most n blocks per multiprocessor, rows taken
+//                        grid-stride (0 or unset: one row per warp group, the whole matrix requested at once).
+inline int gemv_blocks_per_sm() {
+  static const int bps = [] {
+    const char* env = std::getenv("QGATE_GEMV_BLOCKS_PER_SM");
+    const long v = env != nullptr ? std::atol(env) : 0;
+    return static_cast<int>(v >= 0 && v <= 64 ? v : 0);
+  }();
+  return bps;
+}
+
+//   QGATE_GEMV_MINBLOCKS=3 register cap for 3 blocks per multiprocessor (default 2), x in shared memory only.
+inline int gemv_min_blocks() {
+  static const int mb = [] {
+    const char* env = std::getenv("QGATE_GEMV_MINBLOCKS");
+    return env != nullptr && std::strcmp(env, "3") == 0 ? 3 : 2;
+  }();
+  return mb;
+}
+
 inline bool gemv_x_global() {
   static const bool x_global = [] {
     const char* x = std::getenv("QGATE_GEMV_X");
@@ -149,12 +180,12 @@ inline bool gemv_x_global() {
   return x_global;
 }
 
-template <int WPR, bool X_IN_SMEM, class Rows>
+template <int WPR, bool X_IN_SMEM, int MIN_BLOCKS, class Rows>
 cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream,
                        bool pdl) {
   const size_t smem = X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0;
   if (!pdl) {
-    gemv_rows_kernel<WPR, X_IN_SMEM, Rows><<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
+    gemv_rows_kernel<WPR, X_IN_SMEM, MIN_BLOCKS, Rows><<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config = {};
@@ -167,7 +198,7 @@ cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_rows_kernel<WPR, X_IN_SMEM, Rows>, rows, x, n_rows, k);
+  return cudaLaunchKernelEx(&config, gemv_rows_kernel<WPR, X_IN_SMEM, MIN_BLOCKS, Rows>, rows, x, n_rows, k);
 }
 
 template <int WPR, class Rows>
@@ -179,8 +210,11 @@ cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) return launch_one<WPR, true>(rows, x, n_rows, k, grid, stream, pdl);
-  return launch_one<WPR, false>(rows, x, n_rows, k, grid, stream, pdl);
+  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) {
+    if (gemv_min_blocks() == 3) return launch_one<WPR, true, 3>(rows, x, n_rows, k, grid, stream, pdl);
+    return launch_one<WPR, true, 2>(rows, x, n_rows, k, grid, stream, pdl);
+  }
+  return launch_one<WPR, false, 2>(rows, x, n_rows, k, grid, stream, pdl);
 }
 
 // static_weights: the caller promises that no kernel still running before this one in the stream
@@ -194,7 +228,16 @@ cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, 
   if (k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
   const int wpr = gemv_warps_per_row(k);
   const int64_t rows_per_block = kGemvThreads / 32 / wpr;
-  const int64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
+  int64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
+  if (gemv_blocks_per_sm() > 0) {
+    int device = 0;
+    int sms = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    const int64_t cap = static_cast<int64_t>(sms) * gemv_blocks_per_sm();
+    if (blocks > cap) blocks = cap;
+  }
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   switch (wpr) {

@@ -1,7 +1,7 @@
-"""Time the tuning variants of the routes in this process's environment (QGATE_GEMV_X,
-QGATE_GEMV_PDL, QGATE_TOPK_PER_BLOCK are read once per process): one JSON line per case.
+"""Time the tuning variants of the routes in this process's environment (the QGATE_GEMV_* and
+QGATE_TOPK_* switches are read once per process): one JSON line per case.
 
-Usage: QGATE_GEMV_PDL=1 python kernels_ext/tools/bench_variants.py --routes fp16_gemv --tag pdl >> v.jsonl
+Usage: QGATE_GEMV_BLOCKS_PER_SM=1 python kernels_ext/tools/bench_variants.py --routes fp16_gemv --tag b1 >> v.jsonl
 Needs a CUDA GPU; uses qgate.ops (harness/ on PYTHONPATH) for the cases and the timer.
 """
 
@@ -35,10 +35,12 @@ def main() -> int:
         r.pop("raw_us")
         print(json.dumps({"tag": args.tag, "env": env, "copy_gb_s": copy, **r}))
         t = r["route_timing"]
+        plain = r.get("plain_timing", {}).get("median_us", float("nan"))
+        after = r.get("after_producer", {}).get("route_us", float("nan"))
         print(
-            f"{args.tag:14} {case.route:22} {case.label:20} {t['median_us']:8.2f} us "
-            f"{t['gb_s'] / 1000:5.2f} TB/s "
-            f"x{r['speedup']:.2f} vs {r['baseline_timing']['median_us']:.2f} us",
+            f"{args.tag:24} {case.route:22} {case.label:20} {t['median_us']:8.2f} us "
+            f"{t['gb_s'] / 1000:5.2f} TB/s x{r['speedup']:.2f} vs {r['baseline_timing']['median_us']:.2f} us"
+            f" | plain {plain:.2f} | after producer {after:.2f}",
             file=sys.stderr,
         )
     return 0
