@@ -1,7 +1,7 @@
 """Time the tuning variants of the routes in this process's environment (the QGATE_GEMV_* and
 QGATE_TOPK_* switches are read once per process): one JSON line per case.
 
-Usage: QGATE_GEMV_BLOCKS_PER_SM=1 python kernels_ext/tools/bench_variants.py --routes fp16_gemv --tag b1 >> v.jsonl
+Usage: QGATE_GEMV_BLOCKS_PER_SM=1 python kernels_ext/tools/bench_variants.py --routes fp16_gemv >> v.jsonl
 Needs a CUDA GPU; uses qgate.ops (harness/ on PYTHONPATH) for the cases and the timer.
 """
 
