@@ -245,6 +245,16 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   if (one_tile) tc_load(keys, s, lo + mine, hi);
   for (int i = threadIdx.x; i < 256 * 32; i += NT) striped[i] = 0;
   __syncthreads();
+#ifdef QGATE_TOPK_PHASES
+  if (one_tile) {  // wait for the loads, to time them apart from pass 0
+    uint32_t any = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
+    if (any == 1u) sh.max_key = any;
+  }
+  __syncthreads();
+  TC_STAMP(21);
+#endif
 
   uint32_t prefix = 0;
   unsigned int need = static_cast<unsigned int>(k);
