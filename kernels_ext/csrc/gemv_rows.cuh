@@ -68,69 +68,108 @@ __device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], cons
   }
 }
 
+// The same group of weight loads as asynchronous copies into the thread's own shared-memory slots
+// stage[u * kGemvThreads + threadIdx.x] (sm_80+, cp.async.cg: through L2 only, and no registers
+// held while in flight). Each thread reads back only what it copied itself, so its own
+// cp.async.wait_group is the only ordering needed (no block barrier).
+template <int WPR>
+__device__ __forceinline__ void copy_weight_group(uint4* stage, const __half* __restrict__ w, int64_t c0, int64_t k,
+                                                  int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#pragma unroll
+  for (int u = 0; u < kGemvUnroll; ++u) {
+    const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
+    if (col < k) {
+      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(stage + u * kGemvThreads + threadIdx.x));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(w + col) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+  __trap();  // never launched before sm_80 (launch_wpr): fail loudly rather than compute garbage
+#endif
+}
+
+__device__ __forceinline__ void wait_weight_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+
+constexpr size_t kGemvStageBytes = static_cast<size_t>(kGemvUnroll) * kGemvThreads * 16;  // ASYNC weight stage
+
 // Rows supplies row_ptr(row) -> const __half* and store(row, float) (where the result goes).
 // X_IN_SMEM: once its first weight loads are in flight, the block stages x in shared memory
 // (k * 2 bytes <= kGemvMaxSmemX) so that its warps read x from there; otherwise each warp reads x
 // through L1.
-// Rows are taken grid-stride: a group of WPR warps does rows g, g + G, g + 2G, ... (G = groups in
-// the grid), and issues the first weight loads of its next row as soon as the last ones of the
-// current row are used, before the current row's reduction and store. With a grid of one row per
-// group (the plain launch) each group does one row. The per-row arithmetic never depends on the
-// grid, so every grid gives the same bits.
-template <int WPR, bool X_IN_SMEM, int MIN_BLOCKS, class Rows>
-__global__ void __launch_bounds__(kGemvThreads, MIN_BLOCKS) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
-                                                                             int64_t n_rows, int64_t k) {
+// ASYNC (sm_80+ only): the weights land in shared memory (copy_weight_group) instead of registers.
+// A block then holds few registers, so more blocks fit on a multiprocessor: with a PDL launch the
+// next kernel's blocks can be resident and streaming their weights while this one finishes. The
+// arithmetic, and so the bits, are the same either way.
+template <int WPR, bool X_IN_SMEM, bool ASYNC, class Rows>
+__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
+                                                                 int64_t n_rows, int64_t k) {
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
   constexpr int64_t kStep = static_cast<int64_t>(WPR) * kGemvUnroll;
-  extern __shared__ uint4 x_smem[];  // [k / 8] when X_IN_SMEM
-  __shared__ float partial[2][kWarps];  // by row parity: one barrier per row is enough
+  extern __shared__ uint4 dyn_smem[];  // ASYNC: [kGemvUnroll][kGemvThreads] weight stage; then x [k / 8]
+  uint4* const stage = dyn_smem;
+  uint4* const x_smem = dyn_smem + (ASYNC ? kGemvUnroll * kGemvThreads : 0);
+  __shared__ float partial[kWarps];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int slot = warp % WPR;
-  const int64_t row_stride = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
+  const bool active = row < n_rows;
+  const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
-  int64_t block_row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;  // the block's first row this round
-  int64_t row = block_row + warp / WPR;
   allow_next_grid();
-  uint4 wv[kGemvUnroll];
-  if (row < n_rows) load_weight_group<WPR>(wv, rows.row_ptr(row), slot, k, lane);
+  uint4 wv[kGemvUnroll];  // the register path's weights (unused when ASYNC)
+  if (active) {
+    if constexpr (ASYNC) {
+      copy_weight_group<WPR>(stage, w, slot, k, lane);
+    } else {
+      load_weight_group<WPR>(wv, w, slot, k, lane);
+    }
+  }
   wait_for_previous_grid();
   if constexpr (X_IN_SMEM) {
     for (int64_t i = threadIdx.x; i < k / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
     __syncthreads();
   }
-  for (int parity = 0; block_row < n_rows; block_row += row_stride, row += row_stride, parity ^= 1) {
-    const bool active = row < n_rows;
-    const int64_t next = row + row_stride;
-    float acc = 0.f;
-    if (active) {
-      const __half* __restrict__ w = rows.row_ptr(row);
-      for (int64_t c0 = slot;;) {
+  float acc = 0.f;
+  if (active) {
+    for (int64_t c0 = slot;;) {
+      if constexpr (ASYNC) wait_weight_copies();
 #pragma unroll
-        for (int u = 0; u < kGemvUnroll; ++u) {
-          const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
-          if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
+      for (int u = 0; u < kGemvUnroll; ++u) {
+        const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
+        if (col < k) {
+          const uint4 wu = ASYNC ? stage[u * kGemvThreads + threadIdx.x] : wv[u];
+          acc = dot8_acc(wu, X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
         }
-        c0 += kStep;
-        if (c0 >= n_chunks) break;
+      }
+      c0 += kStep;
+      if (c0 >= n_chunks) break;
+      if constexpr (ASYNC) {
+        copy_weight_group<WPR>(stage, w, c0, k, lane);
+      } else {
         load_weight_group<WPR>(wv, w, c0, k, lane);
       }
-      if (next < n_rows) load_weight_group<WPR>(wv, rows.row_ptr(next), slot, k, lane);
     }
+  }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if constexpr (WPR == 1) {
-      if (active && lane == 0) rows.store(row, acc);
-    } else {
-      if (lane == 0) partial[parity][warp] = acc;
-      __syncthreads();
-      if (active && slot == 0 && lane == 0) {
-        float sum = partial[parity][warp];
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (WPR == 1) {
+    if (active && lane == 0) rows.store(row, acc);
+  } else {
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (active && slot == 0 && lane == 0) {
+      float sum = partial[warp];
 #pragma unroll
-        for (int s = 1; s < WPR; ++s) sum += partial[parity][warp + s];
-        rows.store(row, sum);
-      }
+      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
+      rows.store(row, sum);
     }
   }
 }
@@ -151,41 +190,35 @@ inline int gemv_warps_per_row(int64_t k) {
 }
 
 // Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
-//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory.
-//   QGATE_GEMV_BLOCKS_PER_SM=n (n >= 1) a grid of at most n blocks per multiprocessor, rows taken
-//                        grid-stride (0 or unset: one row per warp group, the whole matrix requested at once).
-inline int gemv_blocks_per_sm() {
-  static const int bps = [] {
-    const char* env = std::getenv("QGATE_GEMV_BLOCKS_PER_SM");
-    const long v = env != nullptr ? std::atol(env) : 0;
-    return static_cast<int>(v >= 0 && v <= 64 ? v : 0);
-  }();
-  return bps;
-}
+//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory;
+//   QGATE_GEMV_ASYNC=0   weights into registers on sm_80+ too (default there: cp.async into shared
+//                        memory; before sm_80 always registers).
+struct GemvTuning {
+  bool x_global;
+  bool no_async;
+};
 
-//   QGATE_GEMV_MINBLOCKS=3 register cap for 3 blocks per multiprocessor (default 2), x in shared memory only.
-inline int gemv_min_blocks() {
-  static const int mb = [] {
-    const char* env = std::getenv("QGATE_GEMV_MINBLOCKS");
-    return env != nullptr && std::strcmp(env, "3") == 0 ? 3 : 2;
-  }();
-  return mb;
-}
-
-inline bool gemv_x_global() {
-  static const bool x_global = [] {
+inline GemvTuning gemv_tuning() {
+  static const GemvTuning tuning = [] {
     const char* x = std::getenv("QGATE_GEMV_X");
-    return x != nullptr && std::strcmp(x, "global") == 0;
+    const char* async = std::getenv("QGATE_GEMV_ASYNC");
+    return GemvTuning{x != nullptr && std::strcmp(x, "global") == 0, async != nullptr && std::strcmp(async, "0") == 0};
   }();
-  return x_global;
+  return tuning;
 }
 
-template <int WPR, bool X_IN_SMEM, int MIN_BLOCKS, class Rows>
+template <int WPR, bool X_IN_SMEM, bool ASYNC, class Rows>
 cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream,
                        bool pdl) {
-  const size_t smem = X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0;
+  const auto kernel = gemv_rows_kernel<WPR, X_IN_SMEM, ASYNC, Rows>;
+  const size_t smem = (X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0) + (ASYNC ? kGemvStageBytes : 0);
+  if (smem > 48 * 1024) {  // above the default limit: raise it once per kernel
+    static const cudaError_t attr_err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                             static_cast<int>(kGemvMaxSmemX + kGemvStageBytes));
+    if (attr_err != cudaSuccess) return attr_err;
+  }
   if (!pdl) {
-    gemv_rows_kernel<WPR, X_IN_SMEM, MIN_BLOCKS, Rows><<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
+    kernel<<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config = {};
@@ -198,23 +231,27 @@ cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_rows_kernel<WPR, X_IN_SMEM, MIN_BLOCKS, Rows>, rows, x, n_rows, k);
+  return cudaLaunchKernelEx(&config, kernel, rows, x, n_rows, k);
 }
 
 template <int WPR, class Rows>
 cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, bool static_weights,
                        cudaStream_t stream) {
+  const GemvTuning tuning = gemv_tuning();
   int device = 0;
   int major = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) {
-    if (gemv_min_blocks() == 3) return launch_one<WPR, true, 3>(rows, x, n_rows, k, grid, stream, pdl);
-    return launch_one<WPR, true, 2>(rows, x, n_rows, k, grid, stream, pdl);
+  const bool async = major >= 8 && !tuning.no_async;
+  const bool x_smem = !tuning.x_global && k * 2 <= kGemvMaxSmemX;
+  if (async) {
+    return x_smem ? launch_one<WPR, true, true>(rows, x, n_rows, k, grid, stream, pdl)
+                  : launch_one<WPR, false, true>(rows, x, n_rows, k, grid, stream, pdl);
   }
-  return launch_one<WPR, false, 2>(rows, x, n_rows, k, grid, stream, pdl);
+  return x_smem ? launch_one<WPR, true, false>(rows, x, n_rows, k, grid, stream, pdl)
+                : launch_one<WPR, false, false>(rows, x, n_rows, k, grid, stream, pdl);
 }
 
 // static_weights: the caller promises that no kernel still running before this one in the stream
@@ -228,16 +265,7 @@ cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, 
   if (k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;
   const int wpr = gemv_warps_per_row(k);
   const int64_t rows_per_block = kGemvThreads / 32 / wpr;
-  int64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
-  if (gemv_blocks_per_sm() > 0) {
-    int device = 0;
-    int sms = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    const int64_t cap = static_cast<int64_t>(sms) * gemv_blocks_per_sm();
-    if (blocks > cap) blocks = cap;
-  }
+  const int64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(blocks));
   switch (wpr) {
