@@ -68,53 +68,17 @@ __device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], cons
   }
 }
 
-// The same group of weight loads as asynchronous copies into the thread's own shared-memory slots
-// stage[u * kGemvThreads + threadIdx.x] (sm_80+, cp.async.cg: through L2 only, and no registers
-// held while in flight). Each thread reads back only what it copied itself, so its own
-// cp.async.wait_group is the only ordering needed (no block barrier).
-template <int WPR>
-__device__ __forceinline__ void copy_weight_group(uint4* stage, const __half* __restrict__ w, int64_t c0, int64_t k,
-                                                  int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#pragma unroll
-  for (int u = 0; u < kGemvUnroll; ++u) {
-    const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
-    if (col < k) {
-      const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(stage + u * kGemvThreads + threadIdx.x));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(w + col) : "memory");
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#else
-  __trap();  // never launched before sm_80 (launch_wpr): fail loudly rather than compute garbage
-#endif
-}
-
-__device__ __forceinline__ void wait_weight_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-}
-
-constexpr size_t kGemvStageBytes = static_cast<size_t>(kGemvUnroll) * kGemvThreads * 16;  // ASYNC weight stage
-
 // Rows supplies row_ptr(row) -> const __half* and store(row, float) (where the result goes).
 // X_IN_SMEM: once its first weight loads are in flight, the block stages x in shared memory
 // (k * 2 bytes <= kGemvMaxSmemX) so that its warps read x from there; otherwise each warp reads x
 // through L1.
-// ASYNC (sm_80+ only): the weights land in shared memory (copy_weight_group) instead of registers.
-// A block then holds few registers, so more blocks fit on a multiprocessor: with a PDL launch the
-// next kernel's blocks can be resident and streaming their weights while this one finishes. The
-// arithmetic, and so the bits, are the same either way.
-template <int WPR, bool X_IN_SMEM, bool ASYNC, class Rows>
+template <int WPR, bool X_IN_SMEM, class Rows>
 __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
                                                                  int64_t n_rows, int64_t k) {
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
   constexpr int64_t kStep = static_cast<int64_t>(WPR) * kGemvUnroll;
-  extern __shared__ uint4 dyn_smem[];  // ASYNC: [kGemvUnroll][kGemvThreads] weight stage; then x [k / 8]
-  uint4* const stage = dyn_smem;
-  uint4* const x_smem = dyn_smem + (ASYNC ? kGemvUnroll * kGemvThreads : 0);
+  extern __shared__ uint4 x_smem[];  // [k / 8] when X_IN_SMEM
   __shared__ float partial[kWarps];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -124,14 +88,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
   allow_next_grid();
-  uint4 wv[kGemvUnroll];  // the register path's weights (unused when ASYNC)
-  if (active) {
-    if constexpr (ASYNC) {
-      copy_weight_group<WPR>(stage, w, slot, k, lane);
-    } else {
-      load_weight_group<WPR>(wv, w, slot, k, lane);
-    }
-  }
+  uint4 wv[kGemvUnroll];
+  if (active) load_weight_group<WPR>(wv, w, slot, k, lane);
   wait_for_previous_grid();
   if constexpr (X_IN_SMEM) {
     for (int64_t i = threadIdx.x; i < k / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
@@ -140,22 +98,14 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   float acc = 0.f;
   if (active) {
     for (int64_t c0 = slot;;) {
-      if constexpr (ASYNC) wait_weight_copies();
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
-        if (col < k) {
-          const uint4 wu = ASYNC ? stage[u * kGemvThreads + threadIdx.x] : wv[u];
-          acc = dot8_acc(wu, X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
-        }
+        if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
       }
       c0 += kStep;
       if (c0 >= n_chunks) break;
-      if constexpr (ASYNC) {
-        copy_weight_group<WPR>(stage, w, c0, k, lane);
-      } else {
-        load_weight_group<WPR>(wv, w, c0, k, lane);
-      }
+      load_weight_group<WPR>(wv, w, c0, k, lane);
     }
   }
 #pragma unroll
@@ -189,36 +139,22 @@ inline int gemv_warps_per_row(int64_t k) {
   return wpr;
 }
 
-// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
-//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory;
-//   QGATE_GEMV_ASYNC=0   weights into registers on sm_80+ too (default there: cp.async into shared
-//                        memory; before sm_80 always registers).
-struct GemvTuning {
-  bool x_global;
-  bool no_async;
-};
-
-inline GemvTuning gemv_tuning() {
-  static const GemvTuning tuning = [] {
+// Tuning switch, read once per process (the benchmark compares it; see BENCH.md):
+//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory.
+inline bool gemv_x_global() {
+  static const bool x_global = [] {
     const char* x = std::getenv("QGATE_GEMV_X");
-    const char* async = std::getenv("QGATE_GEMV_ASYNC");
-    return GemvTuning{x != nullptr && std::strcmp(x, "global") == 0, async != nullptr && std::strcmp(async, "0") == 0};
+    return x != nullptr && std::strcmp(x, "global") == 0;
   }();
-  return tuning;
+  return x_global;
 }
 
-template <int WPR, bool X_IN_SMEM, bool ASYNC, class Rows>
+template <int WPR, bool X_IN_SMEM, class Rows>
 cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream,
                        bool pdl) {
-  const auto kernel = gemv_rows_kernel<WPR, X_IN_SMEM, ASYNC, Rows>;
-  const size_t smem = (X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0) + (ASYNC ? kGemvStageBytes : 0);
-  if (smem > 48 * 1024) {  // above the default limit: raise it once per kernel
-    static const cudaError_t attr_err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                             static_cast<int>(kGemvMaxSmemX + kGemvStageBytes));
-    if (attr_err != cudaSuccess) return attr_err;
-  }
+  const size_t smem = X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0;
   if (!pdl) {
-    kernel<<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
+    gemv_rows_kernel<WPR, X_IN_SMEM, Rows><<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config = {};
@@ -231,27 +167,20 @@ cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, rows, x, n_rows, k);
+  return cudaLaunchKernelEx(&config, gemv_rows_kernel<WPR, X_IN_SMEM, Rows>, rows, x, n_rows, k);
 }
 
 template <int WPR, class Rows>
 cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, bool static_weights,
                        cudaStream_t stream) {
-  const GemvTuning tuning = gemv_tuning();
   int device = 0;
   int major = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  const bool async = major >= 8 && !tuning.no_async;
-  const bool x_smem = !tuning.x_global && k * 2 <= kGemvMaxSmemX;
-  if (async) {
-    return x_smem ? launch_one<WPR, true, true>(rows, x, n_rows, k, grid, stream, pdl)
-                  : launch_one<WPR, false, true>(rows, x, n_rows, k, grid, stream, pdl);
-  }
-  return x_smem ? launch_one<WPR, true, false>(rows, x, n_rows, k, grid, stream, pdl)
-                : launch_one<WPR, false, false>(rows, x, n_rows, k, grid, stream, pdl);
+  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) return launch_one<WPR, true>(rows, x, n_rows, k, grid, stream, pdl);
+  return launch_one<WPR, false>(rows, x, n_rows, k, grid, stream, pdl);
 }
 
 // static_weights: the caller promises that no kernel still running before this one in the stream
