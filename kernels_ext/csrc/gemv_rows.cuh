@@ -124,6 +124,59 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   }
 }
 
+// The common decode case, K = WPR * kGemvUnroll * kGemvChunk (K = 2048, 4096, 8192, 16384): each
+// warp loads its whole share of a row in one group, so the loop, the bounds checks and the
+// per-load addresses go away (one base pointer, constant offsets). The registers left (about 40
+// against 76 for the general kernel) let kGemvOneGroupMinBlocks blocks share a multiprocessor: more
+// of a large matrix in flight per wave, and room for the next kernel's blocks under PDL.
+// Same per-lane order as gemv_rows_kernel, so the same bits.
+constexpr int kGemvOneGroupMinBlocks = 4;  // 5 spills (sm_90, CUDA 13.0)
+
+template <int WPR, class Rows>
+__global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
+    gemv_one_group_kernel(Rows rows, const __half* __restrict__ x, int64_t n_rows) {
+  constexpr int kWarps = kGemvThreads / 32;
+  constexpr int kRowsPerBlock = kWarps / WPR;
+  constexpr int kK = WPR * kGemvUnroll * static_cast<int>(kGemvChunk);
+  __shared__ uint4 x_smem[kK / 8];
+  __shared__ float partial[kWarps];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int slot = warp % WPR;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
+  const bool active = row < n_rows;
+  const __half* __restrict__ w = rows.row_ptr(active ? row : 0) + slot * kGemvChunk + lane * 8;
+  allow_next_grid();
+  uint4 wv[kGemvUnroll];
+  if (active) {
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) wv[u] = load_weight16(w + u * WPR * kGemvChunk);
+  }
+  wait_for_previous_grid();
+#pragma unroll
+  for (int i = threadIdx.x; i < kK / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
+  __syncthreads();
+  float acc = 0.f;
+  if (active) {
+#pragma unroll
+    for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (WPR == 1) {
+    if (active && lane == 0) rows.store(row, acc);
+  } else {
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (active && slot == 0 && lane == 0) {
+      float sum = partial[warp];
+#pragma unroll
+      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
+      rows.store(row, sum);
+    }
+  }
+}
+
 // Warps per row: enough that each warp loads about `groups` groups of kGemvUnroll chunks at most
 // (QGATE_GEMV_GROUPS, default 2, tuning only: fewer warps a row mean fewer waves of blocks but
 // more round trips per warp).
@@ -139,22 +192,30 @@ inline int gemv_warps_per_row(int64_t k) {
   return wpr;
 }
 
-// Tuning switch, read once per process (the benchmark compares it; see BENCH.md):
-//   QGATE_GEMV_X=global  x through L1 instead of staged in shared memory.
+// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
+//   QGATE_GEMV_X=global       x through L1 instead of staged in shared memory (general kernel);
+//   QGATE_GEMV_GENERAL=1      the general kernel also where gemv_one_group_kernel applies.
+inline bool gemv_env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 inline bool gemv_x_global() {
-  static const bool x_global = [] {
-    const char* x = std::getenv("QGATE_GEMV_X");
-    return x != nullptr && std::strcmp(x, "global") == 0;
-  }();
+  static const bool x_global = gemv_env_is("QGATE_GEMV_X", "global");
   return x_global;
 }
 
-template <int WPR, bool X_IN_SMEM, class Rows>
-cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, cudaStream_t stream,
-                       bool pdl) {
-  const size_t smem = X_IN_SMEM ? static_cast<size_t>(k) * 2 : 0;
+inline bool gemv_general_only() {
+  static const bool general = gemv_env_is("QGATE_GEMV_GENERAL", "1");
+  return general;
+}
+
+// Plain launch, or with PDL (programmatic stream serialization) when pdl.
+template <class... Params, class... Args>
+cudaError_t launch_rows_kernel(void (*kernel)(Params...), dim3 grid, size_t smem, cudaStream_t stream, bool pdl,
+                               Args... args) {
   if (!pdl) {
-    gemv_rows_kernel<WPR, X_IN_SMEM, Rows><<<grid, kGemvThreads, smem, stream>>>(rows, x, n_rows, k);
+    kernel<<<grid, kGemvThreads, smem, stream>>>(args...);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config = {};
@@ -167,7 +228,7 @@ cudaError_t launch_one(const Rows& rows, const __half* x, int64_t n_rows, int64_
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_rows_kernel<WPR, X_IN_SMEM, Rows>, rows, x, n_rows, k);
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 template <int WPR, class Rows>
@@ -179,8 +240,14 @@ cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  if (!gemv_x_global() && k * 2 <= kGemvMaxSmemX) return launch_one<WPR, true>(rows, x, n_rows, k, grid, stream, pdl);
-  return launch_one<WPR, false>(rows, x, n_rows, k, grid, stream, pdl);
+  if (gemv_x_global() || k * 2 > kGemvMaxSmemX) {
+    return launch_rows_kernel(gemv_rows_kernel<WPR, false, Rows>, grid, 0, stream, pdl, rows, x, n_rows, k);
+  }
+  if (k == static_cast<int64_t>(WPR) * kGemvUnroll * kGemvChunk && !gemv_general_only()) {
+    return launch_rows_kernel(gemv_one_group_kernel<WPR, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
+  }
+  return launch_rows_kernel(gemv_rows_kernel<WPR, true, Rows>, grid, static_cast<size_t>(k) * 2, stream, pdl, rows, x,
+                            n_rows, k);
 }
 
 // static_weights: the caller promises that no kernel still running before this one in the stream
