@@ -14,14 +14,14 @@
 //   compaction: the block's ties before it (pass-3 counts of the other blocks, already read) and one
 //               block-wide scan of (keys > T, keys == T) per thread give each selected key its slot
 //               in the block's own list, in increasing index order.
-//   ordering:   block 0 reads the C lists in rank order (all k selected keys in index order), sorts
-//               them by ~key with a stable block radix sort (cub), so equal keys keep increasing
-//               index order, and writes values (reloaded from the input, bits kept) and indices.
-// Cluster barriers: one per pass, one after the compaction, one that keeps every block's shared
-// memory alive until block 0 has read it.
+//   ordering:   every block reads the C lists in rank order (all k selected keys of the row), puts
+//               them into the cells that the passes define (exact counts from the pass totals, so
+//               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the cell
+//               positions by counting larger composites (key << 32 | ~index) within their cell, so
+//               the order is the stable sort's; values are reloaded from the input (bits kept).
+// Cluster barriers: one per pass, one after the compaction, and one that keeps every block's shared
+// memory alive until every block has read its list.
 #pragma once
-
-#include <cub/block/block_radix_sort.cuh>  // both compilation passes (the host stub must see the same)
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define QGATE_TC_SM90 1
@@ -30,18 +30,19 @@
 namespace qgate {
 namespace {
 
-constexpr int kTcThreads = 1024;  // threads a block (production configuration)
-constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
+constexpr int kTcThreads = 512;  // threads a block (production configuration, BENCH.md)
+constexpr int kTcItems = 16;     // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
 constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
-// Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the sort's
-// storage afterwards (a fixed budget: the host cannot see the device pass's cub sizes; the kernel
-// checks it at compile time).
-constexpr size_t kTcUnionBytes = 40 * 1024;
+// Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the cell
+// offsets and fill counters of the ordering afterwards.
+constexpr size_t kTcUnionBytes = kTcStripedBytes;
+constexpr int kTcCells = 4 * 256;
 
 // Small per-block state, in static shared memory.
 struct TcShared {
   unsigned int bin, above, eq_before, nsel, max_key;
+  unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
 };
@@ -165,54 +166,69 @@ __device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* wa
   return before + incl - v;
 }
 
-// Block 0: the k selected keys of the row, read from the C lists in rank order (index order), sorted
-// by ~key ascending (stable: equal keys keep increasing index), written out. SI keys a thread.
-template <int NT, int SI>
-__device__ __forceinline__ void tc_order(void* temp, TcShared& sh, const uint2* sel, int csize, int k, uint32_t thr,
-                                         const float* __restrict__ s, float* __restrict__ values,
-                                         int64_t* __restrict__ indices) {
-  using Sort = cub::BlockRadixSort<uint32_t, NT, SI, uint32_t>;
-  static_assert(sizeof(typename Sort::TempStorage) <= kTcUnionBytes, "sort storage over its budget");
-  static_assert(kTcStripedBytes <= kTcUnionBytes, "striped histogram over its budget");
-  uint32_t keys[SI];
-  uint32_t vals[SI];
-  uint32_t mx = thr;
+// Cell of a selected key: the radix passes split the selected keys into cells whose order is known:
+// level p holds the keys that match T in the bytes above byte p and exceed it in byte p, one cell per
+// value b of that byte (cells of level 0 above those of level 1, ..., higher b first); the keys equal
+// to T are the last cell (level 3, b = byte 0 of T). Cell id lvl * 256 + 255 - b increases with order.
+__device__ __forceinline__ int tc_cell(uint32_t key, uint32_t thr) {
+  const uint32_t x = key ^ thr;
+  const int lvl = x == 0 ? 3 : __clz(x) >> 3;
+  return lvl * 256 + 255 - static_cast<int>((key >> (24 - 8 * lvl)) & 255u);
+}
+
+// Ordering, in every block: the k selected keys go to their cells (counts from the pass totals, so
+// the cell offsets are exact), then this block ranks the keys in its 1/C of the cell positions by
+// counting larger composites (key << 32 | ~index, unique) within the cell, and writes them.
+template <int NT>
+__device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned int* tot, TcShared& sh,
+                                         const uint2* all, unsigned long long* cell_items, int k, unsigned int need,
+                                         uint32_t thr, uint32_t rank, int csize, const float* __restrict__ s,
+                                         float* __restrict__ values, int64_t* __restrict__ indices) {
+  constexpr int kPer = kTcCells / NT;  // cells a thread counts
+  static_assert(kTcCells % NT == 0 && (kTcCells + 1) * 2 * sizeof(unsigned int) <= kTcUnionBytes, "cells");
+  unsigned int* cell_off = scratch;                // [kTcCells + 1]
+  unsigned int* cell_fill = scratch + kTcCells + 1;  // [kTcCells]
+  unsigned int cnt[kPer];
+  unsigned int mine = 0;
 #pragma unroll
-  for (int i = 0; i < SI; ++i) {
-    const int p = threadIdx.x * SI + i;
-    keys[i] = 0xffffffffu;  // padding: after every real ~key (real keys are > 0)
-    vals[i] = 0;
-    if (p < k) {
-      int r = 0;
-      while (r + 1 < csize && static_cast<int>(sh.off[r + 1]) <= p) ++r;
-      const uint2 e = *tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r));
-      keys[i] = ~e.x;
-      vals[i] = e.y;
-      mx = e.x > mx ? e.x : mx;
-    }
+  for (int i = 0; i < kPer; ++i) {
+    const int cid = threadIdx.x * kPer + i;
+    const int lvl = cid >> 8;
+    const unsigned int b = 255u - static_cast<unsigned int>(cid & 255);
+    const unsigned int pb = sh.pass_bin[lvl];
+    cnt[i] = b > pb ? tot[lvl * 256 + b] : (lvl == 3 && b == pb ? need : 0u);
+    mine += cnt[i];
   }
-  tc_arrive();  // this block has read every list: the others may leave
-  TC_STAMP(16);
-  // Every selected key lies in [thr, mx], so they share the bits above the highest bit of thr ^ mx:
-  // sorting the bits below it is enough (fewer radix passes).
-  mx = __reduce_max_sync(0xffffffffu, mx);
-  if ((threadIdx.x & 31) == 0) sh.warp[threadIdx.x >> 5] = mx;
+  unsigned int total = 0;
+  unsigned int off = tc_scan<NT>(mine, sh.warp, &total);  // total == k
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    cell_off[threadIdx.x * kPer + i] = off;
+    cell_fill[threadIdx.x * kPer + i] = 0;
+    off += cnt[i];
+  }
+  if (threadIdx.x == 0) cell_off[kTcCells] = total;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    const unsigned int m = __reduce_max_sync(0xffffffffu, threadIdx.x < NT / 32 ? sh.warp[threadIdx.x] : 0u);
-    if (threadIdx.x == 0) sh.max_key = m;
+  for (int p = threadIdx.x; p < k; p += NT) {
+    const uint2 e = all[p];
+    const int cid = tc_cell(e.x, thr);
+    const unsigned int slot = cell_off[cid] + atomicAdd(cell_fill + cid, 1u);
+    cell_items[slot] = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
   }
   __syncthreads();
-  const int end_bit = sh.max_key == thr ? 1 : 32 - __clz(sh.max_key ^ thr);
-  Sort(*reinterpret_cast<typename Sort::TempStorage*>(temp)).SortBlockedToStriped(keys, vals, 0, end_bit);
   TC_STAMP(17);
-#pragma unroll
-  for (int i = 0; i < SI; ++i) {
-    const int p = i * NT + threadIdx.x;
-    if (p < k) {
-      values[p] = __ldg(s + vals[i]);
-      indices[p] = static_cast<int64_t>(vals[i]);
-    }
+  const int lo = static_cast<int>((static_cast<int64_t>(k) * rank) / csize);
+  const int hi = static_cast<int>((static_cast<int64_t>(k) * (rank + 1)) / csize);
+  for (int p = lo + threadIdx.x; p < hi; p += NT) {
+    const unsigned long long c = cell_items[p];
+    const int cid = tc_cell(static_cast<uint32_t>(c >> 32), thr);
+    const int first = static_cast<int>(cell_off[cid]);
+    const int last = static_cast<int>(cell_off[cid + 1]);
+    int larger = 0;
+    for (int j = first; j < last; ++j) larger += cell_items[j] > c ? 1 : 0;
+    const uint32_t idx = 0xffffffffu - static_cast<uint32_t>(c & 0xffffffffu);
+    values[first + larger] = __ldg(s + idx);
+    indices[first + larger] = static_cast<int64_t>(idx);
   }
 }
 #endif  // QGATE_TC_SM90
@@ -228,8 +244,10 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   __shared__ TcShared sh;
   unsigned int* striped = reinterpret_cast<unsigned int*>(tc_smem);
   unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [4][256]
-  unsigned int* tot = hist + 4 * 256;                                           // [256]
-  uint2* sel = reinterpret_cast<uint2*>(tot + 256);                            // [k]
+  unsigned int* tot = hist + 4 * 256;                                           // [4][256] row totals
+  uint2* sel = reinterpret_cast<uint2*>(tot + 4 * 256);                        // [k] this block's list
+  uint2* all = sel + k;                                                         // [k] the row's lists
+  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k] by cell
   TC_GSTAMP(0);
   TC_STAMP(1);
   const uint32_t rank = tc_rank();
@@ -283,12 +301,13 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
         v[r] = r < csize ? *tc_map(hist + pass * 256 + threadIdx.x, static_cast<uint32_t>(r)) : 0u;
         total += v[r];
       }
-      tot[threadIdx.x] = total;
+      tot[pass * 256 + threadIdx.x] = total;
     }
     __syncthreads();
-    select_bin<false>(tot, need, &sh.bin, &sh.above);
+    select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
     __syncthreads();
     const unsigned int bin = sh.bin;
+    if (threadIdx.x == 0) sh.pass_bin[pass] = bin;
     prefix |= bin << shift;
     need -= sh.above;
     if (pass == 3) {  // bin b of pass 3 counts the keys == T: the ties in the blocks before this one
@@ -340,13 +359,7 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   TC_STAMP(14);
   tc_sync();
   TC_STAMP(15);
-  if (rank != 0) {
-    tc_arrive();
-    tc_wait();  // block 0 reads this block's list until it arrives
-    TC_STAMP(19);
-    TC_GSTAMP(20);
-    return;
-  }
+  // Every block reads the C lists in rank order: all k selected keys of the row, in index order.
   if (threadIdx.x < 32) {
     const unsigned int n = threadIdx.x < static_cast<unsigned int>(csize) ? *tc_map(&sh.nsel, threadIdx.x) : 0u;
     unsigned int incl = n;
@@ -358,17 +371,15 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
     if (threadIdx.x <= kTcMaxCluster) sh.off[threadIdx.x] = incl - n;
   }
   __syncthreads();
-  float* out_v = values + static_cast<int64_t>(row) * k;
-  int64_t* out_i = indices + static_cast<int64_t>(row) * k;
-  if (k <= NT) {
-    tc_order<NT, 1>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
-  } else if (k <= 2 * NT) {
-    tc_order<NT, 2>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
-  } else if (k <= 4 * NT) {
-    tc_order<NT, 4>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
-  } else {
-    tc_order<NT, (kTopkMaxK / NT > 4 ? kTopkMaxK / NT : 4)>(striped, sh, sel, csize, k, thr, s, out_v, out_i);
+  for (int p = threadIdx.x; p < k; p += NT) {
+    int r = 0;
+    while (r + 1 < csize && static_cast<int>(sh.off[r + 1]) <= p) ++r;
+    all[p] = *tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r));
   }
+  tc_arrive();  // this block has read every list; it waits for the others before it leaves
+  TC_STAMP(16);
+  tc_order<NT>(striped, tot, sh, all, cell_items, k, need, thr, rank, csize, s, values + static_cast<int64_t>(row) * k,
+               indices + static_cast<int64_t>(row) * k);
   tc_wait();
   TC_STAMP(19);
   TC_GSTAMP(20);
@@ -377,7 +388,7 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
 
 // Dynamic shared memory of one block for k.
 inline size_t tc_smem_bytes(int64_t k) {
-  return kTcUnionBytes + 5 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * sizeof(uint2);
+  return kTcUnionBytes + 8 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * 3 * sizeof(uint2);
 }
 
 }  // namespace

@@ -122,8 +122,8 @@ struct Runner {
           CK((launch_tc<1024, 8>(s, rows, len, k, im.max_cluster, v, ix, st)));
         } else if (im.nt == 512 && im.items == 16) {
           CK((launch_tc<512, 16>(s, rows, len, k, im.max_cluster, v, ix, st)));
-        } else if (im.nt == 1024 && im.items == 16) {
-          CK((launch_tc<1024, 16>(s, rows, len, k, im.max_cluster, v, ix, st)));
+        } else if (im.nt == 256 && im.items == 32) {
+          CK((launch_tc<256, 32>(s, rows, len, k, im.max_cluster, v, ix, st)));
         } else {
           std::fprintf(stderr, "no instantiation %dx%d\n", im.nt, im.items);
           std::exit(1);
@@ -141,7 +141,7 @@ const Impl kImpls[] = {
     {"grid", kGrid, 256, 8, 0},
     {"tc1024x8", kCluster, 1024, 8, 16},
     {"tc512x16", kCluster, 512, 16, 16},
-    {"tc1024x16", kCluster, 1024, 16, 16},
+    {"tc256x32", kCluster, 256, 32, 16},
     {"old_cluster", kOld, 1024, 8, 16},
 };
 
@@ -483,7 +483,7 @@ void run_phases(Runner& run, uint64_t seed) {
                               "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
                               "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
                               "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
-                              "block0 gather lists", "block0 sort",  "block0 write+exit wait"};
+                              "gather all lists", "cell bucketing",  "rank+write+exit wait"};
       print_phases(im.name, h, blocks, ids, labels, 19);
     }
   }
