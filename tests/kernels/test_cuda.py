@@ -77,11 +77,12 @@ def test_gemv_matches_float64_and_reference(n: int, k: int) -> None:
 def _agrees_with_float32_reference(y: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor, acc) -> bool:
     """Another float32 summation order (cuBLAS's) rounds to the same fp16 or a neighbour, except
     rarely where cancellation leaves |y| small against the terms (seen: 3 ULP on 1 of 75968
-    lm_head outputs); such outliers must be few and within both results' accumulation error."""
+    lm_head outputs, 1 of 512 at K = 8192); such outliers must be few (at most 2 or 0.1 %) and
+    within both results' accumulation error."""
     ulps = ulp_distance(y, ref32)
     far = ulps > 1
     within = (y.double() - ref32.double()).abs() <= 2 * (half_ulp(ref64) * 1.001 + acc)
-    return bool(far.float().mean() <= 1e-3 and within[far].all())
+    return bool(int(far.sum()) <= max(2, far.numel() // 1000) and within[far].all())
 
 
 def test_gemv_takes_offset_rows_but_not_misaligned_ones() -> None:
