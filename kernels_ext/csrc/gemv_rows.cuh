@@ -126,11 +126,12 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
 
 // The common decode case, K = WPR * kGemvUnroll * kGemvChunk (K = 2048, 4096, 8192, 16384): each
 // warp loads its whole share of a row in one group, so the loop, the bounds checks and the
-// per-load addresses go away (one base pointer, constant offsets). The registers left (about 40
-// against 76 for the general kernel) let kGemvOneGroupMinBlocks blocks share a multiprocessor: more
-// of a large matrix in flight per wave, and room for the next kernel's blocks under PDL.
+// per-load addresses go away (one base pointer, constant offsets), and x is staged one vector per
+// thread at a time. The registers left (48 against 76 for the general kernel: 32 of them hold the
+// weights in flight) let 5 blocks share a multiprocessor instead of 3: more of a large matrix in
+// flight per wave, and room for the next kernel's blocks under PDL.
 // Same per-lane order as gemv_rows_kernel, so the same bits.
-constexpr int kGemvOneGroupMinBlocks = 4;  // 5 spills (sm_90, CUDA 13.0)
+constexpr int kGemvOneGroupMinBlocks = 5;  // 48 registers; 6 would spill (sm_90, CUDA 13.0)
 
 template <int WPR, class Rows>
 __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
@@ -147,20 +148,19 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   const bool active = row < n_rows;
   const __half* __restrict__ w = rows.row_ptr(active ? row : 0) + slot * kGemvChunk + lane * 8;
   allow_next_grid();
-  uint4 wv[kGemvUnroll];
-  if (active) {
+  uint4 wv[kGemvUnroll];  // an inactive warp (past the last row) reads row 0 and stores nothing
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) wv[u] = load_weight16(w + u * WPR * kGemvChunk);
-  }
+  for (int u = 0; u < kGemvUnroll; ++u) wv[u] = load_weight16(w + u * WPR * kGemvChunk);
   wait_for_previous_grid();
 #pragma unroll
-  for (int i = threadIdx.x; i < kK / 8; i += kGemvThreads) x_smem[i] = load_x16(x + i * 8);
+  for (int j = 0; j < WPR; ++j) {  // kK / 8 = WPR * kGemvThreads vectors of x
+    const int i = j * kGemvThreads + threadIdx.x;
+    x_smem[i] = load_x16(x + i * 8);
+  }
   __syncthreads();
   float acc = 0.f;
-  if (active) {
 #pragma unroll
-    for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc);
-  }
+  for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if constexpr (WPR == 1) {
