@@ -298,14 +298,14 @@ namespace qgate {
 namespace {
 
 // Largest cluster the device runs for the cluster kernel (16 needs the non-portable opt-in), 0 when
-// the device has no clusters (before sm_90) or QGATE_TOPK_IMPL=cluster does not ask for this path.
+// the device has no clusters (before sm_90) or QGATE_TOPK_IMPL=grid asks for the grid path.
 cudaError_t topk_max_cluster(int device, int* out) {
   *out = 0;
   int major = 0;
   cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // opt-in until measured on the H200 (BENCH.md)
-  if (major < 9 || impl == nullptr || std::strcmp(impl, "cluster") != 0) return cudaSuccess;
+  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // "grid": the portable path on sm_90 too
+  if (major < 9 || (impl != nullptr && std::strcmp(impl, "grid") == 0)) return cudaSuccess;
   const auto kernel = qsa_topk_cluster_kernel<kTcThreads, kTcItems>;
   const size_t smem = tc_smem_bytes(kTopkMaxK);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

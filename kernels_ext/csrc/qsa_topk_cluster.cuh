@@ -16,8 +16,8 @@
 //               in the block's own list, in increasing index order.
 //   ordering:   every block reads the C lists in rank order (all k selected keys of the row), puts
 //               them into the cells that the passes define (exact counts from the pass totals, so
-//               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the cell
-//               positions by counting larger composites (key << 32 | ~index) within their cell, so
+//               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the
+//               list by counting larger composites (key << 32 | ~index) within their cell, so
 //               the order is the stable sort's; values are reloaded from the input (bits kept).
 // Cluster barriers: one per pass, one after the compaction, and one that keeps every block's shared
 // memory alive until every block has read its list.
@@ -30,8 +30,8 @@
 namespace qgate {
 namespace {
 
-constexpr int kTcThreads = 512;  // threads a block (production configuration, BENCH.md)
-constexpr int kTcItems = 16;     // consecutive keys a thread holds per tile
+constexpr int kTcThreads = 1024;  // threads a block (production configuration, BENCH.md)
+constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
 constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
 // Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the cell
@@ -219,9 +219,11 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
   TC_STAMP(17);
   const int lo = static_cast<int>((static_cast<int64_t>(k) * rank) / csize);
   const int hi = static_cast<int>((static_cast<int64_t>(k) * (rank + 1)) / csize);
+  // The share is of the row's list (the same order in every block; the order within a cell is not).
   for (int p = lo + threadIdx.x; p < hi; p += NT) {
-    const unsigned long long c = cell_items[p];
-    const int cid = tc_cell(static_cast<uint32_t>(c >> 32), thr);
+    const uint2 e = all[p];
+    const unsigned long long c = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
+    const int cid = tc_cell(e.x, thr);
     const int first = static_cast<int>(cell_off[cid]);
     const int last = static_cast<int>(cell_off[cid + 1]);
     int larger = 0;

@@ -1,7 +1,8 @@
-"""The opt-in sm_90 paths (QGATE_GEMV_IMPL=bulk: GEMV by bulk copies; QGATE_TOPK_IMPL=cluster: top-k
-by thread-block clusters) give the same bits as the default paths. The switches are read once per
-process, so the sm_90 paths run in a child process on the same inputs (skipped without a GPU; on
-a GPU before sm_90 both sides take the default paths)."""
+"""The two paths of each route give the same bits: GEMV rows (default) against the opt-in sm_90 bulk-copy
+GEMV (QGATE_GEMV_IMPL=bulk); top-k by thread-block clusters (the default on sm_90) against the
+portable grid path (QGATE_TOPK_IMPL=grid, the default before sm_90). The switches are read once per
+process, so the other paths run in a child process on the same inputs (skipped without a GPU; on a
+GPU before sm_90 both sides take the portable paths)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,19 @@ GEMV_SHAPES = [
     (37984, 2048),
     (1000, 6144),
 ]
-TOPK_SHAPES = [(1, 131072, 2048), (4, 131072, 2048), (3, 257, 257), (3000, 512, 16), (1, 2**20, 64)]
+TOPK_SHAPES = [
+    (1, 131072, 2048),
+    (4, 131072, 2048),
+    (8, 32768, 1024),
+    (3, 257, 257),
+    (3000, 512, 16),
+    (5, 10001, 777),
+    (2, 4099, 4096),
+    (1, 200000, 2048),
+    (1, 2**20, 64),
+    (1, 2**20, 4096),
+]
+NAN_BITS = [0x7FC00000, -0x00400000, 0x7F800001, -0x007EDCBB, 0x7FFFFFFF]  # int32 views: +/- payloads
 
 _CHILD = """
 import sys, torch, qgate_kernels
@@ -53,21 +66,41 @@ def _cases(gen: torch.Generator) -> dict[str, list]:
         cases[f"gemv_{n}x{k}"] = [w, randn(gen, k, dtype=torch.half, device=DEV)]
     for rows, length, k in TOPK_SHAPES:
         s = torch.randn(rows, length, generator=gen, device=DEV)
-        ties = torch.round(s * 2) / 2  # heavy ties across block and cluster boundaries
-        ties.view(-1)[:: max(1, length // 7)] = float("nan")
         cases[f"topk_{rows}x{length}_{k}"] = [s, k]
-        cases[f"topk_ties_{rows}x{length}_{k}"] = [ties, k]
+        cases[f"topk_ties_{rows}x{length}_{k}"] = [_hard(s, gen), k]
+    n = 131072
+    equal = torch.full((2, n), 1.5, device=DEV)  # one cell holds all k: ties by index only
+    ramp = (torch.arange(n, device=DEV) // 3).float().mul(0.25).sub(100.0)  # top-k in the last block
+    zeros = torch.zeros(1, n, device=DEV)
+    zeros[:, torch.rand(n, generator=gen, device=DEV) < 0.5] = -0.0
+    cases["topk_equal"] = [equal, 4096]
+    cases["topk_ascending"] = [ramp[None].clone(), 4096]
+    cases["topk_descending"] = [ramp.flip(0)[None].clone(), 2048]
+    cases["topk_zeros"] = [zeros, 3000]
     return cases
 
 
-def test_sm90_paths_give_the_portable_bits(tmp_path: Path) -> None:
+def _hard(s: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Heavy ties across block and cluster boundaries, NaNs of several payloads, both zeros, infinities."""
+    t = torch.round(s * 2) / 2
+    flat = t.view(-1)
+    stride = max(1, t.shape[1] // 7)
+    nan_pos = torch.arange(0, flat.numel(), stride, device=t.device)
+    bits = torch.tensor(NAN_BITS, dtype=torch.int32, device=t.device)
+    flat.view(torch.int32)[nan_pos] = bits[torch.arange(nan_pos.numel(), device=t.device) % len(NAN_BITS)]
+    for value in (0.0, -0.0, float("inf"), float("-inf")):
+        flat[torch.randint(0, flat.numel(), (64,), generator=gen, device=t.device)] = value
+    return t
+
+
+def test_both_paths_give_the_same_bits(tmp_path: Path) -> None:
     gen, seed = fresh_generator(DEV)
     cases = _cases(gen)
     torch.save(
         {n: [a.cpu() if isinstance(a, torch.Tensor) else a for a in args] for n, args in cases.items()},
         tmp_path / "in.pt",
     )
-    env = dict(os.environ, QGATE_GEMV_IMPL="bulk", QGATE_TOPK_IMPL="cluster")
+    env = dict(os.environ, QGATE_GEMV_IMPL="bulk", QGATE_TOPK_IMPL="grid")
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
         env=env,
