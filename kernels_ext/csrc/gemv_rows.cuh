@@ -23,10 +23,12 @@ constexpr int64_t kGemvMaxSmemX = 48 * 1024;  // bytes of x staged in shared mem
 
 // Weights are read once per call: streaming loads keep them from evicting x.
 __device__ __forceinline__ uint4 load_weight16(const __half* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
-// x through L2 only (ld.global.cg), never the non-coherent read-only path (__ldg): under PDL this
-// kernel starts while the previous one may still write x, and the .nc path is only valid for data
-// that no one writes during the reading kernel's lifetime.
-__device__ __forceinline__ uint4 load_x16(const __half* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+// x by a plain coherent load (ld.global.ca: L1 and L2, so the blocks of a multiprocessor share it),
+// never the non-coherent read-only path (__ldg): under PDL this kernel starts while the previous
+// one may still write x, and the .nc path is only valid for data that no one writes during the
+// reading kernel's lifetime; griddepcontrol.wait makes the previous grid's writes visible to
+// ordinary loads (BENCH.md: one wrong chain seen with __ldg, none in 1,500 with coherent loads).
+__device__ __forceinline__ uint4 load_x16(const __half* p) { return __ldca(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc) {
   const __half2* w2 = reinterpret_cast<const __half2*>(&w);

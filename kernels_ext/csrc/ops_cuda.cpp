@@ -123,9 +123,14 @@ std::tuple<at::Tensor, at::Tensor> qsa_topk_cuda(const at::Tensor& scores, int64
   if (rows == 0) return {values, indices};
   qgate::TopkPlan plan{};
   check_cuda(qgate::plan_qsa_topk(rows, len, k, dev.index(), &plan), "qsa_topk (plan)");
-  // Histograms and barrier counters start at zero on every call (a memset node under graph capture).
-  at::Tensor workspace = at::zeros({static_cast<int64_t>(plan.workspace_bytes)}, scores.options().dtype(at::kByte));
-  check_cuda(qgate::launch_qsa_topk(scores.data_ptr<float>(), rows, len, k, plan, workspace.data_ptr(),
+  // Grid path: histograms and barrier counters start at zero on every call (a memset node under
+  // graph capture). The cluster path (sm_90) needs no workspace: no allocation, no memset.
+  at::Tensor workspace;
+  if (plan.workspace_bytes > 0) {
+    workspace = at::zeros({static_cast<int64_t>(plan.workspace_bytes)}, scores.options().dtype(at::kByte));
+  }
+  check_cuda(qgate::launch_qsa_topk(scores.data_ptr<float>(), rows, len, k, plan,
+                                    plan.workspace_bytes > 0 ? workspace.data_ptr() : nullptr,
                                     values.data_ptr<float>(), indices.data_ptr<int64_t>(),
                                     at::cuda::getCurrentCUDAStream()),
              "qsa_topk");

@@ -36,11 +36,14 @@ timeout 300 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider >"$OUT/py
 echo "pytest rc=$?" | tee -a "$LOG"
 tail -n 25 "$OUT/pytest.log"
 
-step "pytest: the opt-in sm_90 paths (QGATE_GEMV_IMPL=bulk QGATE_TOPK_IMPL=cluster)"
-QGATE_GEMV_IMPL=bulk QGATE_TOPK_IMPL=cluster timeout 200 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
+step "pytest: the other paths (QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid)"
+QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid timeout 200 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
   -k "gemv or gdn or topk or graphs or opcheck" >"$OUT/pytest_sm90.log" 2>&1
-echo "pytest sm90 paths rc=$?" | tee -a "$LOG"
+echo "pytest other paths rc=$?" | tee -a "$LOG"
 tail -n 5 "$OUT/pytest_sm90.log"
+
+step "PDL ordering check (static-weight GEMV chains, eager and graph replay)"
+timeout 200 python3 kernels_ext/tools/pdl_race_check.py --iters 200 2>&1 | tee -a "$LOG"
 
 step "ops screen (default shapes)"
 timeout 240 python3 -m qgate.cli.ops run -c contracts/smoke-cpu.yaml -o "$OUT/s" --device cuda >>"$LOG" 2>&1
@@ -54,7 +57,7 @@ cat "$OUT/b/ops/bench.md" 2>/dev/null
 step "tuning variants (one process each: the switches are read once per process)"
 V="$OUT/variants.jsonl"
 # Each spec: comma-separated VAR=value settings for one process.
-for spec in ${QGATE_VARIANTS:-QGATE_GEMV_PDL=1 QGATE_GEMV_GROUPS=4 QGATE_GEMV_GROUPS=1 QGATE_GEMV_PDL=1,QGATE_GEMV_GROUPS=4}; do
+for spec in ${QGATE_VARIANTS:-QGATE_DEFAULT=1 QGATE_GEMV_GENERAL=1}; do
   env ${spec//,/ } timeout 120 python3 kernels_ext/tools/bench_variants.py \
     --routes ${QGATE_VARIANT_ROUTES:-fp16_gemv fused_gdn_input_fp16} --tag "$spec" >>"$V" 2>>"$LOG"
 done
