@@ -5,4 +5,4 @@ nor qgate_kernels; screen.py, bench.py and cases.py do, when a command needs the
 """
 
 OPS_SCHEMA_VERSION = 1
-BENCH_SCHEMA_VERSION = 1
+BENCH_SCHEMA_VERSION = 2  # 2: cases may carry plain_timing and after_producer (launch conditions)
