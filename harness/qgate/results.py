@@ -16,7 +16,14 @@ from typing import Any
 from qgate.errors import QgateError
 
 SPEED_SCHEMA_VERSION = 1
-KNOWN_SCHEMAS = {"speed": {1}, "quality": {1}, "verdict": {1}, "ops": {1}, "ops_bench": {1, 2}, "ablation": {1}}
+KNOWN_SCHEMAS = {
+    "speed": {1},
+    "quality": {1},
+    "verdict": {1},
+    "ops": {1},
+    "ops_bench": {1, 2},
+    "ablation": {1},
+}
 
 
 class ResultError(QgateError):
