@@ -7,10 +7,12 @@ With no route switched on it returns at once: nothing is patched, imported or wr
 When a route is on (see `overrides.ROUTE_ENV`):
 - fp16_gemv: the unquantized linear layers whose name ends in one of `GEMV_ROLES` (qkv_proj, o_proj,
   gate_up_proj, down_proj) and the model's lm_head. Batch-one fp16 calls (x [1, K]) run the route op
-  `ops.gemv(weight, x)` (+ bias); every other call (prefill, M > 1, speculative verification, other
-  dtypes, shapes) keeps vLLM's own path and counts a fallback with its reason.
+  `ops.gemv(weight, x, static_weight=True)` (+ bias); every other call (prefill, M > 1, speculative
+  verification, other dtypes, shapes) keeps vLLM's own path and counts a fallback with its reason.
 - fused_gdn_input_fp16: Qwen3-Next Gated-DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba): the
-  two input projections and their de-interleaving run as one `ops.gdn_input(...)` for batch one.
+  two input projections and their de-interleaving run as one `ops.gdn_input(..., static_weight=True)`
+  for batch one. (static_weight: a model's weights are not written during inference, so on sm_90 the
+  kernels may stream them while the previous kernel finishes; an override gets no such argument.)
 - fused_hc_fp16, qsa_topk: no hook in vLLM 0.32 takes these ops' math as is (docs/routes.md says where
   the hook points are and why); a model load counts the fallback `no_site_in_model`.
 A route with no wired layer in the loaded model also counts `no_site_in_model`, so a switched-on route
