@@ -73,6 +73,28 @@ __device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], cons
   }
 }
 
+// The end of a row: lane sums by a xor butterfly, then the WPR warps of the row in slot order
+// (through `partial`, one float a warp; a block barrier when WPR > 1, so every thread calls it).
+template <int WPR, class Rows>
+__device__ __forceinline__ void finish_row(const Rows& rows, int64_t row, bool active, float acc, float* partial) {
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (WPR == 1) {
+    if (active && lane == 0) rows.store(row, acc);
+  } else {
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (active && warp % WPR == 0 && lane == 0) {
+      float sum = partial[warp];
+#pragma unroll
+      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
+      rows.store(row, sum);
+    }
+  }
+}
+
 // Rows supplies row_ptr(row) -> const __half* and store(row, float) (where the result goes).
 // X_IN_SMEM: once its first weight loads are in flight, the block stages x in shared memory
 // (k * 2 bytes <= kGemvMaxSmemX) so that its warps read x from there; otherwise each warp reads x
@@ -113,20 +135,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
       load_weight_group<WPR>(wv, w, c0, k, lane);
     }
   }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if constexpr (WPR == 1) {
-    if (active && lane == 0) rows.store(row, acc);
-  } else {
-    if (lane == 0) partial[warp] = acc;
-    __syncthreads();
-    if (active && slot == 0 && lane == 0) {
-      float sum = partial[warp];
-#pragma unroll
-      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
-      rows.store(row, sum);
-    }
-  }
+  finish_row<WPR>(rows, row, active, acc, partial);
 }
 
 // The common decode case, K = WPR * kGemvUnroll * kGemvChunk (K = 2048, 4096, 8192, 16384): each
@@ -166,20 +175,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   float acc = 0.f;
 #pragma unroll
   for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if constexpr (WPR == 1) {
-    if (active && lane == 0) rows.store(row, acc);
-  } else {
-    if (lane == 0) partial[warp] = acc;
-    __syncthreads();
-    if (active && slot == 0 && lane == 0) {
-      float sum = partial[warp];
-#pragma unroll
-      for (int s = 1; s < WPR; ++s) sum += partial[warp + s];
-      rows.store(row, sum);
-    }
-  }
+  finish_row<WPR>(rows, row, active, acc, partial);
 }
 
 // Warps per row: enough that each warp loads about `groups` groups of kGemvUnroll chunks at most
