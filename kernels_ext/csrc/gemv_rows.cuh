@@ -27,7 +27,7 @@ __device__ __forceinline__ uint4 load_weight16(const __half* p) { return __ldcs(
 // never the non-coherent read-only path (__ldg): under PDL this kernel starts while the previous
 // one may still write x, and the .nc path is only valid for data that no one writes during the
 // reading kernel's lifetime; griddepcontrol.wait makes the previous grid's writes visible to
-// ordinary loads (BENCH.md: one wrong chain seen with __ldg; none in 2,500 with .cg or .ca loads).
+// ordinary loads (BENCH.md: one wrong chain seen with __ldg; none in 3,000 with .cg or .ca loads).
 __device__ __forceinline__ uint4 load_x16(const __half* p) { return __ldca(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc) {
