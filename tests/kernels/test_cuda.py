@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from kernel_oracles import (
@@ -306,39 +301,3 @@ def test_static_weight_chain_reads_x_after_the_previous_kernel() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, chain(False)), f"seed {seed}"
-
-
-_GENERAL_CHILD = """
-import sys, torch, qgate_kernels
-inp = torch.load(sys.argv[1])
-out = [qgate_kernels.gemv(w.cuda(), x.cuda()).cpu() for w, x in inp]
-torch.save(out, sys.argv[2])
-"""
-
-
-def test_one_group_kernel_gives_the_general_kernels_bits(tmp_path: Path) -> None:
-    """K = 2048 .. 16384 (one load group a warp) runs gemv_one_group_kernel; QGATE_GEMV_GENERAL=1
-    (read once per process, so in a child) forces the general kernel: same bits."""
-    gen, seed = fresh_generator(DEV)
-    shapes = [(3072, 2048), (4096, 4096), (100, 8192), (65, 16384), (7, 2048)]
-    inp = [
-        (
-            randn(gen, n, k, dtype=torch.half, device=DEV, scale=k**-0.5),
-            randn(gen, k, dtype=torch.half, device=DEV),
-        )
-        for n, k in shapes
-    ]
-    torch.save([(w.cpu(), x.cpu()) for w, x in inp], tmp_path / "in.pt")
-    proc = subprocess.run(
-        [sys.executable, "-c", _GENERAL_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-        env=dict(os.environ, QGATE_GEMV_GENERAL="1"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    general = torch.load(tmp_path / "out.pt")
-    for (w, x), want, shape in zip(inp, general, shapes, strict=True):
-        got = qgate_kernels.gemv(w, x).cpu()
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{shape}, seed {seed}"

@@ -1,4 +1,5 @@
-"""The two paths of each route give the same bits: GEMV rows (default) against the opt-in sm_90 bulk-copy
+"""The paths of each route give the same bits: GEMV rows (default: the one-load-group kernel for K =
+2048..16384) against the general rows kernel (QGATE_GEMV_GENERAL=1) and the opt-in sm_90 bulk-copy
 GEMV (QGATE_GEMV_IMPL=bulk); top-k by thread-block clusters (the default on sm_90) against the
 portable grid path (QGATE_TOPK_IMPL=grid, the default before sm_90). The switches are read once per
 process, so the other paths run in a child process on the same inputs (skipped without a GPU; on a
@@ -31,6 +32,8 @@ GEMV_SHAPES = [
     (2048, 4096),
     (37984, 2048),
     (1000, 6144),
+    (100, 8192),
+    (65, 16384),
 ]
 TOPK_SHAPES = [
     (1, 131072, 2048),
@@ -93,14 +96,21 @@ def _hard(s: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return t
 
 
-def test_both_paths_give_the_same_bits(tmp_path: Path) -> None:
+OTHER_PATHS = [
+    {"QGATE_GEMV_IMPL": "bulk", "QGATE_TOPK_IMPL": "grid"},
+    {"QGATE_GEMV_GENERAL": "1"},
+]
+
+
+@pytest.mark.parametrize("other", OTHER_PATHS, ids=["bulk-gemv+grid-topk", "general-gemv"])
+def test_other_paths_give_the_same_bits(tmp_path: Path, other: dict[str, str]) -> None:
     gen, seed = fresh_generator(DEV)
     cases = _cases(gen)
     torch.save(
         {n: [a.cpu() if isinstance(a, torch.Tensor) else a for a in args] for n, args in cases.items()},
         tmp_path / "in.pt",
     )
-    env = dict(os.environ, QGATE_GEMV_IMPL="bulk", QGATE_TOPK_IMPL="grid")
+    env = dict(os.environ, **other)
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
         env=env,
@@ -110,13 +120,13 @@ def test_both_paths_give_the_same_bits(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    sm90 = torch.load(tmp_path / "out.pt")
+    theirs = torch.load(tmp_path / "out.pt")
     for name, args in cases.items():
         fn = qgate_kernels.gemv if name.startswith("gemv") else qgate_kernels.qsa_topk
         res = fn(*args)
         mine = [r.cpu() for r in res] if isinstance(res, tuple) else [res.cpu()]
-        for a, b in zip(mine, sm90[name], strict=True):
-            assert torch.equal(_bits(a), _bits(b)), f"{name}, seed {seed}"
+        for a, b in zip(mine, theirs[name], strict=True):
+            assert torch.equal(_bits(a), _bits(b)), f"{name} against {other}, seed {seed}"
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
