@@ -10,7 +10,6 @@
 // Run: ./topk_bench [--check] [--time] [--phases] [--reps N]   (default: all three)
 // Exit status 1 on any mismatch or CUDA error.
 #include "../csrc/qsa_topk.cu"
-#include "topk_old_cluster.cuh"
 
 #include <algorithm>
 #include <cinttypes>
@@ -34,7 +33,7 @@ void check(cudaError_t e, const char* what, int line) {
 #define CK(x) check((x), #x, __LINE__)
 
 // ---------------------------------------------------------------- implementations under test
-enum Kind { kGrid, kCluster, kOld };
+enum Kind { kGrid, kCluster };
 struct Impl {
   const char* name;
   Kind kind;
@@ -66,28 +65,6 @@ cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_
   config.attrs = attr;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
-}
-
-cudaError_t launch_old(const float* s, int64_t rows, int64_t len, int k, float* v, int64_t* ix, cudaStream_t st) {
-  static bool ready = false;
-  if (!ready) {
-    CK(cudaFuncSetAttribute(qgate::old_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    ready = true;
-  }
-  int c = 1;
-  while (c < qgate::kOcMaxCluster && (len + c - 1) / c > qgate::kOcTile) c *= 2;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * c));
-  config.blockDim = dim3(qgate::kOcThreads);
-  config.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = c;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, qgate::old_cluster_kernel, s, len, k, c, v, ix);
 }
 
 // One call; the grid path's workspace memset is part of the call (as in ops_cuda.cpp).
@@ -129,9 +106,6 @@ struct Runner {
           std::exit(1);
         }
         break;
-      case kOld:
-        CK(launch_old(s, rows, len, k, v, ix, st));
-        break;
     }
     CK(cudaGetLastError());
   }
@@ -142,7 +116,6 @@ const Impl kImpls[] = {
     {"tc1024x8", kCluster, 1024, 8, 16},
     {"tc512x16", kCluster, 512, 16, 16},
     {"tc256x32", kCluster, 256, 32, 16},
-    {"old_cluster", kOld, 1024, 8, 16},
 };
 
 // ---------------------------------------------------------------- CPU reference
@@ -246,7 +219,6 @@ int run_checks(Runner& run, std::mt19937_64& rng) {
     CK(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     std::printf("check %5" PRId64 " x %-8" PRId64 " k=%-5d %-10s", c.rows, c.len, c.k, c.dist);
     for (const Impl& im : kImpls) {
-      if (im.kind == kOld) continue;
       for (int rep = 0; rep < 2; ++rep) {  // twice: the same bits on every call
         CK(cudaMemset(d_v, 0xff, c.rows * c.k * 4));  // poison: every element must be written
         CK(cudaMemset(d_i, 0xff, c.rows * c.k * 8));
@@ -457,35 +429,23 @@ void run_phases(Runner& run, uint64_t seed) {
   for (const Impl& im : kImpls) {
     if (im.kind == kGrid) continue;
     CK(cudaMemset(d, 0, 4096 * 32 * 8));
-    if (im.kind == kOld) {
-      CK(cudaMemcpyToSymbol(::g_oc_phase, &d, sizeof(d)));
-    } else {
-      CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &d, sizeof(d)));
-    }
+    CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &d, sizeof(d)));
     for (int rep = 0; rep < 3; ++rep) {  // the last call's stamps remain; every call reads cold rows
       for (int i = 0; i < s.n; ++i) run.call(im, s.x + i * s.len, 1, s.len, s.k, s.v + i * s.k, s.ix + i * s.k, 0);
     }
     CK(cudaDeviceSynchronize());
     unsigned long long* null = nullptr;
-    CK(cudaMemcpyToSymbol(::g_oc_phase, &null, sizeof(null)));
     CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &null, sizeof(null)));
     CK(cudaMemcpy(h.data(), d, h.size() * 8, cudaMemcpyDeviceToHost));
     int blocks = 0;
     while (blocks < 64 && h[blocks * 32 + 0] != 0) ++blocks;
-    if (im.kind == kOld) {
-      const int ids[] = {1, 2, 3, 4, 5, 6, 7, 8};
-      const char* labels[] = {"", "load+pass0 (match_any)", "pass1", "pass2", "pass3", "counts", "push+sync",
-                              "order k^2/C + sync"};
-      print_phases(im.name, h, blocks, ids, labels, 8);
-    } else {
-      const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19};
-      const char* labels[] = {"",           "load (keys ready)", "p0 count+reduce", "p0 cluster barrier",
-                              "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
-                              "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
-                              "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
-                              "gather all lists", "cell bucketing",  "rank+write+exit wait"};
-      print_phases(im.name, h, blocks, ids, labels, 19);
-    }
+    const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19};
+    const char* labels[] = {"",           "load (keys ready)", "p0 count+reduce", "p0 cluster barrier",
+                            "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
+                            "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
+                            "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
+                            "gather all lists", "cell bucketing",  "rank+write+exit wait"};
+    print_phases(im.name, h, blocks, ids, labels, 19);
   }
   CK(cudaFree(d));
   free_sets(s);
