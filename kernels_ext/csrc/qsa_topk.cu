@@ -293,29 +293,30 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
 }  // namespace qgate
 
 #include "qsa_topk_cluster.cuh"
+#include "qsa_topk_push.cuh"
 
 namespace qgate {
 namespace {
 
-// Largest cluster the device runs for the cluster kernel (16 needs the non-portable opt-in), 0 when
-// the device has no clusters (before sm_90) or QGATE_TOPK_IMPL=grid asks for the grid path.
-cudaError_t topk_max_cluster(int device, int* out) {
+// 1 when QGATE_TOPK_IMPL=cluster asks for the pull kernel instead of the push kernel (tuning only).
+bool topk_pull() {
+  const char* impl = std::getenv("QGATE_TOPK_IMPL");
+  return impl != nullptr && std::strcmp(impl, "cluster") == 0;
+}
+
+// Sets the attributes of one cluster kernel and returns the largest cluster (16 needs the
+// non-portable opt-in, at least 8) that the device can run with `smem` bytes a block, 0 if none.
+template <class Kernel>
+cudaError_t largest_cluster(Kernel kernel, int threads, size_t smem, int* out) {
   *out = 0;
-  int major = 0;
-  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess) return err;
-  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // "grid": the portable path on sm_90 too
-  if (major < 9 || (impl != nullptr && std::strcmp(impl, "grid") == 0)) return cudaSuccess;
-  const auto kernel = qsa_topk_cluster_kernel<kTcThreads, kTcItems>;
-  const size_t smem = tc_smem_bytes(kTopkMaxK);
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   for (int c = kTcMaxCluster; c >= 8; c /= 2) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(c);
-    config.blockDim = dim3(kTcThreads);
+    config.blockDim = dim3(threads);
     config.dynamicSmemBytes = smem;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -333,6 +334,19 @@ cudaError_t topk_max_cluster(int device, int* out) {
     (void)cudaGetLastError();  // a refused size is not an error of the call
   }
   return cudaSuccess;
+}
+
+// Largest cluster the device runs for the chosen cluster kernel, 0 when the device has no clusters
+// (before sm_90) or QGATE_TOPK_IMPL=grid asks for the grid path.
+cudaError_t topk_max_cluster(int device, int* out) {
+  *out = 0;
+  int major = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err != cudaSuccess) return err;
+  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // "grid": the portable path on sm_90 too
+  if (major < 9 || (impl != nullptr && std::strcmp(impl, "grid") == 0)) return cudaSuccess;
+  if (topk_pull()) return largest_cluster(qsa_topk_cluster_kernel<kTcThreads, kTcItems>, kTcThreads, tc_smem_bytes(kTopkMaxK), out);
+  return largest_cluster(qsa_topk_push_kernel<kTcItems>, kTpThreads, kTpSmemBytes, out);
 }
 
 // Blocks a row on the cluster path: the least power of two whose blocks hold one tile each, at most
@@ -361,6 +375,8 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
     const int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
     plan->cluster = c;
+    static const bool pull = topk_pull();  // per process, as max_cluster
+    plan->pull = pull ? 1 : 0;
     plan->blocks_per_row = c;
     plan->row_workspace_bytes = 0;
     plan->workspace_bytes = 0;
@@ -396,8 +412,8 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
   if (plan.cluster > 0) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
-    config.blockDim = dim3(kTcThreads);
-    config.dynamicSmemBytes = tc_smem_bytes(k);
+    config.blockDim = dim3(plan.pull ? kTcThreads : kTpThreads);
+    config.dynamicSmemBytes = plan.pull ? tc_smem_bytes(k) : kTpSmemBytes;
     config.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -406,8 +422,10 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
     attr[0].val.clusterDim.z = 1;
     config.attrs = attr;
     config.numAttrs = 1;
-    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores, len, k32,
-                                         plan.cluster, values, indices);
+    cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores,
+                                                     len, k32, plan.cluster, values, indices)
+                                : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, scores, len, k32,
+                                                     plan.cluster, values, indices);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
   }

@@ -41,7 +41,9 @@ constexpr int kTcCells = 4 * 256;
 
 // Small per-block state, in static shared memory.
 struct TcShared {
-  unsigned int bin, above, eq_before, nsel, max_key;
+  unsigned long long bar[5];  // push path (qsa_topk_push.cuh): one mbarrier per pass, one for the lists
+  unsigned int bin, above, eq_before, nsel, max_key, cand;
+  unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
@@ -220,17 +222,22 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
   const int lo = static_cast<int>((static_cast<int64_t>(k) * rank) / csize);
   const int hi = static_cast<int>((static_cast<int64_t>(k) * (rank + 1)) / csize);
   // The share is of the row's list (the same order in every block; the order within a cell is not).
-  for (int p = lo + threadIdx.x; p < hi; p += NT) {
+  // One warp a key: the lanes count the larger composites of its cell together, so a cell of many
+  // equal keys (ties: one cell per value) costs cell / 32 steps a key, not cell.
+  const int lane = threadIdx.x & 31;
+  for (int p = lo + static_cast<int>(threadIdx.x >> 5); p < hi; p += NT / 32) {
     const uint2 e = all[p];
     const unsigned long long c = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
     const int cid = tc_cell(e.x, thr);
     const int first = static_cast<int>(cell_off[cid]);
     const int last = static_cast<int>(cell_off[cid + 1]);
-    int larger = 0;
-    for (int j = first; j < last; ++j) larger += cell_items[j] > c ? 1 : 0;
-    const uint32_t idx = 0xffffffffu - static_cast<uint32_t>(c & 0xffffffffu);
-    values[first + larger] = __ldg(s + idx);
-    indices[first + larger] = static_cast<int64_t>(idx);
+    unsigned int larger = 0;
+    for (int j = first + lane; j < last; j += 32) larger += cell_items[j] > c ? 1u : 0u;
+    larger = __reduce_add_sync(0xffffffffu, larger);
+    if (lane == 0) {
+      values[first + larger] = __ldg(s + e.y);
+      indices[first + larger] = static_cast<int64_t>(e.y);
+    }
   }
 }
 #endif  // QGATE_TC_SM90

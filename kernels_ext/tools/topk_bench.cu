@@ -33,7 +33,7 @@ void check(cudaError_t e, const char* what, int line) {
 #define CK(x) check((x), #x, __LINE__)
 
 // ---------------------------------------------------------------- implementations under test
-enum Kind { kGrid, kCluster };
+enum Kind { kGrid, kCluster, kPush };
 struct Impl {
   const char* name;
   Kind kind;
@@ -56,6 +56,32 @@ cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_
   config.gridDim = dim3(static_cast<unsigned>(rows * c));
   config.blockDim = dim3(NT);
   config.dynamicSmemBytes = qgate::tc_smem_bytes(k);
+  config.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = c;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
+}
+
+cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_cluster, float* v, int64_t* ix,
+                      cudaStream_t st) {
+  static bool ready = false;
+  const auto kernel = qgate::qsa_topk_push_kernel<8>;
+  if (!ready) {
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            static_cast<int>(qgate::kTpSmemBytes)));
+    ready = true;
+  }
+  const int c = qgate::tc_cluster_size(len, max_cluster, static_cast<int64_t>(qgate::kTpThreads) * 8, 8);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(rows * c));
+  config.blockDim = dim3(qgate::kTpThreads);
+  config.dynamicSmemBytes = qgate::kTpSmemBytes;
   config.stream = st;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -94,6 +120,9 @@ struct Runner {
         CK(qgate::launch_qsa_topk(s, rows, len, k, plan, ws, v, ix, st));
         break;
       }
+      case kPush:
+        CK(launch_tp(s, rows, len, k, im.max_cluster, v, ix, st));
+        break;
       case kCluster:
         if (im.nt == 1024 && im.items == 8) {
           CK((launch_tc<1024, 8>(s, rows, len, k, im.max_cluster, v, ix, st)));
@@ -113,9 +142,10 @@ struct Runner {
 
 const Impl kImpls[] = {
     {"grid", kGrid, 256, 8, 0},
+    {"push1024x8", kPush, 1024, 8, 16},
+    {"push1024x8c8", kPush, 1024, 8, 8},
     {"tc1024x8", kCluster, 1024, 8, 16},
     {"tc512x16", kCluster, 512, 16, 16},
-    {"tc256x32", kCluster, 256, 32, 16},
 };
 
 // ---------------------------------------------------------------- CPU reference
@@ -445,7 +475,12 @@ void run_phases(Runner& run, uint64_t seed) {
                             "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
                             "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
                             "gather all lists", "cell bucketing",  "rank+write+exit wait"};
-    print_phases(im.name, h, blocks, ids, labels, 19);
+    const char* push_labels[] = {"",         "load (keys ready)", "p0 count+reduce", "p0 push+wait",
+                                 "p0 sum+select",    "p1 count+reduce",   "p1 push+wait",    "p1 sum+select",
+                                 "p2 count+reduce",  "p2 push+wait",      "p2 sum+select",   "p3 count+reduce",
+                                 "p3 push+wait",     "p3 sum+select",     "offsets+compaction", "list push+wait",
+                                 "local passes+trim", "cell bucketing",   "rank+write"};
+    print_phases(im.name, h, blocks, ids, im.kind == kPush ? push_labels : labels, 19);
   }
   CK(cudaFree(d));
   free_sets(s);

@@ -1,0 +1,358 @@
+// sm_90 default path of qsa_topk: one thread-block cluster per row, counts and candidates pushed
+// (st.async into every block's shared memory, completing on that block's mbarrier) instead of
+// pulled after cluster barriers, and the passes finished locally once the candidates are few.
+// Same definition, key (key_of), passes, tie rule and ordering (tc_order) as qsa_topk_cluster.cuh,
+// whose helpers it uses, so the output is bit-identical to the other paths.
+//
+// C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per) as in the cluster path.
+//   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
+//       histogram), pushes its 256 counts into slot r of every block's receive buffer for pass p,
+//       waits on its own mbarrier of pass p (all C pushes landed), sums the C rows and picks the
+//       same byte. After pass p the keys whose bytes down to p are >= the prefix are the candidates:
+//       (k - need) above it and the ones in the chosen bin. When they fit the candidate buffer
+//       (kTpCap), or after pass 3 (then the ties are trimmed to `need` by index: exactly k), stop.
+//   candidate lists: every block knows every block's pass counts, hence every block's candidate
+//       count and offset (in rank order, so the row's list is in increasing index order). Each
+//       block writes its candidates (one block scan) into its own buffer and pushes them to the
+//       others, then waits on its list mbarrier.
+//   local passes: every block finishes the remaining passes over the candidate list in its own
+//       shared memory (the same counts in every block), trims the ties by index into the final
+//       list of k, and orders its 1/C of it (tc_order).
+// No block reads another block's shared memory, so no cluster barrier is needed after the one that
+// publishes the mbarrier initialisation (overlapped with the loads).
+#pragma once
+
+namespace qgate {
+namespace {
+
+constexpr int kTpThreads = 1024;  // the pushes and the offset sums map 64 threads to each of 16 blocks
+constexpr int kTpCap = 12288;     // candidates a block holds for the local passes
+constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
+// Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
+// of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
+// items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
+constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
+                                static_cast<size_t>(kTpCap) * sizeof(uint2);
+static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int), "final list and cells must fit the receive buffers");
+
+#ifdef QGATE_TC_SM90
+__device__ __forceinline__ uint32_t tp_saddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Address of the same shared location in block `rank` of the cluster (shared::cluster window).
+__device__ __forceinline__ uint32_t tp_mapa(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void tp_bar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+// The one arrival of the barrier's phase, with the bytes it still expects from st.async stores (which
+// may already have landed: the transaction count may go negative before this).
+__device__ __forceinline__ void tp_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Every barrier completes one phase per launch: parity 0. Acquire at cluster scope: the stores of
+// the other blocks that completed the phase are visible after it.
+__device__ __forceinline__ void tp_wait(uint32_t bar) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n\t"
+      "@!done bra TP_WAIT;\n\t}" ::"r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tp_push4(uint32_t dst, uint4 v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.u32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   dst),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tp_push2(uint32_t dst, uint2 v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.u32 [%0], {%1, %2}, [%3];" ::"r"(dst),
+               "r"(v.x), "r"(v.y), "r"(bar)
+               : "memory");
+}
+
+// Candidates of every block after pass `last` from the pushed per-block counts: the keys above the
+// prefix (bins above the chosen one, every pass up to `last`) plus the chosen bin of pass `last`
+// (before pass 3) or the ties each block takes (pass 3: by index, blocks in rank order). Sets
+// sh.off[r] (exclusive, rank order), sh.cand (the row's list length) and sh.eq_before (ties in the
+// blocks before this one). Three block barriers.
+__device__ __forceinline__ void tp_offsets(const unsigned int* recv, TcShared& sh, int last, unsigned int need,
+                                           int csize, uint32_t rank) {
+  __syncthreads();  // sh.pass_bin[last], written by thread 0 after the last pass's barrier
+  const int src = threadIdx.x >> 6;  // 64 threads a source block, 4 bins each
+  const unsigned int b0 = 4 * (threadIdx.x & 63);
+  unsigned int c = 0;
+  if (src < csize) {
+    for (int q = 0; q <= last; ++q) {
+      const uint4 v = reinterpret_cast<const uint4*>(recv + (q * kTcMaxCluster + src) * 256)[b0 / 4];
+      const unsigned int pb = sh.pass_bin[q];
+      const bool in_bin = q == last && last < 3;  // the chosen bin itself is a candidate bin
+      c += (b0 > pb || (in_bin && b0 == pb)) ? v.x : 0u;
+      c += (b0 + 1 > pb || (in_bin && b0 + 1 == pb)) ? v.y : 0u;
+      c += (b0 + 2 > pb || (in_bin && b0 + 2 == pb)) ? v.z : 0u;
+      c += (b0 + 3 > pb || (in_bin && b0 + 3 == pb)) ? v.w : 0u;
+    }
+  }
+  c = __reduce_add_sync(0xffffffffu, c);
+  if ((threadIdx.x & 31) == 0) sh.part[threadIdx.x >> 5] = c;  // warp 2 src + half
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    unsigned int n = lane < csize ? sh.part[2 * lane] + sh.part[2 * lane + 1] : 0u;
+    if (last == 3) {  // ties: block r takes min(its ties, need - ties before it) by index
+      const unsigned int e = lane < csize ? recv[(3 * kTcMaxCluster + lane) * 256 + sh.pass_bin[3]] : 0u;
+      unsigned int incl = e;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += u;
+      }
+      const unsigned int before = incl - e;
+      const unsigned int left = need > before ? need - before : 0u;
+      n += e < left ? e : left;
+      if (lane == static_cast<int>(rank)) sh.eq_before = before;
+    }
+    unsigned int incl = n;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += u;
+    }
+    if (lane <= kTcMaxCluster) sh.off[lane] = incl - n;
+    if (lane == 31) sh.cand = incl;
+  }
+  __syncthreads();
+}
+
+// This block's candidates, in index order, into cand[sh.off[rank] ...]: before pass 3 the keys
+// whose bytes down to `shift` are >= the prefix; after pass 3 the keys > thr and the ties whose
+// row tie rank is below need. Returns how many (the same as tp_offsets' count for this block).
+template <int ITEMS>
+__device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], const float* __restrict__ s, int64_t lo,
+                                                   int64_t hi, bool one_tile, TcShared& sh, int last, uint32_t prefix,
+                                                   unsigned int need, uint2* cand, uint32_t rank) {
+  constexpr int64_t kTile = static_cast<int64_t>(kTpThreads) * ITEMS;
+  const int shift = 24 - 8 * last;
+  const uint32_t lowest = prefix >> shift;  // before pass 3: candidates have key >> shift >= lowest
+  const int64_t mine = threadIdx.x * ITEMS;
+  unsigned int eq_before = last == 3 ? sh.eq_before : 0u;
+  unsigned int nsel = 0;
+  const unsigned int base_slot = sh.off[rank];
+  for (int64_t base = lo; base < hi; base += kTile) {
+    if (!one_tile) tc_load(keys, s, base + mine, hi);
+    unsigned int gt = 0;
+    unsigned int eq = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      gt += last < 3 ? (keys[j] != 0 && (keys[j] >> shift) >= lowest) : keys[j] > prefix;
+      eq += last == 3 && keys[j] == prefix;
+    }
+    unsigned int total = 0;
+    const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // tile <= 2^16 keys
+    const unsigned int rem = need > eq_before ? need - eq_before : 0u;                // ties still to take
+    unsigned int seen = excl >> 16;
+    unsigned int slot = base_slot + nsel + (excl & 0xffffu) + (seen < rem ? seen : rem);
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const uint32_t idx = static_cast<uint32_t>(base + mine + j);
+      const bool take = last < 3 ? (keys[j] != 0 && (keys[j] >> shift) >= lowest) : keys[j] > prefix;
+      if (take) {
+        cand[slot++] = make_uint2(keys[j], idx);
+      } else if (last == 3 && keys[j] == prefix) {
+        if (seen < rem) cand[slot++] = make_uint2(keys[j], idx);
+        ++seen;
+      }
+    }
+    const unsigned int eq_tot = total >> 16;
+    nsel += (total & 0xffffu) + (eq_tot < rem ? eq_tot : rem);
+    eq_before += eq_tot;
+  }
+  return nsel;
+}
+
+// One local pass over the candidate list (the same in every block): counts into the striped
+// histogram, row totals into tot[pass], the chosen byte into the prefix.
+__device__ __forceinline__ void tp_local_pass(unsigned int* striped, unsigned int* tot, TcShared& sh, const uint2* cand,
+                                              unsigned int m, int pass, uint32_t& prefix, unsigned int& need) {
+  const int shift = 24 - 8 * pass;
+  const unsigned int lane = threadIdx.x & 31;
+  for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
+    const uint32_t key = cand[i].x;
+    if (((key ^ prefix) >> (shift + 8)) == 0) atomicAdd(striped + ((key >> shift) & 255u) * 32 + lane, 1u);
+  }
+  __syncthreads();
+  tc_reduce<kTpThreads>(striped, tot + pass * 256);
+  __syncthreads();
+  select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
+  __syncthreads();
+  if (threadIdx.x == 0) sh.pass_bin[pass] = sh.bin;
+  prefix |= sh.bin << shift;
+  need -= sh.above;
+}
+
+// The final list from the candidates (index order): keys > thr, then ties by index up to need.
+__device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
+                                        TcShared& sh, uint2* all) {
+  const unsigned int per = (m + kTpThreads - 1) / kTpThreads;  // consecutive candidates a thread
+  const unsigned int first = threadIdx.x * per < m ? threadIdx.x * per : m;
+  const unsigned int last = first + per < m ? first + per : m;
+  unsigned int gt = 0;
+  unsigned int eq = 0;
+  for (unsigned int i = first; i < last; ++i) {
+    gt += cand[i].x > thr;
+    eq += cand[i].x == thr;
+  }
+  unsigned int total = 0;
+  const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // m <= kTpCap < 2^16
+  unsigned int seen = excl >> 16;
+  unsigned int slot = (excl & 0xffffu) + (seen < need ? seen : need);
+  for (unsigned int i = first; i < last; ++i) {
+    const uint2 e = cand[i];
+    if (e.x > thr) {
+      all[slot++] = e;
+    } else if (e.x == thr) {
+      if (seen < need) all[slot++] = e;
+      ++seen;
+    }
+  }
+  __syncthreads();
+}
+#endif  // QGATE_TC_SM90
+
+template <int ITEMS>
+__global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const float* __restrict__ scores, int64_t len,
+                                                                       int k, int csize, float* __restrict__ values,
+                                                                       int64_t* __restrict__ indices) {
+#ifdef QGATE_TC_SM90
+  constexpr int kNT = kTpThreads;
+  constexpr int64_t kTile = static_cast<int64_t>(kNT) * ITEMS;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  __shared__ TcShared sh;
+  unsigned int* striped = reinterpret_cast<unsigned int*>(tc_smem);
+  unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [256] this block, one pass
+  unsigned int* tot = hist + 256;                                               // [4][256] row totals
+  unsigned int* recv = tot + 4 * 256;                                           // [4][16][256] pushed counts
+  uint2* all = reinterpret_cast<uint2*>(recv);                                  // [k] after the offsets
+  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k]
+  uint2* cand = reinterpret_cast<uint2*>(recv + kTpRecvWords);                  // [kTpCap]
+  TC_GSTAMP(0);
+  TC_STAMP(1);
+  const uint32_t rank = tc_rank();
+  const int row = blockIdx.x / csize;
+  const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
+  int64_t per = (len + csize - 1) / csize;
+  per = (per + ITEMS - 1) / ITEMS * ITEMS;
+  const int64_t lo = static_cast<int64_t>(rank) * per < len ? static_cast<int64_t>(rank) * per : len;
+  const int64_t hi = lo + per < len ? lo + per : len;
+  const bool one_tile = hi - lo <= kTile;
+  const int64_t mine = threadIdx.x * ITEMS;
+  uint32_t keys[ITEMS];
+  if (one_tile) tc_load(keys, s, lo + mine, hi);
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < 5; ++i) tp_bar_init(tp_saddr(&sh.bar[i]));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < 4; ++i) tp_expect(tp_saddr(&sh.bar[i]), static_cast<uint32_t>(csize) * 256 * 4);
+  }
+  for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
+  __syncthreads();
+#ifdef QGATE_TOPK_PHASES
+  if (one_tile) {  // wait for the loads, to time them apart from pass 0
+    uint32_t any = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
+    if (any == 1u) sh.max_key = any;
+  }
+  __syncthreads();
+  TC_STAMP(21);
+#endif
+  // Publishes the barrier initialisation; the matching wait comes before the first push.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+
+  uint32_t prefix = 0;
+  unsigned int need = static_cast<unsigned int>(k);
+  int last = 3;
+#pragma unroll 1
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    if (one_tile) {
+      tc_count(striped, keys, shift, prefix, pass == 0);
+    } else {
+      for (int64_t base = lo; base < hi; base += kTile) {
+        tc_load(keys, s, base + mine, hi);
+        tc_count(striped, keys, shift, prefix, pass == 0);
+      }
+    }
+    __syncthreads();
+    tc_reduce<kNT>(striped, hist);
+    __syncthreads();
+    TC_STAMP(2 + 3 * pass);
+    if (pass == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+    if (threadIdx.x < 64 * csize) {  // 64 threads a destination, 4 counts each
+      const uint32_t dst_rank = threadIdx.x >> 6;
+      const uint32_t chunk = threadIdx.x & 63;
+      const uint4 v = reinterpret_cast<const uint4*>(hist)[chunk];
+      const uint32_t dst = tp_mapa(tp_saddr(recv + (pass * kTcMaxCluster + rank) * 256 + 4 * chunk), dst_rank);
+      tp_push4(dst, v, tp_mapa(tp_saddr(&sh.bar[pass]), dst_rank));
+    }
+    tp_wait(tp_saddr(&sh.bar[pass]));
+    TC_STAMP(3 + 3 * pass);
+    if (threadIdx.x < 256) {
+      unsigned int total = 0;
+      for (int r = 0; r < csize; ++r) total += recv[(pass * kTcMaxCluster + r) * 256 + threadIdx.x];
+      tot[pass * 256 + threadIdx.x] = total;
+    }
+    __syncthreads();
+    select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
+    __syncthreads();
+    const unsigned int bin = sh.bin;
+    if (threadIdx.x == 0) sh.pass_bin[pass] = bin;
+    prefix |= bin << shift;
+    need -= sh.above;
+    TC_STAMP(4 + 3 * pass);
+    if (pass == 3 || (static_cast<unsigned int>(k) - need) + tot[pass * 256 + bin] <= kTpCap) {
+      last = pass;
+      break;
+    }
+  }
+
+  tp_offsets(recv, sh, last, need, csize, rank);
+  const unsigned int m = sh.cand;
+  const unsigned int own = tp_compact(keys, s, lo, hi, one_tile, sh, last, prefix, need, cand, rank);
+  if (threadIdx.x == 0) tp_expect(tp_saddr(&sh.bar[4]), (m - own) * static_cast<uint32_t>(sizeof(uint2)));
+  __syncthreads();  // this block's candidates are in its buffer
+  TC_STAMP(14);
+  {
+    const unsigned int base = sh.off[rank];
+    const unsigned int pairs = own * static_cast<unsigned int>(csize - 1);
+    for (unsigned int i = threadIdx.x; i < pairs; i += kNT) {
+      const unsigned int e = i % own;
+      unsigned int d = i / own;
+      d += d >= rank ? 1u : 0u;  // every block but this one
+      const uint32_t dst = tp_mapa(tp_saddr(cand + base + e), d);
+      tp_push2(dst, cand[base + e], tp_mapa(tp_saddr(&sh.bar[4]), d));
+    }
+  }
+  tp_wait(tp_saddr(&sh.bar[4]));
+  TC_STAMP(15);
+  for (int pass = last + 1; pass < 4; ++pass) tp_local_pass(striped, tot, sh, cand, m, pass, prefix, need);
+  const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
+  const uint2* list = cand;     // after pass 3 the candidates are the k keys already
+  if (last < 3) {
+    tp_trim(cand, m, thr, need, sh, all);
+    list = all;
+  }
+  TC_STAMP(16);
+  tc_order<kNT>(striped, tot, sh, list, cell_items, k, need, thr, rank, csize, s,
+                values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
+  TC_STAMP(19);
+  TC_GSTAMP(20);
+#endif
+}
+
+}  // namespace
+}  // namespace qgate
