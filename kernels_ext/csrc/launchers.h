@@ -58,6 +58,7 @@ constexpr int64_t kTopkMaxK = 4096;
 struct TopkPlan {
   int cluster;  // > 0: sm_90 cluster path, this many blocks a row, no workspace
   int pull;     // cluster path: 1 = the pull kernel (QGATE_TOPK_IMPL=cluster), 0 = the push kernel
+  int pdl;      // push kernel: launched with programmatic dependent launch (QGATE_TOPK_PDL=0: not)
   int blocks_per_row;
   size_t row_workspace_bytes;
   size_t workspace_bytes;

@@ -357,6 +357,16 @@ int tc_cluster_size(int64_t len, int max_cluster, int64_t tile, int items) {
   return c;
 }
 
+// Blocks a row for the push kernel: at least tc_cluster_size's, and more while the rows' blocks fit
+// the SMs (the local phases cost a block its 1/C of the candidates), up to 8 a row when there are
+// several rows (clusters of 16 need 16 free SMs of one GPC each).
+int tp_cluster_size(int64_t rows, int64_t len, int max_cluster, int sms) {
+  int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTpThreads) * kTcItems, kTcItems);
+  const int cap = rows > 1 && max_cluster > 8 ? 8 : max_cluster;
+  while (c < cap && rows * 2 * c <= sms) c *= 2;
+  return c;
+}
+
 }  // namespace
 
 cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, TopkPlan* plan) {
@@ -364,19 +374,25 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
     return cudaErrorInvalidValue;
   }
   static int max_cluster = -1;  // per process: one kind of GPU
+  static int device_sms = 0;
   if (max_cluster < 0) {
     int found = 0;
-    const cudaError_t cerr = topk_max_cluster(device, &found);
+    cudaError_t cerr = topk_max_cluster(device, &found);
+    if (cerr != cudaSuccess) return cerr;
+    cerr = cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, device);
     if (cerr != cudaSuccess) return cerr;
     max_cluster = found;
   }
   plan->cluster = 0;
   if (max_cluster > 0) {  // sm_90: one cluster a row
-    const int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems);
+    static const bool pull = topk_pull();  // per process, as max_cluster
+    const int c = pull ? tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems)
+                       : tp_cluster_size(rows, len, max_cluster, device_sms);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
     plan->cluster = c;
-    static const bool pull = topk_pull();  // per process, as max_cluster
+    static const bool no_pdl = std::getenv("QGATE_TOPK_PDL") != nullptr && std::strcmp(std::getenv("QGATE_TOPK_PDL"), "0") == 0;
     plan->pull = pull ? 1 : 0;
+    plan->pdl = pull || no_pdl ? 0 : 1;
     plan->blocks_per_row = c;
     plan->row_workspace_bytes = 0;
     plan->workspace_bytes = 0;
@@ -415,13 +431,16 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
     config.blockDim = dim3(plan.pull ? kTcThreads : kTpThreads);
     config.dynamicSmemBytes = plan.pull ? tc_smem_bytes(k) : kTpSmemBytes;
     config.stream = stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    // PDL: the kernel reads the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
-    config.numAttrs = 1;
+    config.numAttrs = plan.pdl ? 2 : 1;
     cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores,
                                                      len, k32, plan.cluster, values, indices)
                                 : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, scores, len, k32,

@@ -27,13 +27,18 @@ namespace {
 
 constexpr int kTpThreads = 1024;  // the pushes and the offset sums map 64 threads to each of 16 blocks
 constexpr int kTpCap = 12288;     // candidates a block holds for the local passes
+// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key,
+// and the cell items, k + this many, must fit the 64 KiB of the receive buffers).
+constexpr unsigned int kTpMaxCell = 2048;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
 // of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
 // items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2);
-static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int), "final list and cells must fit the receive buffers");
+static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
+                  8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
+              "final list and cells must fit the receive buffers");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -173,10 +178,10 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
   return nsel;
 }
 
-// One local pass over the candidate list (the same in every block): counts into the striped
-// histogram, row totals into tot[pass], the chosen byte into the prefix.
-__device__ __forceinline__ void tp_local_pass(unsigned int* striped, unsigned int* tot, TcShared& sh, const uint2* cand,
-                                              unsigned int m, int pass, uint32_t& prefix, unsigned int& need) {
+// The counts of one local pass over the candidate list (the same in every block): the candidates
+// that match the prefix above byte `pass`, by that byte, into tot[pass]. Returns the largest bin.
+__device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
+                                                       const uint2* cand, unsigned int m, int pass, uint32_t prefix) {
   const int shift = 24 - 8 * pass;
   const unsigned int lane = threadIdx.x & 31;
   for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
@@ -186,10 +191,24 @@ __device__ __forceinline__ void tp_local_pass(unsigned int* striped, unsigned in
   __syncthreads();
   tc_reduce<kTpThreads>(striped, tot + pass * 256);
   __syncthreads();
+  if (threadIdx.x < 32) {
+    unsigned int mx = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mx = max(mx, tot[pass * 256 + 8 * threadIdx.x + e]);
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (threadIdx.x == 0) sh.max_key = mx;
+  }
+  __syncthreads();
+  return sh.max_key;
+}
+
+// Picks the byte of pass `pass` from tot[pass] (every block the same).
+__device__ __forceinline__ void tp_select(const unsigned int* tot, TcShared& sh, int pass, uint32_t& prefix,
+                                          unsigned int& need) {
   select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
   __syncthreads();
   if (threadIdx.x == 0) sh.pass_bin[pass] = sh.bin;
-  prefix |= sh.bin << shift;
+  prefix |= sh.bin << (24 - 8 * pass);
   need -= sh.above;
 }
 
@@ -249,8 +268,11 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   const int64_t hi = lo + per < len ? lo + per : len;
   const bool one_tile = hi - lo <= kTile;
   const int64_t mine = threadIdx.x * ITEMS;
-  uint32_t keys[ITEMS];
-  if (one_tile) tc_load(keys, s, lo + mine, hi);
+  // Launched with programmatic dependent launch (PDL, sm_90): the next kernel may start its own
+  // set-up now; this one reads nothing the previous kernel may write (the scores) before
+  // griddepcontrol.wait, which returns when that kernel has finished and its writes are visible.
+  // Without the launch attribute both instructions do nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < 5; ++i) tp_bar_init(tp_saddr(&sh.bar[i]));
@@ -259,6 +281,9 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
     for (int i = 0; i < 4; ++i) tp_expect(tp_saddr(&sh.bar[i]), static_cast<uint32_t>(csize) * 256 * 4);
   }
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  uint32_t keys[ITEMS];
+  if (one_tile) tc_load(keys, s, lo + mine, hi);
   __syncthreads();
 #ifdef QGATE_TOPK_PHASES
   if (one_tile) {  // wait for the loads, to time them apart from pass 0
@@ -339,16 +364,26 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   }
   tp_wait(tp_saddr(&sh.bar[4]));
   TC_STAMP(15);
-  for (int pass = last + 1; pass < 4; ++pass) tp_local_pass(striped, tot, sh, cand, m, pass, prefix, need);
-  const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
-  const uint2* list = cand;     // after pass 3 the candidates are the k keys already
-  if (last < 3) {
-    tp_trim(cand, m, thr, need, sh, all);
-    list = all;
+  float* __restrict__ out_v = values + static_cast<int64_t>(row) * k;
+  int64_t* __restrict__ out_i = indices + static_cast<int64_t>(row) * k;
+  if (last == 3) {  // the candidates are the k keys already
+    TC_STAMP(16);
+    tc_order<kNT>(striped, tot, sh, cand, k, 4, cell_items, k, need, prefix, rank, csize, s, out_v, out_i);
+  } else if (tp_local_count(striped, tot, sh, cand, m, last + 1, prefix) <= kTpMaxCell) {
+    // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
+    TC_STAMP(16);
+    tc_order<kNT>(striped, tot, sh, cand, static_cast<int>(m), last + 1,
+                  reinterpret_cast<unsigned long long*>(recv), k, need, prefix, rank, csize, s, out_v, out_i);
+  } else {  // a large cell: finish the passes, trim the ties, order the k
+    tp_select(tot, sh, last + 1, prefix, need);
+    for (int pass = last + 2; pass < 4; ++pass) {
+      tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      tp_select(tot, sh, pass, prefix, need);
+    }
+    tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
+    TC_STAMP(16);
+    tc_order<kNT>(striped, tot, sh, all, k, 4, cell_items, k, need, prefix, rank, csize, s, out_v, out_i);
   }
-  TC_STAMP(16);
-  tc_order<kNT>(striped, tot, sh, list, cell_items, k, need, thr, rank, csize, s,
-                values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif

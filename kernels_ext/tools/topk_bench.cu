@@ -33,7 +33,7 @@ void check(cudaError_t e, const char* what, int line) {
 #define CK(x) check((x), #x, __LINE__)
 
 // ---------------------------------------------------------------- implementations under test
-enum Kind { kGrid, kCluster, kPush };
+enum Kind { kGrid, kCluster, kPush, kPushPdl };
 struct Impl {
   const char* name;
   Kind kind;
@@ -67,8 +67,8 @@ cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_
   return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
 }
 
-cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_cluster, float* v, int64_t* ix,
-                      cudaStream_t st) {
+cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_cluster, bool pdl, float* v,
+                      int64_t* ix, cudaStream_t st) {
   static bool ready = false;
   const auto kernel = qgate::qsa_topk_push_kernel<8>;
   if (!ready) {
@@ -77,19 +77,23 @@ cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_
                             static_cast<int>(qgate::kTpSmemBytes)));
     ready = true;
   }
-  const int c = qgate::tc_cluster_size(len, max_cluster, static_cast<int64_t>(qgate::kTpThreads) * 8, 8);
+  static int sms = 0;
+  if (sms == 0) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int c = qgate::tp_cluster_size(rows, len, max_cluster, sms);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(rows * c));
   config.blockDim = dim3(qgate::kTpThreads);
   config.dynamicSmemBytes = qgate::kTpSmemBytes;
   config.stream = st;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = c;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = 1;
+  config.numAttrs = pdl ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
 }
 
@@ -121,7 +125,8 @@ struct Runner {
         break;
       }
       case kPush:
-        CK(launch_tp(s, rows, len, k, im.max_cluster, v, ix, st));
+      case kPushPdl:
+        CK(launch_tp(s, rows, len, k, im.max_cluster, im.kind == kPushPdl, v, ix, st));
         break;
       case kCluster:
         if (im.nt == 1024 && im.items == 8) {
@@ -143,7 +148,7 @@ struct Runner {
 const Impl kImpls[] = {
     {"grid", kGrid, 256, 8, 0},
     {"push1024x8", kPush, 1024, 8, 16},
-    {"push1024x8c8", kPush, 1024, 8, 8},
+    {"push1024x8pdl", kPushPdl, 1024, 8, 16},
     {"tc1024x8", kCluster, 1024, 8, 16},
     {"tc512x16", kCluster, 512, 16, 16},
 };
@@ -202,6 +207,11 @@ std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len
     if (dist == "nanheavy")
       for (int64_t i = 0; i < rows * len; ++i)
         if (rng() % 2) x[i] = from_bits(nans[rng() % 6]);
+  } else if (dist == "quarter") {  // as `qgate bench ops` draws its tie rows: steps of 0.25
+    for (auto& v : x) v = std::round(v * 4.f) / 4.f;
+  } else if (dist == "narrow") {  // one value of the top 16 key bits: the passes split late
+    std::uniform_real_distribution<float> ud(0.f, 1.f);
+    for (auto& v : x) v = 1.0f + ud(rng) / 256.f;
   } else if (dist == "allequal") {
     for (auto& v : x) v = 1.5f;
   } else if (dist == "zeros") {  // mostly signed zeros, a few of each sign around them
@@ -229,7 +239,8 @@ const Case kCases[] = {
     {8, 32768, 1024, "ties"},      {2, 5000, 4096, "allequal"},    {1, 131072, 4096, "ascending"},
     {1, 131072, 2048, "descending"}, {5, 10001, 777, "ties"},      {1, 8193, 1, "normal"},
     {2, 4096, 100, "nanheavy"},    {1, 131072, 3000, "zeros"},     {1, 200000, 2048, "normal"},
-    {7, 1, 1, "normal"},           {2, 4099, 4096, "ties"},
+    {7, 1, 1, "normal"},           {2, 4099, 4096, "ties"},       {1, 131072, 2048, "quarter"},
+    {8, 32768, 1024, "quarter"},   {1, 131072, 2048, "narrow"},    {2, 65536, 3000, "narrow"},
 };
 
 int run_checks(Runner& run, std::mt19937_64& rng) {
@@ -278,7 +289,8 @@ int run_checks(Runner& run, std::mt19937_64& rng) {
 }
 
 // ---------------------------------------------------------------- timing
-__global__ void gen_normal(float* out, int64_t n, uint64_t seed) {
+// quarter: every other set in steps of 0.25 (ties), as `qgate bench ops` draws its top-k inputs.
+__global__ void gen_normal(float* out, int64_t n, uint64_t seed, int64_t quarter_every = 0) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -286,7 +298,8 @@ __global__ void gen_normal(float* out, int64_t n, uint64_t seed) {
     z ^= z >> 31;
     const float u1 = (static_cast<float>(z >> 40) + 1.f) * (1.f / 16777217.f);
     const float u2 = static_cast<float>((z >> 16) & 0xffffff) * (1.f / 16777216.f);
-    out[i] = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+    const float v = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
+    out[i] = quarter_every > 0 && (i / quarter_every) % 2 == 1 ? rintf(v * 4.f) / 4.f : v;
   }
 }
 
@@ -338,14 +351,14 @@ struct Sets {
   int64_t* ix;
 };
 
-Sets make_sets(int64_t rows, int64_t len, int k, uint64_t seed) {
+Sets make_sets(int64_t rows, int64_t len, int k, uint64_t seed, bool mixed = false) {
   Sets s{rows, len, k, 0, nullptr, nullptr, nullptr};
   const int64_t per = rows * len * 4;
   s.n = static_cast<int>(std::min<int64_t>(512, (256ll << 20) / per + 1));
   CK(cudaMalloc(&s.x, per * s.n));
   CK(cudaMalloc(&s.v, rows * k * 4 * s.n));
   CK(cudaMalloc(&s.ix, rows * k * 8 * s.n));
-  gen_normal<<<1024, 256>>>(s.x, rows * len * s.n, seed);
+  gen_normal<<<1024, 256>>>(s.x, rows * len * s.n, seed, mixed ? rows * len : 0);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   return s;
@@ -358,11 +371,12 @@ void free_sets(Sets& s) {
 }
 
 void run_timing(Runner& run, int reps, uint64_t seed) {
-  const int64_t shapes[][3] = {{1, 131072, 2048}, {8, 32768, 1024}};
+  // Last number: 1 = every other set in steps of 0.25 (ties), as `qgate bench ops` draws them.
+  const int64_t shapes[][4] = {{1, 131072, 2048, 0}, {1, 131072, 2048, 1}, {8, 32768, 1024, 0}};
   for (const auto& sh : shapes) {
-    Sets s = make_sets(sh[0], sh[1], static_cast<int>(sh[2]), seed);
-    std::printf("time %" PRId64 " x %" PRId64 " k=%d: %d sets, %.0f MiB rotated\n", s.rows, s.len, s.k, s.n,
-                s.n * s.rows * s.len * 4.0 / (1 << 20));
+    Sets s = make_sets(sh[0], sh[1], static_cast<int>(sh[2]), seed, sh[3] == 1);
+    std::printf("time %" PRId64 " x %" PRId64 " k=%d%s: %d sets, %.0f MiB rotated\n", s.rows, s.len, s.k,
+                sh[3] ? " (every other set in steps of 0.25)" : "", s.n, s.n * s.rows * s.len * 4.0 / (1 << 20));
     for (int rep = 0; rep < 2; ++rep) {  // every version twice: the spread between the two is the noise
       for (const Impl& im : kImpls) {
         const Timing t = time_graph(
@@ -451,8 +465,10 @@ void print_phases(const char* name, const std::vector<unsigned long long>& p, in
   }
 }
 
-void run_phases(Runner& run, uint64_t seed) {
-  Sets s = make_sets(1, 131072, 2048, seed);
+// mixed: every other set in steps of 0.25; the stamps kept are the last call's, on such a set.
+void run_phases(Runner& run, uint64_t seed, bool mixed) {
+  Sets s = make_sets(1, 131072, 2048, seed, mixed);
+  if (mixed) std::printf("phases on a row in steps of 0.25 (ties):\n");
   unsigned long long* d;
   CK(cudaMalloc(&d, 4096 * 32 * 8));
   std::vector<unsigned long long> h(64 * 32);
@@ -470,17 +486,21 @@ void run_phases(Runner& run, uint64_t seed) {
     int blocks = 0;
     while (blocks < 64 && h[blocks * 32 + 0] != 0) ++blocks;
     const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19};
+    // push kernel on normal rows: the passes stop after pass 0
+    const int push_ids[] = {1, 21, 2, 3, 4, 14, 15, 16, 17, 19};
+    const char* push_labels[] = {"",           "load (keys ready)",  "p0 count+reduce", "p0 push+wait",
+                                 "p0 sum+select", "offsets+compaction", "list push+wait",  "local count",
+                                 "cell bucketing", "rank+write"};
+    if (im.kind != kCluster) {
+      print_phases(im.name, h, blocks, push_ids, push_labels, 10);
+      continue;
+    }
     const char* labels[] = {"",           "load (keys ready)", "p0 count+reduce", "p0 cluster barrier",
                             "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
                             "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
                             "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
                             "gather all lists", "cell bucketing",  "rank+write+exit wait"};
-    const char* push_labels[] = {"",         "load (keys ready)", "p0 count+reduce", "p0 push+wait",
-                                 "p0 sum+select",    "p1 count+reduce",   "p1 push+wait",    "p1 sum+select",
-                                 "p2 count+reduce",  "p2 push+wait",      "p2 sum+select",   "p3 count+reduce",
-                                 "p3 push+wait",     "p3 sum+select",     "offsets+compaction", "list push+wait",
-                                 "local passes+trim", "cell bucketing",   "rank+write"};
-    print_phases(im.name, h, blocks, ids, im.kind == kPush ? push_labels : labels, 19);
+    print_phases(im.name, h, blocks, ids, labels, 19);
   }
   CK(cudaFree(d));
   free_sets(s);
@@ -527,7 +547,10 @@ int main(int argc, char** argv) {
   if (do_check) bad = run_checks(run, rng);
   if (do_time) run_timing(run, reps, seed);
 #ifdef QGATE_TOPK_PHASES
-  if (do_phases) run_phases(run, seed);
+  if (do_phases) {
+    run_phases(run, seed, false);
+    run_phases(run, seed, true);
+  }
 #else
   (void)do_phases;
 #endif

@@ -21,7 +21,8 @@ echo "tb rc=$?"
 timeout 100 .topkbin/tbp --phases 2>&1 | tee "$OUT/phases.txt"
 echo "tbp rc=$?"
 # QGATE_TOPK_EXT=1: also build the extension, run the top-k CUDA tests, and time the op as
-# `qgate bench ops` does, once per QGATE_TOPK_IMPL setting (default push, cluster = pull, grid).
+# `qgate bench ops` does, once per setting (default: push kernel with PDL; without PDL; cluster =
+# the pull kernel; grid).
 if [ "${QGATE_TOPK_EXT:-0}" = 1 ]; then
   if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -31,9 +32,9 @@ if [ "${QGATE_TOPK_EXT:-0}" = 1 ]; then
   TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 QGATE_KERNELS_CUDA=1 python3 -m pip install --no-build-isolation --no-deps \
     --no-index -e kernels_ext >"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
   timeout 300 python3 -m pytest tests/kernels -q -p no:cacheprovider -k "topk or graphs or opcheck" 2>&1 | tail -n 8
-  for impl in default cluster grid; do
-    env QGATE_TOPK_IMPL=$impl timeout 120 python3 kernels_ext/tools/bench_variants.py --routes qsa_topk \
-      --tag "QGATE_TOPK_IMPL=$impl" >>"$OUT/variants.jsonl" 2>>"$OUT/variants.txt"
+  for spec in QGATE_TOPK_IMPL=default QGATE_TOPK_PDL=0 QGATE_TOPK_IMPL=cluster QGATE_TOPK_IMPL=grid; do
+    env $spec timeout 120 python3 kernels_ext/tools/bench_variants.py --routes qsa_topk \
+      --tag "$spec" >>"$OUT/variants.jsonl" 2>>"$OUT/variants.txt"
   done
   grep -E "^QGATE_" "$OUT/variants.txt"
 fi

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from kernel_oracles import (
@@ -301,3 +303,36 @@ def test_static_weight_chain_reads_x_after_the_previous_kernel() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, chain(False)), f"seed {seed}"
+
+
+def test_topk_chain_reads_scores_after_the_previous_kernel() -> None:
+    """On sm_90 the top-k launches with programmatic dependent launch: a chain where each top-k's
+    scores are the values the top-k just before it wrote, under graph replay with fresh inputs,
+    must equal the reference chain (a top-k that read its scores before the previous one finished
+    would see the last replay's values)."""
+    gen, seed = fresh_generator(DEV)
+    s = torch.randn(4, 131072, generator=gen, device=DEV)
+
+    def chain(top: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+        v1, i1 = top(s, 4096)
+        v2, i2 = top(v1, 512)
+        v3, i3 = top(v2, 64)
+        return [v3, i1, i2, i3]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        chain(qgate_kernels.qsa_topk)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain(qgate_kernels.qsa_topk)
+    for _ in range(5):
+        s.copy_(torch.randn(4, 131072, generator=gen, device=DEV))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = chain(reference.qsa_topk)
+        assert all(torch.equal(a, b) for a, b in zip(out, want, strict=True)), f"seed {seed}"
+        eager = chain(qgate_kernels.qsa_topk)
+        assert all(torch.equal(a, b) for a, b in zip(eager, want, strict=True)), f"seed {seed}"
+    assert _no_fallbacks()
