@@ -364,26 +364,32 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   }
   tp_wait(tp_saddr(&sh.bar[4]));
   TC_STAMP(15);
-  float* __restrict__ out_v = values + static_cast<int64_t>(row) * k;
-  int64_t* __restrict__ out_i = indices + static_cast<int64_t>(row) * k;
-  if (last == 3) {  // the candidates are the k keys already
-    TC_STAMP(16);
-    tc_order<kNT>(striped, tot, sh, cand, k, 4, cell_items, k, need, prefix, rank, csize, s, out_v, out_i);
-  } else if (tp_local_count(striped, tot, sh, cand, m, last + 1, prefix) <= kTpMaxCell) {
-    // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
-    TC_STAMP(16);
-    tc_order<kNT>(striped, tot, sh, cand, static_cast<int>(m), last + 1,
-                  reinterpret_cast<unsigned long long*>(recv), k, need, prefix, rank, csize, s, out_v, out_i);
-  } else {  // a large cell: finish the passes, trim the ties, order the k
-    tp_select(tot, sh, last + 1, prefix, need);
-    for (int pass = last + 2; pass < 4; ++pass) {
-      tp_local_count(striped, tot, sh, cand, m, pass, prefix);
-      tp_select(tot, sh, pass, prefix, need);
+  // The ordering runs at one call site (the kernel's code is fetched once per launch: its size costs).
+  const uint2* list = cand;  // after pass 3 the candidates are the k keys already (full order)
+  int n = k;
+  int depth = 4;
+  unsigned long long* items = cell_items;
+  if (last < 3) {
+#pragma unroll 1
+    for (int pass = last + 1; pass < 4; ++pass) {
+      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      if (pass == last + 1 && largest <= kTpMaxCell) {
+        // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
+        n = static_cast<int>(m);
+        depth = last + 1;
+        items = reinterpret_cast<unsigned long long*>(recv);
+        break;
+      }
+      tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
     }
-    tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
-    TC_STAMP(16);
-    tc_order<kNT>(striped, tot, sh, all, k, 4, cell_items, k, need, prefix, rank, csize, s, out_v, out_i);
+    if (depth == 4) {
+      tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
+      list = all;
+    }
   }
+  TC_STAMP(16);
+  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize, s,
+                values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif
