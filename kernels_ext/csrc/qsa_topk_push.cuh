@@ -135,15 +135,16 @@ __device__ __forceinline__ void tp_offsets(const unsigned int* recv, TcShared& s
 // This block's candidates, in index order, into cand[sh.off[rank] ...]: before pass 3 the keys
 // whose bytes down to `shift` are >= the prefix; after pass 3 the keys > thr and the ties whose
 // row tie rank is below need. Returns how many (the same as tp_offsets' count for this block).
-template <int ITEMS>
+// kTies: last == 3 (the template keeps the usual case, last < 3, free of the tie logic).
+template <bool kTies, int ITEMS>
 __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], const float* __restrict__ s, int64_t lo,
-                                                   int64_t hi, bool one_tile, TcShared& sh, int last, uint32_t prefix,
-                                                   unsigned int need, uint2* cand, uint32_t rank) {
+                                                   int64_t hi, bool one_tile, TcShared& sh, uint32_t prefix,
+                                                   unsigned int need, uint2* cand, uint32_t rank, int last) {
   constexpr int64_t kTile = static_cast<int64_t>(kTpThreads) * ITEMS;
-  const int shift = 24 - 8 * last;
+  const int shift = kTies ? 0 : 24 - 8 * last;
   const uint32_t lowest = prefix >> shift;  // before pass 3: candidates have key >> shift >= lowest
   const int64_t mine = threadIdx.x * ITEMS;
-  unsigned int eq_before = last == 3 ? sh.eq_before : 0u;
+  unsigned int eq_before = kTies ? sh.eq_before : 0u;
   unsigned int nsel = 0;
   const unsigned int base_slot = sh.off[rank];
   for (int64_t base = lo; base < hi; base += kTile) {
@@ -152,8 +153,8 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
     unsigned int eq = 0;
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
-      gt += last < 3 ? (keys[j] != 0 && (keys[j] >> shift) >= lowest) : keys[j] > prefix;
-      eq += last == 3 && keys[j] == prefix;
+      gt += kTies ? keys[j] > prefix : (keys[j] != 0 && (keys[j] >> shift) >= lowest);
+      eq += kTies && keys[j] == prefix;
     }
     unsigned int total = 0;
     const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // tile <= 2^16 keys
@@ -163,10 +164,10 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const uint32_t idx = static_cast<uint32_t>(base + mine + j);
-      const bool take = last < 3 ? (keys[j] != 0 && (keys[j] >> shift) >= lowest) : keys[j] > prefix;
+      const bool take = kTies ? keys[j] > prefix : (keys[j] != 0 && (keys[j] >> shift) >= lowest);
       if (take) {
         cand[slot++] = make_uint2(keys[j], idx);
-      } else if (last == 3 && keys[j] == prefix) {
+      } else if (kTies && keys[j] == prefix) {
         if (seen < rem) cand[slot++] = make_uint2(keys[j], idx);
         ++seen;
       }
@@ -347,19 +348,21 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
 
   tp_offsets(recv, sh, last, need, csize, rank);
   const unsigned int m = sh.cand;
-  const unsigned int own = tp_compact(keys, s, lo, hi, one_tile, sh, last, prefix, need, cand, rank);
+  const unsigned int own = last == 3 ? tp_compact<true>(keys, s, lo, hi, one_tile, sh, prefix, need, cand, rank, last)
+                                     : tp_compact<false>(keys, s, lo, hi, one_tile, sh, prefix, need, cand, rank, last);
   if (threadIdx.x == 0) tp_expect(tp_saddr(&sh.bar[4]), (m - own) * static_cast<uint32_t>(sizeof(uint2)));
   __syncthreads();  // this block's candidates are in its buffer
   TC_STAMP(14);
   {
+    // 64 threads a destination block (every block but this one), no integer division.
     const unsigned int base = sh.off[rank];
-    const unsigned int pairs = own * static_cast<unsigned int>(csize - 1);
-    for (unsigned int i = threadIdx.x; i < pairs; i += kNT) {
-      const unsigned int e = i % own;
-      unsigned int d = i / own;
-      d += d >= rank ? 1u : 0u;  // every block but this one
-      const uint32_t dst = tp_mapa(tp_saddr(cand + base + e), d);
-      tp_push2(dst, cand[base + e], tp_mapa(tp_saddr(&sh.bar[4]), d));
+    const uint32_t d = threadIdx.x >> 6;
+    if (d < static_cast<uint32_t>(csize) && d != rank) {
+      const uint32_t dst0 = tp_mapa(tp_saddr(cand + base), d);
+      const uint32_t bar = tp_mapa(tp_saddr(&sh.bar[4]), d);
+      for (unsigned int e = threadIdx.x & 63; e < own; e += 64) {
+        tp_push2(dst0 + e * static_cast<uint32_t>(sizeof(uint2)), cand[base + e], bar);
+      }
     }
   }
   tp_wait(tp_saddr(&sh.bar[4]));

@@ -102,3 +102,8 @@ def test_bench_ops_writes_figures_for_every_case(tmp_path: Path) -> None:
         assert case["route_timing"]["median_us"] > 0 and case["baseline_timing"]["median_us"] > 0
         assert len(case["raw_us"]["route"]) == 2 and case["target_met"] is None  # targets are the H200's
     assert "| qsa_topk | 2x300x17 |" in res.output
+    # top-k draws alternate continuous rows and rows in steps of 0.25: each kind is timed alone too
+    (topk,) = [c for c in record["cases"] if c["route"] == "qsa_topk"]
+    assert {k: v["sets"] for k, v in topk["by_input"].items()} == {"continuous": 1, "ties": 1}
+    assert all("by_input" not in c for c in record["cases"] if c["route"] != "qsa_topk")
+    assert "| qsa_topk | 2x300x17 | ties | 1 |" in res.output

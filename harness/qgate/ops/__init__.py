@@ -5,4 +5,6 @@ nor qgate_kernels; screen.py, bench.py and cases.py do, when a command needs the
 """
 
 OPS_SCHEMA_VERSION = 1
-BENCH_SCHEMA_VERSION = 2  # 2: cases may carry plain_timing and after_producer (launch conditions)
+# 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the route
+# timed on each kind of input the case draws, e.g. top-k rows with and without heavy ties)
+BENCH_SCHEMA_VERSION = 3

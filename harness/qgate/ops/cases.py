@@ -212,7 +212,15 @@ def topk_case(rows: int, length: int, k: int) -> Case:
         probe=probe,
         probe_reason="k_too_large",
         bytes_moved=4 * rows * length + rows * k * (4 + 8),
+        meta={"input_kind": _topk_input_kind},
     )
+
+
+def _topk_input_kind(scores: Tensor, k: int) -> str:
+    """'ties' for the draws in steps of 0.25 (with NaN, infinities and signed zeros), else
+    'continuous' (torch.randn: no row of it is all multiples of 0.25)."""
+    finite = torch.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=0.0)
+    return "ties" if torch.equal(finite, torch.round(finite * 4) / 4) else "continuous"
 
 
 _BUILDERS: dict[str, Callable[..., Case]] = {
