@@ -15,11 +15,14 @@
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
 //       others, then waits on its list mbarrier.
-//   local passes: every block finishes the remaining passes over the candidate list in its own
-//       shared memory (the same counts in every block), trims the ties by index into the final
-//       list of k, and orders its 1/C of it (tc_order).
+//   local pass: every block counts the next byte over the candidate list in its own shared memory
+//       (the same counts in every block). Those cells order the candidates (a shallow order:
+//       tc_order ranks the candidates in the cells that start below k) unless one holds more than
+//       kTpMaxCell keys; then the remaining passes run locally, the ties are trimmed by index into
+//       the final list of k, and tc_order orders that. Each block writes its 1/C of the ranks.
 // No block reads another block's shared memory, so no cluster barrier is needed after the one that
-// publishes the mbarrier initialisation (overlapped with the loads).
+// publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
+// BENCH.md has the phase clocks and the variants that were slower.
 #pragma once
 
 namespace qgate {
