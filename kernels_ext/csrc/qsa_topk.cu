@@ -314,17 +314,8 @@ cudaError_t largest_cluster(Kernel kernel, int threads, size_t smem, int* out) {
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   for (int c = kTcMaxCluster; c >= 8; c /= 2) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(c);
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = c;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t config = tc_launch_config(c, threads, smem, c, false, nullptr, attr);
     int clusters = 0;
     err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
     if (err == cudaSuccess && clusters > 0) {
@@ -426,21 +417,11 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
                             void* workspace, float* values, int64_t* indices, cudaStream_t stream) {
   int k32 = static_cast<int>(k);
   if (plan.cluster > 0) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(rows * plan.cluster));
-    config.blockDim = dim3(plan.pull ? kTcThreads : kTpThreads);
-    config.dynamicSmemBytes = plan.pull ? tc_smem_bytes(k) : kTpSmemBytes;
-    config.stream = stream;
+    // PDL (push kernel): it reads the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    // PDL: the kernel reads the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = plan.pdl ? 2 : 1;
+    const cudaLaunchConfig_t config =
+        tc_launch_config(rows * plan.cluster, plan.pull ? kTcThreads : kTpThreads,
+                         plan.pull ? tc_smem_bytes(k) : kTpSmemBytes, plan.cluster, plan.pdl != 0, stream, attr);
     cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores,
                                                      len, k32, plan.cluster, values, indices)
                                 : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, scores, len, k32,

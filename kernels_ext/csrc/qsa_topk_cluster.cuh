@@ -121,6 +121,51 @@ __device__ __forceinline__ void tc_count(unsigned int* striped, const uint32_t (
   }
 }
 
+// Block `rank`'s range [lo, hi) of a row of len keys split over csize blocks (a multiple of ITEMS
+// each, the last one shorter or empty).
+template <int ITEMS>
+__device__ __forceinline__ void tc_block_range(int64_t len, int csize, uint32_t rank, int64_t* lo, int64_t* hi) {
+  int64_t per = (len + csize - 1) / csize;
+  per = (per + ITEMS - 1) / ITEMS * ITEMS;
+  *lo = static_cast<int64_t>(rank) * per < len ? static_cast<int64_t>(rank) * per : len;
+  *hi = *lo + per < len ? *lo + per : len;
+}
+
+// One pass's counts of this block's range [lo, hi): from the keys in registers when the range is one
+// tile, else tile by tile from memory (keys is scratch then).
+template <int NT, int ITEMS>
+__device__ __forceinline__ void tc_count_range(unsigned int* striped, uint32_t (&keys)[ITEMS],
+                                               const float* __restrict__ s, int64_t lo, int64_t hi, bool one_tile,
+                                               int shift, uint32_t prefix, bool first_pass) {
+  constexpr int64_t kTile = static_cast<int64_t>(NT) * ITEMS;
+  if (one_tile) {
+    tc_count(striped, keys, shift, prefix, first_pass);
+    return;
+  }
+  for (int64_t base = lo; base < hi; base += kTile) {
+    tc_load(keys, s, base + threadIdx.x * ITEMS, hi);
+    tc_count(striped, keys, shift, prefix, first_pass);
+  }
+}
+
+#ifdef QGATE_TOPK_PHASES
+// Phase clocks only: waits for the keys of a one-tile range, so the loads are timed apart.
+template <int ITEMS>
+__device__ __forceinline__ void tc_stamp_loaded(const uint32_t (&keys)[ITEMS], bool one_tile, TcShared& sh) {
+  if (one_tile) {
+    uint32_t any = 0;
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
+    if (any == 1u) sh.max_key = any;
+  }
+  __syncthreads();
+  TC_STAMP(21);
+}
+#define TC_STAMP_LOADED(keys, one_tile, sh) tc_stamp_loaded(keys, one_tile, sh)
+#else
+#define TC_STAMP_LOADED(keys, one_tile, sh)
+#endif
+
 // hist[b] = sum over lanes of striped[32 b + l], and the striped words back to zero. NT / 256
 // threads a bin, each over a rotated run of lanes (no bank conflicts).
 template <int NT>
@@ -191,26 +236,16 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   const uint32_t rank = tc_rank();
   const int row = blockIdx.x / csize;
   const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
-  int64_t per = (len + csize - 1) / csize;
-  per = (per + ITEMS - 1) / ITEMS * ITEMS;
-  const int64_t lo = static_cast<int64_t>(rank) * per < len ? static_cast<int64_t>(rank) * per : len;
-  const int64_t hi = lo + per < len ? lo + per : len;
+  int64_t lo = 0;
+  int64_t hi = 0;
+  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
   const bool one_tile = hi - lo <= kTile;
   const int64_t mine = threadIdx.x * ITEMS;  // this thread's first index within a tile
   uint32_t keys[ITEMS];
   if (one_tile) tc_load(keys, s, lo + mine, hi);
   for (int i = threadIdx.x; i < 256 * 32; i += NT) striped[i] = 0;
   __syncthreads();
-#ifdef QGATE_TOPK_PHASES
-  if (one_tile) {  // wait for the loads, to time them apart from pass 0
-    uint32_t any = 0;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
-    if (any == 1u) sh.max_key = any;
-  }
-  __syncthreads();
-  TC_STAMP(21);
-#endif
+  TC_STAMP_LOADED(keys, one_tile, sh);
 
   uint32_t prefix = 0;
   unsigned int need = static_cast<unsigned int>(k);
@@ -218,14 +253,7 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
 #pragma unroll
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    if (one_tile) {
-      tc_count(striped, keys, shift, prefix, pass == 0);
-    } else {
-      for (int64_t base = lo; base < hi; base += kTile) {
-        tc_load(keys, s, base + mine, hi);
-        tc_count(striped, keys, shift, prefix, pass == 0);
-      }
-    }
+    tc_count_range<NT>(striped, keys, s, lo, hi, one_tile, shift, prefix, pass == 0);
     __syncthreads();
     tc_reduce<NT>(striped, hist + pass * 256);
     TC_STAMP(2 + 3 * pass);
@@ -322,6 +350,26 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif
+}
+
+// Launch of `blocks` blocks of `threads` in clusters of `csize`, optionally with programmatic
+// dependent launch; attr (two entries) must outlive the launch call.
+inline cudaLaunchConfig_t tc_launch_config(int64_t blocks, int threads, size_t smem, int csize, bool pdl,
+                                           cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(csize);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 2 : 1;
+  return config;
 }
 
 // Dynamic shared memory of one block for k.

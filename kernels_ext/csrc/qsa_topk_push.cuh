@@ -266,10 +266,9 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   const uint32_t rank = tc_rank();
   const int row = blockIdx.x / csize;
   const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
-  int64_t per = (len + csize - 1) / csize;
-  per = (per + ITEMS - 1) / ITEMS * ITEMS;
-  const int64_t lo = static_cast<int64_t>(rank) * per < len ? static_cast<int64_t>(rank) * per : len;
-  const int64_t hi = lo + per < len ? lo + per : len;
+  int64_t lo = 0;
+  int64_t hi = 0;
+  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
   const bool one_tile = hi - lo <= kTile;
   const int64_t mine = threadIdx.x * ITEMS;
   // Launched with programmatic dependent launch (PDL, sm_90): the next kernel may start its own
@@ -289,16 +288,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   uint32_t keys[ITEMS];
   if (one_tile) tc_load(keys, s, lo + mine, hi);
   __syncthreads();
-#ifdef QGATE_TOPK_PHASES
-  if (one_tile) {  // wait for the loads, to time them apart from pass 0
-    uint32_t any = 0;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
-    if (any == 1u) sh.max_key = any;
-  }
-  __syncthreads();
-  TC_STAMP(21);
-#endif
+  TC_STAMP_LOADED(keys, one_tile, sh);
   // Publishes the barrier initialisation; the matching wait comes before the first push.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
@@ -308,14 +298,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
 #pragma unroll 1
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
-    if (one_tile) {
-      tc_count(striped, keys, shift, prefix, pass == 0);
-    } else {
-      for (int64_t base = lo; base < hi; base += kTile) {
-        tc_load(keys, s, base + mine, hi);
-        tc_count(striped, keys, shift, prefix, pass == 0);
-      }
-    }
+    tc_count_range<kNT>(striped, keys, s, lo, hi, one_tile, shift, prefix, pass == 0);
     __syncthreads();
     tc_reduce<kNT>(striped, hist);
     __syncthreads();

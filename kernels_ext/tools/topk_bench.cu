@@ -52,18 +52,9 @@ cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_
     ready = true;
   }
   const int c = qgate::tc_cluster_size(len, max_cluster, static_cast<int64_t>(NT) * ITEMS, ITEMS);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * c));
-  config.blockDim = dim3(NT);
-  config.dynamicSmemBytes = qgate::tc_smem_bytes(k);
-  config.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = c;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t config =
+      qgate::tc_launch_config(rows * c, NT, qgate::tc_smem_bytes(k), c, false, st, attr);
   return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
 }
 
@@ -80,20 +71,9 @@ cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_
   static int sms = 0;
   if (sms == 0) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int c = qgate::tp_cluster_size(rows, len, max_cluster, sms);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(rows * c));
-  config.blockDim = dim3(qgate::kTpThreads);
-  config.dynamicSmemBytes = qgate::kTpSmemBytes;
-  config.stream = st;
   cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = c;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = pdl ? 2 : 1;
+  const cudaLaunchConfig_t config =
+      qgate::tc_launch_config(rows * c, qgate::kTpThreads, qgate::kTpSmemBytes, c, pdl, st, attr);
   return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
 }
 
@@ -394,18 +374,9 @@ void run_timing(Runner& run, int reps, uint64_t seed) {
   for (int c : {1, 8, 16}) {
     const Timing t = time_graph(
         [&](int, cudaStream_t st) {
-          cudaLaunchConfig_t config = {};
-          config.gridDim = dim3(c);
-          config.blockDim = dim3(1024);
-          config.dynamicSmemBytes = qgate::tc_smem_bytes(2048);
-          config.stream = st;
-          cudaLaunchAttribute attr[1];
-          attr[0].id = cudaLaunchAttributeClusterDimension;
-          attr[0].val.clusterDim.x = c;
-          attr[0].val.clusterDim.y = 1;
-          attr[0].val.clusterDim.z = 1;
-          config.attrs = attr;
-          config.numAttrs = 1;
+          cudaLaunchAttribute attr[2];
+          const cudaLaunchConfig_t config =
+              qgate::tc_launch_config(c, 1024, qgate::tc_smem_bytes(2048), c, false, st, attr);
           CK(cudaLaunchKernelEx(&config, empty_kernel<1024>, sink));
         },
         512, reps);

@@ -36,22 +36,6 @@ def screen_markdown(record: dict[str, Any]) -> str:
             f"{_fmt(c.get('max_abs_diff'))} | {_fmt(c.get('max_ulp'))} | {_fmt(c.get('deterministic'))} | "
             f"{_fmt(c.get('graph_replay_identical'))} | {probe_txt} | {verdict} |"
         )
-    by_input = [c for c in record["cases"] if c.get("by_input")]
-    if by_input:
-        lines += [
-            "",
-            "By input (the route timed on each kind of input set the case draws; the target is judged on "
-            "all sets together, above):",
-            "",
-            "| route | shape | input | sets | route us | min us |",
-            "|---|---|---|---|---|---|",
-        ]
-        for c in by_input:
-            for kind, t in c["by_input"].items():
-                lines.append(
-                    f"| {c['route']} | {c['label']} | {kind} | {t['sets']} | {t['median_us']:.2f} | "
-                    f"{t['min_us']:.2f} |"
-                )
     return "\n".join(lines) + "\n"
 
 
