@@ -298,10 +298,22 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
 namespace qgate {
 namespace {
 
-// 1 when QGATE_TOPK_IMPL=cluster asks for the pull kernel instead of the push kernel (tuning only).
-bool topk_pull() {
-  const char* impl = std::getenv("QGATE_TOPK_IMPL");
-  return impl != nullptr && std::strcmp(impl, "cluster") == 0;
+// The top-k switches (tuning only; BENCH.md), read once per process: QGATE_TOPK_IMPL=grid (the
+// portable path on sm_90 too), =cluster (the pull kernel instead of the push kernel), and
+// QGATE_TOPK_PDL=0 (the push kernel without programmatic dependent launch).
+struct TopkSwitches {
+  bool grid, pull, pdl;
+};
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+const TopkSwitches& topk_switches() {
+  static const TopkSwitches sw{env_is("QGATE_TOPK_IMPL", "grid"), env_is("QGATE_TOPK_IMPL", "cluster"),
+                               !env_is("QGATE_TOPK_PDL", "0")};
+  return sw;
 }
 
 // Sets the attributes of one cluster kernel and returns the largest cluster (16 needs the
@@ -334,9 +346,10 @@ cudaError_t topk_max_cluster(int device, int* out) {
   int major = 0;
   cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const char* impl = std::getenv("QGATE_TOPK_IMPL");  // "grid": the portable path on sm_90 too
-  if (major < 9 || (impl != nullptr && std::strcmp(impl, "grid") == 0)) return cudaSuccess;
-  if (topk_pull()) return largest_cluster(qsa_topk_cluster_kernel<kTcThreads, kTcItems>, kTcThreads, tc_smem_bytes(kTopkMaxK), out);
+  if (major < 9 || topk_switches().grid) return cudaSuccess;
+  if (topk_switches().pull) {
+    return largest_cluster(qsa_topk_cluster_kernel<kTcThreads, kTcItems>, kTcThreads, tc_smem_bytes(kTopkMaxK), out);
+  }
   return largest_cluster(qsa_topk_push_kernel<kTcItems>, kTpThreads, kTpSmemBytes, out);
 }
 
@@ -376,14 +389,13 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   }
   plan->cluster = 0;
   if (max_cluster > 0) {  // sm_90: one cluster a row
-    static const bool pull = topk_pull();  // per process, as max_cluster
+    const bool pull = topk_switches().pull;
     const int c = pull ? tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems)
                        : tp_cluster_size(rows, len, max_cluster, device_sms);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
     plan->cluster = c;
-    static const bool no_pdl = std::getenv("QGATE_TOPK_PDL") != nullptr && std::strcmp(std::getenv("QGATE_TOPK_PDL"), "0") == 0;
     plan->pull = pull ? 1 : 0;
-    plan->pdl = pull || no_pdl ? 0 : 1;
+    plan->pdl = !pull && topk_switches().pdl ? 1 : 0;
     plan->blocks_per_row = c;
     plan->row_workspace_bytes = 0;
     plan->workspace_bytes = 0;

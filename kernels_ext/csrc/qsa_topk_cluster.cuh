@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   }
   tc_arrive();  // this block has read every list; it waits for the others before it leaves
   TC_STAMP(16);
-  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize, s, values + static_cast<int64_t>(row) * k,
-               indices + static_cast<int64_t>(row) * k);
+  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize, s,
+               values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
   tc_wait();
   TC_STAMP(19);
   TC_GSTAMP(20);
