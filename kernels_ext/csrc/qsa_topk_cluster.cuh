@@ -42,7 +42,7 @@ constexpr int kTcCells = 4 * 256;
 // Small per-block state, in static shared memory.
 struct TcShared {
   unsigned long long bar[5];  // push path (qsa_topk_push.cuh): one mbarrier per pass, one for the lists
-  unsigned int bin, above, eq_before, nsel, max_key, cand, queued;
+  unsigned int bin, above, eq_before, nsel, max_key, cand, queued, mixed;
   unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];

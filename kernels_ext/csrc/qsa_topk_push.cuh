@@ -9,8 +9,9 @@
 //       histogram), pushes its 256 counts into slot r of every block's receive buffer for pass p,
 //       waits on its own mbarrier of pass p (all C pushes landed), sums the C rows and picks the
 //       same byte. After pass p the keys whose bytes down to p are >= the prefix are the candidates:
-//       (k - need) above it and the ones in the chosen bin. When they fit the candidate buffer
-//       (kTpCap), or after pass 3 (then the ties are trimmed to `need` by index: exactly k), stop.
+//       (k - need) above it and the ones in the chosen bin. When they are at most 4 k (and fit
+//       the candidate buffer, kTpCap), or after pass 3 (then the ties are trimmed to `need` by
+//       index: exactly k), stop.
 //   candidate lists: every block knows every block's pass counts, hence every block's candidate
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
@@ -30,6 +31,10 @@ namespace {
 
 constexpr int kTpThreads = 1024;  // the pushes and the offset sums map 64 threads to each of 16 blocks
 constexpr int kTpCap = 12288;     // candidates a block holds for the local passes
+#ifndef QGATE_TP_PER_K  // (tuning: tools/topk_bench.cu builds other values)
+#define QGATE_TP_PER_K 4
+#endif
+constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
 // Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key,
 // and the cell items, k + this many, must fit the 64 KiB of the receive buffers).
 constexpr unsigned int kTpMaxCell = 2048;
@@ -39,6 +44,7 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 // items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2);
+static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
 static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
                   8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
               "final list and cells must fit the receive buffers");
@@ -292,6 +298,9 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   // Publishes the barrier initialisation; the matching wait comes before the first push.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
+  // Candidates exchanged when the passes stop: at most kTpCap, and at most kTpPerK k (a longer list
+  // costs more in the exchange, the local pass and the ordering than another cluster pass).
+  const unsigned int list_cap = min(static_cast<unsigned int>(kTpCap), kTpPerK * static_cast<unsigned int>(k));
   uint32_t prefix = 0;
   unsigned int need = static_cast<unsigned int>(k);
   int last = 3;
@@ -326,7 +335,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
     prefix |= bin << shift;
     need -= sh.above;
     TC_STAMP(4 + 3 * pass);
-    if (pass == 3 || (static_cast<unsigned int>(k) - need) + tot[pass * 256 + bin] <= kTpCap) {
+    if (pass == 3 || (static_cast<unsigned int>(k) - need) + tot[pass * 256 + bin] <= list_cap) {
       last = pass;
       break;
     }

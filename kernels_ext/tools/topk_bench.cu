@@ -184,6 +184,22 @@ std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len
         if (rng() % 2) x[i] = from_bits(nans[rng() % 6]);
   } else if (dist == "quarter") {  // as `qgate bench ops` draws its tie rows: steps of 0.25
     for (auto& v : x) v = std::round(v * 4.f) / 4.f;
+  } else if (dist == "lumpy") {  // large cells of one key beside one of many keys, dense and not
+    for (auto& v : x) {
+      const uint32_t r = static_cast<uint32_t>(rng());
+      const uint32_t pick = r % 10000;
+      uint32_t bits = 0x3f000000u | ((r >> 10) & 0x7fffffu);  // below 1
+      if (pick < 100) {                                         // two values, 0.5 % each
+        bits = 0x3f800000u | ((0x80u + 0x10u * (pick % 2)) << 8);
+      } else if (pick < 140) {  // one byte-2 bin of many keys, 0.4 %
+        bits = 0x3f800000u | (0x50u << 8) | ((r >> 12) & 255u);
+      } else if (pick < 155) {  // one value, 0.15 %
+        bits = 0x3f800000u | (0x70u << 8);
+      } else if (pick < 8000) {  // below those: byte 2 under 0x40
+        bits = 0x3f800000u | ((r >> 10) & 0x3fffu);
+      }
+      v = from_bits(bits);
+    }
   } else if (dist == "narrow") {  // one value of the top 16 key bits: the passes split late
     std::uniform_real_distribution<float> ud(0.f, 1.f);
     for (auto& v : x) v = 1.0f + ud(rng) / 256.f;
@@ -216,6 +232,7 @@ const Case kCases[] = {
     {2, 4096, 100, "nanheavy"},    {1, 131072, 3000, "zeros"},     {1, 200000, 2048, "normal"},
     {7, 1, 1, "normal"},           {2, 4099, 4096, "ties"},       {1, 131072, 2048, "quarter"},
     {8, 32768, 1024, "quarter"},   {1, 131072, 2048, "narrow"},    {2, 65536, 3000, "narrow"},
+    {1, 131072, 2048, "lumpy"},    {3, 65536, 1500, "lumpy"},
 };
 
 int run_checks(Runner& run, std::mt19937_64& rng) {
@@ -419,7 +436,10 @@ void print_phases(const char* name, const std::vector<unsigned long long>& p, in
     double sum = 0, mx = 0, b0 = 0;
     int m = 0;
     for (int b = 0; b < blocks; ++b) {
-      const unsigned long long a = p[b * 32 + ids[i - 1]], c = p[b * 32 + ids[i]];
+      // from the last stamp before it that this block wrote (a phase it skipped has none)
+      unsigned long long a = 0;
+      for (int j = i - 1; j >= 0 && a == 0; --j) a = p[b * 32 + ids[j]];
+      const unsigned long long c = p[b * 32 + ids[i]];
       if (a == 0 || c == 0) continue;
       const double us = (c - a) / rate / 1000.0;
       sum += us;
@@ -432,18 +452,20 @@ void print_phases(const char* name, const std::vector<unsigned long long>& p, in
 }
 
 // mixed: every other set in steps of 0.25; the stamps kept are the last call's, on such a set.
-void run_phases(Runner& run, uint64_t seed, bool mixed) {
-  Sets s = make_sets(1, 131072, 2048, seed, mixed);
+void run_phases(Runner& run, uint64_t seed, bool mixed, int rows = 1) {
+  Sets s = rows == 1 ? make_sets(1, 131072, 2048, seed, mixed) : make_sets(rows, 32768, 1024, seed, mixed);
   if (mixed) std::printf("phases on a row in steps of 0.25 (ties):\n");
+  if (rows > 1) std::printf("phases on %d x 32768, k = 1024 (blocks of every row):\n", rows);
   unsigned long long* d;
   CK(cudaMalloc(&d, 4096 * 32 * 8));
   std::vector<unsigned long long> h(64 * 32);
   for (const Impl& im : kImpls) {
     if (im.kind == kGrid) continue;
-    CK(cudaMemset(d, 0, 4096 * 32 * 8));
     CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &d, sizeof(d)));
     for (int rep = 0; rep < 3; ++rep) {  // the last call's stamps remain; every call reads cold rows
-      for (int i = 0; i < s.n; ++i) run.call(im, s.x + i * s.len, 1, s.len, s.k, s.v + i * s.k, s.ix + i * s.k, 0);
+      if (rep == 2) CK(cudaMemset(d, 0, 4096 * 32 * 8));
+      for (int i = 0; i < s.n; ++i)
+        run.call(im, s.x + i * s.rows * s.len, s.rows, s.len, s.k, s.v + i * s.rows * s.k, s.ix + i * s.rows * s.k, 0);
     }
     CK(cudaDeviceSynchronize());
     unsigned long long* null = nullptr;
@@ -451,22 +473,33 @@ void run_phases(Runner& run, uint64_t seed, bool mixed) {
     CK(cudaMemcpy(h.data(), d, h.size() * 8, cudaMemcpyDeviceToHost));
     int blocks = 0;
     while (blocks < 64 && h[blocks * 32 + 0] != 0) ++blocks;
-    const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19};
-    // push kernel on normal rows: the passes stop after pass 0
-    const int push_ids[] = {1, 21, 2, 3, 4, 14, 15, 16, 17, 19};
-    const char* push_labels[] = {"",           "load (keys ready)",  "p0 count+reduce", "p0 push+wait",
-                                 "p0 sum+select", "offsets+compaction", "list push+wait",  "local count",
-                                 "cell bucketing", "rank+write"};
+    const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+    // push kernel: the passes after pass 0 only when its candidates are too many (none on one row)
+    const int push_ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 14, 15, 16, 17, 18, 19};
+    const char* push_labels[] = {"",
+                                 "load (keys ready)",
+                                 "p0 count+reduce",
+                                 "p0 push+wait",
+                                 "p0 sum+select",
+                                 "p1 count+reduce",
+                                 "p1 push+wait",
+                                 "p1 sum+select",
+                                 "offsets+compaction",
+                                 "list push+wait",
+                                 "local count",
+                                 "cell bucketing",
+                                 "large cells",
+                                 "rank+write"};
     if (im.kind != kCluster) {
-      print_phases(im.name, h, blocks, push_ids, push_labels, 10);
+      print_phases(im.name, h, blocks, push_ids, push_labels, 14);
       continue;
     }
     const char* labels[] = {"",           "load (keys ready)", "p0 count+reduce", "p0 cluster barrier",
                             "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
                             "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
                             "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
-                            "gather all lists", "cell bucketing",  "rank+write+exit wait"};
-    print_phases(im.name, h, blocks, ids, labels, 19);
+                            "gather all lists", "cell bucketing",  "large cells",     "rank+write+exit wait"};
+    print_phases(im.name, h, blocks, ids, labels, 20);
   }
   CK(cudaFree(d));
   free_sets(s);
@@ -516,6 +549,7 @@ int main(int argc, char** argv) {
   if (do_phases) {
     run_phases(run, seed, false);
     run_phases(run, seed, true);
+    run_phases(run, seed, false, 8);
   }
 #else
   (void)do_phases;
