@@ -195,6 +195,33 @@ def test_topk_is_exact_and_stable(rows: int, length: int, k: int) -> None:
     assert _no_fallbacks()
 
 
+def _lumpy(gen: torch.Generator, rows: int, length: int) -> torch.Tensor:
+    """Rows whose top k hold large cells of one key (0.5 % of the row each; 0.15 %) beside a large
+    cell of many keys (one byte-2 bin, 0.4 %), above a dense band: the two ways large cells are
+    ranked (from the list order; by counting)."""
+    pick = torch.randint(0, 10000, (rows, length), generator=gen, device=DEV, dtype=torch.int32)
+    low = torch.randint(0, 1 << 23, (rows, length), generator=gen, device=DEV, dtype=torch.int32)
+    one = 0x3F800000  # 1.0
+    bits = 0x3F000000 | low  # below 1
+    bits = torch.where(pick < 8000, one | (low & 0x3FFF), bits)
+    bits = torch.where(pick < 155, torch.full_like(bits, one | (0x70 << 8)), bits)
+    bits = torch.where(pick < 140, one | (0x50 << 8) | (low & 255), bits)
+    bits = torch.where(pick < 100, one | ((0x80 + 0x10 * (pick % 2)) << 8), bits)
+    return bits.view(torch.float32)
+
+
+@pytest.mark.parametrize(("rows", "length", "k"), [(1, 131072, 2048), (3, 65536, 1500), (8, 32768, 1024)])
+def test_topk_ranks_large_cells_exactly(rows: int, length: int, k: int) -> None:
+    gen, seed = fresh_generator(DEV)
+    quarter = torch.round(torch.randn(rows, length, generator=gen, device=DEV) * 4) / 4  # as the bench draws
+    for scores in (_lumpy(gen, rows, length), quarter):
+        values, indices = qgate_kernels.qsa_topk(scores, k)
+        ref_values, ref_indices = reference.qsa_topk(scores, k)
+        assert torch.equal(indices, ref_indices), f"seed {seed}"
+        assert torch.equal(values.view(torch.int32), ref_values.view(torch.int32)), f"seed {seed}"
+    assert _no_fallbacks()
+
+
 def test_topk_matches_the_python_oracle_on_specials() -> None:
     gen, seed = fresh_generator(DEV)
     scores = _tie_heavy(gen, 2, 3000)
