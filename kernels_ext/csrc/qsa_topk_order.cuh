@@ -3,15 +3,16 @@
 //
 // The radix passes split the keys into cells whose order is known (tc_cell); a key's output position
 // is its cell's offset plus the number of larger composites (key << 32 | ~index, unique) in its
-// cell. Every block places the listed keys into their cells (one shared atomic each) and ranks its
-// 1/C of the list: a thread counts for a key of a cell of up to kTcSerialCell keys, a warp for a key
-// of a larger cell (ties: one cell per value; cell / 32 steps a key). BENCH.md has the variants
-// that were slower (stable placement of large cells, ranking by output range).
+// cell. Every block places the listed keys of small cells into their cells (one shared atomic each)
+// and ranks its 1/C of the list: a thread counts for a key of a cell of up to kTcSerialCell keys; a
+// key of a large cell of one key (ties) is ranked from the list order, and one of a large cell of
+// several keys by a warp (cell / 32 steps a key). BENCH.md has the variants that were slower.
 
 #ifndef QGATE_TC_SERIAL_CELL  // (tuning: tools/topk_bench.cu builds other values)
 #define QGATE_TC_SERIAL_CELL 128
 #endif
-// Keys of larger cells are ranked a warp a key (128 measured faster than 32: BENCH.md).
+// Cells of up to this many keys are ranked a thread a key; larger ones are "large" (below). 128 was
+// measured faster than 32 (BENCH.md, fourth session).
 constexpr unsigned int kTcSerialCell = QGATE_TC_SERIAL_CELL;
 
 // The input element of a listed key (key, index): the key's float where the key determines its bits
@@ -19,6 +20,12 @@ constexpr unsigned int kTcSerialCell = QGATE_TC_SERIAL_CELL;
 __device__ __forceinline__ float tc_value(uint2 e, const float* __restrict__ s) {
   if (e.x == 0xffffffffu || e.x == 0x80000000u) return __ldg(s + e.y);
   return __uint_as_float((e.x & 0x80000000u) ? (e.x & 0x7fffffffu) : ~e.x);
+}
+
+// The composite of a listed key (key, index): larger for a larger key, then for a smaller index
+// (unique: the stable sort's order).
+__device__ __forceinline__ unsigned long long tc_composite(uint2 e) {
+  return (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
 }
 
 // Cell of a selected key: the radix passes split the selected keys into cells whose order is known:
@@ -138,7 +145,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       const unsigned int num = w >> 16;
       if (num == kTcLarge) {
         const unsigned int slot = first + atomicAdd(cell_fill + cid, 1u);
-        cell_items[slot] = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
+        cell_items[slot] = tc_composite(e);
       } else {
         if ((p < lo) != from_end) atomicAdd(large_before + num * 32 + lane, 1u);
         atomicMin(large_min + num * 32 + lane, e.x);
@@ -168,7 +175,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
         const unsigned int num = w >> 16;
         if ((w & 0xffffu) < static_cast<unsigned int>(k) && num < kTcLarge && large_mixed[num] != 0) {
           const unsigned int slot = (w & 0xffffu) + atomicAdd(cell_fill + cid, 1u);
-          cell_items[slot] = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
+          cell_items[slot] = tc_composite(e);
         }
       }
       __syncthreads();
@@ -205,7 +212,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
           listed = num < kTcLarge && large_mixed[num] == 0;
           queued = !listed;
         } else {
-          const unsigned long long c = (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
+          const unsigned long long c = tc_composite(e);
           unsigned int at = first;
           for (unsigned int q = first; q < last; ++q) at += cell_items[q] > c ? 1u : 0u;
           if (at < static_cast<unsigned int>(k)) {
@@ -247,7 +254,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       const int cid = tc_cell(eq.x, thr, depth);
       const int qfirst = static_cast<int>(cell_word[cid] & 0xffffu);
       const int qlast = static_cast<int>(cell_word[cid + 1] & 0xffffu);
-      const unsigned long long c = (static_cast<unsigned long long>(eq.x) << 32) | (0xffffffffu - eq.y);
+      const unsigned long long c = tc_composite(eq);
       unsigned int larger = 0;
       for (int i = qfirst + lane; i < qlast; i += 32) larger += cell_items[i] > c ? 1u : 0u;
       larger = __reduce_add_sync(0xffffffffu, larger);
