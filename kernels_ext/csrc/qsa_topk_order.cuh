@@ -28,6 +28,15 @@ __device__ __forceinline__ unsigned long long tc_composite(uint2 e) {
   return (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
 }
 
+// Writes a ranked key to the output if its position is below k.
+__device__ __forceinline__ void tc_put(unsigned int at, int k, uint2 e, const float* __restrict__ s,
+                                       float* __restrict__ values, int64_t* __restrict__ indices) {
+  if (at < static_cast<unsigned int>(k)) {
+    values[at] = tc_value(e, s);
+    indices[at] = static_cast<int64_t>(e.y);
+  }
+}
+
 // Cell of a selected key: the radix passes split the selected keys into cells whose order is known:
 // level p holds the keys that match T in the bytes above byte p and exceed it in byte p, one cell per
 // value b of that byte (cells of level 0 above those of level 1, ..., higher b first); the keys equal
@@ -162,7 +171,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       const unsigned int hi_key = __reduce_max_sync(0xffffffffu, large_max[warp * 32 + lane]);
       if (lane == 0) {
         large_run[warp] = from_end ? large_cnt[warp] - c : c;
-        large_mixed[warp] = lo_key != hi_key;  // (a cell that starts at k or below: no keys, 1)
+        large_mixed[warp] = lo_key != hi_key;  // (a cell that starts at k or later: no keys, 1)
         if (lo_key != hi_key && lo_key != 0xffffffffu) sh.mixed = 1;
       }
     }
@@ -215,10 +224,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
           const unsigned long long c = tc_composite(e);
           unsigned int at = first;
           for (unsigned int q = first; q < last; ++q) at += cell_items[q] > c ? 1u : 0u;
-          if (at < static_cast<unsigned int>(k)) {
-            values[at] = tc_value(e, s);
-            indices[at] = static_cast<int64_t>(e.y);
-          }
+          tc_put(at, k, e, s, values, indices);
         }
       }
     }
@@ -243,10 +249,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       unsigned int at = first + large_run[num] + __popc(peers & ((1u << lane) - 1u));
 #pragma unroll 1
       for (int w = 0; w < warp; ++w) at += large_warp[w * kTcLarge + num];
-      if (at < static_cast<unsigned int>(k)) {
-        values[at] = tc_value(e, s);
-        indices[at] = static_cast<int64_t>(e.y);
-      }
+      tc_put(at, k, e, s, values, indices);
     }
     const unsigned int nq = sh.queued;
     for (unsigned int q = warp; q < nq; q += kWarps) {
@@ -258,10 +261,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       unsigned int larger = 0;
       for (int i = qfirst + lane; i < qlast; i += 32) larger += cell_items[i] > c ? 1u : 0u;
       larger = __reduce_add_sync(0xffffffffu, larger);
-      if (lane == 0 && qfirst + static_cast<int>(larger) < k) {
-        values[qfirst + larger] = tc_value(eq, s);
-        indices[qfirst + larger] = static_cast<int64_t>(eq.y);
-      }
+      if (lane == 0) tc_put(qfirst + larger, k, eq, s, values, indices);
     }
     __syncthreads();
     if (p0 + NT < hi) {  // another chunk: the large cells' keys of this one move into large_run
