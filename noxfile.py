@@ -32,27 +32,39 @@ def _setup(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Lint, format check, CUDA compile check, then the test suite (real vLLM on the CPU included)."""
+    """Lint, format check, CUDA compile check (where the toolkits are), then the test suite."""
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    _kernels_compile(session)
+    _kernels_compile(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
     session.run("pytest", "-ra", "--durations=15", *session.posargs)
 
 
-def _kernels_compile(session: nox.Session) -> None:
-    """sm_70 with Debian's CUDA 11.8 (non-free; CUDA 13 dropped sm_70), sm_90 with the machine's CUDA 13.
+# Set to 1 on a disposable machine that installed the toolkits (.ci/run does): a missing toolkit
+# then fails the test command instead of being skipped with a line.
+REQUIRE_TOOLKITS = "QGATE_REQUIRE_CUDA_TOOLKITS"
 
-    The install script is idempotent (~90 s once, needs root or sudo); a missing toolkit fails the check.
+
+def _kernels_compile(session: nox.Session, *, required: bool) -> None:
+    """sm_70 with Debian's CUDA 11.8 (CUDA 13 dropped sm_70), sm_90 with the machine's CUDA 12/13.
+
+    Installs nothing and needs no root: installing CUDA 11.8 is a separate step
+    (`bash .ci/install_cuda118.sh`, apt + root), which only `.ci/run` does on its own. Without the
+    toolkits the check is skipped with one line saying how to run it, unless `required`.
     """
-    session.run("bash", ".ci/install_cuda118.sh", external=True)
-    session.run("python", "kernels_ext/tools/compile_check.py")
+    if required:
+        session.run("python", "kernels_ext/tools/compile_check.py")
+        return
+    # A missing toolkit is skipped with one line (how to get it, `nox -s kernels` to check both);
+    # an arch whose toolkit is here is still compiled, and an error or a spill still fails.
+    session.run("python", "kernels_ext/tools/compile_check.py", "--skip-missing")
 
 
 @nox.session
 def kernels(session: nox.Session) -> None:
-    """Compile every .cu for sm_70 (CUDA 11.8) and sm_90 (CUDA 13); fail on an error or a spill."""
-    _kernels_compile(session)
+    """Compile every .cu for sm_70 (CUDA 11.8) and sm_90 (CUDA 13); fail on an error, a spill or a
+    missing toolkit (install CUDA 11.8 first: `bash .ci/install_cuda118.sh`, needs root and apt)."""
+    _kernels_compile(session, required=True)
 
 
 @nox.session
