@@ -52,6 +52,17 @@ def test_decide_orders_error_over_fail() -> None:
     assert vd.decide([])[0] == "ERROR"
 
 
+def test_decide_precedence_error_fail_inconclusive_pass() -> None:
+    ok = vd.Gate("a", True, "")
+    undecided = vd.Gate("u", False, "measure more", vd.SEV_INCONCLUSIVE)
+    bad, broken = vd.Gate("b", False, "slow"), vd.Gate("c", False, "x", vd.SEV_ERROR)
+    assert vd.decide([ok, undecided]) == ("INCONCLUSIVE", ["u: measure more"])
+    assert vd.decide([undecided, bad]) == ("FAIL", ["b: slow", "u: measure more"])
+    assert vd.decide([undecided, bad, broken]) == ("ERROR", ["c: x", "b: slow", "u: measure more"])
+    assert vd.decide([vd.Gate("w", False, "?", "weird")])[0] == "ERROR"  # unknown severity fails closed
+    assert vd.INCONCLUSIVE == "INCONCLUSIVE" and vd.SEV_INCONCLUSIVE == "inconclusive"
+
+
 def test_fixture_pair_passes_with_every_gate_listed() -> None:
     rec = verdict_of(*support.load_pair())
     assert rec["verdict"] == "PASS", rec["reasons"]
@@ -323,6 +334,28 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
 
     text = render_markdown(rec)
     assert "## Quality" in text and "| 12 | 14 | 13 |" in text
+
+
+@pytest.mark.parametrize(
+    ("severity", "want"),
+    [("inconclusive", "INCONCLUSIVE"), ("error", "ERROR"), ("fail", "FAIL"), (None, "FAIL"), ("x", "FAIL")],
+)
+def test_quality_gate_severity_is_carried_through(
+    monkeypatch: pytest.MonkeyPatch, severity: str | None, want: str
+) -> None:
+    def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
+        g = {"name": "accuracy", "passed": False, "detail": "CI too wide", "severity": severity}
+        return {"gates": [g], "markdown": ""}
+
+    monkeypatch.setitem(
+        sys.modules, "qgate.quality.compare", types.SimpleNamespace(compare_quality=compare_quality)
+    )
+    control, candidate = support.load_pair()
+    pair = Pair(
+        "quality", _quality_result("control", control), _quality_result("candidate", candidate), "c", "t"
+    )
+    rec = build_verdict([pair], [], support.pinned_contract())
+    assert rec["verdict"] == want, rec["reasons"]
 
 
 def test_a_kind_on_one_side_only_is_error() -> None:

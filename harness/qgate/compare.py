@@ -259,7 +259,8 @@ def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
             vd.Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", vd.SEV_ERROR)
         )
     for g in out.get("gates", []):
-        sev = vd.SEV_ERROR if g.get("severity") == vd.SEV_ERROR else vd.SEV_FAIL
+        # The quality helper's severity is kept when qgate knows it; anything else fails closed (fail).
+        sev = g.get("severity") if g.get("severity") in vd.SEVERITIES else vd.SEV_FAIL
         gates.append(vd.Gate(str(g["name"]), bool(g["passed"]), str(g.get("detail", "")), sev))
     out.update(gates=[vd.Gate(f"quality: {g.name}", g.passed, g.detail, g.severity) for g in gates])
     out.update(differences=diffs, notes=vd.notes(pair.control, pair.candidate))

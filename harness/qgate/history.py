@@ -9,7 +9,7 @@
 and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
 every rep), quality counts (raw/strict correct and accuracy over the selected items, health counts),
 the gate lines the trend report draws, and the night's verdict (the worst of the verdicts found:
-ERROR > FAIL > PASS; each kind's verdict and reasons are kept too).
+ERROR > FAIL > INCONCLUSIVE > PASS; each kind's verdict and reasons are kept too).
 
 The store (stdlib sqlite3, one file, rollback journal) holds two tables: `qgate_history` (key/value:
 format = qgate-history, schema_version) and `nights` (the rows; primary key night + arm). Triggers abort
@@ -51,7 +51,7 @@ HISTORY_SCHEMA_VERSION = 1
 FORMAT = "qgate-history"
 ARMS = ("control", "candidate")
 KINDS = ("speed", "quality")
-VERDICT_RANK = {"PASS": 0, "FAIL": 1, "ERROR": 2}
+VERDICT_RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2, "ERROR": 3}
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # (column, SQL type); the order is the table's and the row dict's.
@@ -220,7 +220,9 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
         except ResultError as exc:
             raise HistoryError(str(exc)) from None
         if record.get("verdict") not in VERDICT_RANK:
-            raise HistoryError(f"{path}: verdict = {record.get('verdict')!r}: expected PASS, FAIL or ERROR")
+            raise HistoryError(
+                f"{path}: verdict = {record.get('verdict')!r}: expected PASS, FAIL, INCONCLUSIVE or ERROR"
+            )
         for kind in record.get("kinds") or []:
             if kind in out:
                 raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")

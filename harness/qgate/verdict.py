@@ -1,9 +1,12 @@
-"""Contract gates + statistics -> PASS / FAIL / ERROR, with the reasons.
+"""Contract gates + statistics -> PASS / FAIL / INCONCLUSIVE / ERROR, with the reasons.
 
 A gate is {name, passed, detail, severity}. severity "error" marks a gate whose failure means the
 comparison itself cannot be trusted (arms that differ in more than their env, an incomplete result,
-a statistic that could not be computed, an inconclusive decode comparison, a route that did not
-provably run): any such failure makes the verdict ERROR. Otherwise any failed gate makes it FAIL.
+a statistic that could not be computed, a route that did not provably run): any such failure makes
+the verdict ERROR. severity "fail" marks evidence against the candidate: its failure makes the verdict
+FAIL. severity "inconclusive" marks a gate the data could not decide (non-inferiority not shown, no
+regression shown either): its failure makes the verdict INCONCLUSIVE unless a fail or error gate
+failed too. Precedence: ERROR > FAIL > INCONCLUSIVE > PASS.
 
 Refuse to compare: the two results must agree on everything but the arm env: contract sha256, model,
 prompt, workload, CPU/GPU model, driver, Python/torch/vLLM/qgate versions and engine args.
@@ -25,13 +28,21 @@ from typing import Any
 
 from qgate.contract import Contract, LoadedContract
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import IMPROVED, INCONCLUSIVE, REGRESSED, MetricStats
+from qgate.stats import IMPROVED, REGRESSED, MetricStats
+from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
 PASS = "PASS"
 FAIL = "FAIL"
+INCONCLUSIVE = "INCONCLUSIVE"
 ERROR = "ERROR"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE, ERROR)
 SEV_FAIL = "fail"
+SEV_INCONCLUSIVE = "inconclusive"
 SEV_ERROR = "error"
+SEVERITIES = (SEV_FAIL, SEV_INCONCLUSIVE, SEV_ERROR)
+# The verdict a failed gate of each severity makes, and the verdicts' order (higher wins).
+SEVERITY_VERDICT = {SEV_ERROR: ERROR, SEV_FAIL: FAIL, SEV_INCONCLUSIVE: INCONCLUSIVE}
+VERDICT_RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2, ERROR: 3}
 FINGERPRINT_KEYS = ("cpu", "cpu_count", "gpu", "driver", "python", "torch", "vllm", "qgate")
 NOTE_KEYS = ("hostname", "git_sha")
 
@@ -48,17 +59,20 @@ class Gate:
 
 
 def decide(gates: Sequence[Gate]) -> tuple[str, list[str]]:
-    """The verdict and its reasons (the failed gates, ERROR-class first)."""
+    """The verdict and its reasons (the failed gates, ERROR-class first, then FAIL, then INCONCLUSIVE).
+
+    An unknown severity counts as error: a gate nobody can classify cannot let a comparison pass.
+    """
     if not gates:
         return ERROR, ["no gate was evaluated"]
-    errors = [g for g in gates if not g.passed and g.severity == SEV_ERROR]
-    fails = [g for g in gates if not g.passed and g.severity != SEV_ERROR]
-    reasons = [f"{g.name}: {g.detail}" for g in (*errors, *fails)]
-    if errors:
-        return ERROR, reasons
-    if fails:
-        return FAIL, reasons
-    return PASS, []
+    failed = [g for g in gates if not g.passed]
+    by_rank = sorted(
+        failed, key=lambda g: -VERDICT_RANK[SEVERITY_VERDICT.get(g.severity, ERROR)]
+    )  # stable: gate order kept within a severity
+    reasons = [f"{g.name}: {g.detail}" for g in by_rank]
+    if not by_rank:
+        return PASS, []
+    return SEVERITY_VERDICT.get(by_rank[0].severity, ERROR), reasons
 
 
 def _get(record: dict[str, Any], dotted: str) -> Any:
@@ -229,7 +243,7 @@ def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
         ok = st.verdict != STAT_ERROR
         detail = "Welch t, Mann-Whitney U and bootstrap CI computed" if ok else str(st.error or st.reason)
         gates.append(Gate(f"{label} statistics computed", ok, detail, SEV_ERROR))
-    conclusive = decode.verdict not in (STAT_ERROR, INCONCLUSIVE)
+    conclusive = decode.verdict not in (STAT_ERROR, STAT_INCONCLUSIVE)
     gates.append(
         Gate("decode comparison conclusive", conclusive, f"{decode.verdict}: {decode.reason}", SEV_ERROR)
     )

@@ -17,6 +17,7 @@ EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
+EXIT_INCONCLUSIVE = 4
 
 ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="contract YAML", dir_okay=False)]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory", file_okay=False)]

@@ -1,6 +1,6 @@
 """`qgate compare CONTROL CANDIDATE [--contract C] --out DIR`: wiring only.
 
-Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR.
+Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR, 4 INCONCLUSIVE.
 """
 
 from __future__ import annotations
@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_ERROR, EXIT_FAIL, EXIT_OK, OutOpt, exit_with, user_errors
+from qgate.cli._options import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    OutOpt,
+    exit_with,
+    user_errors,
+)
 from qgate.compare import run_compare
 
 app = typer.Typer(help="Compare a control and a candidate result: statistics, gates, verdict.")
@@ -33,7 +41,7 @@ MaybeContractOpt = Annotated[
         "--contract", "-c", help="contract YAML (default: the one the results name)", dir_okay=False
     ),
 ]
-_CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "ERROR": EXIT_ERROR}
+_CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
 @app.command()
@@ -43,7 +51,10 @@ def compare(
     out: OutOpt,
     contract: MaybeContractOpt = None,
 ) -> None:
-    """Write DIR/report.md, DIR/verdict.json and DIR/speed.png; exit 0 PASS, 1 FAIL, 3 ERROR."""
+    """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
+
+    Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE.
+    """
     with user_errors():
         record, paths = run_compare(control, candidate, contract, out)
     typer.echo(f"verdict: {record['verdict']}")

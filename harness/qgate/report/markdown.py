@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 _MARK = {True: "pass", False: "FAIL"}
+_ON_FAILURE = {"error": "ERROR", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
 
 
 def table(df: pd.DataFrame) -> str:
@@ -180,12 +181,15 @@ def _gates(record: dict[str, Any]) -> list[str]:
         {
             "gate": g["name"],
             "result": _MARK[bool(g["passed"])],
-            "on failure": "ERROR" if g.get("severity") == "error" else "FAIL",
+            "on failure": _ON_FAILURE.get(str(g.get("severity")), "ERROR"),
             "detail": g["detail"],
         }
         for g in record["gates"]
     ]
-    note = 'A failed gate makes the verdict what its "on failure" column says; ERROR outranks FAIL.'
+    note = (
+        'A failed gate makes the verdict what its "on failure" column says; '
+        "ERROR outranks FAIL, FAIL outranks INCONCLUSIVE."
+    )
     return ["## Gates", "", table(pd.DataFrame(rows)), "", note, ""]
 
 
