@@ -10,12 +10,16 @@
 TORCH_LIBRARY(qgate, m) {
   m.def("gemv(Tensor weight, Tensor x, bool static_weight=False) -> Tensor");
   m.def(
-      "fused_hc(Tensor h, Tensor norm_weight, Tensor w_a, Tensor a_static, Tensor scale_a, "
-      "Tensor w_b, Tensor b_static, Tensor scale_b, float eps) -> (Tensor, Tensor, Tensor)");
+      "hc_mix(Tensor h, Tensor norm_weight, Tensor w_down, Tensor w_up, int hc_count, int lora_rank, "
+      "float eps) -> (Tensor, Tensor)");
+  m.def(
+      "hc_combine_mix(Tensor h, Tensor block_output, Tensor? injection, Tensor norm_weight, Tensor w_down, "
+      "Tensor w_up, int hc_count, int lora_rank, float eps) -> (Tensor, Tensor, Tensor)");
   m.def(
       "gdn_input(Tensor x, Tensor w_qkvz, Tensor w_ba, int num_k_heads, int num_v_heads, "
-      "int head_k_dim, int head_v_dim, bool static_weight=False) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("qsa_topk(Tensor scores, int k) -> (Tensor, Tensor)");
+      "int head_k_dim, int head_v_dim, bool interleaved, bool static_weight=False) "
+      "-> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("qsa_topk(Tensor logits, Tensor visible_blocks, int k, Tensor(a!) block_indices) -> ()");
 }
 
 // Importing qgate_kernels._C runs the static registrations above; WITH_CUDA says whether the CUDA

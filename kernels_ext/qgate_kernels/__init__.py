@@ -1,5 +1,5 @@
-"""qgate_kernels: the candidate decode routes that qgate gates (FP16 GEMV, fused hyper-connection,
-fused Gated-DeltaNet input projection, exact QSA top-k).
+"""qgate_kernels: the candidate decode routes that qgate gates (FP16 GEMV, Qwen4Exp GatedResidual
+hyper-connection, fused Gated-DeltaNet input projection, QSA top-k block selection).
 
 Importing this package loads torch and registers the qgate::* ops; it never imports vLLM (the
 vLLM plugin lives in qgate_kernels.plugin and is loaded by vLLM through its entry point).
@@ -14,9 +14,10 @@ from qgate_kernels.ops import (
     build_info,
     cuda_kernels_available,
     fallback_counts,
-    fused_hc,
     gdn_input,
     gemv,
+    hc_combine_and_mix,
+    hc_mix,
     qsa_topk,
     reset_fallback_counts,
 )
@@ -30,9 +31,10 @@ __all__ = [
     "build_info",
     "cuda_kernels_available",
     "fallback_counts",
-    "fused_hc",
     "gdn_input",
     "gemv",
+    "hc_combine_and_mix",
+    "hc_mix",
     "qsa_topk",
     "reset_fallback_counts",
 ]

@@ -1,11 +1,12 @@
 """Typed entry points of the qgate routes, with counted fallbacks.
 
-Each route is one op, qgate::<name> (schema in csrc/ops_def.cpp): its CPU kernel is the pure-torch
-reference (reference.py) and its CUDA kernel is in csrc/*.cu. The functions here decide per call
+Each route is one op, qgate::<name> (the HC route two: hc_mix, hc_combine_mix; schemas in
+csrc/ops_def.cpp): its CPU kernel is the pure-torch reference (reference.py) and its CUDA kernel is
+in csrc/*.cu. The functions here decide per call
 whether the op can take the inputs; when it cannot (M > 1, another dtype, an unsupported shape or
 layout, a device without a compiled kernel) they run the reference instead and count the fallback
 under the route's name and a reason. Never a silently wrong result: inputs that fit no definition
-(mismatched shapes, k > L) raise ValueError on every path.
+(mismatched shapes, k < 1) raise ValueError on every path.
 
 Counting happens in Python, once per call of these functions: under CUDA-graph replay the count
 is that of the captured calls, not of the replays.
@@ -31,7 +32,9 @@ ROUTES = (ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK)
 
 # Limits of the CUDA kernels (the op's CUDA kernel checks the same; see csrc/ops_cuda.cpp).
 HC_MAX_STREAMS = 8
+HC_MAX_LORA_RANK = 512
 TOPK_MAX_K = 4096
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 _lock = threading.Lock()
 _fallbacks: dict[str, Counter[str]] = {route: Counter() for route in ROUTES}
@@ -128,60 +131,87 @@ def _gemv_reason(weight: Tensor, x: Tensor) -> str | None:
     return _layout_reason((weight, x)) or _device_reason((weight, x))
 
 
-def fused_hc(
+def hc_mix(
     h: Tensor,
     norm_weight: Tensor,
-    w_a: Tensor,
-    a_static: Tensor,
-    scale_a: Tensor,
-    w_b: Tensor,
-    b_static: Tensor,
-    scale_b: Tensor,
-    eps: float = 1e-6,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Fused dynamic hyper-connection for batch one, route `fused_hc_fp16`.
+    w_down: Tensor,
+    w_up: Tensor,
+    *,
+    hc_count: int,
+    lora_rank: int,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Qwen4Exp `GatedResidual.mix(h)` for batch one, route `fused_hc_fp16` (op qgate::hc_mix).
 
-    h: [n, d] fp16 (n residual streams of hidden size d); norm_weight: [d] fp16; w_a: [n+1, d]
-    fp16; a_static: [n, n+1] fp32; scale_a: [1] fp32; w_b: [d] fp16; b_static: [n] fp32;
-    scale_b: [1] fp32. Returns (layer_input [d] fp16, mixed [n, d] fp16, b [n] fp32) with
-        Hn = H / sqrt(mean(H^2, -1) + eps) * norm_weight
-        A  = a_static + scale_a * tanh(Hn w_a^T)        [n, n+1]
-        b  = b_static + scale_b * tanh(Hn w_b)          [n]
-        layer_input = (A^T H)[0],  mixed = (A^T H)[1:]
-    all in float32 (Zhu et al. 2024, dynamic hyper-connections; reference.fused_hc has the full
-    text). One CUDA kernel for 1 <= n <= 8 and d a multiple of 8; [T, n, d] with T > 1 (reason
-    m_gt_1), other dtypes and shapes run the reference and count a fallback.
+    h: [T, D] (D = hc_count * HS, stream s = h[:, s HS:(s+1) HS]); norm_weight: [HS] or [D] (vLLM's
+    hc_norm.weight; Qwen4Exp has hc_per_branch_norm=True: [D]); w_down: the merged
+    input_mix_weight_down_block_inject weight [R + HC + pad, D] (pad = (-(R + HC)) mod 16) or, for
+    the final mixer (use_combine=False), input_mix_weight_down [R, D]; w_up: input_mix_weight_up
+    [D, R]. One dtype throughout: fp16 (the SM70 premise) or bf16 (stock Qwen4Exp).
+    Returns vLLM's triple (h, block_input [T, HS], injection [T, HC] or None for the final mixer);
+    h is the input itself. The math and its rounding points: reference.hc_mix.
+    The CUDA kernels take T = 1, HC <= 8, HS and R multiples of 8, R <= 512, dense 16-byte aligned
+    tensors; anything else runs the reference and counts a fallback (reasons m_gt_1, dtype, shape,
+    layout, device, no_cuda_build, arch).
     """
-    args = (h, norm_weight, w_a, a_static, scale_a, w_b, b_static, scale_b)
-    reason = _hc_reason(*args)
+    reference.check_hc_shapes(h, norm_weight, w_down, w_up, hc_count, lora_rank)
+    tensors = (h, norm_weight, w_down, w_up)
+    reason = _hc_reason(tensors, hc_count, lora_rank)
     if reason is not None:
         _count(ROUTE_HC, reason)
-        return reference.fused_hc(*args, eps)
-    return torch.ops.qgate.fused_hc.default(*args, eps)
+        block_input, injection = reference.hc_mix(h, norm_weight, w_down, w_up, hc_count, lora_rank, eps)
+    else:
+        block_input, injection = torch.ops.qgate.hc_mix.default(
+            h, norm_weight, w_down, w_up, hc_count, lora_rank, eps
+        )
+    return h, block_input, (injection if injection.shape[-1] else None)
 
 
-def _hc_reason(
+def hc_combine_and_mix(
     h: Tensor,
+    block_output: Tensor,
+    injection: Tensor | None,
     norm_weight: Tensor,
-    w_a: Tensor,
-    a_static: Tensor,
-    scale_a: Tensor,
-    w_b: Tensor,
-    b_static: Tensor,
-    scale_b: Tensor,
-) -> str | None:
-    if h.dim() == 3 and h.shape[0] != 1:
+    w_down: Tensor,
+    w_up: Tensor,
+    *,
+    hc_count: int,
+    lora_rank: int,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Qwen4Exp `GatedResidual.combine_and_mix(h, block_output, injection)` for batch one, route
+    `fused_hc_fp16` (op qgate::hc_combine_mix). Also the final mixer (w_down [R, D]).
+
+    h: [T, D]; block_output: [T, HS] (the pending block's output); injection: [T, HC] (the logits
+    the pending block's mix returned) or None (unit weight). The pending combine
+    h'_s = h_s + 2 sigmoid(injection_s / HC) block_output (float32, one fma, rounded), then mix(h').
+    Returns (h' [T, D], block_input [T, HS], injection' [T, HC] or None for the final mixer), as
+    vLLM does. Math: reference.hc_combine_mix; kernels and fallbacks as hc_mix.
+    """
+    reference.check_hc_shapes(h, norm_weight, w_down, w_up, hc_count, lora_rank)
+    tensors = (h, block_output, norm_weight, w_down, w_up) + (() if injection is None else (injection,))
+    reason = _hc_reason(tensors, hc_count, lora_rank)
+    args = (h, block_output, injection, norm_weight, w_down, w_up, hc_count, lora_rank, eps)
+    if reason is not None:
+        _count(ROUTE_HC, reason)
+        h_new, block_input, inj = reference.hc_combine_mix(*args)
+    else:
+        h_new, block_input, inj = torch.ops.qgate.hc_combine_mix.default(*args)
+    return h_new, block_input, (inj if inj.shape[-1] else None)
+
+
+def _hc_reason(tensors: tuple[Tensor, ...], hc_count: int, lora_rank: int) -> str | None:
+    h = tensors[0]
+    if h.shape[0] != 1:
         return "m_gt_1"
-    if h.dim() != 2:
-        return "shape"
-    n, d = h.shape
-    halves = (h, norm_weight, w_a, w_b)
-    floats = (a_static, scale_a, b_static, scale_b)
-    if any(t.dtype != torch.float16 for t in halves) or any(t.dtype != torch.float32 for t in floats):
+    if h.dtype not in HALF_DTYPES or any(t.dtype != h.dtype for t in tensors):
         return "dtype"
-    if not 1 <= n <= HC_MAX_STREAMS or d == 0 or d % 8 != 0:
+    hs = h.shape[1] // hc_count
+    if not 1 <= hc_count <= HC_MAX_STREAMS or hs % 8 != 0:
         return "shape"
-    return _layout_reason(halves + floats) or _device_reason(halves + floats)
+    if lora_rank % 8 != 0 or lora_rank > HC_MAX_LORA_RANK:
+        return "shape"
+    return _layout_reason(tensors) or _device_reason(tensors)
 
 
 def gdn_input(
@@ -193,64 +223,86 @@ def gdn_input(
     head_k_dim: int,
     head_v_dim: int,
     *,
+    layout: str,
     static_weight: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Fused Gated-DeltaNet input projection (Qwen3-Next layout), route `fused_gdn_input_fp16`.
+    """Fused Gated-DeltaNet input projection (Part 1 of vLLM's QwenGatedDeltaNetAttention), route
+    `fused_gdn_input_fp16`. `layout` is required: "flat" (gqa_interleaved_layout=False: Qwen3.5,
+    Qwen4Exp) or "interleaved" (Qwen3-Next); reference.gdn_input has both weight layouts.
 
-    x: [K] or [1, K] fp16; w_qkvz: [nk*(2*dk + 2*r*dv), K] fp16, rows per key head
-    [q | k | v | z]; w_ba: [2*nv, K] fp16, rows per key head [b | a]; r = nv / nk. One kernel
-    computes both GEMVs (float32 accumulation, the same per-row arithmetic as `gemv`, so the bits
-    equal gemv's) and writes straight into the de-interleaved outputs vLLM's GDN core takes:
-    mixed_qkv [1, 2*nk*dk + nv*dv] = [all q | all k | all v], z [1, nv, dv], b [1, nv], a [1, nv].
-    T > 1 rows (m_gt_1), other dtypes, K not a multiple of 8 run the reference, counted.
+    x: [K] or [1, K] fp16 or bf16; w_qkvz: [2*nk*dk + 2*nv*dv, K]; w_ba: [2*nv, K], x's dtype.
+    Returns mixed_qkv [1, 2*nk*dk + nv*dv] = [all q | all k | all v], z [1, nv, dv], b [1, nv],
+    a [1, nv], dense. One kernel computes both GEMVs (float32 accumulation in a fixed order, one
+    rounding, the same per-row arithmetic as `gemv`) and writes straight into the outputs. T > 1
+    rows (m_gt_1), other dtypes, K not a multiple of 8 run the reference, counted.
     static_weight: as for `gemv`.
     """
-    reference._check_gdn_shapes(x, w_qkvz, w_ba, num_k_heads, num_v_heads, head_k_dim, head_v_dim)
     heads = (num_k_heads, num_v_heads, head_k_dim, head_v_dim)
+    reference.check_gdn_shapes(x, w_qkvz, w_ba, *heads, layout)
     reason = _gdn_reason(x, w_qkvz, w_ba)
     if reason is not None:
         _count(ROUTE_GDN, reason)
-        return reference.gdn_input(x, w_qkvz, w_ba, *heads)
-    return torch.ops.qgate.gdn_input.default(x, w_qkvz, w_ba, *heads, static_weight)
+        return reference.gdn_input(x, w_qkvz, w_ba, *heads, layout)
+    return torch.ops.qgate.gdn_input.default(x, w_qkvz, w_ba, *heads, layout == "interleaved", static_weight)
 
 
 def _gdn_reason(x: Tensor, w_qkvz: Tensor, w_ba: Tensor) -> str | None:
     if x.dim() == 2 and x.shape[0] != 1:
         return "m_gt_1"
-    if any(t.dtype != torch.float16 for t in (x, w_qkvz, w_ba)):
+    if x.dtype not in HALF_DTYPES or w_qkvz.dtype != x.dtype or w_ba.dtype != x.dtype:
         return "dtype"
     if x.shape[-1] == 0 or x.shape[-1] % 8 != 0:
         return "shape"
     return _layout_reason((x, w_qkvz, w_ba)) or _device_reason((x, w_qkvz, w_ba))
 
 
-def qsa_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Exact top-k over fp32 scores, route `qsa_topk`.
+def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int, out: Tensor | None = None) -> Tensor:
+    """Block selection of Qwen4Exp's QSA indexer with `_topk`'s contract, route `qsa_topk`
+    (op qgate::qsa_topk, which writes into block_indices).
 
-    scores: [B, L] fp32 -> (values [B, k] fp32, indices [B, k] int64), ordered as a stable sort
-    by value descending (equal values: lower index first). NaN of any payload ranks above +inf
-    and all NaNs tie; -0.0 and +0.0 tie; values are the input elements (bits kept). The CUDA
-    kernel is a radix select (four 8-bit passes over an order-preserving 32-bit key) followed by
-    exact tie compaction by increasing index and a rank-by-count ordering: the same set and order
-    on every call. k > 4096, L >= 2^31 or another dtype run the reference, counted.
+    logits: [rows, L] float32, inner stride 1, any row stride >= L (vLLM's logits buffers);
+    visible_blocks: [rows] int32; k: vLLM's block_topk (512, 1024 or 2048 in Qwen4Exp; 1..4096
+    taken); out: block_indices [rows, k] int32 to write (allocated when None). Returns out.
+    Row r uses only its first n = visible_blocks[r] columns (clamped to [0, L]); the rest may hold
+    garbage and is never selected. n <= k: 0..n-1 then -1. n > k: the k largest values, ordered
+    by value descending, equal values by increasing index (ties at the k-th value go to the lower
+    indices: deterministic, unlike vLLM's own kernels). NaN ranks above +inf; -0.0 == +0.0.
+    The CUDA kernel: four 8-bit radix passes over an order-preserving key, exact tie compaction by
+    increasing index, a rank-by-count ordering (sm_90: one thread-block cluster a row). Other
+    dtypes (dtype), k > 4096 (k_not_supported), L >= 2^31 (shape) run the reference, counted.
     """
-    if scores.dim() != 2 or not 1 <= k <= scores.shape[1]:
-        raise ValueError(f"qsa_topk: scores {tuple(scores.shape)} with k={k}: need [B, L] and 1 <= k <= L")
-    reason = _topk_reason(scores, k)
+    if logits.dim() != 2 or tuple(visible_blocks.shape) != (logits.shape[0],) or k < 1:
+        raise ValueError(
+            f"qsa_topk: logits {tuple(logits.shape)}, visible_blocks {tuple(visible_blocks.shape)}, k={k}: "
+            "need [rows, L], [rows] and k >= 1"
+        )
+    rows = logits.shape[0]
+    if out is None:
+        out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    elif tuple(out.shape) != (rows, k) or out.dtype != torch.int32 or out.device != logits.device:
+        want = f"[{rows}, {k}] int32 on {logits.device}"
+        raise ValueError(f"qsa_topk: out {tuple(out.shape)} {out.dtype} on {out.device}: want {want}")
+    reason = _topk_reason(logits, visible_blocks, k, out)
     if reason is not None:
         _count(ROUTE_TOPK, reason)
-        return reference.qsa_topk(scores, k)
-    return torch.ops.qgate.qsa_topk.default(scores, k)
+        out.copy_(reference.qsa_topk(logits, visible_blocks, k))
+        return out
+    torch.ops.qgate.qsa_topk.default(logits, visible_blocks, k, out)
+    return out
 
 
-def _topk_reason(scores: Tensor, k: int) -> str | None:
-    if scores.dtype != torch.float32:
+def _topk_reason(logits: Tensor, visible_blocks: Tensor, k: int, out: Tensor) -> str | None:
+    if logits.dtype != torch.float32 or visible_blocks.dtype != torch.int32:
         return "dtype"
     if k > TOPK_MAX_K:
-        return "k_too_large"
-    if scores.shape[0] == 0 or scores.shape[1] >= 2**31:
+        return "k_not_supported"
+    if logits.shape[0] == 0 or logits.shape[1] == 0 or logits.shape[1] >= 2**31:
         return "shape"
-    return _layout_reason((scores,)) or _device_reason((scores,))
+    if logits.stride(1) != 1 or logits.stride(0) < logits.shape[1] or not visible_blocks.is_contiguous():
+        return "layout"
+    if not out.is_contiguous():
+        return "layout"
+    return _device_reason((logits, visible_blocks, out))
 
 
 # --- registrations: the reference is the CPU kernel; fake kernels give shapes to torch.compile ---
@@ -268,10 +320,21 @@ def _launch_flag_ignored(ref: Callable[..., Any], n_args: int) -> Callable[..., 
     return cpu
 
 
+def _topk_cpu(logits: Tensor, visible_blocks: Tensor, k: int, block_indices: Tensor) -> None:
+    block_indices.copy_(reference.qsa_topk(logits, visible_blocks, k))
+
+
+def _gdn_cpu(
+    x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int, interleaved: bool, *_: Any
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return reference.gdn_input(x, w_qkvz, w_ba, nk, nv, dk, dv, "interleaved" if interleaved else "flat")
+
+
 _impl_lib.impl("gemv", _launch_flag_ignored(reference.gemv, 2), "CPU")
-_impl_lib.impl("fused_hc", reference.fused_hc, "CPU")
-_impl_lib.impl("gdn_input", _launch_flag_ignored(reference.gdn_input, 7), "CPU")
-_impl_lib.impl("qsa_topk", reference.qsa_topk, "CPU")
+_impl_lib.impl("hc_mix", reference.hc_mix, "CPU")
+_impl_lib.impl("hc_combine_mix", reference.hc_combine_mix, "CPU")
+_impl_lib.impl("gdn_input", _gdn_cpu, "CPU")
+_impl_lib.impl("qsa_topk", _topk_cpu, "CPU")
 
 
 @torch.library.register_fake("qgate::gemv", lib=_impl_lib)
@@ -279,20 +342,32 @@ def _gemv_fake(weight: Tensor, x: Tensor, static_weight: bool = False) -> Tensor
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-@torch.library.register_fake("qgate::fused_hc", lib=_impl_lib)
-def _fused_hc_fake(
+def _hc_fake_tail(h: Tensor, w_down: Tensor, hc_count: int, lora_rank: int) -> tuple[Tensor, Tensor]:
+    t, d = h.shape
+    n_inj = hc_count if w_down.shape[0] != lora_rank else 0
+    return h.new_empty((t, d // hc_count)), h.new_empty((t, n_inj))
+
+
+@torch.library.register_fake("qgate::hc_mix", lib=_impl_lib)
+def _hc_mix_fake(
+    h: Tensor, norm_weight: Tensor, w_down: Tensor, w_up: Tensor, hc_count: int, lora_rank: int, eps: float
+) -> tuple[Tensor, Tensor]:
+    return _hc_fake_tail(h, w_down, hc_count, lora_rank)
+
+
+@torch.library.register_fake("qgate::hc_combine_mix", lib=_impl_lib)
+def _hc_combine_mix_fake(
     h: Tensor,
+    block_output: Tensor,
+    injection: Tensor | None,
     norm_weight: Tensor,
-    w_a: Tensor,
-    a_static: Tensor,
-    scale_a: Tensor,
-    w_b: Tensor,
-    b_static: Tensor,
-    scale_b: Tensor,
+    w_down: Tensor,
+    w_up: Tensor,
+    hc_count: int,
+    lora_rank: int,
     eps: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    layer_input = h.new_empty((*h.shape[:-2], h.shape[-1]))
-    return layer_input, h.new_empty(h.shape), h.new_empty(h.shape[:-1], dtype=torch.float32)
+    return (h.new_empty(h.shape), *_hc_fake_tail(h, w_down, hc_count, lora_rank))
 
 
 @torch.library.register_fake("qgate::gdn_input", lib=_impl_lib)
@@ -304,6 +379,7 @@ def _gdn_input_fake(
     num_v_heads: int,
     head_k_dim: int,
     head_v_dim: int,
+    interleaved: bool,
     static_weight: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     t = 1 if x.dim() == 1 else x.shape[0]
@@ -317,6 +393,5 @@ def _gdn_input_fake(
 
 
 @torch.library.register_fake("qgate::qsa_topk", lib=_impl_lib)
-def _qsa_topk_fake(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    b = scores.shape[0]
-    return scores.new_empty((b, k)), scores.new_empty((b, k), dtype=torch.int64)
+def _qsa_topk_fake(logits: Tensor, visible_blocks: Tensor, k: int, block_indices: Tensor) -> None:
+    return None
