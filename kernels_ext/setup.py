@@ -5,6 +5,10 @@ QGATE_KERNELS_CUDA=auto (default) builds the CUDA kernels when torch has CUDA an
 (7.0 for V100 with CUDA 12.x, 9.0 for H100/H200). Without torch at build time (pip's isolated
 build) the package installs pure-Python and declares the op schemas from Python; install with
 `pip install --no-build-isolation -e kernels_ext` to get the compiled extension.
+
+CPU_SOURCES (the C++ CPU kernels) are built in both cases. They need no -m flags: their AVX2/F16C/FMA
+and AVX-512 paths are compiled with function target attributes and picked at run time from what the
+CPU reports (csrc/cpu/row_dot.h), with a scalar path for other CPUs and compilers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ CUDA_SOURCES = [
     "csrc/qsa_topk.cu",
     "csrc/ops_cuda.cpp",
 ]
+CPU_SOURCES = ["csrc/cpu/row_dot.cpp", "csrc/cpu/gemv_cpu.cpp"]
 
 
 def _extensions() -> dict:
@@ -40,12 +45,14 @@ def _extensions() -> dict:
         nvcc = ["-O3", "-lineinfo"]
         ext = cpp_extension.CUDAExtension(
             "qgate_kernels._C",
-            ["csrc/ops_def.cpp", *CUDA_SOURCES],
+            ["csrc/ops_def.cpp", *CPU_SOURCES, *CUDA_SOURCES],
             define_macros=[("QGATE_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
         )
     else:
-        ext = cpp_extension.CppExtension("qgate_kernels._C", ["csrc/ops_def.cpp"], extra_compile_args=cxx)
+        ext = cpp_extension.CppExtension(
+            "qgate_kernels._C", ["csrc/ops_def.cpp", *CPU_SOURCES], extra_compile_args=cxx
+        )
     return {"ext_modules": [ext], "cmdclass": {"build_ext": cpp_extension.BuildExtension}}
 
 
