@@ -330,11 +330,18 @@ def _gdn_cpu(
     return reference.gdn_input(x, w_qkvz, w_ba, nk, nv, dk, dv, "interleaved" if interleaved else "flat")
 
 
-_impl_lib.impl("gemv", _launch_flag_ignored(reference.gemv, 2), "CPU")
-_impl_lib.impl("hc_mix", reference.hc_mix, "CPU")
-_impl_lib.impl("hc_combine_mix", reference.hc_combine_mix, "CPU")
-_impl_lib.impl("gdn_input", _gdn_cpu, "CPU")
-_impl_lib.impl("qsa_topk", _topk_cpu, "CPU")
+_CPU_REFERENCE_KERNELS: dict[str, Callable[..., Any]] = {
+    "gemv": _launch_flag_ignored(reference.gemv, 2),
+    "hc_mix": reference.hc_mix,
+    "hc_combine_mix": reference.hc_combine_mix,
+    "gdn_input": _gdn_cpu,
+    "qsa_topk": _topk_cpu,
+}
+# An op whose C++ CPU kernel the extension registered (csrc/cpu/) keeps it; the others (and every op
+# of a pure-Python install) get the reference as their CPU kernel.
+for _name, _ref in _CPU_REFERENCE_KERNELS.items():
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"{_library.NAMESPACE}::{_name}", "CPU"):
+        _impl_lib.impl(_name, _ref, "CPU")
 
 
 @torch.library.register_fake("qgate::gemv", lib=_impl_lib)
