@@ -76,3 +76,14 @@ def test_items_are_generated_scored_and_done_ones_skipped() -> None:
 def test_a_failed_prefix_cache_reset_stops_the_run() -> None:
     with pytest.raises(QualityRunError, match="item 8: reset_prefix_cache"):
         run_items(ScriptedEngine(reset_ok=False), SPEC, lambda e: None, done=set())
+
+
+def test_every_item_runs_under_every_seed_frozen_seed_first_and_resume_skips_pairs() -> None:
+    spec = {**SPEC, "seeds": [7, 100, 101]}
+    engine, out = ScriptedEngine(), []
+    run_items(engine, spec, out.append, done={8, "100:9"})  # bare index = the first (frozen) seed
+    got = [(e["item"]["seed"], e["item"]["index"]) for e in out]
+    assert got == [(7, 9), (100, 8), (101, 8), (101, 9)]
+    seeds = [c[2]["seed"] for c in engine.calls if c[0] == "generate"]
+    assert seeds == [7, 100, 101, 101]
+    assert SPEC["sampling"]["seed"] == 7  # the spec itself is not changed

@@ -55,3 +55,24 @@ def test_bad_quality_sections_fail_with_the_key(tmp_path: Path) -> None:
     assert "exceeds the 16 selected items" in _bad(tmp_path, {}, {"min_raw_correct": 17})
     assert "below first_index" in _bad(tmp_path, {"first_index": 30})
     assert "quality.gates.max_invalid" in _bad(tmp_path, {}, {"max_invalid": -1})
+
+
+def test_seeds_and_repeats(tmp_path: Path) -> None:
+    assert "seeds or repeats, not both" in _bad(tmp_path, {"seeds": [20260828, 1], "repeats": 2})
+    assert "must be sampling.seed = 20260828" in _bad(tmp_path, {"seeds": [1, 20260828]})
+    assert "seeds repeat [5]" in _bad(tmp_path, {"seeds": [20260828, 5, 5]})
+    assert "quality.repeats" in _bad(tmp_path, {"repeats": 0})
+    assert "quality.gates.alpha" in _bad(tmp_path, {}, {"alpha": 1.5})
+    assert "gates.detect_broken_items = 17 exceeds" in _bad(tmp_path, {}, {"detect_broken_items": 17})
+    data = yaml.safe_load((CONTRACTS / "quality-cpu.yaml").read_text())
+    data["quality"].pop("repeats", None), data["quality"].pop("seeds", None)
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_contract(path).contract.quality.run_seeds == [20260828]
+    data["quality"]["repeats"] = 3
+    path.write_text(yaml.safe_dump(data))
+    assert load_contract(path).contract.quality.run_seeds == [20260828, 20260829, 20260830]
+    data["quality"].pop("repeats")
+    data["quality"]["seeds"] = [20260828, 7, 1]
+    path.write_text(yaml.safe_dump(data))
+    assert load_contract(path).contract.quality.run_seeds == [20260828, 7, 1]

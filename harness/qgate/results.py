@@ -18,7 +18,7 @@ from qgate.errors import QgateError
 SPEED_SCHEMA_VERSION = 1
 KNOWN_SCHEMAS = {
     "speed": {1},
-    "quality": {1},
+    "quality": {1, 2},
     "verdict": {1},
     "ops": {1},
     "ops_bench": {1, 2},

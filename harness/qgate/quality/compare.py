@@ -1,4 +1,4 @@
-"""Compare two quality results: the contract's gates on the candidate, matched misses, the miss table.
+"""Compare two quality results: the contract's gates on the candidate, the paired test, per-item rates.
 
 `compare_quality(control, candidate, contract)` is what `qgate compare` calls for `kind: quality`
 results. The control is the reference (the control arm's run, or a stored reference result given in
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qgate.quality.gates import SEV_ERROR, arm_gates, make_gate, matched_gate, summarize
+from qgate.quality.gates import SEV_ERROR, arm_gates, make_gate, paired_gate, summarize
+from qgate.quality.paired import LIKELY_REGRESSION, PairedTest, seed_of, single_seed_caveat
 from qgate.quality.schema import Quality
 
 
@@ -43,11 +44,20 @@ def same_inputs_gate(control: dict[str, Any], candidate: dict[str, Any]) -> dict
     return make_gate("same items and prompts", True, "same items, sampling and prompt token ids", SEV_ERROR)
 
 
-def miss_table(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per item that either arm missed (raw or strict), predicted vs expected for both."""
-    ctrl = {r["index"]: r for r in control.get("items", [])}
+def _frozen_run(items: list[dict[str, Any]], frozen_seed: int | None) -> list[dict[str, Any]]:
+    if frozen_seed is None:
+        return list(items)
+    return [r for r in items if seed_of(r, frozen_seed) == frozen_seed]
+
+
+def miss_table(
+    control: dict[str, Any], candidate: dict[str, Any], frozen_seed: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per item that either arm missed (raw or strict) on the frozen seed's run (all records
+    when frozen_seed is None), predicted vs expected for both."""
+    ctrl = {r["index"]: r for r in _frozen_run(control.get("items", []), frozen_seed)}
     rows = []
-    for r in sorted(candidate.get("items", []), key=lambda x: x["index"]):
+    for r in sorted(_frozen_run(candidate.get("items", []), frozen_seed), key=lambda x: x["index"]):
         c = ctrl.get(r["index"], {})
         missed = [not x.get(k, False) for x in (r, c) for k in ("raw_correct", "strict_correct")]
         if not any(missed):
@@ -79,36 +89,109 @@ def _fmt(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
-_FIGURES = (
-    ("raw correct", "raw_correct"),
-    ("strict correct", "strict_correct"),
-    ("natural stops", "natural_stops"),
-    ("closed thinking", "closed_thinking"),
-    ("length caps", "length_caps"),
-    ("structurally invalid", "invalid"),
-    ("U+FFFD characters", "fffd_total"),
-    ("highest 50-char window count", "max_window_repeats"),
-    ("longest same-token run", "max_token_run"),
-    ("output tokens", "output_tokens"),
-    ("decode tok/s (token-weighted)", "decode_tok_s"),
-)
+def _figures(seed: int, outputs: int) -> tuple[tuple[str, str, int | None], ...]:
+    """(label, summary key, denominator or None) of the figures table."""
+    return (
+        (f"raw correct (frozen seed {seed})", "raw_correct", None),
+        (f"strict correct (frozen seed {seed})", "strict_correct", None),
+        ("correct outputs, every seed (raw and strict)", "correct_outputs", outputs),
+        ("natural stops", "natural_stops", outputs),
+        ("closed thinking", "closed_thinking", outputs),
+        ("length caps", "length_caps", None),
+        ("structurally invalid", "invalid", None),
+        ("U+FFFD characters", "fffd_total", None),
+        ("highest 50-char window count", "max_window_repeats", None),
+        ("longest same-token run", "max_token_run", None),
+        ("output tokens", "output_tokens", None),
+        ("decode tok/s (token-weighted, every output)", "decode_tok_s", None),
+    )
 
 
-def render_markdown(q: Quality, sums: dict[str, dict], misses: list[dict], gates: list[dict]) -> str:
-    n, sp = q.n_items, q.sampling
+def _paired_lines(t: PairedTest, n_seeds: int) -> list[str]:
+    pct = lambda x: "—" if x is None else f"{100 * x:.0f} %"  # noqa: E731
+    seeds_pw = t.seeds_for_power if t.seeds_for_power is not None else "—"
+    seeds_obs = t.seeds_for_observed if t.seeds_for_observed is not None else "—"
+    lines = [
+        "### Paired test (every item under every seed)",
+        "",
+        "| figure | value |",
+        "| --- | ---: |",
+        f"| item-seed pairs | {t.pairs} |",
+        f"| candidate-only misses (b) | {t.b_candidate_only_misses} |",
+        f"| control-only misses (c) | {t.c_control_only_misses} |",
+        f"| one-sided exact sign test p | {_fmt_p(t.p_one_sided)} |",
+        f"| alpha | {t.alpha} |",
+        f"| power against {t.detect_broken_items} broken items (control's rates) | {pct(t.power)} |",
+        f"| seeds for {pct(t.min_power)} power | {seeds_pw} |",
+        f"| seeds at which the observed discordance reaches alpha | {seeds_obs} |",
+        f"| outcome | {t.verdict} |",
+        "",
+        f"{t.reason}.",
+        "",
+    ]
+    if n_seeds == 1:
+        lines += [f"**What one seed cannot tell.** {single_seed_caveat(t.alpha)}", ""]
+    return lines
+
+
+def _fmt_p(p: float | None) -> str:
+    return "—" if p is None else f"{p:.4g}"
+
+
+def _rates_lines(sums: dict[str, dict], t: PairedTest) -> list[str]:
+    """Per-item correct rates of both arms (raw and strict right), with the finding per item."""
+    ctrl = {r["index"]: r for r in sums["control"]["item_rates"]}
+    cand = {r["index"]: r for r in sums["candidate"]["item_rates"]}
+    found = {f.index: f for f in t.findings}
+    lines = [
+        "### Per-item correct rates (raw and strict right, over the seeds)",
+        "",
+        "| item | expected | control | candidate | finding |",
+        "| ---: | ---: | ---: | ---: | --- |",
+    ]
+    for index in sorted(set(ctrl) | set(cand)):
+        a, b = ctrl.get(index), cand.get(index)
+        f = found.get(index)
+        finding = ""
+        if f is not None:
+            finding = "**likely regression**" if f.finding == LIKELY_REGRESSION else f.finding
+        gold = f.gold if f is not None else ""
+        cells = [index, gold or "", f"{a['correct']}/{a['runs']}" if a else "—",
+                 f"{b['correct']}/{b['runs']}" if b else "—", finding]  # fmt: skip
+        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
+def render_markdown(
+    q: Quality, sums: dict[str, dict], misses: list[dict], gates: list[dict], test: PairedTest | None
+) -> str:
+    n, sp, seeds = q.n_items, q.sampling, q.run_seeds
+    outputs = n * len(seeds)
+    seed_line = (
+        f"seed {sp.seed}"
+        if len(seeds) == 1
+        else f"{len(seeds)} seeds ({', '.join(map(str, seeds))}; frozen seed {seeds[0]})"
+    )
     lines = [
         f"**GSM8K {q.split} items {q.first_index}-{q.last_index} ({n} items)**",
         "",
         f"Sampling: temperature {sp.temperature}, top_p {sp.top_p}, top_k {sp.top_k}, "
-        f"seed {sp.seed}, max_tokens {sp.max_tokens}; strict formats: "
+        f"{seed_line}, max_tokens {sp.max_tokens}; strict formats: "
         f"{', '.join(q.strict_formats)}.",
         "",
         "| figure | control | candidate |",
         "| --- | ---: | ---: |",
     ]
-    for label, key in _FIGURES:
-        lines.append(f"| {label} | {_fmt(sums['control'][key])} | {_fmt(sums['candidate'][key])} |")
-    lines += ["", "### Misses (predicted vs expected)", ""]
+    for label, key, denom in _figures(seeds[0], outputs):
+        cells = [_fmt(sums[arm][key]) + (f"/{denom}" if denom else "") for arm in ("control", "candidate")]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    lines.append("")
+    if test is not None:
+        lines += _paired_lines(test, len(seeds))
+        if len(seeds) > 1:
+            lines += _rates_lines(sums, test)
+    frozen = f" on the frozen seed's run ({seeds[0]})" if len(seeds) > 1 else ""
+    lines += [f"### Misses{frozen} (predicted vs expected)", ""]
     if misses:
         lines += [
             "| item | expected | control raw | control strict | candidate raw | candidate strict "
@@ -124,29 +207,40 @@ def render_markdown(q: Quality, sums: dict[str, dict], misses: list[dict], gates
         lines.append("No misses in either arm.")
     lines += ["", "### Quality gates", "", "| gate | result | detail |", "| --- | --- | --- |"]
     for g in gates:
-        lines.append(f"| {g['name']} | {'pass' if g['passed'] else 'FAIL'} | {_fmt(g['detail'])} |")
+        result = (
+            "pass"
+            if g["passed"]
+            else {"error": "ERROR", "inconclusive": "INCONCLUSIVE"}.get(g["severity"], "FAIL")
+        )
+        lines.append(f"| {g['name']} | {result} | {_fmt(g['detail'])} |")
     return "\n".join(lines) + "\n"
 
 
 def compare_quality(control: dict[str, Any], candidate: dict[str, Any], contract: Any) -> dict[str, Any]:
     """Gates [{name, passed, detail, severity}], the miss table, figures and a markdown section."""
     q = _quality_section(contract, candidate)
+    seeds = q.run_seeds
     # Recounted from the item records: the saved summary is derived data.
     sums = {
-        "control": summarize(control.get("items", []), q.n_items),
-        "candidate": summarize(candidate.get("items", []), q.n_items),
+        "control": summarize(control.get("items", []), q.n_items, seeds),
+        "candidate": summarize(candidate.get("items", []), q.n_items, seeds),
     }
     ctrl = {**control, "summary": sums["control"]}
     cand = {**candidate, "summary": sums["candidate"]}
     gates = [same_inputs_gate(control, candidate)]
     gates.append(arm_gates(ctrl, q.gates, "control")[0])  # the reference must be complete too
     gates += arm_gates(cand, q.gates, "candidate")
+    test = None
     if q.gates.matched_misses:
-        gates.append(matched_gate(ctrl, cand))
-    misses = miss_table(control, candidate)
+        gate, test = paired_gate(ctrl, cand, seeds, q.gates)
+        gates.append(gate)
+    misses = miss_table(control, candidate, seeds[0])
     return {
         "gates": gates,
         "misses": misses,
         "figures": sums,
-        "markdown": render_markdown(q, sums, misses, gates),
+        "seeds": seeds,
+        "paired_test": test.to_dict() if test is not None else None,
+        "caveat": single_seed_caveat(q.gates.alpha) if len(seeds) == 1 else None,
+        "markdown": render_markdown(q, sums, misses, gates, test),
     }

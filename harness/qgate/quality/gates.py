@@ -1,20 +1,33 @@
 """Run-level counts of a quality result and the contract's quality gates. Pure functions on records.
 
 A gate is a dict {name, passed, detail, severity}: severity "error" when the comparison itself cannot be
-trusted (an incomplete result, arms run on different items or prompts), "fail" otherwise.
+trusted (an incomplete result, arms run on different items or prompts, a statistic that could not be
+computed), "inconclusive" when the data cannot decide (the paired test without the power to see the
+regression the contract names), "fail" otherwise.
 
-A miss is an item whose answer is not correct, counted per extractor (raw and strict). Matched misses:
-every candidate miss must also be a reference miss, for both extractors; a reference miss that the
-candidate answers correctly is fine.
+With several seeds (schema 2 results: every item record carries its `seed`), the floors (min raw /
+strict correct) count the frozen seed's run (the contract's sampling.seed, the first seed), while the
+health checks (natural stops, closed thinking, caps, invalid, U+FFFD, repeated windows, token runs)
+hold for every output of every seed, and the decode rate is token-weighted over every output.
+Correctness against the control is the paired test of qgate.quality.paired.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from qgate.quality.paired import (
+    ERROR,
+    INCONCLUSIVE,
+    NO_REGRESSION,
+    PairedTest,
+    item_rates,
+    paired_test,
+    seed_of,
+)
 from qgate.quality.schema import QualityGates
 
-SEV_FAIL, SEV_ERROR = "fail", "error"
+SEV_FAIL, SEV_INCONCLUSIVE, SEV_ERROR = "fail", "inconclusive", "error"
 
 
 def make_gate(name: str, passed: bool, detail: str, severity: str = SEV_FAIL) -> dict[str, Any]:
@@ -28,17 +41,28 @@ def weighted_decode_tok_s(items: list[dict[str, Any]]) -> float | None:
     return tokens / seconds if seconds > 0 else None
 
 
-def summarize(items: list[dict[str, Any]], n_items: int) -> dict[str, Any]:
-    """Counts over the item records of one arm (n_items: how many the contract selects)."""
+def summarize(items: list[dict[str, Any]], n_items: int, seeds: list[int] | None = None) -> dict[str, Any]:
+    """Counts over the item records of one arm (n_items: how many the contract selects; seeds: the
+    contract's run seeds, frozen seed first; default: the seeds the records carry, in order seen)."""
+    if not seeds:
+        seeds = list(dict.fromkeys(int(r["seed"]) for r in items if "seed" in r)) or [0]
+    frozen = seeds[0]
+    first = [r for r in items if seed_of(r, frozen) == frozen]
 
-    def count(key: str) -> int:
-        return sum(1 for r in items if r.get(key))
+    def count(key: str, rows: list[dict[str, Any]] = items) -> int:
+        return sum(1 for r in rows if r.get(key))
 
     return {
         "n_items": n_items,
+        "seeds": list(seeds),
+        "n_seeds": len(seeds),
+        "n_outputs": n_items * len(seeds),
         "n_done": len(items),
-        "raw_correct": count("raw_correct"),
-        "strict_correct": count("strict_correct"),
+        "frozen_seed": frozen,
+        "frozen_done": len(first),
+        "raw_correct": count("raw_correct", first),
+        "strict_correct": count("strict_correct", first),
+        "correct_outputs": sum(1 for r in items if r.get("raw_correct") and r.get("strict_correct")),
         "natural_stops": count("natural_stop"),
         "closed_thinking": count("closed_thinking"),
         "length_caps": count("length_cap"),
@@ -48,8 +72,9 @@ def summarize(items: list[dict[str, Any]], n_items: int) -> dict[str, Any]:
         "max_token_run": max((r.get("longest_token_run", 0) for r in items), default=0),
         "output_tokens": sum(r.get("output_tokens", 0) for r in items),
         "decode_tok_s": weighted_decode_tok_s(items),
-        "raw_misses": sorted(r["index"] for r in items if not r.get("raw_correct")),
-        "strict_misses": sorted(r["index"] for r in items if not r.get("strict_correct")),
+        "raw_misses": sorted(r["index"] for r in first if not r.get("raw_correct")),
+        "strict_misses": sorted(r["index"] for r in first if not r.get("strict_correct")),
+        "item_rates": [{"index": i, **v} for i, v in item_rates(items, frozen).items()],
     }
 
 
@@ -62,30 +87,36 @@ def _at_most(name: str, got: int, limit: int) -> dict[str, Any]:
 
 
 def _items_where(items: list[dict[str, Any]], pred: Any) -> str:
-    idx = [str(r["index"]) for r in items if pred(r)]
+    """The items (with their seed when it is not the only one) where pred holds."""
+    several = len({r.get("seed") for r in items}) > 1
+    idx = [f"{r['index']}" + (f"/seed {r['seed']}" if several else "") for r in items if pred(r)]
     return f" (items {', '.join(idx)})" if idx else ""
 
 
 def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate") -> list[dict[str, Any]]:
     """The contract's per-run gates on one arm's result."""
     s = result["summary"]
-    n = s["n_items"]
+    n, outputs = s["n_items"], s.get("n_outputs", s["n_items"])
     items = result["items"]
+    seed_txt = f" (seed {s['frozen_seed']})" if s.get("n_seeds", 1) > 1 else ""
     gates = [
         make_gate(
             f"{label} result complete",
-            result.get("complete") is True and s["n_done"] == n,
-            f"{s['n_done']}/{n} items, complete = {result.get('complete')!r}",
+            result.get("complete") is True and s["n_done"] == outputs,
+            f"{s['n_done']}/{outputs} outputs ({n} items x {s.get('n_seeds', 1)} seed(s)), "
+            f"complete = {result.get('complete')!r}",
             SEV_ERROR,
         ),
-        _at_least(f"{label} raw correct", s["raw_correct"], g.min_raw_correct, n),
-        _at_least(f"{label} strict correct", s["strict_correct"], g.min_strict_correct, n),
+        _at_least(f"{label} raw correct{seed_txt}", s["raw_correct"], g.min_raw_correct, n),
+        _at_least(f"{label} strict correct{seed_txt}", s["strict_correct"], g.min_strict_correct, n),
     ]
     if g.all_natural_stops:
-        gates.append(_at_least(f"{label} natural stops", s["natural_stops"], n, n))
+        detail = _items_where(items, lambda r: not r["natural_stop"])
+        gate = _at_least(f"{label} natural stops", s["natural_stops"], outputs, outputs)
+        gates.append({**gate, "detail": gate["detail"] + detail})
     if g.all_closed_thinking:
         detail = _items_where(items, lambda r: not r["closed_thinking"])
-        gate = _at_least(f"{label} closed thinking", s["closed_thinking"], n, n)
+        gate = _at_least(f"{label} closed thinking", s["closed_thinking"], outputs, outputs)
         gates.append({**gate, "detail": gate["detail"] + detail})
     caps = _at_most(f"{label} length caps", s["length_caps"], g.max_length_caps)
     gates.append({**caps, "detail": caps["detail"] + _items_where(items, lambda r: r["length_cap"])})
@@ -110,31 +141,23 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     return gates
 
 
-def new_misses(reference: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
-    """Candidate misses (raw or strict) that the reference got right: each breaks the matched-miss gate."""
-    ref = {r["index"]: r for r in reference["items"]}
-    out = []
-    for r in candidate["items"]:
-        base = ref.get(r["index"])
-        for kind in ("raw", "strict"):
-            if not r[f"{kind}_correct"] and (base is None or base[f"{kind}_correct"]):
-                out.append({"index": r["index"], "extractor": kind, "gold": r["gold"],
-                            "predicted": r[f"{kind}_answer"]})  # fmt: skip
-    return out
-
-
-def matched_gate(reference: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
-    found = new_misses(reference, candidate)
-    if not found:
-        return make_gate("matched misses", True, "every candidate miss is also a reference miss")
-    by_item: dict[int, list[dict[str, Any]]] = {}
-    for m in found:
-        by_item.setdefault(m["index"], []).append(m)
-    listed = "; ".join(
-        f"item {i} (expected {ms[0]['gold']}): "
-        + ", ".join(f"{m['extractor']} {m['predicted'] or 'none'}" for m in ms)
-        for i, ms in sorted(by_item.items())
-    )
-    return make_gate(
-        "matched misses", False, f"{len(by_item)} item(s) missed only by the candidate: {listed}"
-    )
+def paired_gate(
+    control: dict[str, Any], candidate: dict[str, Any], seeds: list[int], g: QualityGates
+) -> tuple[dict[str, Any], PairedTest]:
+    """The paired exact test as a gate: FAIL on a regression, INCONCLUSIVE without the power, ERROR
+    when it cannot be computed; and the test record."""
+    test = paired_test(
+        control.get("items", []), candidate.get("items", []), seeds, g.alpha, g.detect_broken_items,
+        g.min_power,
+    )  # fmt: skip
+    flagged = [f for f in test.findings if f.finding == "likely regression"]
+    detail = test.reason
+    if flagged:
+        listed = ", ".join(
+            f"{f.index} (control {f.control_correct}/{f.control_runs}, candidate "
+            f"{f.candidate_correct}/{f.candidate_runs})"
+            for f in flagged
+        )
+        detail += f"; likely real regressions (the control answered every seed): items {listed}"
+    severity = {ERROR: SEV_ERROR, INCONCLUSIVE: SEV_INCONCLUSIVE}.get(test.verdict, SEV_FAIL)
+    return make_gate("paired test", test.verdict == NO_REGRESSION, detail, severity), test

@@ -6,10 +6,13 @@ The spec (built by qgate.quality.runner.item_spec) carries everything the loop n
     items: [{index, question, gold}], user_template ("... {question} ..."), system_prompt (str | None),
     chat_template_kwargs (dict), sampling (vllm.SamplingParams kwargs: temperature, top_p, top_k, seed,
     max_tokens, ignore_eos False, skip_special_tokens), strict_formats ([hash|boxed|final_answer]),
-    window_chars (int), reset_prefix_cache (bool)
+    window_chars (int), reset_prefix_cache (bool), seeds ([int], the frozen seed first; default
+    [sampling.seed])
 
-Each item is independent of the others (a per-request seed, the prefix cache reset before it), so a
-resumed run gives the same records as an uninterrupted one.
+Every item runs under every seed, seed by seed (the frozen seed's run first), each record carrying its
+`seed`. Each output is independent of the others (a per-request seed, the prefix cache reset before
+it), so a resumed run gives the same records as an uninterrupted one. `done` holds what is already
+recorded: "seed:index" strings (or bare indices, meaning the first seed).
 """
 
 from __future__ import annotations
@@ -41,8 +44,13 @@ def decode_tok_s(n_tokens: int, first_ts: float, last_ts: float) -> float | None
     return (n_tokens - 1) / (last_ts - first_ts)
 
 
-def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
-    """Generate and score one item; returns its record."""
+def run_item(
+    engine: Any, spec: dict[str, Any], item: dict[str, Any], seed: int | None = None
+) -> dict[str, Any]:
+    """Generate and score one item under `seed` (default: the spec's sampling seed); returns its record."""
+    sampling = dict(spec["sampling"])
+    if seed is not None:
+        sampling["seed"] = seed
     messages = build_messages(spec, item["question"])
     kwargs = dict(spec.get("chat_template_kwargs") or {})
     prompt_ids = engine.chat_prompt_ids(messages, kwargs)
@@ -52,7 +60,7 @@ def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[st
         reset = bool(engine.reset_prefix_cache())
         if not reset:
             raise QualityRunError(f"item {item['index']}: reset_prefix_cache() returned False")
-    out = engine.generate(prompt_ids, dict(spec["sampling"]))
+    out = engine.generate(prompt_ids, sampling)
     closed_in_prompt = prompt_closes_thinking(prompt_text or "")
     scores = score_output(
         out["text"],
@@ -66,6 +74,7 @@ def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[st
     n = len(out["token_ids"])
     return {
         "index": item["index"],
+        "seed": sampling.get("seed"),
         "gold": item["gold"],
         "messages": messages,
         "prompt": prompt_text,
@@ -86,11 +95,27 @@ def run_item(engine: Any, spec: dict[str, Any], item: dict[str, Any]) -> dict[st
     }
 
 
+def seeds_of(spec: dict[str, Any]) -> list[int]:
+    """The seeds to run, the frozen seed first."""
+    return [int(s) for s in spec.get("seeds") or [spec["sampling"]["seed"]]]
+
+
+def done_key(seed: int, index: int) -> str:
+    return f"{seed}:{index}"
+
+
+def _done_keys(done: set[Any] | list[Any], first_seed: int) -> set[str]:
+    return {d if isinstance(d, str) else done_key(first_seed, int(d)) for d in done}
+
+
 def run_items(
-    engine: Any, spec: dict[str, Any], emit: Callable[[dict[str, Any]], None], done: set[int]
+    engine: Any, spec: dict[str, Any], emit: Callable[[dict[str, Any]], None], done: set[Any]
 ) -> None:
-    """Run every item of the spec whose index is not in `done`, emitting {"event": "item", "item": ...}."""
-    for item in spec["items"]:
-        if item["index"] in done:
-            continue
-        emit({"event": "item", "item": run_item(engine, spec, item)})
+    """Run every item under every seed not in `done`, emitting {"event": "item", "item": ...}."""
+    seeds = seeds_of(spec)
+    skip = _done_keys(done, seeds[0])
+    for seed in seeds:
+        for item in spec["items"]:
+            if done_key(seed, item["index"]) in skip:
+                continue
+            emit({"event": "item", "item": run_item(engine, spec, item, seed)})

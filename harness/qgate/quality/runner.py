@@ -1,12 +1,17 @@
 """`qgate run quality` core: one engine start per arm, the frozen items, results kept current on disk.
 
-Per arm: DIR/quality/<arm>.jsonl gets one record per finished item (appended and fsynced as it comes),
-and DIR/quality/<arm>.json (the summary: every item record, run-level counts, fingerprint, routes) is
-rewritten atomically after every item. `resume=True` skips the items already in the JSONL; without it an
-existing result is never overwritten.
+Per arm: DIR/quality/<arm>.jsonl gets one record per finished output (item x seed; appended and
+fsynced as it comes), and DIR/quality/<arm>.json (the summary: every item record, run-level counts,
+fingerprint, routes) is rewritten atomically after every output. Each arm runs every item under every
+seed of the contract (`quality.seeds` / `quality.repeats`), the frozen seed first, in one engine start.
+`resume=True` skips the item-seed pairs already in the JSONL; without it an existing result is never
+overwritten.
 
 Format history of quality results (`kind: quality`):
-  1 (2026-11-29): first version.
+  1 (2026-11-29): first version (one seed).
+  2 (2026-11-30): repeated seeds: each item record carries its `seed`, `seeds` lists the run's seeds,
+                  the summary adds per-seed counts and per-item rates. Schema 1 results still load:
+                  their records ran under the frozen seed (quality.sampling.seed).
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from qgate.engine.segment import result_header, run_segment
 from qgate.models import resolve_model
 from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
+from qgate.quality.paired import seed_of
+from qgate.quality.run import done_key
 from qgate.quality.schema import Quality
 from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
 from qgate.speed_run import ArmPlan, check_routes, contract_arms
 
-QUALITY_SCHEMA_VERSION = 1
+QUALITY_SCHEMA_VERSION = 2
 ARMS = ("control", "candidate")
 
 # What the CLI shows: called with (arm, event record, result so far).
@@ -52,6 +59,7 @@ def item_spec(q: Quality, items: list[Item]) -> dict[str, Any]:
         "strict_formats": list(q.strict_formats),
         "window_chars": q.window_chars,
         "reset_prefix_cache": q.reset_prefix_cache,
+        "seeds": q.run_seeds,
     }
 
 
@@ -62,8 +70,9 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, dataset: dict
         **result_header("quality", QUALITY_SCHEMA_VERSION, loaded, plan, model),
         "dataset": dataset,
         "quality": c.quality.model_dump(mode="json"),
+        "seeds": c.quality.run_seeds,
         "items": [],
-        "summary": summarize([], c.quality.n_items),
+        "summary": summarize([], c.quality.n_items, c.quality.run_seeds),
     }
 
 
@@ -87,9 +96,30 @@ def open_result(
             raise ResultError(
                 f"{summary}: saved with {key} sha256 {got[:12]}, not {want[:12]}: cannot resume"
             )
-    by_index = {r["index"]: r for r in read_jsonl(jsonl)}
-    result["items"] = [by_index[i] for i in sorted(by_index)]
+    if result.get("schema_version") != QUALITY_SCHEMA_VERSION:
+        raise ResultError(
+            f"{summary}: a quality result of schema {result.get('schema_version')}: resume it with the "
+            f"qgate that wrote it, or start another --out"
+        )
+    assert loaded.contract.quality is not None
+    seeds = loaded.contract.quality.run_seeds
+    by_key = {(seed_of(r, seeds[0]), r["index"]): r for r in read_jsonl(jsonl)}
+    result["items"] = [by_key[k] for k in sorted(by_key, key=lambda k: _order(seeds, k))]
     return result
+
+
+def _order(seeds: list[int], key: tuple[int, int]) -> tuple[int, int]:
+    """Records in run order: seed by seed (the contract's order), items by index."""
+    seed, index = key
+    return (seeds.index(seed) if seed in seeds else len(seeds), index)
+
+
+def _expected(q: Quality) -> set[tuple[int, int]]:
+    return {(s, i) for s in q.run_seeds for i in q.indices}
+
+
+def _keys(items: list[dict]) -> set[tuple[int, int]]:
+    return {(int(r["seed"]), int(r["index"])) for r in items}
 
 
 def run_arm(
@@ -100,14 +130,14 @@ def run_arm(
     arm = plan.name
     c = loaded.contract
     assert c.quality is not None
-    done = {r["index"] for r in result["items"]}
-    if all(it.index in done for it in items):
+    done = _keys(result["items"])
+    if _expected(c.quality) <= done:
         return result
     jsonl, summary = result_paths(out_dir, arm)
     segment = len(result["launches"])
     attest_dir = out_dir / "attest" / "quality" / arm / f"segment-{segment}"
     spec = {"workload": "quality", "model_path": model_path, "engine_args": plan.engine_args,
-            **item_spec(c.quality, items), "done": sorted(done)}  # fmt: skip
+            **item_spec(c.quality, items), "done": sorted(done_key(*k) for k in done)}  # fmt: skip
     state = {"result": result}
 
     def on_event(ev: dict) -> None:
@@ -121,8 +151,11 @@ def run_arm(
             atomic_write_json(summary, res)
         elif kind == "item":
             append_jsonl(jsonl, ev["item"])
-            res["items"] = sorted([*res["items"], ev["item"]], key=lambda r: r["index"])
-            res["summary"] = summarize(res["items"], c.quality.n_items)
+            seeds = c.quality.run_seeds
+            res["items"] = sorted(
+                [*res["items"], ev["item"]], key=lambda r: _order(seeds, (r["seed"], r["index"]))
+            )
+            res["summary"] = summarize(res["items"], c.quality.n_items, seeds)
             atomic_write_json(summary, res)
         if progress is not None:
             progress(arm, ev, res)
@@ -165,8 +198,9 @@ def run_quality(
     results = {p.name: open_result(loaded, p, out_dir, resume, model, dataset) for p in plans}
     for plan in plans:
         res = run_arm(loaded, plan, results[plan.name], out_dir, model_path, items, progress)
-        res["summary"] = summarize(res["items"], q.n_items)
-        res["complete"] = sorted(r["index"] for r in res["items"]) == q.indices
+        res["summary"] = summarize(res["items"], q.n_items, q.run_seeds)
+        keys = _keys(res["items"])
+        res["complete"] = keys == _expected(q) and len(keys) == len(res["items"])
         atomic_write_json(result_paths(out_dir, plan.name)[1], res)
         results[plan.name] = res
     return results

@@ -11,8 +11,13 @@ Example (contracts/quality-cpu.yaml):
       user_template: "{question}"
       chat_template_kwargs: {}
       sampling: {temperature: 1.0, top_p: 0.95, top_k: 20, seed: 20260828, max_tokens: 4096}
+      seeds: [20260828, 1, 2]    # or `repeats: 3` (20260828, 20260829, 20260830); default: the one seed
       strict_formats: [hash, boxed, final_answer]
-      gates: {min_raw_correct: 16, min_strict_correct: 16}
+      gates: {min_raw_correct: 16, min_strict_correct: 16, alpha: 0.05}
+
+Seeds: each arm runs every item under every seed. The first seed is always `sampling.seed` (the frozen
+seed): the floors (min raw/strict correct) apply to that seed's run; the paired test and the health
+checks use every output. See docs/quality.md.
 """
 
 from __future__ import annotations
@@ -54,7 +59,19 @@ class QualityGates(_Strict):
     max_fffd: int = Field(0, ge=0, description="U+FFFD characters over all outputs")
     repeated_window_below: int = Field(40, ge=1, description="every item's top 50-char window count < this")
     token_run_below: int = Field(64, ge=1, description="every item's longest same-token run < this")
-    matched_misses: bool = Field(True, description="every candidate miss is also a reference miss")
+    matched_misses: bool = Field(
+        True,
+        description="judge the candidate's correctness against the control: a one-sided exact sign test "
+        "on the discordant item-seed pairs at `alpha` (FAIL / INCONCLUSIVE / pass), each candidate miss "
+        "reported with both arms' per-item rates",
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of the paired test")
+    detect_broken_items: int = Field(
+        2, ge=1, description="the regression the run must have the power to catch: this many items broken"
+    )
+    min_power: float = Field(
+        0.8, gt=0, le=1, description="below this power (no regression seen) the verdict is INCONCLUSIVE"
+    )
 
 
 class Quality(_Strict):
@@ -68,6 +85,15 @@ class Quality(_Strict):
     user_template: str = "{question}"
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     sampling: QualitySampling = Field(default_factory=QualitySampling)
+    seeds: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="every item runs under every seed, in this order; the first must be sampling.seed "
+        "(the frozen seed the floors apply to); default: [sampling.seed]",
+    )
+    repeats: int | None = Field(
+        None, ge=1, description="instead of seeds: sampling.seed, sampling.seed + 1, ... (this many)"
+    )
     strict_formats: list[StrictFormat] = Field(min_length=1)
     window_chars: int = Field(50, ge=1)
     reset_prefix_cache: bool = True
@@ -84,8 +110,19 @@ class Quality(_Strict):
     def _counts_fit(self) -> Quality:
         if self.last_index < self.first_index:
             raise ValueError(f"last_index {self.last_index} is below first_index {self.first_index}")
+        if self.seeds is not None and self.repeats is not None:
+            raise ValueError("give seeds or repeats, not both")
+        if self.seeds is not None:
+            if self.seeds[0] != self.sampling.seed:
+                raise ValueError(
+                    f"seeds[0] = {self.seeds[0]} must be sampling.seed = {self.sampling.seed} "
+                    "(the frozen seed)"
+                )
+            dup = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+            if dup:
+                raise ValueError(f"seeds repeat {dup}: each seed once")
         n = self.n_items
-        for key in ("min_raw_correct", "min_strict_correct"):
+        for key in ("min_raw_correct", "min_strict_correct", "detect_broken_items"):
             if getattr(self.gates, key) > n:
                 raise ValueError(f"gates.{key} = {getattr(self.gates, key)} exceeds the {n} selected items")
         return self
@@ -97,3 +134,10 @@ class Quality(_Strict):
     @property
     def n_items(self) -> int:
         return self.last_index - self.first_index + 1
+
+    @property
+    def run_seeds(self) -> list[int]:
+        """The seeds every item runs under, the frozen seed (sampling.seed) first."""
+        if self.seeds is not None:
+            return list(self.seeds)
+        return [self.sampling.seed + k for k in range(self.repeats or 1)]
