@@ -1,0 +1,143 @@
+"""The C++ CPU kernels of the qgate ops (kernels_ext/csrc/cpu) against the pure-torch reference.
+
+The kernels sum in float32 in their own fixed order (csrc/cpu/row_dot.h), the reference in BLAS's:
+- every ISA path (scalar, AVX2, AVX-512) and every thread count gives the same bits;
+- against a float64 oracle the error is within one float32 summation bound plus half an output ULP;
+- against the reference: at most 1 ULP (the screen's measure), and the same bits on most elements.
+Fresh random inputs on every run (the seed is in the failure message), never zeros.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_oracles import fresh_generator, gemv64, randn
+
+import qgate_kernels
+from qgate.ops.screen import ulp_distance
+from qgate_kernels import _library, reference
+
+pytestmark = pytest.mark.skipif(
+    not _library.EXTENSION_LOADED
+    or not torch._C._dispatch_has_kernel_for_dispatch_key("qgate::gemv", "CPU")
+    or not hasattr(torch.ops, "qgate_cpu"),
+    reason="compiled extension with CPU kernels not loaded",
+)
+
+ISA_NAMES = {0: "scalar", 1: "avx2", 2: "avx512"}
+# N not a multiple of the 4-row groups, K not a multiple of the 32-element chunk, the tiny model's
+# projections, a 2048-wide hidden size
+SHAPES = [(1, 8), (7, 40), (37, 100), (256, 128), (768, 128), (128, 384), (2048, 128), (515, 2048)]
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def _isas() -> list[int]:
+    return list(range(int(torch.ops.qgate_cpu.best_isa()) + 1))
+
+
+def _draw(gen: torch.Generator, n: int, k: int, dtype: torch.dtype, m: int | None = None) -> tuple:
+    w = randn(gen, n, k, dtype=dtype, scale=k**-0.5)
+    x = randn(gen, k, dtype=dtype) if m is None else randn(gen, m, k, dtype=dtype)
+    return w, x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_gemv_paths_give_the_same_bits(n: int, k: int, dtype: torch.dtype) -> None:
+    gen, seed = fresh_generator()
+    for _ in range(3):
+        w, x = _draw(gen, n, k, dtype)
+        outs = {ISA_NAMES[i]: torch.ops.qgate_cpu.gemv_isa(w, x, i) for i in _isas()}
+        first = outs["scalar"]
+        for name, y in outs.items():
+            assert torch.equal(y.view(torch.int16), first.view(torch.int16)), f"{name} vs scalar, seed {seed}"
+        assert torch.equal(torch.ops.qgate.gemv.default(w, x, False), first), f"seed {seed}"
+
+
+def test_gemv_bits_do_not_depend_on_the_thread_count() -> None:
+    gen, seed = fresh_generator()
+    w, x = _draw(gen, 4099, 2048, torch.float16)  # 16 MiB: several tasks
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = qgate_kernels.gemv(w, x)
+        torch.set_num_threads(max(2, before))
+        many = qgate_kernels.gemv(w, x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, many), f"seed {seed}"
+
+
+def _ulp(y: torch.Tensor) -> torch.Tensor:
+    """Spacing of the output dtype at |y| (subnormal spacing at the bottom), in float64."""
+    mant, tiny = {torch.float16: (10, 2.0**-14), torch.bfloat16: (7, 2.0**-126)}[y.dtype]
+    mag = y.double().abs().clamp_min(tiny)
+    return torch.exp2(torch.floor(torch.log2(mag)) - mant)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_gemv_error_bound_against_float64(n: int, k: int, dtype: torch.dtype) -> None:
+    """|y - y64| <= half an output ULP (the one rounding) + K 2^-24 sum|w x| (float32 sums, any order)."""
+    gen, seed = fresh_generator()
+    for _ in range(3):
+        w, x = _draw(gen, n, k, dtype)
+        y = qgate_kernels.gemv(w, x)
+        y64 = gemv64(w, x)
+        sum_abs = w.double().abs() @ x.double().abs()
+        bound = 0.5 * torch.maximum(_ulp(y), _ulp(y64.to(dtype))) + k * 2.0**-24 * sum_abs
+        assert bool(((y.double() - y64).abs() <= bound).all()), f"seed {seed}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gemv_within_one_ulp_of_the_reference_and_mostly_bitwise(dtype: torch.dtype) -> None:
+    gen, seed = fresh_generator()
+    same = total = 0
+    for n, k in SHAPES:
+        for _ in range(4):
+            w, x = _draw(gen, n, k, dtype)
+            y, ref = qgate_kernels.gemv(w, x), reference.gemv(w, x)
+            assert ulp_distance(y, ref) <= 1.0, f"{n}x{k}, seed {seed}"
+            same += int((y.view(torch.int16) == ref.view(torch.int16)).sum())
+            total += y.numel()
+    assert same / total >= 0.95, f"only {same}/{total} elements bitwise equal, seed {seed}"
+
+
+def test_gemv_inputs_outside_the_kernel_run_the_reference_math() -> None:
+    gen, seed = fresh_generator()
+    w, x3 = _draw(gen, 40, 64, torch.float16, m=3)
+    op = torch.ops.qgate.gemv.default
+    assert torch.equal(op(w, x3, False), reference.gemv(w, x3)), f"M > 1, seed {seed}"
+    wf, xf = w.float(), x3[0].float()
+    assert torch.equal(op(wf, xf, False), reference.gemv(wf, xf)), f"fp32, seed {seed}"
+    # a non-contiguous weight is read through a contiguous copy: the same bits
+    wt = w.t().contiguous().t()
+    assert torch.equal(op(wt, x3[0], False), op(w, x3[0], False)), f"seed {seed}"
+
+
+def test_gemv_shapes_2d_and_empty() -> None:
+    gen, _ = fresh_generator()
+    w, x = _draw(gen, 33, 72, torch.float16)
+    y1 = torch.ops.qgate.gemv.default(w, x, True)
+    y2 = torch.ops.qgate.gemv.default(w, x.view(1, -1), True)
+    assert y1.shape == (33,) and y2.shape == (1, 33) and torch.equal(y1, y2[0])
+    empty = torch.ops.qgate.gemv.default(w[:0], x, False)
+    assert empty.shape == (0,)
+
+
+def test_gemv_caller_errors_are_one_line_checks() -> None:
+    op = torch.ops.qgate.gemv.default
+    with pytest.raises(RuntimeError, match="x must be"):
+        op(torch.randn(4, 8).half(), torch.randn(16).half(), False)
+    with pytest.raises(RuntimeError, match="weight must be"):
+        op(torch.randn(4).half(), torch.randn(4).half(), False)
+    with pytest.raises(RuntimeError, match="isa must be"):
+        torch.ops.qgate_cpu.gemv_isa(torch.randn(4, 8).half(), torch.randn(8).half(), 7)
+
+
+def test_opcheck_gemv_cpu_kernel() -> None:
+    gen, _ = fresh_generator()
+    for dtype in DTYPES:
+        for n, k, m in ((48, 64, None), (37, 100, 1), (9, 40, 3)):
+            w, x = _draw(gen, n, k, dtype, m)
+            torch.library.opcheck(torch.ops.qgate.gemv.default, (w, x, True))
