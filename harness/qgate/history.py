@@ -27,6 +27,10 @@ Rules:
 
 Format history of the store (`qgate_history.schema_version`):
   1 (2026-11-29): first version.
+  2 (2026-11-30): quality_seeds, quality_outputs, quality_item_rates (repeated seeds: per-item
+                  correct rates). A version-1 store is read as it is (the new columns read as unset)
+                  and upgraded in place, in the append's own transaction, on its next append (columns
+                  added; no row is changed).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from urllib.parse import quote
 from qgate.errors import QgateError
 from qgate.results import ResultError, atomic_write_text, atomic_write_with, load_result
 
-HISTORY_SCHEMA_VERSION = 1
+HISTORY_SCHEMA_VERSION = 2
 FORMAT = "qgate-history"
 ARMS = ("control", "candidate")
 KINDS = ("speed", "quality")
@@ -93,8 +97,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("verdicts", "TEXT"),  # JSON {kind: {verdict, reasons, contract_sha256}}
     ("fingerprint", "TEXT"),  # JSON {gpu, driver, torch, vllm, qgate, hostname}
     ("content_sha256", "TEXT NOT NULL"),
+    # schema 2, last: an upgraded version-1 store gets them appended (ALTER TABLE ADD COLUMN)
+    ("quality_seeds", "INTEGER"),
+    ("quality_outputs", "INTEGER"),
+    ("quality_item_rates", "TEXT"),  # JSON {index: [correct, runs]} (raw and strict right); 2+ seeds only
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+# Columns added by schema 2 (absent from a version-1 store); unset ones stay out of content_sha256, so
+# a one-seed night hashes as it did under schema 1.
+V2_COLUMNS = ("quality_seeds", "quality_outputs", "quality_item_rates")
+V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V2_COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
 _FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
@@ -157,27 +169,38 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
 def quality_figures(result: dict[str, Any]) -> dict[str, Any]:
     """Quality counts recomputed from the per-item records (the raw data, not a summary).
 
-    Accuracy is over the items the contract selects: an item that was never scored counts as a miss.
+    Accuracy is over the items the contract selects, on the frozen seed's run (the contract's
+    sampling.seed): an item that was never scored counts as a miss. Health counts are over every
+    output of every seed. With two or more seeds, per-item correct rates (raw and strict right).
     """
     items = result.get("items") or []
     section = result.get("quality") or {}
     gates = section.get("gates") or {}
     first, last = section.get("first_index"), section.get("last_index")
     selected = last - first + 1 if isinstance(first, int) and isinstance(last, int) else len(items)
+    seeds = [int(x) for x in result.get("seeds") or []]
+    frozen = seeds[0] if seeds else (section.get("sampling") or {}).get("seed")
+    scored = [it for it in items if it.get("seed", frozen) == frozen]
+    rates: dict[str, list[int]] = {}
+    for it in items:
+        rate = rates.setdefault(str(it.get("index")), [0, 0])
+        rate[0] += int(it.get("raw_correct") is True and it.get("strict_correct") is True)
+        rate[1] += 1
 
-    def count(key: str) -> int:
-        return sum(1 for it in items if it.get(key) is True)
+    def count(key: str, rows: list[dict[str, Any]] = items) -> int:
+        return sum(1 for it in rows if it.get(key) is True)
 
     def worst(key: str) -> int | None:
         values = [it[key] for it in items if isinstance(it.get(key), int)]
         return max(values) if values else None
 
-    raw, strict = count("raw_correct"), count("strict_correct")
+    raw, strict = count("raw_correct", scored), count("strict_correct", scored)
+    several = len(seeds) > 1
     return {
         "quality_contract": (result.get("contract") or {}).get("name"),
         "quality_contract_sha256": (result.get("contract") or {}).get("sha256"),
         "quality_selected": selected,
-        "quality_scored": len(items),
+        "quality_scored": len(scored),
         "raw_correct": raw,
         "strict_correct": strict,
         "raw_accuracy": raw / selected if selected else None,
@@ -192,6 +215,9 @@ def quality_figures(result: dict[str, Any]) -> dict[str, Any]:
         "quality_complete": int(result.get("complete") is True),
         "gate_min_raw_correct": gates.get("min_raw_correct"),
         "gate_min_strict_correct": gates.get("min_strict_correct"),
+        "quality_seeds": len(seeds) if several else None,
+        "quality_outputs": len(items) if several else None,
+        "quality_item_rates": json.dumps(rates, sort_keys=True) if several else None,
     }
 
 
@@ -318,7 +344,11 @@ def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
 
 def content_sha256(row: dict[str, Any]) -> str:
     """Hash of what a night says (not where or when it was appended): the idempotency key."""
-    content = {k: row.get(k) for k in COLUMN_NAMES if k not in _NOT_CONTENT}
+    content = {
+        k: row.get(k)
+        for k in COLUMN_NAMES
+        if k not in _NOT_CONTENT and not (k in V2_COLUMNS and row.get(k) is None)
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
@@ -390,7 +420,7 @@ def _check_header(path: Path) -> None:
         )
 
 
-def _validate(conn: sqlite3.Connection, path: Path) -> None:
+def _validate(conn: sqlite3.Connection, path: Path) -> int:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "qgate_history" not in tables or "nights" not in tables:
         raise HistoryError(
@@ -401,16 +431,27 @@ def _validate(conn: sqlite3.Connection, path: Path) -> None:
     if meta.get("format") != FORMAT:
         raise HistoryError(f"{path}: qgate_history.format = {meta.get('format')!r}, expected {FORMAT!r}")
     version = meta.get("schema_version")
-    if version != str(HISTORY_SCHEMA_VERSION):
+    if version not in ("1", str(HISTORY_SCHEMA_VERSION)):
         raise HistoryError(
-            f"{path}: history schema_version = {version!r}; this qgate reads {HISTORY_SCHEMA_VERSION}"
+            f"{path}: history schema_version = {version!r}; this qgate reads 1 and {HISTORY_SCHEMA_VERSION}"
         )
     cols = tuple(r[1] for r in conn.execute("PRAGMA table_info(nights)"))
-    if cols != COLUMN_NAMES:
+    if cols != (V1_COLUMN_NAMES if version == "1" else COLUMN_NAMES):
         raise HistoryError(f"{path}: table nights has columns {cols}, not those of schema {version}")
     check = conn.execute("PRAGMA quick_check").fetchone()
     if not check or check[0] != "ok":
         raise HistoryError(f"{path}: the store fails SQLite's integrity check: {check}")
+    return int(version)
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Schema 1 -> 2 inside the caller's transaction: add the new columns; no row changes."""
+    for name, sql in COLUMNS:
+        if name in V2_COLUMNS:
+            conn.execute(f"ALTER TABLE nights ADD COLUMN {name} {sql}")
+    conn.execute(
+        "UPDATE qgate_history SET value = ? WHERE key = 'schema_version'", (str(HISTORY_SCHEMA_VERSION),)
+    )
 
 
 @contextmanager
@@ -423,7 +464,8 @@ def _open(path: Path, readonly: bool) -> Iterator[sqlite3.Connection]:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         if not readonly:
             conn.execute("BEGIN IMMEDIATE")  # one writer; validation and insert see the same store
-        _validate(conn, path)
+        if _validate(conn, path) == 1 and not readonly:
+            _upgrade(conn)
         yield conn
         if not readonly:
             conn.execute("COMMIT")
@@ -532,11 +574,13 @@ def read_rows(store: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise HistoryError(f"{path}: no such history store")
     with _open(path, readonly=True) as conn:
+        have = {r[1] for r in conn.execute("PRAGMA table_info(nights)")}
+        cols = [c for c in COLUMN_NAMES if c in have]  # a version-1 store lacks the V2 columns
         cur = conn.execute(
-            f"SELECT {', '.join(COLUMN_NAMES)} FROM nights "
+            f"SELECT {', '.join(cols)} FROM nights "
             "ORDER BY night, CASE arm WHEN 'control' THEN 0 WHEN 'candidate' THEN 1 ELSE 2 END, arm"
         )
-        return [dict(zip(COLUMN_NAMES, r, strict=True)) for r in cur.fetchall()]
+        return [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur.fetchall()]
 
 
 def write_report(store: str | Path, out_dir: str | Path) -> dict[str, str]:

@@ -186,7 +186,7 @@ def _acc(row: dict[str, Any] | None, key: str) -> str:
 def _health(row: dict[str, Any] | None) -> str:
     if not row or row.get("quality_selected") is None:
         return "n/a"
-    n = row["quality_selected"]
+    n = row.get("quality_outputs") or row["quality_selected"]  # health: every output of every seed
     return (
         f"stops {row['natural_stops']}/{n}, closed {row['closed_thinking']}/{n}, caps {row['length_caps']}, "
         f"invalid {row['invalid_outputs']}, U+FFFD {row['fffd_chars']}, run {_f(row['max_token_run'], 'd')}, "
@@ -263,6 +263,7 @@ def render_markdown(rows: list[dict[str, Any]], store: str, png_name: str | None
     lines.append("|" + "---|" * 12)
     lines += [_night_line(e, entries[i - 1] if i else None) for i, e in enumerate(entries)]
     lines += _reason_lines(entries)
+    lines += _rate_lines(entries)
     lines += [
         "",
         "tok/s: mean pure-decode rate over the night's reps; gate: `speed.gates.min_decode_tok_s` (every "
@@ -272,6 +273,39 @@ def render_markdown(rows: list[dict[str, Any]], store: str, png_name: str | None
         "",
     ]
     return "\n".join(lines)
+
+
+def _rates_below(row: dict[str, Any] | None) -> str:
+    """The items whose correct rate is below every seed, as `index k/R`; "all R/R" when none."""
+    if not row or not row.get("quality_item_rates"):
+        return "n/a"
+    rates = json.loads(row["quality_item_rates"])
+    below = [f"{i} {k}/{n}" for i, (k, n) in sorted(rates.items(), key=lambda x: int(x[0])) if k < n]
+    return ", ".join(below) if below else f"all {row.get('quality_seeds')}/{row.get('quality_seeds')}"
+
+
+def _rate_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """Per-item correct rates (raw and strict right) of the nights whose quality run repeated seeds."""
+    arms = ("control", "candidate")
+    seeded = [e for e in entries if any(_get(e, arm, "quality_item_rates") for arm in arms)]
+    if not seeded:
+        return []
+    out = [
+        "",
+        "## Per-item correct rates (nights with repeated seeds)",
+        "",
+        "Items answered (raw and strict right) under fewer than all seeds; every other item was "
+        "answered under every seed.",
+        "",
+        "| night | commit | seeds | control | candidate |",
+        "|---|---|---|---|---|",
+    ]
+    for e in seeded:
+        seeds = _get(e, "candidate", "quality_seeds") or _get(e, "control", "quality_seeds")
+        cells = [e["night"], f"`{_short(e['commit'])}`", str(seeds), _rates_below(e.get("control")),
+                 _rates_below(e.get("candidate"))]  # fmt: skip
+        out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def _reason_lines(entries: list[dict[str, Any]]) -> list[str]:
