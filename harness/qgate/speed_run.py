@@ -15,6 +15,7 @@ from typing import Any
 
 from qgate.contract import LoadedContract
 from qgate.engine.launcher import EngineError
+from qgate.engine.procs import claimed
 from qgate.engine.segment import result_header, run_segment
 from qgate.models import resolve_model
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
@@ -172,10 +173,12 @@ def run_speed(
     resume: bool = False,
     progress: Progress | None = None,
     plans: list[ArmPlan] | None = None,
+    kill_leftovers: bool = False,
 ) -> dict[str, dict]:
     """Run every launch of every arm, interleaved (control, candidate, control, ...).
 
-    `plans` replaces the contract's two arms with derived ones (the ablation's arms).
+    `plans` replaces the contract's two arms with derived ones (the ablation's arms). Live processes
+    of an earlier run in out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     c = loaded.contract
     if c.speed is None:
@@ -185,13 +188,27 @@ def run_speed(
         check_routes(plan.env)
     model_path, model = resolve_model(c.model)
     results = {p.name: open_result(loaded, p, out_dir, resume, model) for p in plans}
-    for launch in range(c.speed.launches):
-        for plan in plans:
-            results[plan.name] = run_launch(
-                loaded, plan, launch, results[plan.name], out_dir, model_path, progress
-            )
+    with claimed(out_dir, kill_leftovers):
+        for launch in range(c.speed.launches):
+            for plan in plans:
+                results[plan.name] = run_launch(
+                    loaded, plan, launch, results[plan.name], out_dir, model_path, progress
+                )
     for plan in plans:
         res = results[plan.name]
         res["complete"] = len(res["reps"]) == c.speed.launches * c.speed.repetitions
         atomic_write_json(arm_path(out_dir, plan.name), res)
     return results
+
+
+def kept_reps(out_dir: Path, arms: tuple[str, ...]) -> str:
+    """What a stopped run keeps, for its last line: the reps on disk per arm."""
+    parts = []
+    for arm in arms:
+        path = arm_path(out_dir, arm)
+        try:
+            n = len(load_result(path, kind="speed")["reps"])
+        except ResultError:
+            n = 0
+        parts.append(f"{arm} {n} rep{'s' if n != 1 else ''}")
+    return f"{', '.join(parts)} in {out_dir / 'speed'}"

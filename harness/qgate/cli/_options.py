@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from qgate.engine.procs import Stopped, stop_signals
 from qgate.errors import QgateError
 
 EXIT_OK = 0
@@ -21,6 +23,13 @@ EXIT_INCONCLUSIVE = 4
 
 ContractOpt = Annotated[Path, typer.Option("--contract", "-c", help="contract YAML", dir_okay=False)]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="output directory", file_okay=False)]
+KillLeftoversOpt = Annotated[
+    bool,
+    typer.Option(
+        "--kill-leftovers",
+        help="end live processes of an earlier run in --out (default: refuse to start while they live)",
+    ),
+]
 
 
 class ArmChoice(str, Enum):
@@ -35,20 +44,31 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 
 @contextmanager
-def user_errors(*error_types: type[BaseException], code: int = EXIT_USAGE) -> Iterator[None]:
+def user_errors(
+    *error_types: type[BaseException], code: int = EXIT_USAGE, kept: Callable[[], str] | None = None
+) -> Iterator[None]:
     """Print qgate's user-facing errors as one line and exit with their code (2 bad input, 1 run failed).
 
-    `error_types` adds other exception types (e.g. OSError), which exit with `code`.
+    `error_types` adds other exception types (e.g. OSError), which exit with `code`. SIGINT and SIGTERM
+    stop the command (the launcher ends its engine processes on the way out): one line says what was
+    kept (`kept()`, e.g. the reps on disk) and the exit code is 130 / 143.
     """
     try:
-        yield
+        with stop_signals():
+            yield
     except QgateError as exc:
         fail(str(exc), exc.exit_code)
     except error_types as exc:
         fail(str(exc), code)
-    except KeyboardInterrupt:
-        typer.echo("qgate: interrupted; completed records are on disk (use --resume)", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        what = kept() if kept is not None else "the completed records on disk"
+        typer.echo(
+            f"qgate: stopped by {signal.Signals(signum).name}; kept {what}; "
+            "to continue, run the same command with --resume",
+            err=True,
+        )
+        sys.exit(128 + signum)
 
 
 def exit_with(code: int) -> NoReturn:

@@ -16,6 +16,7 @@ from qgate.ablate import DEFAULT_DESIGN, OK, run_ablation
 from qgate.cli._options import EXIT_ERROR, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
+from qgate.engine.procs import claimed
 
 
 class Design(str, Enum):
@@ -44,7 +45,8 @@ def ablate(
     with user_errors():
         loaded = load_contract(contract)
     with user_errors():
-        with SpeedProgress(loaded.contract) as progress:
+        # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
+        with SpeedProgress(loaded.contract) as progress, claimed(out):
             record, paths = run_ablation(loaded, out, design.value, resume=resume, progress=progress)
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qgate.cli._options import ArmChoice, ContractOpt, OutOpt, user_errors
+from qgate.cli._options import ArmChoice, ContractOpt, KillLeftoversOpt, OutOpt, user_errors
 
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the saved items")]
@@ -74,19 +74,31 @@ class QualityProgress:
         self._bar.__exit__(et, ev, tb)
 
 
+def _kept(out: Path, arms: tuple[str, ...]) -> str:
+    """What a stopped run keeps, for its last line: the finished outputs on disk per arm."""
+    from qgate.quality.runner import result_paths
+    from qgate.results import read_jsonl
+
+    counts = ", ".join(f"{a} {len(read_jsonl(result_paths(out, a)[0]))} outputs" for a in arms)
+    return f"{counts} in {out / 'quality'}"
+
+
 def quality(
-    contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: ResumeOpt = False, data: DataOpt = None
-) -> None:
+    contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: ResumeOpt = False, data: DataOpt = None,
+    kill_leftovers: KillLeftoversOpt = False,
+) -> None:  # fmt: skip
     """Quality gate: the frozen GSM8K items under every seed, per arm; compare with `qgate compare`."""
     from qgate.contract import load_contract
+    from qgate.engine.procs import claimed
     from qgate.quality.runner import ARMS, result_paths, run_quality
 
     arms = (arm.value,) if arm else ARMS
-    with user_errors():
+    with user_errors(kept=lambda: _kept(out, arms)):
         loaded = load_contract(contract)
         q = loaded.contract.quality
         total = q.n_items * len(q.run_seeds) if q is not None else 0
-        with QualityProgress(total) as progress:
+        # claimed: refuse (or end) live processes of an earlier run in out (engine/procs.py).
+        with QualityProgress(total) as progress, claimed(out, kill_leftovers):
             results = run_quality(loaded, out, arms, resume=resume, data=data, progress=progress)
     for name, res in results.items():
         s = res["summary"]

