@@ -7,6 +7,7 @@ namespace qgate {
 namespace {
 
 struct GemvRows {
+  using Elem = __half;
   const __half* w;
   int64_t k;
   __half* y;

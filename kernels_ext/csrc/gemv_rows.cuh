@@ -1,5 +1,6 @@
-// One fp16 row-dot-product engine shared by the GEMV and the fused GDN input kernels, so that both
-// give the same bits for the same row: float32 accumulation in a fixed order, no atomics.
+// One row-dot-product engine (fp16 or bf16 rows: Rows::Elem) shared by the GEMV, the fused GDN input
+// and the HyperConnection down projection, so that all give the same bits for the same row: float32
+// accumulation in a fixed order, no atomics.
 //
 // A row of K halves is read in chunks of 256 halves: lane l of a warp loads 16 bytes (8 halves) at
 // chunk offset 8 l. WPR warps share a row, warp s taking chunks s, s + WPR, ...; each warp keeps
@@ -7,6 +8,7 @@
 // combined by a xor butterfly (every lane ends with the same value), warps of a row in slot order.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -22,13 +24,13 @@ constexpr int64_t kGemvChunk = 256;  // halves per warp-wide step: 32 lanes x 8
 constexpr int64_t kGemvMaxSmemX = 48 * 1024;  // bytes of x staged in shared memory at most
 
 // Weights are read once per call: streaming loads keep them from evicting x.
-__device__ __forceinline__ uint4 load_weight16(const __half* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_weight16(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
 // x by a plain coherent load (ld.global.ca: L1 and L2, so the blocks of a multiprocessor share it),
 // never the non-coherent read-only path (__ldg): under PDL this kernel starts while the previous
 // one may still write x, and the .nc path is only valid for data that no one writes during the
 // reading kernel's lifetime; griddepcontrol.wait makes the previous grid's writes visible to
 // ordinary loads (BENCH.md: one wrong chain seen with __ldg; none in 3,000 with .cg or .ca loads).
-__device__ __forceinline__ uint4 load_x16(const __half* p) { return __ldca(reinterpret_cast<const uint4*>(p)); }
+__device__ __forceinline__ uint4 load_x16(const void* p) { return __ldca(reinterpret_cast<const uint4*>(p)); }
 
 __device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc) {
   const __half2* w2 = reinterpret_cast<const __half2*>(&w);
@@ -42,6 +44,32 @@ __device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float 
   }
   return acc;
 }
+
+// The same for 8 bf16 (bf16 -> float is the 16 bits shifted up: exact, and on every arch, sm_70 too).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+__device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc, __nv_bfloat16) {
+  const uint32_t wv[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 wf = bf16x2_to_float2(wv[i]);
+    const float2 xf = bf16x2_to_float2(xv[i]);
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
+  }
+  return acc;
+}
+__device__ __forceinline__ float dot8_acc(const uint4& w, const uint4& x, float acc, __half) {
+  return dot8_acc(w, x, acc);
+}
+
+// One rounding of a float32 result to the element type.
+__device__ __forceinline__ __half round_to(float v, __half) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 round_to(float v, __nv_bfloat16) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // Programmatic dependent launch (PDL, sm_90). The rows kernel is written for it either way:
 // - it lets the next kernel in the stream launch as soon as all of its own blocks are running
@@ -63,8 +91,8 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 #endif
 }
 
-template <int WPR>
-__device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], const __half* __restrict__ w,
+template <int WPR, class T>
+__device__ __forceinline__ void load_weight_group(uint4 (&wv)[kGemvUnroll], const T* __restrict__ w,
                                                   int64_t c0, int64_t k, int lane) {
 #pragma unroll
   for (int u = 0; u < kGemvUnroll; ++u) {  // kGemvUnroll x 16 B in flight per lane
@@ -95,12 +123,13 @@ __device__ __forceinline__ void finish_row(const Rows& rows, int64_t row, bool a
   }
 }
 
-// Rows supplies row_ptr(row) -> const __half* and store(row, float) (where the result goes).
+// Rows supplies Elem (__half or __nv_bfloat16), row_ptr(row) -> const Elem* and store(row, float)
+// (where the result goes, rounded once to Elem).
 // X_IN_SMEM: once its first weight loads are in flight, the block stages x in shared memory
 // (k * 2 bytes <= kGemvMaxSmemX) so that its warps read x from there; otherwise each warp reads x
 // through L1.
 template <int WPR, bool X_IN_SMEM, class Rows>
-__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const __half* __restrict__ x,
+__global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, const typename Rows::Elem* __restrict__ x,
                                                                  int64_t n_rows, int64_t k) {
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
@@ -112,7 +141,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   const int slot = warp % WPR;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
   const bool active = row < n_rows;
-  const __half* __restrict__ w = rows.row_ptr(active ? row : 0);
+  using T = typename Rows::Elem;
+  const T* __restrict__ w = rows.row_ptr(active ? row : 0);
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
   allow_next_grid();
   uint4 wv[kGemvUnroll];
@@ -128,7 +158,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
 #pragma unroll
       for (int u = 0; u < kGemvUnroll; ++u) {
         const int64_t col = (c0 + static_cast<int64_t>(u) * WPR) * kGemvChunk + lane * 8;
-        if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc);
+        if (col < k) acc = dot8_acc(wv[u], X_IN_SMEM ? x_smem[col / 8] : load_x16(x + col), acc, T());
       }
       c0 += kStep;
       if (c0 >= n_chunks) break;
@@ -149,7 +179,8 @@ constexpr int kGemvOneGroupMinBlocks = 5;  // 48 registers; 6 would spill (sm_90
 
 template <int WPR, class Rows>
 __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
-    gemv_one_group_kernel(Rows rows, const __half* __restrict__ x, int64_t n_rows) {
+    gemv_one_group_kernel(Rows rows, const typename Rows::Elem* __restrict__ x, int64_t n_rows) {
+  using T = typename Rows::Elem;
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
   constexpr int kK = WPR * kGemvUnroll * static_cast<int>(kGemvChunk);
@@ -160,7 +191,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   const int slot = warp % WPR;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp / WPR;
   const bool active = row < n_rows;
-  const __half* __restrict__ w = rows.row_ptr(active ? row : 0) + slot * kGemvChunk + lane * 8;
+  const T* __restrict__ w = rows.row_ptr(active ? row : 0) + slot * kGemvChunk + lane * 8;
   allow_next_grid();
   uint4 wv[kGemvUnroll];  // an inactive warp (past the last row) reads row 0 and stores nothing
 #pragma unroll
@@ -174,7 +205,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   __syncthreads();
   float acc = 0.f;
 #pragma unroll
-  for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc);
+  for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc, T());
   finish_row<WPR>(rows, row, active, acc, partial);
 }
 
@@ -233,7 +264,7 @@ cudaError_t launch_rows_kernel(void (*kernel)(Params...), dim3 grid, size_t smem
 }
 
 template <int WPR, class Rows>
-cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, dim3 grid, bool static_weights,
+cudaError_t launch_wpr(const Rows& rows, const typename Rows::Elem* x, int64_t n_rows, int64_t k, dim3 grid, bool static_weights,
                        cudaStream_t stream) {
   int device = 0;
   int major = 0;
@@ -256,7 +287,7 @@ cudaError_t launch_wpr(const Rows& rows, const __half* x, int64_t n_rows, int64_
 // launched with PDL on sm_90, reading its weights while the previous kernel finishes; x is always
 // read after the previous kernel has completed.
 template <class Rows>
-cudaError_t launch_gemv_rows(const Rows& rows, const __half* x, int64_t n_rows, int64_t k, bool static_weights,
+cudaError_t launch_gemv_rows(const Rows& rows, const typename Rows::Elem* x, int64_t n_rows, int64_t k, bool static_weights,
                              cudaStream_t stream) {
   if (n_rows <= 0) return cudaSuccess;
   if (k <= 0 || k % 8 != 0) return cudaErrorInvalidValue;

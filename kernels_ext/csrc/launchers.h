@@ -17,40 +17,46 @@ namespace qgate {
 cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, bool static_weights,
                         cudaStream_t stream);
 
-// Both Qwen3-Next GDN input GEMVs in one launch, written de-interleaved (see gdn_input.cu).
+// Both GDN input GEMVs in one launch, written where vLLM's GDN core takes them (see gdn_input.cu).
 struct GdnArgs {
-  const void* x;       // [hidden] fp16
-  const void* w_qkvz;  // [nk * (2 dk + 2 r dv), hidden] fp16
-  const void* w_ba;    // [2 nv, hidden] fp16
-  void* mixed_qkv;     // [2 nk dk + nv dv] fp16
-  void* z;             // [nv dv] fp16
-  void* b;             // [nv] fp16
-  void* a;             // [nv] fp16
+  const void* x;       // [hidden] fp16 or bf16
+  const void* w_qkvz;  // [2 nk dk + 2 nv dv, hidden], flat or interleaved rows
+  const void* w_ba;    // [2 nv, hidden]
+  void* mixed_qkv;     // [2 nk dk + nv dv]
+  void* z;             // [nv dv]
+  void* b;             // [nv]
+  void* a;             // [nv]
   int64_t hidden;
   int num_k_heads, num_v_heads, head_k_dim, head_v_dim;
+  bool interleaved;     // Qwen3-Next's per-key-head rows; false: flat [q | k | v | z], [b | a]
+  bool bf16;            // element type: bf16, else fp16
   bool static_weights;  // as for launch_gemv
 };
 cudaError_t launch_gdn_input(const GdnArgs& args, cudaStream_t stream);
 
-// Dynamic hyper-connection for one token (see fused_hc.cu for the math).
+// Qwen4Exp GatedResidual HyperConnection for one token (see fused_hc.cu for the math).
 struct HcArgs {
-  const void* h;            // [n, d] fp16
-  const void* norm_weight;  // [d] fp16
-  const void* w_a;          // [n + 1, d] fp16
-  const float* a_static;    // [n, n + 1]
-  const float* scale_a;     // [1]
-  const void* w_b;          // [d] fp16
-  const float* b_static;    // [n]
-  const float* scale_b;     // [1]
+  const void* h;             // [D] fp16 or bf16, D = hc * hs
+  const void* block_output;  // [hs] (combine_and_mix) or nullptr (mix)
+  const void* injection;     // [hc] logits of the pending combine, or nullptr (unit weight)
+  const void* norm_weight;   // [hs] or [D]
+  const void* w_down;        // [rank + hc (+ pad), D] or [rank, D] (final mixer)
+  const void* w_up;          // [D, rank]
   float eps;
-  int n;
-  int64_t d;
-  void* layer_input;  // [d] fp16
-  void* mixed;        // [n, d] fp16
-  float* b;           // [n]
+  int hc, rank;
+  int64_t hs;
+  bool shared_norm_weight;  // norm_weight is [hs]
+  bool use_combine;         // w_down holds the hc injection rows after the rank rows
+  bool bf16;
+  void* h_out;          // [D] the combined streams (combine_and_mix only)
+  void* xn;             // [D] workspace: the normalised streams
+  void* lora_raw;       // [rank] workspace: the down projection before silu
+  void* injection_out;  // [hc] (use_combine only)
+  void* block_input;    // [hs]
 };
 constexpr int kHcMaxStreams = 8;
-cudaError_t launch_fused_hc(const HcArgs& args, cudaStream_t stream);
+constexpr int kHcMaxRank = 512;
+cudaError_t launch_hc(const HcArgs& args, cudaStream_t stream);
 
 // Exact top-k per row (see qsa_topk.cu). The plan fixes the blocks per row and the workspace size;
 // the workspace (empty on the cluster path) must be zero-filled before each launch.
@@ -63,8 +69,17 @@ struct TopkPlan {
   size_t row_workspace_bytes;
   size_t workspace_bytes;
 };
+// One call's rows: row r is scores[r * stride, r * stride + len), of which only the first
+// min(max(visible[r], 0), len) columns are eligible (the rest is never read).
+struct TopkRows {
+  const float* scores;
+  int64_t stride;
+  int64_t len;
+  const int* visible;
+};
 cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, TopkPlan* plan);
-cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int64_t k, const TopkPlan& plan,
-                            void* workspace, float* values, int64_t* indices, cudaStream_t stream);
+// indices: [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the top k by value descending, ties by index.
+cudaError_t launch_qsa_topk(const TopkRows& in, int64_t rows, int64_t k, const TopkPlan& plan, void* workspace,
+                            int* indices, cudaStream_t stream);
 
 }  // namespace qgate

@@ -1,8 +1,9 @@
-// Route qsa_topk: exact top-k over fp32 scores, per row of a batch.
+// Route qsa_topk: Qwen4Exp's QSA block selection (vLLM's `_topk` contract), per row of a batch.
 //
-// Definition: the first k of a stable sort by value descending (equal values: lower index first).
-// NaN of any payload ranks above +inf and all NaNs tie; -0.0 and +0.0 tie. Values are written
-// from the input elements, so their bits are kept.
+// Row r holds n = clamp(visible[r], 0, L) eligible fp32 logits at scores + r * stride (the columns past
+// n are never read). Output block_indices [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the first k
+// of a stable sort by value descending (equal values: lower index first). NaN of any payload ranks
+// above +inf and all NaNs tie; -0.0 and +0.0 tie.
 //
 // Method: each float maps to an order-preserving 32-bit key (key_of). G blocks share a row, each
 // owning a contiguous index range, and meet at row barriers (a cooperative launch guarantees they
@@ -39,6 +40,20 @@ constexpr int64_t kTopkPerBlock = 1024;     // least elements per block when the
 constexpr int64_t kTopkTargetBlocks = 64;   // blocks per row to aim for
 constexpr int kTopkMaxBlocksPerRow = 1024;
 constexpr size_t kRowHeaderBytes = 4 * 256 * sizeof(unsigned int) + 16;  // 4 histograms + barrier
+
+// The row's eligible length (every block of the row reads the same value).
+__device__ __forceinline__ int64_t topk_row_len(const TopkRows& in, int row) {
+  const int64_t n = in.visible[row];
+  return n < 0 ? 0 : (n > in.len ? in.len : n);
+}
+
+// A row of n <= k eligible columns selects all of them: 0..n-1, then -1. Part `part` of `parts`
+// blocks writes its share of the row and the caller returns (all blocks of the row do, together).
+__device__ __forceinline__ bool topk_fill_short(int64_t n, int k, int part, int parts, int* __restrict__ out) {
+  if (n > k) return false;
+  for (int j = part * blockDim.x + threadIdx.x; j < k; j += parts * blockDim.x) out[j] = j < n ? j : -1;
+  return true;
+}
 
 __device__ __forceinline__ uint32_t key_of(float f) {
   const uint32_t u = __float_as_uint(f);
@@ -171,16 +186,16 @@ __device__ __forceinline__ unsigned int block_rank(bool flag, unsigned int* warp
   return before + __popc(mask & ((1u << lane) - 1u));
 }
 
-__global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __restrict__ scores, int64_t len,
-                                                                int k, int blocks, unsigned char* ws,
-                                                                size_t row_bytes, float* __restrict__ values,
-                                                                int64_t* __restrict__ indices) {
+__global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int k, int blocks, unsigned char* ws,
+                                                                size_t row_bytes, int* __restrict__ indices) {
   __shared__ unsigned int sh_hist[256];
   __shared__ unsigned int sh_bin, sh_above, sh_gt_fill, sh_warp[kTopkWarps];
   __shared__ unsigned long long sh_cand[kTopkMaxK];
   const int row = blockIdx.x / blocks;
   const int g = blockIdx.x - row * blocks;
-  const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
+  const int64_t len = topk_row_len(in, row);
+  if (topk_fill_short(len, k, g, blocks, indices + static_cast<int64_t>(row) * k)) return;
+  const float* __restrict__ s = in.scores + static_cast<int64_t>(row) * in.stride;
   const RowWorkspace w = row_workspace(ws, row_bytes, row, blocks);
   const int64_t per = (len + blocks - 1) / blocks;
   const int64_t lo = g * per;
@@ -282,9 +297,7 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(const float* __r
     for (int off = 16; off > 0; off >>= 1) larger += __shfl_xor_sync(0xffffffffu, larger, off);
     if (lane == 0) {
       const int64_t idx = 0xffffffffu - static_cast<uint32_t>(mine & 0xffffffffu);
-      const int64_t out = static_cast<int64_t>(row) * k + larger;
-      values[out] = s[idx];
-      indices[out] = idx;
+      indices[static_cast<int64_t>(row) * k + larger] = static_cast<int>(idx);
     }
   }
 }
@@ -374,7 +387,7 @@ int tp_cluster_size(int64_t rows, int64_t len, int max_cluster, int sms) {
 }  // namespace
 
 cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, TopkPlan* plan) {
-  if (rows <= 0 || len <= 0 || k <= 0 || k > len || k > kTopkMaxK || len >= (int64_t(1) << 31)) {
+  if (rows <= 0 || len <= 0 || k <= 0 || k > kTopkMaxK || len >= (int64_t(1) << 31)) {
     return cudaErrorInvalidValue;
   }
   static int max_cluster = -1;  // per process: one kind of GPU
@@ -425,19 +438,19 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   return cudaSuccess;
 }
 
-cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int64_t k, const TopkPlan& plan,
-                            void* workspace, float* values, int64_t* indices, cudaStream_t stream) {
+cudaError_t launch_qsa_topk(const TopkRows& in, int64_t rows, int64_t k, const TopkPlan& plan, void* workspace,
+                            int* indices, cudaStream_t stream) {
   int k32 = static_cast<int>(k);
   if (plan.cluster > 0) {
-    // PDL (push kernel): it reads the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
+    // PDL (push kernel): it reads visible and the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t config =
         tc_launch_config(rows * plan.cluster, plan.pull ? kTcThreads : kTpThreads,
                          plan.pull ? tc_smem_bytes(k) : kTpSmemBytes, plan.cluster, plan.pdl != 0, stream, attr);
-    cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, scores,
-                                                     len, k32, plan.cluster, values, indices)
-                                : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, scores, len, k32,
-                                                     plan.cluster, values, indices);
+    cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, in, k32,
+                                                     plan.cluster, indices)
+                                : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, in, k32, plan.cluster,
+                                                     indices);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
   }
@@ -447,11 +460,12 @@ cudaError_t launch_qsa_topk(const float* scores, int64_t rows, int64_t len, int6
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   size_t row_bytes = plan.row_workspace_bytes;
   if (blocks == 1) {  // no barrier ever waits on another block: an ordinary launch is enough
-    qsa_topk_kernel<<<grid, block, 0, stream>>>(scores, len, k32, blocks, ws, row_bytes, values, indices);
+    qsa_topk_kernel<<<grid, block, 0, stream>>>(in, k32, blocks, ws, row_bytes, indices);
     return cudaGetLastError();
   }
+  TopkRows in_arg = in;
   int blocks_arg = blocks;
-  void* args[] = {const_cast<float**>(&scores), &len, &k32, &blocks_arg, &ws, &row_bytes, &values, &indices};
+  void* args[] = {&in_arg, &k32, &blocks_arg, &ws, &row_bytes, &indices};
   cudaError_t err = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(qsa_topk_kernel), grid, block, args, 0,
                                                 stream);
   if (err != cudaSuccess) return err;

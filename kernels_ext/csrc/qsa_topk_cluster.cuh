@@ -18,7 +18,7 @@
 //               them into the cells that the passes define (exact counts from the pass totals, so
 //               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the
 //               list by counting larger composites (key << 32 | ~index) within their cell, so
-//               the order is the stable sort's; values are reloaded from the input (bits kept).
+//               the order is the stable sort's; the indices are written as int32.
 // Cluster barriers: one per pass, one after the compaction, and one that keeps every block's shared
 // memory alive until every block has read its list.
 #pragma once
@@ -217,10 +217,8 @@ __device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* wa
 #endif  // QGATE_TC_SM90
 
 template <int NT, int ITEMS>
-__global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __restrict__ scores, int64_t len,
-                                                                  int k, int csize,
-                                                                  float* __restrict__ values,
-                                                                  int64_t* __restrict__ indices) {
+__global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(TopkRows in, int k, int csize,
+                                                                  int* __restrict__ indices) {
 #ifdef QGATE_TC_SM90
   constexpr int64_t kTile = static_cast<int64_t>(NT) * ITEMS;
   extern __shared__ __align__(16) unsigned char tc_smem[];
@@ -235,7 +233,10 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   TC_STAMP(1);
   const uint32_t rank = tc_rank();
   const int row = blockIdx.x / csize;
-  const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
+  const int64_t len = topk_row_len(in, row);
+  // A short row: every block of the cluster leaves here, before any cluster barrier.
+  if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
+  const float* __restrict__ s = in.scores + static_cast<int64_t>(row) * in.stride;
   int64_t lo = 0;
   int64_t hi = 0;
   tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
@@ -344,8 +345,8 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(const float* __
   }
   tc_arrive();  // this block has read every list; it waits for the others before it leaves
   TC_STAMP(16);
-  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize, s,
-               values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
+  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize,
+               indices + static_cast<int64_t>(row) * k);
   tc_wait();
   TC_STAMP(19);
   TC_GSTAMP(20);

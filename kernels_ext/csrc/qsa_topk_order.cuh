@@ -15,26 +15,15 @@
 // measured faster than 32 (BENCH.md, fourth session).
 constexpr unsigned int kTcSerialCell = QGATE_TC_SERIAL_CELL;
 
-// The input element of a listed key (key, index): the key's float where the key determines its bits
-// (key_of is one to one except that all NaNs map to one key and -0.0, +0.0 to another).
-__device__ __forceinline__ float tc_value(uint2 e, const float* __restrict__ s) {
-  if (e.x == 0xffffffffu || e.x == 0x80000000u) return __ldg(s + e.y);
-  return __uint_as_float((e.x & 0x80000000u) ? (e.x & 0x7fffffffu) : ~e.x);
-}
-
 // The composite of a listed key (key, index): larger for a larger key, then for a smaller index
 // (unique: the stable sort's order).
 __device__ __forceinline__ unsigned long long tc_composite(uint2 e) {
   return (static_cast<unsigned long long>(e.x) << 32) | (0xffffffffu - e.y);
 }
 
-// Writes a ranked key to the output if its position is below k.
-__device__ __forceinline__ void tc_put(unsigned int at, int k, uint2 e, const float* __restrict__ s,
-                                       float* __restrict__ values, int64_t* __restrict__ indices) {
-  if (at < static_cast<unsigned int>(k)) {
-    values[at] = tc_value(e, s);
-    indices[at] = static_cast<int64_t>(e.y);
-  }
+// Writes a ranked key's index (int32, the QSA block index) to the output if its position is below k.
+__device__ __forceinline__ void tc_put(unsigned int at, int k, uint2 e, int* __restrict__ indices) {
+  if (at < static_cast<unsigned int>(k)) indices[at] = static_cast<int>(e.y);
 }
 
 // Cell of a selected key: the radix passes split the selected keys into cells whose order is known:
@@ -74,8 +63,7 @@ template <int NT>
 __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned int* tot, TcShared& sh,
                                          const uint2* list, int n, int depth, unsigned long long* cell_items, int k,
                                          unsigned int need, uint32_t thr, uint32_t rank, int csize,
-                                         const float* __restrict__ s, float* __restrict__ values,
-                                         int64_t* __restrict__ indices) {
+                                         int* __restrict__ indices) {
   constexpr int kPer = kTcCells / NT;  // cells a thread counts
   constexpr int kWarps = NT / 32;
   constexpr unsigned int kNone = kTcLarge << 16;          // cell word: offset | large cell's number << 16
@@ -196,8 +184,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
   // the larger composites (key << 32 | ~index, unique). Large cells of one key: the cell's keys
   // before it in the list (large_run: earlier chunks and blocks; large_warp: earlier warps of this
   // chunk; peer lanes of its warp). Other large cells: queued, a warp counts for each key (cell / 32
-  // steps). The value is the key's float (tc_value), so no load waits on memory, except for NaN and
-  // zero keys, whose payload or sign only the input holds.
+  // steps). Only the index is written, so no load waits on memory.
   unsigned int* queue = cell_fill;  // reused: [kTcCells] positions of queued keys
   if (threadIdx.x == 0) sh.queued = 0;
   __syncthreads();
@@ -224,7 +211,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
           const unsigned long long c = tc_composite(e);
           unsigned int at = first;
           for (unsigned int q = first; q < last; ++q) at += cell_items[q] > c ? 1u : 0u;
-          tc_put(at, k, e, s, values, indices);
+          tc_put(at, k, e, indices);
         }
       }
     }
@@ -249,7 +236,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       unsigned int at = first + large_run[num] + __popc(peers & ((1u << lane) - 1u));
 #pragma unroll 1
       for (int w = 0; w < warp; ++w) at += large_warp[w * kTcLarge + num];
-      tc_put(at, k, e, s, values, indices);
+      tc_put(at, k, e, indices);
     }
     const unsigned int nq = sh.queued;
     for (unsigned int q = warp; q < nq; q += kWarps) {
@@ -261,7 +248,7 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       unsigned int larger = 0;
       for (int i = qfirst + lane; i < qlast; i += 32) larger += cell_items[i] > c ? 1u : 0u;
       larger = __reduce_add_sync(0xffffffffu, larger);
-      if (lane == 0) tc_put(qfirst + larger, k, eq, s, values, indices);
+      if (lane == 0) tc_put(qfirst + larger, k, eq, indices);
     }
     __syncthreads();
     if (p0 + NT < hi) {  // another chunk: the large cells' keys of this one move into large_run

@@ -252,9 +252,8 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
 #endif  // QGATE_TC_SM90
 
 template <int ITEMS>
-__global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const float* __restrict__ scores, int64_t len,
-                                                                       int k, int csize, float* __restrict__ values,
-                                                                       int64_t* __restrict__ indices) {
+__global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows in, int k, int csize,
+                                                                       int* __restrict__ indices) {
 #ifdef QGATE_TC_SM90
   constexpr int kNT = kTpThreads;
   constexpr int64_t kTile = static_cast<int64_t>(kNT) * ITEMS;
@@ -271,14 +270,10 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   TC_STAMP(1);
   const uint32_t rank = tc_rank();
   const int row = blockIdx.x / csize;
-  const float* __restrict__ s = scores + static_cast<int64_t>(row) * len;
-  int64_t lo = 0;
-  int64_t hi = 0;
-  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
-  const bool one_tile = hi - lo <= kTile;
+  const float* __restrict__ s = in.scores + static_cast<int64_t>(row) * in.stride;
   const int64_t mine = threadIdx.x * ITEMS;
   // Launched with programmatic dependent launch (PDL, sm_90): the next kernel may start its own
-  // set-up now; this one reads nothing the previous kernel may write (the scores) before
+  // set-up now; this one reads nothing the previous kernel may write (visible, the scores) before
   // griddepcontrol.wait, which returns when that kernel has finished and its writes are visible.
   // Without the launch attribute both instructions do nothing.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -291,6 +286,13 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
   }
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t len = topk_row_len(in, row);
+  // A short row: every block of the cluster leaves here, before any access to another's memory.
+  if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
+  int64_t lo = 0;
+  int64_t hi = 0;
+  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
+  const bool one_tile = hi - lo <= kTile;
   uint32_t keys[ITEMS];
   if (one_tile) tc_load(keys, s, lo + mine, hi);
   __syncthreads();
@@ -386,8 +388,8 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(const floa
     }
   }
   TC_STAMP(16);
-  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize, s,
-                values + static_cast<int64_t>(row) * k, indices + static_cast<int64_t>(row) * k);
+  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize,
+                indices + static_cast<int64_t>(row) * k);
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif
