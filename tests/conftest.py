@@ -18,7 +18,7 @@ def small_contract(tmp: Path, name: str = "small.yaml", **speed: object) -> Path
     """The smoke contract shrunk for tests (short prompt and output), with speed overrides."""
     data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
     data["name"] = "smoke-cpu-test"
-    data["speed"].update({"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": 3})
+    data["speed"].update({"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": 4})
     data["speed"].update(speed)
     path = tmp / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))

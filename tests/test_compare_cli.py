@@ -186,13 +186,17 @@ def _run_and_compare(tmp: Path, contract: Path, env: dict[str, str] | None = Non
     proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cmp = qgate("compare", str(out), str(out), "--out", str(tmp / "cmp"))
-    assert cmp.returncode in (0, 1, 3), cmp.stderr[-3000:]
+    assert cmp.returncode in (0, 1, 3, 4), cmp.stderr[-3000:]
     return cmp.returncode, json.loads((tmp / "cmp" / "verdict.json").read_text()), cmp.stdout
 
 
 @pytest.mark.vllm
 def test_real_speed_run_is_compared_and_attested(speed_run: Path, tmp_path: Path) -> None:
-    """The shared smoke run (GEMV on in the candidate, 3 v 3 reps): routes attested; 3 v 3 is inconclusive."""
+    """The shared smoke run (GEMV on in the candidate, 4 v 4 reps): routes attested, statistics computed.
+
+    Whether 4 noisy reps can show non-inferiority is up to the machine: any verdict but ERROR, its exit
+    code, and a sample-size estimate when it is INCONCLUSIVE.
+    """
     from conftest import qgate
 
     proc = qgate("compare", str(speed_run), str(speed_run), "--out", str(tmp_path))
@@ -200,8 +204,13 @@ def test_real_speed_run_is_compared_and_attested(speed_run: Path, tmp_path: Path
     gates = {g["name"]: g for g in record["gates"]}
     assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"]
     assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
-    assert record["stats"]["decode_tok_s"]["verdict"] == "inconclusive"  # 3 v 3 cannot reach alpha
-    assert proc.returncode == 3 and "verdict: ERROR" in proc.stdout
+    assert gates["decode statistics computed"]["passed"], gates["decode statistics computed"]["detail"]
+    codes = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}
+    assert record["verdict"] in codes, record["reasons"]
+    assert proc.returncode == codes[record["verdict"]] and f"verdict: {record['verdict']}" in proc.stdout
+    if record["verdict"] == "INCONCLUSIVE":
+        assert record["figures"]["non_inferiority"]["sample_size"], record["figures"]["non_inferiority"]
+        assert "per arm" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "speed.png").exists() and (tmp_path / "report.md").exists()
 
 

@@ -206,9 +206,12 @@ def test_aa_false_positive_rate_is_at_most_alpha(cv: float, skewed: bool, cfg: S
 
 def test_aa_with_contract_defaults_at_high_noise_is_inconclusive_not_significant() -> None:
     ctrl, cand = _simulate(np.random.default_rng(7), 0.15, 2_000)
-    code = decide_batch(ctrl, cand, StatsConfig())["code"]
-    assert np.mean(code == VERDICTS.index(INCONCLUSIVE)) > 0.9
+    out = decide_batch(ctrl, cand, StatsConfig())
+    code = out["code"]
+    # Noise withholds every verdict but a significant regression (which stands on a noisy machine).
+    assert np.mean(code == VERDICTS.index(INCONCLUSIVE)) > 0.85
     assert np.isin(code, [0, 1]).mean() <= 0.05
+    assert not np.any((code == VERDICTS.index(IMPROVED)) & out["noisy"])
 
 
 def test_a_20_percent_effect_at_cv_2_percent_is_detected() -> None:

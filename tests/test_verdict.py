@@ -214,13 +214,72 @@ def test_a_statistic_that_cannot_be_computed_is_error_never_pass(breakage: str) 
     assert rec["verdict"] == "ERROR"
 
 
-def test_noisy_decode_is_inconclusive_and_error() -> None:
+def test_noisy_decode_is_inconclusive_with_a_sample_size() -> None:
     control, candidate = support.load_pair()
     for rep, scale in zip(candidate["reps"], (0.7, 1.3, 0.9, 1.2, 0.95), strict=True):
         rep["decode_tok_s"] *= scale
-    rec = verdict_of(control, candidate)
+    # Only the decode statistics on trial: no per-rep floor, no improvement asked for.
+    rec = verdict_of(
+        control, candidate, _margin_contract(5, min_decode_tok_s=None, min_decode_improvement_pct=None)
+    )
     assert rec["stats"]["decode_tok_s"]["verdict"] == "inconclusive"
-    assert rec["verdict"] == "ERROR" and not gate(rec, "decode comparison conclusive")["passed"]
+    g = gate(rec, "decode comparison conclusive")
+    assert rec["verdict"] == "INCONCLUSIVE" and not g["passed"] and g["severity"] == "inconclusive"
+    ni = rec["figures"]["non_inferiority"]
+    assert ni["outcome"] == "undecided" and ni["needed_units"] > 5, ni
+    assert f"about {ni['needed_units']} reps per arm" in gate(rec, "decode regression ruled out")["detail"]
+
+
+def test_a_clear_regression_on_a_noisy_machine_is_fail_not_error() -> None:
+    control, candidate = support.load_pair()
+    for rep, c, scale in zip(candidate["reps"], control["reps"], (0.6, 0.75, 0.5, 0.7, 0.62), strict=True):
+        rep["decode_tok_s"] = c["decode_tok_s"] * scale
+    rec = verdict_of(control, candidate)
+    decode = rec["stats"]["decode_tok_s"]
+    assert decode["candidate"]["cv_pct"] > decode["max_cv_pct"], decode["candidate"]
+    assert decode["verdict"] == "regressed" and rec["verdict"] == "FAIL", rec["reasons"]
+    assert rec["figures"]["non_inferiority"]["outcome"] == "inferior"
+
+
+@pytest.mark.parametrize(
+    ("launch", "why"),
+    [(None, "None"), ("0", "str"), (True, "bool"), (0.5, "float"), (float("nan"), "float")],
+)
+def test_bad_launch_ids_are_error_with_one_line(launch: Any, why: str) -> None:
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        arm["workload"].update(launches=5, repetitions=1)
+        for i, rep in enumerate(arm["reps"]):
+            rep["launch"] = i
+    candidate["reps"][2]["launch"] = launch
+    rec = verdict_of(control, candidate)
+    g = gate(rec, "decode statistics computed")
+    assert rec["verdict"] == "ERROR" and not g["passed"]
+    assert "candidate reps: launch id" in g["detail"] and why in g["detail"] and "\n" not in g["detail"]
+
+
+@pytest.mark.parametrize("value", ["fast", True, None, float("nan"), float("inf")])
+def test_bad_rep_values_are_error_naming_the_rep(value: Any) -> None:
+    control, candidate = support.load_pair()
+    control["reps"][3]["decode_tok_s"] = value
+    rec = verdict_of(control, candidate)
+    g = gate(rec, "decode statistics computed")
+    assert rec["verdict"] == "ERROR" and g["detail"].startswith("control rep 3 decode_tok_s = "), g
+
+
+def test_unbalanced_or_miscounted_launches_are_error() -> None:
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        arm["workload"].update(launches=2, repetitions=2)
+        arm["reps"] = arm["reps"][:4]
+        for i, rep in enumerate(arm["reps"]):
+            rep["launch"] = i // 2
+    candidate["reps"][1]["launch"] = 1  # 1 + 3
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "ERROR" and "unbalanced" in gate(rec, "decode statistics computed")["detail"]
+    candidate["reps"][1]["launch"] = 7  # three ids
+    rec = verdict_of(control, candidate)
+    assert "3 distinct launch ids" in gate(rec, "decode statistics computed")["detail"]
 
 
 def test_incomplete_result_is_error() -> None:
@@ -268,16 +327,8 @@ def test_token_summary_first_diverging_index() -> None:
     assert vd.token_summary(control, candidate)["first_diverging_index"] == 6
 
 
-def test_launch_means_are_the_unit_with_several_launches() -> None:
+def test_launches_are_the_unit_with_variance_components() -> None:
     control, candidate = support.load_pair()
-    for arm in (control, candidate):
-        arm["workload"]["launches"] = 5
-        arm["workload"]["repetitions"] = 1
-        for i, rep in enumerate(arm["reps"]):
-            rep["launch"] = i
-    rec = verdict_of(control, candidate)
-    assert rec["stats"]["decode_tok_s"]["unit"] == "launch"
-    # Two launches of five reps each can never be significant: inconclusive, hence ERROR.
     for arm in (control, candidate):
         arm["workload"].update(launches=2, repetitions=5)
         second = [dict(r, index=r["index"] + 5, decode_tok_s=r["decode_tok_s"] * 1.01) for r in arm["reps"]]
@@ -285,9 +336,15 @@ def test_launch_means_are_the_unit_with_several_launches() -> None:
         for i, rep in enumerate(arm["reps"]):
             rep["launch"] = i // 5
     rec = verdict_of(control, candidate)
-    assert rec["stats"]["decode_tok_s"]["control"]["n"] == 2
-    assert rec["stats"]["decode_tok_s"]["verdict"] == "inconclusive"
-    assert rec["verdict"] == "ERROR"
+    decode = rec["stats"]["decode_tok_s"]
+    assert decode["unit"] == "launch" and decode["launches"] == 2 and decode["control"]["n"] == 10
+    comp = rec["figures"]["variance_components"]["control"]
+    assert comp["launches"] == 2 and comp["reps_per_launch"] == 5 and comp["unit"] == "launch"
+    # The 1 % launch offset is far above the ~0.3 % rep noise: between-launch variance dominates, the
+    # arm mean's variance is MSB / (L R) with L - 1 = 1 df.
+    assert comp["cv_between_pct"] > 2 * comp["cv_within_pct"] and comp["df"] == 1.0
+    # Two launches are no longer always ERROR: +20 % against a 1 % launch offset is decided.
+    assert rec["verdict"] == "PASS", rec["reasons"]
 
 
 def test_statistics_gate_detail_carries_the_error() -> None:
@@ -384,10 +441,11 @@ def test_a_quality_comparison_that_fails_is_error(monkeypatch: pytest.MonkeyPatc
     assert "KeyError" in gate(rec, "quality: quality comparison computed")["detail"]
 
 
-def _margin_contract(margin_pct: float) -> LoadedContract:
+def _margin_contract(margin_pct: float, **gates: Any) -> LoadedContract:
     base = support.pinned_contract()
     data = base.contract.model_dump(mode="json")
     data["speed"]["gates"]["max_decode_regression_pct"] = margin_pct
+    data["speed"]["gates"].update(gates)
     contract = parse_contract(data, Path("margin.yaml"))
     return LoadedContract(path="margin.yaml", sha256=support.FIXTURE_SHA, contract=contract)
 
@@ -397,12 +455,14 @@ def test_non_inferiority_needs_the_ci_to_rule_out_a_larger_slowdown() -> None:
     # The candidate is ~3 % slower but noisy: not a significant regression, and not ruled out either.
     for i, (rep, c) in enumerate(zip(candidate["reps"], control["reps"], strict=True)):
         rep["decode_tok_s"] = c["decode_tok_s"] * (0.97 + (0.04 if i % 2 else -0.04))
-    rec = verdict_of(control, candidate, _margin_contract(1.0))
+    only_margin = {"min_decode_improvement_pct": None, "min_decode_tok_s": None}
+    rec = verdict_of(control, candidate, _margin_contract(1.0, **only_margin))
     decode = rec["stats"]["decode_tok_s"]
-    assert decode["verdict"] != "regressed" and decode["ci_low"] < 0.99, decode
+    assert decode["verdict"] != "regressed" and decode["t_ci_low"] < 0.99 < decode["t_ci_high"], decode
     g = gate(rec, "decode regression ruled out beyond 1 %")
-    assert not g["passed"] and rec["verdict"] == "FAIL"
-    # The same data pass a margin wide enough for the CI's lower bound.
-    wide = 100 * (1 - decode["ci_low"]) + 1
-    rec = verdict_of(control, candidate, _margin_contract(wide))
+    assert not g["passed"] and g["severity"] == "inconclusive" and rec["verdict"] == "INCONCLUSIVE"
+    assert "reps per arm" in g["detail"]
+    # The same data pass a margin wide enough for the Welch-t lower bound.
+    wide = 100 * (1 - decode["t_ci_low"]) + 1
+    rec = verdict_of(control, candidate, _margin_contract(wide, **only_margin))
     assert gate(rec, "decode regression ruled out")["passed"]

@@ -14,6 +14,7 @@ so the report can be rendered again from verdict.json alone.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +26,14 @@ import numpy as np
 from qgate import verdict as vd
 from qgate.contract import ROUTE_ENV_PREFIX, ContractError, LoadedContract, load_contract
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, atomic_write_with, load_result
-from qgate.stats import StatsConfig, compare_samples, unit_samples
+from qgate.stats import (
+    LaunchDataError,
+    MetricStats,
+    StatsConfig,
+    compare_samples,
+    error_record,
+    group_by_launch,
+)
 
 VERDICT_SCHEMA_VERSION = 1
 KINDS = ("speed", "quality")
@@ -127,12 +135,42 @@ def _rep_values(result: dict[str, Any], field: str) -> np.ndarray:
 
 
 def _launches(result: dict[str, Any]) -> int:
-    return int((result.get("workload") or {}).get("launches", 1) or 1)
+    value = (result.get("workload") or {}).get("launches", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
-def _unit(result: dict[str, Any], field: str) -> tuple[str, np.ndarray]:
-    launch_ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
-    return unit_samples(_rep_values(result, field), launch_ids, _launches(result))
+def _rep_problem(result: dict[str, Any], field: str) -> str | None:
+    """One line naming the first rep whose value is not a finite positive number, or None."""
+    for i, rep in enumerate(result.get("reps") or []):
+        v = rep.get(field) if isinstance(rep, dict) else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"rep {i} {field} = {v!r}: expected a finite number"
+    return None
+
+
+def _arm_samples(result: dict[str, Any], field: str, name: str) -> tuple[np.ndarray | None, str | None]:
+    """An arm's reps of one field, launch-major (stats.group_by_launch); or None and a one-line reason."""
+    problem = _rep_problem(result, field)
+    if problem is not None:
+        return None, f"{name} {problem}"
+    reps = [rep for rep in result.get("reps") or [] if isinstance(rep, dict)]
+    try:
+        ids = [rep.get("launch") for rep in reps]
+        return group_by_launch(_rep_values(result, field), ids, _launches(result)), None
+    except LaunchDataError as exc:
+        return None, f"{name} reps: {exc}"
+
+
+def _compare_field(
+    control: dict[str, Any], candidate: dict[str, Any], field: str, cfg: StatsConfig, higher: bool
+) -> MetricStats:
+    launches = _launches(control)
+    c, why_c = _arm_samples(control, field, "control")
+    t, why_t = _arm_samples(candidate, field, "candidate")
+    if c is None or t is None:
+        reason = str(why_c or why_t)
+        return error_record(field, reason, higher, "launch" if launches > 1 else "rep")
+    return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches)
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -206,16 +244,20 @@ def compare_speed(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
     assert loaded.contract.speed is not None
     control, candidate = pair.control, pair.candidate
     cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
-    (unit, dc), (_, dt) = _unit(control, "decode_tok_s"), _unit(candidate, "decode_tok_s")
-    (_, pc), (_, pt) = _unit(control, "ttft_ms"), _unit(candidate, "ttft_ms")
-    decode = compare_samples(dc, dt, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
-    ttft = compare_samples(pc, pt, cfg, "ttft_ms", higher_is_better=False, unit=unit)
-    figs = {"control": _arm_figures(control), "candidate": _arm_figures(candidate), "unit": unit}
+    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True)
+    ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
+    figs = {"control": _arm_figures(control), "candidate": _arm_figures(candidate), "unit": decode.unit}
     c, t = figs["control"], figs["candidate"]
     figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
     figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])
     figs["ttft_median_change_pct"] = _change(t["ttft_ms_median"], c["ttft_ms_median"])
     figs["min_decode_tok_s"] = loaded.contract.speed.gates.min_decode_tok_s
+    ni = vd.non_inferiority(decode, loaded.contract.speed.gates.max_decode_regression_pct)
+    figs["non_inferiority"] = {**ni, "sample_size": vd.sample_size_text(ni) or None}
+    figs["variance_components"] = {
+        arm: (None if comp is None else comp.__dict__.copy())
+        for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
+    }
     tokens = vd.token_summary(control, candidate)
     diffs = vd.differences(control, candidate, loaded, SPEED_EXTRA_KEYS)
     gates = [

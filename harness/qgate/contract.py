@@ -7,8 +7,10 @@ path, the value and what was expected. Nothing is defaulted with a warning.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,12 +98,12 @@ class SpeedGates(_Strict):
     max_prefill_regression_pct: float | None = Field(None, ge=0)
     identical_tokens: bool = True
     min_decode_improvement_pct: float | None = Field(None, ge=0)
-    max_decode_regression_pct: float | None = Field(
-        None,
-        ge=0,
+    max_decode_regression_pct: float = Field(
+        gt=0,
         lt=100,
-        description="non-inferiority margin: passes only when the CI's lower bound of the decode ratio "
-        "(candidate/control) is >= 1 - margin/100, i.e. the data rule out a larger slowdown",
+        description="required non-inferiority margin: passes only when the Welch-t lower bound (one-sided "
+        "alpha/2) of the decode ratio (candidate/control) is >= 1 - margin/100, i.e. the data rule out a "
+        "larger slowdown; not ruled out is INCONCLUSIVE (FAIL when the whole interval is below)",
     )
 
 
@@ -123,7 +125,7 @@ class Speed(_Strict):
     reset_prefix_cache: bool = True
     launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
     prompt_seed: int = 0
-    gates: SpeedGates = Field(default_factory=SpeedGates)
+    gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)
 
 
@@ -138,6 +140,36 @@ class Contract(_Strict):
     speed: Speed | None = None
     quality: Quality | None = None
     ops: Ops | None = None
+
+    @model_validator(mode="after")
+    def _something_to_gate(self) -> Contract:
+        if self.speed is None and self.quality is None and self.ops is None:
+            raise ValueError("nothing to gate: the contract has no speed, quality or ops section")
+        return self
+
+    @model_validator(mode="after")
+    def _reps_can_reach_alpha(self) -> Contract:
+        if self.speed is not None:
+            n = self.speed.repetitions * self.speed.launches
+            alpha = self.speed.stats.alpha
+            smallest = min(1.0, 2.0 / math.comb(2 * n, n))
+            if smallest >= alpha:
+                raise ValueError(
+                    f"speed.repetitions x speed.launches = {self.speed.repetitions} x {self.speed.launches} "
+                    f"= {n} reps per arm: the smallest exact Mann-Whitney p of {n} v {n} is {smallest:.3g}, "
+                    f"which can never reach speed.stats.alpha = {alpha:g}; expected at least "
+                    f"{_min_reps(alpha)} reps per arm"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _known_route_env(self) -> Contract:
+        for arm_name in ("control", "candidate"):
+            for key in getattr(self.arms, arm_name).env:
+                problem = route_env_typo(key)
+                if problem:
+                    raise ValueError(f"arms.{arm_name}.env.{key}: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _input_fits(self) -> Contract:
@@ -160,6 +192,41 @@ class Contract(_Strict):
 
     def env_for(self, arm: str) -> dict[str, str]:
         return dict(getattr(self.arms, arm).env)
+
+
+def _min_reps(alpha: float) -> int:
+    n = 1
+    while 2.0 / math.comb(2 * n, n) >= alpha:
+        n += 1
+    return n
+
+
+def route_env_typo(key: str) -> str | None:
+    """Why an arm env key looks like a route switch or route override but is none qgate knows; else None.
+
+    The known names come from qgate.routes (route switches ROUTES, overrides OVERRIDE_PREFIX + route): a
+    key with their prefix (in any case) that is not one of them, or a key within a few edits of one.
+    """
+    try:  # lazy: qgate.routes imports the launcher
+        from qgate.routes import OVERRIDE_PREFIX, ROUTES, override_var
+    except ImportError:  # no route vocabulary to check against; the verdict's attestation is ERROR then
+        return None
+
+    switches = sorted(ROUTES.values())
+    overrides = sorted(override_var(r) for r in ROUTES)
+    known = switches + overrides
+    if key in known:
+        return None
+    upper = key.upper()
+    hint = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
+    did_you_mean = f"; did you mean {hint[0]}?" if hint else ""
+    if upper.startswith(ROUTE_ENV_PREFIX):
+        return f"not a known route switch (known: {', '.join(switches)}){did_you_mean}"
+    if upper.startswith(OVERRIDE_PREFIX):
+        return f"not a known route override (known: {', '.join(overrides)}){did_you_mean}"
+    if hint:
+        return f"looks like a route switch or override but is not a known one{did_you_mean}"
+    return None
 
 
 class LoadedContract(BaseModel):

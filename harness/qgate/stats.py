@@ -2,25 +2,47 @@
 
 Nothing here prints, reads files or knows about vLLM: samples in, an immutable record out.
 
+The statistical unit. With one engine start per arm (launches L = 1) the unit is the rep. With L >= 2
+starts of R reps each, reps of one start share its offset (engine starts differ: allocator state, thread
+placement, JIT), so the arm is a one-way random-effects sample: y_ij = mu + b_i + e_ij with a between-
+launch variance s_b^2 and a within-launch variance s_w^2, estimated from the mean squares
+MSB = R * var(launch means) (df L-1) and MSW = pooled within-launch variance (df L(R-1)):
+s_w^2 = MSW, s_b^2 = max(0, (MSB - MSW) / R). The variance of the arm's mean is E[MSB] / (L R); it
+is estimated by max(MSB, MSW) / (L R) with the df of the mean square used (L-1 for MSB, L(R-1) for
+MSW): MSB alone is unbiased but with L = 2 has one degree of freedom, MSW alone ignores the launch
+offsets; their maximum never estimates below the within-launch floor and follows MSB whenever the
+launches differ by more than their reps do. tests/test_stats.py checks the calibration by simulation
+(A/A with launch offsets of sd 10 %, and a true slowdown equal to the margin).
+
+The interval. The CI of the ratio of means (candidate / control) is a Welch-t interval on its log:
+log(mean_t / mean_c) +- t(1 - alpha/2, df) * se, se^2 = var(mean_t)/mean_t^2 + var(mean_c)/mean_c^2
+(delta method), df by Satterthwaite. Each bound is one-sided at alpha/2; the verdict layer's
+non-inferiority gate needs its lower bound (for a higher-is-better metric) at or above 1 - margin.
+The seeded percentile bootstrap of the reps is kept as one of the three significance tests only: at
+5 reps it is too narrow to bound a margin (it passes a slowdown equal to the margin 5-6 % of the time
+instead of 2.5 %).
+
 The decision rule (per metric), with alpha, min_effect_pct and max_cv_pct from the contract:
 
 * error: a statistic could not be computed (empty arm, fewer than 2 samples, NaN/inf or
-  non-positive values, zero variance in both arms, a non-finite p or CI). The verdict layer turns
-  this into ERROR, never into a pass.
-* inconclusive: the coefficient of variation (population std / mean) of either arm is above
-  max_cv_pct, or the sample sizes cannot reach alpha at all (the smallest attainable two-sided exact
-  Mann-Whitney p, 2 / C(n+m, n), is >= alpha: e.g. 3 v 3 launches).
-* significant: Welch's t-test p < alpha AND the exact Mann-Whitney U p < alpha AND the seeded
-  percentile-bootstrap (1 - alpha) CI of the ratio of means (candidate / control) excludes 1. Asking
-  all three to agree is conservative: the false-positive rate is at most that of the most
-  conservative of them (tests/test_stats.py measures it on 10,000 simulated A/A pairs).
-* improved / regressed: significant and the change of the means is at least min_effect_pct in the
-  good / bad direction; otherwise "no significant change" (a significant effect below the practical
-  floor is reported as such in the reason).
+  non-positive values, zero variance in both arms, unbalanced launches, a non-finite p or CI). The
+  verdict layer turns this into ERROR, never into a pass.
+* significant: Welch's t-test p < alpha (on the unit, with the variance and df above) AND the exact
+  Mann-Whitney U p < alpha (on all reps) AND the seeded percentile-bootstrap (1 - alpha) CI of the
+  ratio of means (reps resampled) excludes 1. Asking all three to agree is conservative: the false-
+  positive rate is at most that of the most conservative of them, and Welch's is the one that knows
+  the launch structure (tests/test_stats.py measures the rate on simulated A/A pairs).
+* regressed: significant and the change of the means is at least min_effect_pct in the bad direction,
+  whatever the noise: a significant regression beyond the practical floor is a regression even on a
+  noisy machine.
+* inconclusive: not regressed, and the coefficient of variation (population std / mean of all reps)
+  of either arm is above max_cv_pct, or the sample sizes cannot reach alpha at all (the smallest
+  attainable two-sided exact Mann-Whitney p, 2 / C(n+m, n), is >= alpha: e.g. 3 v 3 reps).
+* improved: significant and at least min_effect_pct in the good direction; otherwise "no significant
+  change" (a significant effect below the practical floor is reported as such in the reason).
 
-Multi-launch: when an arm ran over L > 1 engine starts, reps of one launch are not independent
-(they share the engine start), so `unit_samples` averages the reps of each launch first and the
-tests run on the L launch means.
+`units_for_non_inferiority` turns the observed noise of the unit into a sample-size estimate: how many
+units per arm a margin needs at a given power.
 """
 
 from __future__ import annotations
@@ -32,7 +54,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-STATS_SCHEMA_VERSION = 1
+STATS_SCHEMA_VERSION = 2
+DEFAULT_POWER = 0.8
 IMPROVED = "improved"
 REGRESSED = "regressed"
 NO_CHANGE = "no significant change"
@@ -84,6 +107,30 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Components:
+    """One arm's variance components (one-way random effects over its launches), on the metric's scale.
+
+    With one launch, or one rep per launch, between and within cannot be separated: they are None and
+    `unit_var` is the sample variance of the units. cv_* are 100 * sqrt(var) / mean.
+    """
+
+    launches: int
+    reps_per_launch: int
+    unit: str  # "rep" or "launch"
+    units: int
+    mean: float
+    var_between: float | None
+    var_within: float | None
+    cv_between_pct: float | None
+    cv_within_pct: float | None
+    ms_between: float | None
+    ms_within: float | None
+    var_of_mean: float  # the estimated variance of the arm's mean
+    df: float  # degrees of freedom of var_of_mean
+    unit_cv_pct: float  # CV of one unit: 100 * sqrt(var_of_mean * units) / mean
+
+
+@dataclass(frozen=True)
 class MetricStats:
     """The comparison of one metric; `verdict` is one of VERDICTS, `error` set when it is ERROR."""
 
@@ -110,6 +157,14 @@ class MetricStats:
     bootstrap_resamples: int | None = None
     seed: int | None = None
     error: str | None = None
+    # The Welch-t interval on log(ratio): each bound one-sided at alpha/2 (the non-inferiority bound).
+    t_ci_low: float | None = None
+    t_ci_high: float | None = None
+    log_ratio_se: float | None = None
+    df: float | None = None  # Satterthwaite df of that interval and of welch_t
+    launches: int = 1
+    control_components: Components | None = None
+    candidate_components: Components | None = None
     schema_version: int = STATS_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,19 +200,52 @@ def summarize(samples: Any) -> Summary:
     )
 
 
-def unit_samples(values: Any, launch_ids: Any, launches: int) -> tuple[str, np.ndarray]:
-    """The samples the tests run on: reps when launches == 1, else the mean of each launch's reps.
+class LaunchDataError(ValueError):
+    """Reps whose launch ids cannot be grouped; str() is one line."""
 
-    Returns (unit, samples) with unit "rep" or "launch"; launch means are ordered by launch id.
+
+def _launch_key(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise LaunchDataError(f"launch id {value!r} ({type(value).__name__}): expected an integer")
+    return int(value)
+
+
+def group_by_launch(values: Any, launch_ids: Any, launches: int) -> np.ndarray:
+    """The reps ordered launch by launch (launch-major), as decide_batch and compare_samples want them.
+
+    launches == 1: the values as they are. Otherwise every launch id must be an integer, there must be
+    exactly `launches` distinct ids and each must hold the same number of reps; LaunchDataError otherwise.
+    """
+    x = np.asarray(values, dtype=float)
+    if launches <= 1:
+        return x
+    ids = list(launch_ids)
+    if len(ids) != x.size:
+        raise LaunchDataError(f"{x.size} values but {len(ids)} launch ids")
+    keys = [_launch_key(v) for v in ids]
+    order = sorted(set(keys))
+    if len(order) != launches:
+        raise LaunchDataError(
+            f"{len(order)} distinct launch ids {order}, the workload ran {launches} launches"
+        )
+    sizes = {k: keys.count(k) for k in order}
+    if len(set(sizes.values())) != 1:
+        raise LaunchDataError(f"unbalanced launches: reps per launch id {sizes}")
+    key_arr = np.array(keys)
+    return np.concatenate([x[key_arr == k] for k in order])
+
+
+def unit_samples(values: Any, launch_ids: Any, launches: int) -> tuple[str, np.ndarray]:
+    """The unit samples: reps when launches == 1, else the mean of each launch's reps (by launch id).
+
+    Returns (unit, samples) with unit "rep" or "launch"; raises LaunchDataError for ids that cannot be
+    grouped (None, strings, booleans, floats, a wrong count or unbalanced launches).
     """
     x = np.asarray(values, dtype=float)
     if launches <= 1:
         return "rep", x
-    ids = np.asarray(launch_ids)
-    if ids.shape != x.shape:
-        raise ValueError(f"{x.size} values but {ids.size} launch ids")
-    order = sorted(set(ids.tolist()))
-    return "launch", np.array([x[ids == i].mean() for i in order], dtype=float)
+    grouped = group_by_launch(x, launch_ids, launches)
+    return "launch", grouped.reshape(launches, -1).mean(axis=1)
 
 
 def min_attainable_p(n: int, m: int) -> float:
@@ -165,8 +253,10 @@ def min_attainable_p(n: int, m: int) -> float:
     return min(1.0, 2.0 / math.comb(n + m, n))
 
 
-def _validate(control: np.ndarray, candidate: np.ndarray) -> str | None:
+def _validate(control: np.ndarray, candidate: np.ndarray, launches: int = 1) -> str | None:
     for name, x in (("control", control), ("candidate", candidate)):
+        if launches > 1 and x.ndim == 1 and (x.size < launches or x.size % launches):
+            return f"{name} has {x.size} samples: not {launches} launches of equal size"
         if x.ndim != 1:
             return f"{name} samples must be one-dimensional, got shape {x.shape}"
         if x.size == 0:
@@ -233,23 +323,93 @@ def _counts(idx: np.ndarray, size: int) -> np.ndarray:
     return counts
 
 
+def arm_variance(x: np.ndarray, launches: int = 1) -> dict[str, np.ndarray]:
+    """Per row of x [P, L*R] (launch-major): the variance of the row's mean, its df and the components.
+
+    L = 1: var(x, ddof=1) / n with n - 1 df. L >= 2, R >= 2: one-way random effects (module docstring):
+    max(MSB, MSW) / (L R) with the df of the mean square used. R = 1: MSB / L with L - 1 df.
+    """
+    x = np.asarray(x, dtype=float)
+    p, n = x.shape
+    mean = x.mean(axis=1)
+    nan = np.full(p, np.nan)
+    if launches <= 1:
+        var = x.var(axis=1, ddof=1)
+        return {
+            "mean": mean,
+            "var_of_mean": var / n,
+            "df": np.full(p, n - 1.0),
+            "msb": nan,
+            "msw": nan,
+            "var_between": nan,
+            "var_within": nan,
+        }
+    if n % launches:
+        raise ValueError(f"{n} samples do not split into {launches} launches")
+    r = n // launches
+    groups = x.reshape(p, launches, r)
+    means = groups.mean(axis=2)
+    msb = r * means.var(axis=1, ddof=1)
+    if r == 1:
+        return {
+            "mean": mean,
+            "var_of_mean": msb / n,
+            "df": np.full(p, launches - 1.0),
+            "msb": msb,
+            "msw": nan,
+            "var_between": nan,
+            "var_within": nan,
+        }
+    msw = groups.var(axis=2, ddof=1).mean(axis=1)
+    use_b = msb >= msw
+    return {
+        "mean": mean,
+        "var_of_mean": np.where(use_b, msb, msw) / n,
+        "df": np.where(use_b, launches - 1.0, launches * (r - 1.0)),
+        "msb": msb,
+        "msw": msw,
+        "var_between": np.maximum(0.0, (msb - msw) / r),
+        "var_within": msw,
+    }
+
+
+def _satterthwaite(a: np.ndarray, b: np.ndarray, df_a: np.ndarray, df_b: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (a + b) ** 2 / (a**2 / df_a + b**2 / df_b)
+
+
 def decide_batch(
-    control: np.ndarray, candidate: np.ndarray, cfg: StatsConfig, higher_is_better: bool = True
+    control: np.ndarray,
+    candidate: np.ndarray,
+    cfg: StatsConfig,
+    higher_is_better: bool = True,
+    launches: int = 1,
 ) -> dict[str, np.ndarray]:
     """The decision rule on P pairs at once (rows); used by compare_samples and the honesty tests.
 
-    control: [P, n], candidate: [P, m], all positive and finite (compare_samples checks). Returns
-    arrays of length P: welch_t, welch_p, mwu_u, mwu_p, ratio, change_pct, ci_low, ci_high,
-    cv_control, cv_candidate and `code` (index into VERDICTS).
+    control: [P, n], candidate: [P, m], all positive and finite (compare_samples checks); with
+    launches L >= 2 each row holds L launches of equal size, launch-major. Returns arrays of length P:
+    welch_t, welch_p, df, mwu_u, mwu_p, ratio, change_pct, ci_low, ci_high (bootstrap), t_ci_low,
+    t_ci_high, log_ratio_se, cv_control, cv_candidate and `code` (index into VERDICTS).
     """
     control = np.asarray(control, dtype=float)
     candidate = np.asarray(candidate, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        welch = sps.ttest_ind(candidate, control, equal_var=False, axis=1)
-        welch_t, welch_p = np.asarray(welch.statistic, float), np.asarray(welch.pvalue, float)
+        vc, vt = arm_variance(control, launches), arm_variance(candidate, launches)
+        mean_c, mean_t = vc["mean"], vt["mean"]
+        # Welch on the unit (raw scale): with L = 1 this is scipy's ttest_ind(equal_var=False).
+        welch_df = _satterthwaite(vt["var_of_mean"], vc["var_of_mean"], vt["df"], vc["df"])
+        welch_t = (mean_t - mean_c) / np.sqrt(vt["var_of_mean"] + vc["var_of_mean"])
+        welch_p = 2 * sps.t.sf(np.abs(welch_t), welch_df)
+        # The Welch-t interval of the ratio, on its log (delta method).
+        a_c, a_t = vc["var_of_mean"] / mean_c**2, vt["var_of_mean"] / mean_t**2
+        df = _satterthwaite(a_t, a_c, vt["df"], vc["df"])
+        se = np.sqrt(a_t + a_c)
+        log_ratio = np.log(mean_t / mean_c)
+        q = sps.t.ppf(1 - cfg.alpha / 2, df)
+        t_ci_low, t_ci_high = np.exp(log_ratio - q * se), np.exp(log_ratio + q * se)
         mwu_u, mwu_p, methods = _mwu_batch(control, candidate)
         ci_low, ci_high = _bootstrap_ratio_ci(control, candidate, cfg)
-        mean_c, mean_t = control.mean(axis=1), candidate.mean(axis=1)
         ratio = mean_t / mean_c
         cv_c = 100 * control.std(axis=1) / mean_c
         cv_t = 100 * candidate.std(axis=1) / mean_t
@@ -261,15 +421,17 @@ def decide_batch(
     noisy = (cv_c > cfg.max_cv_pct) | (cv_t > cfg.max_cv_pct)
     underpowered = min_attainable_p(control.shape[1], candidate.shape[1]) >= cfg.alpha
     broken = ~(np.isfinite(welch_p) & np.isfinite(mwu_p) & np.isfinite(ci_low) & np.isfinite(ci_high))
-    broken |= ~(np.isfinite(ratio) & np.isfinite(welch_t))
+    broken |= ~(np.isfinite(ratio) & np.isfinite(welch_t) & np.isfinite(t_ci_low) & np.isfinite(t_ci_high))
     code = np.select(
-        [broken, noisy | underpowered, improved, regressed],
-        [VERDICTS.index(ERROR), VERDICTS.index(INCONCLUSIVE), 0, 1],
+        [broken, regressed, noisy | underpowered, improved],
+        [VERDICTS.index(ERROR), VERDICTS.index(REGRESSED), VERDICTS.index(INCONCLUSIVE), 0],
         default=VERDICTS.index(NO_CHANGE),
     )
     return {
         "welch_t": welch_t,
         "welch_p": welch_p,
+        "df": df,
+        "welch_df": welch_df,
         "mwu_u": mwu_u,
         "mwu_p": mwu_p,
         "mwu_method": np.array(methods, dtype=object),
@@ -277,11 +439,51 @@ def decide_batch(
         "change_pct": change,
         "ci_low": ci_low,
         "ci_high": ci_high,
+        "t_ci_low": t_ci_low,
+        "t_ci_high": t_ci_high,
+        "log_ratio_se": se,
         "cv_control": cv_c,
         "cv_candidate": cv_t,
+        "noisy": noisy,
         "significant": significant,
         "code": code,
+        "var_control": vc,
+        "var_candidate": vt,
     }
+
+
+def units_for_non_inferiority(
+    unit_cv_control_pct: float,
+    unit_cv_candidate_pct: float,
+    margin_pct: float,
+    alpha: float,
+    true_ratio: float = 1.0,
+    power: float = DEFAULT_POWER,
+) -> int | None:
+    """Units per arm (reps, or launches of the same size) for the Welch-t bound to clear the margin.
+
+    For a metric where higher is better: the smallest n with t(1-alpha/2, df) + t(power, df) <=
+    (log(true_ratio) - log(1 - margin)) / se(n), se(n)^2 = (cv_c^2 + cv_t^2) / n, df = 2 (n - 1).
+    None when it cannot be computed or no n can do it (true_ratio at or below the margin's floor).
+    """
+    floor = 1 - margin_pct / 100
+    cv2 = (unit_cv_control_pct / 100) ** 2 + (unit_cv_candidate_pct / 100) ** 2
+    if not (0 < floor and true_ratio > floor and math.isfinite(cv2) and cv2 >= 0):
+        return None
+    delta = math.log(true_ratio) - math.log(floor)
+    if cv2 == 0:
+        return 2
+    n = 2
+    for _ in range(100):
+        df = 2.0 * (n - 1)
+        need = cv2 * (float(sps.t.ppf(1 - alpha / 2, df)) + float(sps.t.ppf(power, df))) ** 2 / delta**2
+        new = max(2, math.ceil(need))
+        if new == n:
+            return n
+        if new > 10**7:
+            return None
+        n = new
+    return n
 
 
 def _reason(verdict: str, row: dict[str, Any], cfg: StatsConfig, n: int, m: int) -> str:
@@ -289,22 +491,66 @@ def _reason(verdict: str, row: dict[str, Any], cfg: StatsConfig, n: int, m: int)
     tests = f"Welch p={row['welch_p']:.3g}, Mann-Whitney p={row['mwu_p']:.3g}, {ci}"
     if verdict == ERROR:
         return f"a statistic could not be computed ({tests})"
+    noise = (
+        f"CV control {row['cv_control']:.2f} %, candidate {row['cv_candidate']:.2f} % "
+        f"(limit {cfg.max_cv_pct:g} %)"
+    )
     if verdict == INCONCLUSIVE:
         if min_attainable_p(n, m) >= cfg.alpha:
             return (
                 f"{n} v {m} samples cannot reach alpha {cfg.alpha:g}: the smallest exact Mann-Whitney "
                 f"p is {min_attainable_p(n, m):.3g}"
             )
-        return (
-            f"too noisy: CV control {row['cv_control']:.2f} %, candidate {row['cv_candidate']:.2f} % "
-            f"(limit {cfg.max_cv_pct:g} %)"
-        )
+        return f"too noisy: {noise}"
     change = f"change {row['change_pct']:+.2f} %"
     if verdict in (IMPROVED, REGRESSED):
-        return f"{change}, significant at alpha {cfg.alpha:g} ({tests})"
+        extra = f"; {noise}" if row["noisy"] else ""
+        return f"{change}, significant at alpha {cfg.alpha:g} ({tests}){extra}"
     if row["significant"]:
         return f"{change} is significant but below the practical floor {cfg.min_effect_pct:g} % ({tests})"
     return f"{change}, not significant at alpha {cfg.alpha:g} ({tests})"
+
+
+def _components(v: dict[str, np.ndarray], launches: int, n: int) -> Components:
+    mean = float(v["mean"][0])
+
+    def opt(key: str) -> float | None:
+        val = float(v[key][0])
+        return val if math.isfinite(val) else None
+
+    def cv(var: float | None) -> float | None:
+        return None if var is None else 100 * math.sqrt(var) / mean
+
+    units = launches if launches > 1 else n
+    var_of_mean = float(v["var_of_mean"][0])
+    return Components(
+        launches=launches,
+        reps_per_launch=n // launches,
+        unit="launch" if launches > 1 else "rep",
+        units=units,
+        mean=mean,
+        var_between=opt("var_between"),
+        var_within=opt("var_within"),
+        cv_between_pct=cv(opt("var_between")),
+        cv_within_pct=cv(opt("var_within")),
+        ms_between=opt("msb"),
+        ms_within=opt("msw"),
+        var_of_mean=var_of_mean,
+        df=float(v["df"][0]),
+        unit_cv_pct=100 * math.sqrt(var_of_mean * units) / mean,
+    )
+
+
+def error_record(metric: str, reason: str, higher_is_better: bool = True, unit: str = "rep") -> MetricStats:
+    """The record of a comparison that could not be made (bad input found before the statistics)."""
+    return MetricStats(
+        metric=metric,
+        higher_is_better=higher_is_better,
+        unit=unit,
+        verdict=ERROR,
+        reason=reason,
+        error=reason,
+    )
 
 
 def compare_samples(
@@ -314,9 +560,15 @@ def compare_samples(
     metric: str = "decode_tok_s",
     higher_is_better: bool = True,
     unit: str = "rep",
+    launches: int = 1,
 ) -> MetricStats:
-    """Compare one metric's samples of two arms; never raises for bad data, returns an error record."""
-    base = {"metric": metric, "higher_is_better": higher_is_better, "unit": unit}
+    """Compare one metric's samples of two arms; never raises for bad data, returns an error record.
+
+    launches L >= 2: each arm's samples are its L * R reps, launch-major (`group_by_launch`), and the
+    unit is the launch (one-way random effects). launches = 1: the samples are the units as given.
+    """
+    unit = "launch" if launches > 1 else unit
+    base = {"metric": metric, "higher_is_better": higher_is_better, "unit": unit, "launches": launches}
     settings = {
         "alpha": cfg.alpha,
         "min_effect_pct": cfg.min_effect_pct,
@@ -331,7 +583,7 @@ def compare_samples(
     except (TypeError, ValueError) as exc:
         msg = f"samples are not numbers: {exc}"
         return MetricStats(**base, verdict=ERROR, reason=msg, error=msg, **settings)
-    problem = _validate(c, t)
+    problem = _validate(c, t, launches)
     if problem is not None:
         sums = {}
         if c.ndim == 1 and c.size and np.all(np.isfinite(c)):
@@ -339,8 +591,8 @@ def compare_samples(
         if t.ndim == 1 and t.size and np.all(np.isfinite(t)):
             sums["candidate"] = summarize(t)
         return MetricStats(**base, verdict=ERROR, reason=problem, error=problem, **sums, **settings)
-    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better)
-    row = {k: v[0] for k, v in out.items()}
+    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better, launches)
+    row = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in out.items()}
     verdict = VERDICTS[int(row["code"])]
     reason = _reason(verdict, row, cfg, c.size, t.size)
     return MetricStats(
@@ -359,5 +611,11 @@ def compare_samples(
         ci_low=float(row["ci_low"]),
         ci_high=float(row["ci_high"]),
         error=reason if verdict == ERROR else None,
+        t_ci_low=float(row["t_ci_low"]),
+        t_ci_high=float(row["t_ci_high"]),
+        log_ratio_se=float(row["log_ratio_se"]),
+        df=float(row["df"]),
+        control_components=_components(out["var_control"], launches, c.size),
+        candidate_components=_components(out["var_candidate"], launches, t.size),
         **settings,
     )

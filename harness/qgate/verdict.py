@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from qgate.contract import Contract, LoadedContract
+from qgate.stats import DEFAULT_POWER, IMPROVED, REGRESSED, MetricStats, units_for_non_inferiority
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import IMPROVED, REGRESSED, MetricStats
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
 PASS = "PASS"
@@ -237,16 +237,17 @@ def completeness_gate(result: dict[str, Any], name: str) -> Gate:
 
 
 def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
-    """ERROR-class: both statistics computed and the decode comparison is conclusive."""
+    """Both statistics computed (ERROR-class), and the decode comparison decided (INCONCLUSIVE-class:
+    an arm noisier than max_cv_pct, or too few samples to reach alpha, cannot pass)."""
     gates = []
     for label, st in (("decode", decode), ("prefill (TTFT)", ttft)):
         ok = st.verdict != STAT_ERROR
         detail = "Welch t, Mann-Whitney U and bootstrap CI computed" if ok else str(st.error or st.reason)
         gates.append(Gate(f"{label} statistics computed", ok, detail, SEV_ERROR))
-    conclusive = decode.verdict not in (STAT_ERROR, STAT_INCONCLUSIVE)
-    gates.append(
-        Gate("decode comparison conclusive", conclusive, f"{decode.verdict}: {decode.reason}", SEV_ERROR)
-    )
+    if decode.verdict != STAT_ERROR:
+        conclusive = decode.verdict != STAT_INCONCLUSIVE
+        detail = f"{decode.verdict}: {decode.reason}"
+        gates.append(Gate("decode comparison conclusive", conclusive, detail, SEV_INCONCLUSIVE))
     return gates
 
 
@@ -277,26 +278,100 @@ def speed_gates(
             "all candidate reps produced the same token ids" if same else "candidate reps differ in tokens"
         )
         gates.append(Gate("candidate tokens identical across reps", same, detail))
-    if g.max_decode_regression_pct is not None:
-        gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct))
+    gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct))
     if g.min_decode_improvement_pct is not None:
-        want = g.min_decode_improvement_pct
-        ok = decode.verdict == IMPROVED and decode.change_pct is not None and decode.change_pct >= want
-        detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
-        gates.append(Gate(f"decode improvement >= {want:g} %", ok, detail))
+        gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))
     return gates
 
 
-def _non_inferiority_gate(decode: MetricStats, margin_pct: float) -> Gate:
-    """No significant regression is not evidence of no regression: the CI must exclude a slowdown
-    larger than the margin, so a noisy or underpowered run cannot pass by failing to detect one."""
+def non_inferiority(decode: MetricStats, margin_pct: float) -> dict[str, Any]:
+    """The non-inferiority figures of the decode comparison: the Welch-t bound against the margin's
+    floor, the outcome ("shown", "inferior": the whole interval below the floor, "undecided" or
+    "error") and, unless shown, the units per arm the observed noise needs (a sample-size estimate)."""
     floor = 1.0 - margin_pct / 100.0
+    out: dict[str, Any] = {
+        "margin_pct": margin_pct,
+        "floor": floor,
+        "bound": decode.t_ci_low,
+        "upper": decode.t_ci_high,
+        "one_sided_alpha": None if decode.alpha is None else decode.alpha / 2,
+        "outcome": "error",
+        "unit": decode.unit,
+        "needed_units": None,
+        "needed_units_at_observed": None,
+        "power": DEFAULT_POWER,
+    }
+    cc, tc = decode.control_components, decode.candidate_components
+    if (
+        decode.t_ci_low is None
+        or decode.t_ci_high is None
+        or cc is None
+        or tc is None
+        or decode.alpha is None
+    ):
+        return out
+    if decode.t_ci_low >= floor:
+        out["outcome"] = "shown"
+        return out
+    out["outcome"] = "inferior" if decode.t_ci_high < floor else "undecided"
+    out["needed_units"] = units_for_non_inferiority(cc.unit_cv_pct, tc.unit_cv_pct, margin_pct, decode.alpha)
+    if decode.ratio is not None and floor < decode.ratio < 1:
+        out["needed_units_at_observed"] = units_for_non_inferiority(
+            cc.unit_cv_pct, tc.unit_cv_pct, margin_pct, decode.alpha, true_ratio=decode.ratio
+        )
+    out["reps_per_launch"] = cc.reps_per_launch
+    out["units_now"] = min(cc.units, tc.units)
+    return out
+
+
+def sample_size_text(ni: dict[str, Any]) -> str:
+    """'needs about 12 reps per arm ...' from non_inferiority's figures; empty when there is none."""
+    n = ni.get("needed_units")
+    if ni.get("outcome") in ("shown", "error"):
+        return ""
+    what = "reps" if ni.get("unit") == "rep" else f"launches of {ni.get('reps_per_launch')} reps"
+    power = f"{100 * ni['power']:g} % power"
+    if n is None:
+        return f"no sample size shows non-inferiority at this noise ({power})"
+    text = (
+        f"the observed noise needs about {n} {what} per arm (now {ni.get('units_now')}) to show "
+        f"non-inferiority at {ni['margin_pct']:g} % with {power} if the candidate is as fast as the control"
+    )
+    at_obs = ni.get("needed_units_at_observed")
+    if at_obs is not None:
+        text += f", about {at_obs} if it is as slow as observed"
+    return text
+
+
+def _non_inferiority_gate(decode: MetricStats, margin_pct: float) -> Gate:
+    """No significant regression is not evidence of no regression: the Welch-t bound (one-sided alpha/2)
+    must exclude a slowdown larger than the margin, so a noisy or underpowered run cannot pass by failing
+    to detect one. Not shown: FAIL when the whole interval lies below the floor (a slowdown beyond the
+    margin), else INCONCLUSIVE with a sample-size estimate."""
+    ni = non_inferiority(decode, margin_pct)
     name = f"decode regression ruled out beyond {margin_pct:g} %"
-    if decode.ci_low is None:
-        return Gate(name, False, "no CI of the decode ratio", SEV_ERROR)
-    ok = decode.ci_low >= floor
-    detail = f"{_ci(decode)}; lower bound {'>=' if ok else '<'} {floor:.4f}"
-    return Gate(name, ok, detail)
+    if ni["outcome"] == "error":
+        return Gate(name, False, "no Welch-t interval of the decode ratio", SEV_ERROR)
+    level = f"{100 * (1 - decode.alpha):g}" if decode.alpha is not None else "?"
+    interval = f"Welch-t {level} % CI of ratio [{ni['bound']:.4f}, {ni['upper']:.4f}] (df {decode.df:.1f})"
+    if ni["outcome"] == "shown":
+        return Gate(name, True, f"{interval}; lower bound >= {ni['floor']:.4f}", SEV_INCONCLUSIVE)
+    if ni["outcome"] == "inferior":
+        return Gate(name, False, f"{interval}: the whole interval lies below {ni['floor']:.4f}")
+    detail = f"{interval}; lower bound < {ni['floor']:.4f}: {sample_size_text(ni)}"
+    return Gate(name, False, detail, SEV_INCONCLUSIVE)
+
+
+def _improvement_gate(decode: MetricStats, want: float) -> Gate:
+    """A significant improvement of at least `want` %; not shown is FAIL when the interval rules it out
+    (its upper bound below 1 + want %), else INCONCLUSIVE."""
+    name = f"decode improvement >= {want:g} %"
+    ok = decode.verdict == IMPROVED and decode.change_pct is not None and decode.change_pct >= want
+    detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
+    if ok:
+        return Gate(name, True, detail, SEV_INCONCLUSIVE)
+    ruled_out = decode.t_ci_high is not None and decode.t_ci_high < 1 + want / 100
+    return Gate(name, False, detail, SEV_FAIL if ruled_out else SEV_INCONCLUSIVE)
 
 
 def _ci(st: MetricStats) -> str:

@@ -48,6 +48,9 @@ def standin_routes() -> types.ModuleType:
     """A stand-in for qgate.routes with the documented semantics (the real one belongs to issue 5)."""
     mod = types.ModuleType("qgate.routes")
     mod.ROUTES = dict(STANDIN_ROUTES)
+    # The route-env vocabulary the contract's typo check reads (qgate.contract.route_env_typo).
+    mod.OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
+    mod.override_var = lambda route: mod.OVERRIDE_PREFIX + route.upper()
 
     def attestation_gates(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
         gates = []

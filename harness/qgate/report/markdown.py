@@ -71,12 +71,71 @@ def _throughput(record: dict[str, Any]) -> list[str]:
 
 
 def _compatible(st: dict[str, Any] | None) -> str:
-    """What the data cannot rule out: the CI of the ratio as a range of changes."""
-    if not st or st.get("ci_low") is None or st.get("ci_high") is None or not st.get("ci_level"):
+    """What the data cannot rule out: the Welch-t CI of the ratio as a range of changes."""
+    if not st or st.get("t_ci_low") is None or st.get("t_ci_high") is None or not st.get("ci_level"):
         return ""
-    low, high = 100 * (st["ci_low"] - 1), 100 * (st["ci_high"] - 1)
+    low, high = 100 * (st["t_ci_low"] - 1), 100 * (st["t_ci_high"] - 1)
     level = _num(100 * st["ci_level"], "g")
-    return f" The data are compatible with a decode change from {low:+.2f} % to {high:+.2f} % ({level} % CI)."
+    return (
+        f" The data are compatible with a decode change from {low:+.2f} % to {high:+.2f} % "
+        f"({level} % Welch-t CI)."
+    )
+
+
+def _margin(record: dict[str, Any]) -> list[str]:
+    """The non-inferiority bound against the margin, the sample-size estimate and the variance components."""
+    figs = record["figures"]
+    ni = figs.get("non_inferiority")
+    if not ni:
+        return []
+    alpha = ni.get("one_sided_alpha")
+    lines = [
+        "### Non-inferiority and noise",
+        "",
+        f"- Margin: a decode slowdown beyond {_num(ni['margin_pct'], 'g')} % (ratio floor "
+        f"{_num(ni['floor'], '.4f')}) must be ruled out.",
+        f"- Welch-t lower bound of the ratio (one-sided alpha {_num(alpha, 'g')}): "
+        f"{_num(ni['bound'], '.4f')}; upper bound {_num(ni['upper'], '.4f')}: "
+        f"{_NI_OUTCOME.get(ni['outcome'], ni['outcome'])}.",
+    ]
+    if ni.get("sample_size"):
+        lines.append(f"- Sample size: {ni['sample_size']}.")
+    rows = []
+    for arm, comp in (figs.get("variance_components") or {}).items():
+        if not comp:
+            continue
+        rows.append(
+            {
+                "arm": arm,
+                "launches x reps": f"{comp['launches']} x {comp['reps_per_launch']}",
+                "unit": comp["unit"],
+                "between-launch CV": _pct_or_na(comp["cv_between_pct"]),
+                "within-launch CV": _pct_or_na(comp["cv_within_pct"]),
+                "CV of one unit": _pct_or_na(comp["unit_cv_pct"]),
+                "df of the mean": _num(comp["df"], "g"),
+            }
+        )
+    if rows:
+        lines += [
+            "",
+            table(pd.DataFrame(rows)),
+            "",
+            "Variance components of decode tok/s (one-way random effects over the launches; n/a with one "
+            "launch, or one rep per launch).",
+        ]
+    return [*lines, ""]
+
+
+def _pct_or_na(value: Any) -> str:
+    return "n/a" if value is None else f"{_num(value)} %"
+
+
+_NI_OUTCOME = {
+    "shown": "non-inferiority shown",
+    "inferior": "the whole interval lies below the floor (a slowdown beyond the margin)",
+    "undecided": "not shown, nor a slowdown beyond the margin",
+    "error": "could not be computed",
+}
 
 
 def _statistics(record: dict[str, Any]) -> list[str]:
@@ -95,7 +154,9 @@ def _statistics(record: dict[str, Any]) -> list[str]:
                 f"{_num(100 * level, 'g') if level else '?'} % bootstrap CI": (
                     f"[{_num(st.get('ci_low'), '.4f')}, {_num(st.get('ci_high'), '.4f')}]"
                 ),
+                "Welch-t CI": f"[{_num(st.get('t_ci_low'), '.4f')}, {_num(st.get('t_ci_high'), '.4f')}]",
                 "Welch t": _num(st.get("welch_t"), ".3f"),
+                "df": _num(st.get("df"), ".1f"),
                 "Welch p": _num(st.get("welch_p"), ".3g"),
                 "Mann-Whitney U": _num(st.get("mwu_u"), "g"),
                 "Mann-Whitney p": f"{_num(st.get('mwu_p'), '.3g')} ({st.get('mwu_method') or 'n/a'})",
@@ -187,8 +248,9 @@ def _gates(record: dict[str, Any]) -> list[str]:
         for g in record["gates"]
     ]
     note = (
-        'A failed gate makes the verdict what its "on failure" column says; '
-        "ERROR outranks FAIL, FAIL outranks INCONCLUSIVE."
+        'A failed gate makes the verdict what its "on failure" column says; ERROR outranks FAIL, FAIL '
+        "outranks INCONCLUSIVE. The margin and improvement gates are INCONCLUSIVE when the interval cannot "
+        "decide and FAIL when it lies wholly on the wrong side."
     )
     return ["## Gates", "", table(pd.DataFrame(rows)), "", note, ""]
 
@@ -245,6 +307,7 @@ def _speed(record: dict[str, Any]) -> list[str]:
         "",
         *_throughput(record),
         *_statistics(record),
+        *_margin(record),
         *_prefill(record),
         *_tokens(record),
         *_routes(record),
