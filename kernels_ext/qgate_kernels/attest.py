@@ -77,6 +77,8 @@ class Recorder:
         self.routes_on = sorted(routes_on)
         self.overrides = dict(overrides)
         self.errors: list[str] = []
+        self.shims: dict[str, str] = {}  # platform shim -> what it did (qgate_kernels.shims)
+        self.shim_calls: dict[str, int] = {}
         self._dir = Path(directory) if directory else None
         self._path: Path | None = None
         self._dirty = True
@@ -90,6 +92,7 @@ class Recorder:
     def _after_fork(self) -> None:
         self.counters = Counters()
         self.errors = []
+        self.shim_calls = {}
         self._lock = threading.Lock()
         self._flusher = None  # threads do not survive a fork
         self._path = None
@@ -106,6 +109,11 @@ class Recorder:
 
     def site(self, route: str, role: str) -> None:
         self.counters.site(route, role)
+        self._touch()
+
+    def shim_call(self, name: str) -> None:
+        """A call of a platform shim's code: counted apart from every route."""
+        self.shim_calls[name] = self.shim_calls.get(name, 0) + 1
         self._touch()
 
     def error(self, message: str) -> None:
@@ -146,6 +154,10 @@ class Recorder:
             "models_loaded": self.counters.models_loaded,
             "errors": list(self.errors),
             "routes": self.counters.routes(self.routes_on),
+            "shims": {
+                name: {"applied": what, "calls": self.shim_calls.get(name, 0)}
+                for name, what in self.shims.items()
+            },
             "written_at": time.time(),
         }
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate_kernels import attest, overrides
+from qgate_kernels import attest, overrides, shims
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
@@ -76,11 +76,17 @@ def register() -> None:
         return
     _REGISTERED = True
     routes_on = overrides.switched_on(os.environ)
-    if not routes_on:
+    shim_names = shims.requested(os.environ)
+    if not routes_on and not shim_names:
         return  # quiet and cheap: the control arm runs vLLM untouched
     recorder = attest.Recorder(
         os.environ.get(attest.ATTEST_DIR_ENV), sorted(routes_on), overrides.overrides_in(os.environ)
     )
+    if shim_names:
+        _apply_shims(recorder, shim_names)
+    if not routes_on:
+        recorder.flush(True)
+        return
     impls, error = _resolve_impls(routes_on)
     overridden = frozenset(overrides.overrides_in(os.environ))
     _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden)
@@ -97,6 +103,18 @@ def register() -> None:
         raise
     recorder.flush(True)
     logger.info("qgate routes on: %s (overrides: %s)", sorted(routes_on), recorder.overrides or "none")
+
+
+def _apply_shims(recorder: attest.Recorder, names: list[str]) -> None:
+    """Platform shims (qgate_kernels.shims), in both arms alike; never route hits. vLLM only logs a
+    plugin's exception, so a shim that cannot be applied is recorded and re-raised: the model import
+    or the engine start then fails on the missing bridge."""
+    try:
+        recorder.shims = shims.apply(names, recorder.shim_call)
+    except Exception as exc:
+        recorder.error(f"shims: {type(exc).__name__}: {exc}")
+        raise
+    logger.info("qgate platform shims: %s", recorder.shims)
 
 
 def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], str | None]:
