@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from qgate.cli import ablate, compare, contract, contract_doc, history, model, ops, quality, run
+from qgate.cli import ablate, compare, contract, contract_doc, demo, history, model, ops, quality, run
 
 app = typer.Typer(
     help="qgate: gate GPU kernel candidates for LLM decode on speed and quality.",
@@ -22,6 +22,7 @@ app.add_typer(ops.bench_app, name="bench")
 app.add_typer(history.app, name="history")
 app.command("compare")(compare.compare)
 app.command("ablate")(ablate.ablate)
+app.command("demo")(demo.demo)
 
 
 def main() -> None:

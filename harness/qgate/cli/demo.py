@@ -1,0 +1,76 @@
+"""`qgate demo`: wiring only (core in qgate.demo; the summary table in qgate.report.demo).
+
+Exit codes: the overall verdict's (0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE); with --faulty, 0 when the
+quality gate caught the faulty candidate and 1 when it did not; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from qgate.cli._options import exit_with, user_errors
+
+DemoContractOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--contract", "-c", help="contract with ops, speed and quality (default: contracts/demo-cpu.yaml)"
+    ),
+]
+DemoOutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="output directory (default: runs/demo-<time>)", file_okay=False),
+]
+FaultyOpt = Annotated[
+    bool,
+    typer.Option("--faulty", help="the candidate runs a known-faulty GEMV route the quality gate must catch"),
+]
+
+
+def demo(contract: DemoContractOpt = None, out: DemoOutOpt = None, faulty: FaultyOpt = False) -> None:
+    """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
+    from qgate import demo as core
+    from qgate.cli._progress import SpeedProgress
+    from qgate.cli.quality import QualityProgress
+    from qgate.report.demo import summary_table
+
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    root = core.fixtures_dir().parents[1]
+    contract = contract or root / core.DEFAULT_CONTRACT
+    out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + ("-faulty" if faulty else ""))
+    with user_errors():
+        plan = core.make_plan(contract, out, faulty)
+        console.rule(f"qgate demo: {contract} -> {out}" + (" (faulty candidate)" if faulty else ""))
+        with console.status(
+            f"model {plan.loaded.contract.model}: cached, or trained now (first use, 1-2 min)"
+        ):
+            path, seconds, built = core.ensure_model(plan)
+        how = f"built now in {seconds:.0f} s (first use)" if built else "cached"
+        console.print(f"model: {path} ({how})")
+        console.rule("1/3 operator screen (qgate run ops)")
+        with console.status("screening the routes' ops against their references"):
+            gates = [core.run_screen_gate(plan)]
+        console.print(f"operator screen: {gates[-1].verdict}: {gates[-1].figure}")
+        console.rule("2/3 speed gate (qgate run speed + qgate compare)")
+        with SpeedProgress(plan.loaded.contract) as progress:
+            gates.append(core.run_speed_gate(plan, progress))
+        console.print(f"speed: {gates[-1].verdict}: {gates[-1].figure}")
+        console.rule("3/3 quality gate (qgate run quality + qgate compare)")
+        q = plan.loaded.contract.quality
+        with QualityProgress(q.n_items * len(q.run_seeds) if q is not None else 0) as progress:
+            gates.append(core.run_quality_gate(plan, progress))
+        model = {"spec": plan.loaded.contract.model, "path": path, "seconds": seconds, "built_now": built}
+        record = core.summarize_demo(plan, gates, model, started)
+    out_console = Console()
+    out_console.print(summary_table(record))
+    for g in record["gates"]:
+        for reason in g["reasons"]:
+            out_console.print(f"- {g['gate']}: {reason}", markup=False, highlight=False)
+    out_console.print(f"summary: {out / 'summary.md'}", highlight=False)
+    out_console.print(record["next_step"], markup=False, highlight=False)
+    exit_with(core.exit_code(record))

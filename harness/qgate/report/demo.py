@@ -1,0 +1,57 @@
+"""The demo's summary (qgate.demo record) as markdown and as a rich table: rendering only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold magenta", "INCONCLUSIVE": "bold yellow"}
+
+
+def _model_line(record: dict[str, Any]) -> str:
+    m = record["model"]
+    how = (
+        f"built now in {m['seconds']:.0f} s (first use; not counted in the gates)"
+        if m["built_now"]
+        else "cached"
+    )
+    return f"model {m['spec']}: {how}"
+
+
+def summary_markdown(record: dict[str, Any]) -> str:
+    title = "qgate demo (faulty candidate)" if record["faulty"] else "qgate demo"
+    lines = [
+        f"# {title}: {record['verdict']}",
+        "",
+        f"Contract {record['contract']['path']} ({record['contract']['name']}); {_model_line(record)}; "
+        f"gates {record['gates_seconds']:.0f} s, total {record['total_seconds']:.0f} s.",
+        "",
+        "| gate | figure | verdict | report | seconds |",
+        "|---|---|---|---|---|",
+    ]
+    for g in record["gates"]:
+        lines.append(f"| {g['gate']} | {g['figure']} | {g['verdict']} | {g['report']} | {g['seconds']:.0f} |")
+    for g in record["gates"]:
+        for reason in g["reasons"]:
+            lines.append(f"- {g['gate']}: {reason}")
+    lines += ["", record["next_step"]]
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(record: dict[str, Any]) -> Any:
+    """A rich Table of the gates (imported lazily: rich is only needed to print it)."""
+    from rich.table import Table
+
+    title = "qgate demo" + (" (faulty candidate)" if record["faulty"] else "")
+    table = Table(title=f"{title}: {record['verdict']}", title_style=_STYLE.get(record["verdict"], "bold"))
+    for name in ("gate", "figure", "verdict", "report", "s"):
+        table.add_column(name, overflow="fold")
+    for g in record["gates"]:
+        style = _STYLE.get(g["verdict"], "")
+        table.add_row(
+            g["gate"], g["figure"], f"[{style}]{g['verdict']}[/]" if style else g["verdict"], g["report"],
+            f"{g['seconds']:.0f}",
+        )  # fmt: skip
+    table.caption = (
+        f"{_model_line(record)}; gates {record['gates_seconds']:.0f} s, total {record['total_seconds']:.0f} s"
+    )
+    return table
