@@ -258,3 +258,72 @@ def test_real_slowed_candidate_is_regressed_with_a_ci_below_one(tmp_path: Path) 
     assert gates["routes.fp16_gemv.ran"]["passed"] and not gates["no significant decode regression"]["passed"]
     assert code == 1 and "verdict: FAIL" in stdout
     print(stdout, decode["reason"])
+
+
+# ---- the SM70 Qwen3.8 kernel PR's numbers on the production contract (issue 16) -------------------------
+
+PR_CONTROL_TOK_S = [65.872, 65.882, 65.856, 65.855, 65.853]
+PR_CANDIDATE_TOK_S = [80.367, 80.451, 80.463, 81.560, 80.822]
+PR_TTFT_MEDIAN_MS = {"control": 2777.6, "candidate": 2766.4}  # warm prefill medians, as published
+
+
+def _pr_result(arm: str, tok_s: list[float], loaded: object) -> dict:
+    """A speed result of one arm of the PR, under the production contract (its hash, engine args, env)."""
+    control, _ = support.load_pair()
+    result = json.loads(json.dumps(control))
+    c = loaded.contract
+    result.update(arm=arm, env=c.env_for(arm), engine_args=c.engine_for(arm))
+    result["contract"] = {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path}
+    result["model"] = {"spec": c.model, "path": c.model, "config_sha256": "c0ffee" + "0" * 58}
+    result["fingerprint"].update(gpu="4x Tesla V100-SXM2-32GB", driver="550.54.15")
+    result["prompt"].update(input_tokens=c.speed.input_tokens, seed=c.speed.prompt_seed)
+    w = c.speed
+    result["workload"] = {
+        "output_tokens": w.output_tokens,
+        "greedy": w.greedy,
+        "ignore_eos": w.ignore_eos,
+        "warmup": w.warmup,
+        "repetitions": w.repetitions,
+        "reset_prefix_cache": w.reset_prefix_cache,
+        "launches": w.launches,
+    }
+    # The PR publishes only the TTFT medians: each rep gets the median, +-0.1 ms so the spread is not 0.
+    median = PR_TTFT_MEDIAN_MS[arm]
+    for rep, tok, dt in zip(result["reps"], tok_s, (0.0, -0.1, 0.1, -0.1, 0.1), strict=True):
+        rep.update(decode_tok_s=tok, tpot_ms=1000.0 / tok, ttft_ms=median + dt, launch=0)
+        rep["token_ids"] = control["reps"][0]["token_ids"]
+    on = arm == "candidate"
+    result["routes"] = {
+        route: (
+            {"hits": 96, "fallbacks": {}, "roles": {"decode": 96}} if on else {"hits": 0, "fallbacks": {}}
+        )
+        for route, var in support.STANDIN_ROUTES.items()
+        if var in c.env_for(arm)
+    }
+    return result
+
+
+def test_the_sm70_pr_numbers_pass_the_production_contract(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The PR that qgate's contracts come from: +22.57 % decode, -18.41 % TPOT (its table), PASS."""
+    from qgate.contract import load_contract
+
+    monkeypatch.delitem(sys.modules, "qgate.routes")  # the real route attestation
+
+    contract = Path(__file__).resolve().parents[1] / "contracts" / "qwen38-sm70-tp4-decode.yaml"
+    loaded = load_contract(contract)
+    ctrl = support.write_json(tmp_path / "control.json", _pr_result("control", PR_CONTROL_TOK_S, loaded))
+    cand = support.write_json(
+        tmp_path / "candidate.json", _pr_result("candidate", PR_CANDIDATE_TOK_S, loaded)
+    )
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
+    record = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert res.exit_code == 0 and record["verdict"] == "PASS", res.output
+    figs = record["figures"]
+    # The PR's table truncates to two decimals: +22.5754 % and -18.4152 %.
+    assert 22.57 <= figs["throughput_change_pct"] < 22.58 and -18.42 < figs["tpot_change_pct"] <= -18.41
+    assert figs["non_inferiority"]["outcome"] == "shown" and figs["non_inferiority"]["bound"] > 1.2
+    assert record["stats"]["decode_tok_s"]["verdict"] == "improved"
+    gates = {g["name"]: g["passed"] for g in record["gates"]}
+    assert gates["decode regression ruled out beyond 2 %"] and gates["every candidate rep >= 80 tok/s"]
