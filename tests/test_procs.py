@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, small_contract
 
 from qgate.engine import lifeline, procs
 from qgate.errors import QgateError
@@ -170,3 +170,19 @@ def test_a_record_from_another_boot_has_nothing_alive(tmp_path: Path) -> None:
     data = {**record.data, "boot_id": "another-boot"}
     (tmp_path / procs.RECORD).write_text(json.dumps(data))
     assert procs.earlier_run(tmp_path) is None
+
+
+def test_run_speed_refuses_a_live_earlier_run_in_one_line(leftover, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from qgate.cli import app
+
+    out, proc = leftover
+    contract = small_contract(tmp_path)
+    args = ["run", "speed", "--contract", str(contract), "--out", str(out), "--resume"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]  # (the progress bar's blank line)
+    assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {out}: processes of an earlier run")
+    assert f"{proc.pid} (" in res.output and "--kill-leftovers" in res.output
+    assert not (out / "speed").exists()  # refused before anything ran

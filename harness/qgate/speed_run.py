@@ -186,9 +186,9 @@ def run_speed(
     plans = plans if plans is not None else contract_arms(loaded, arms)
     for plan in plans:  # a broken route override fails here, before any engine starts
         check_routes(plan.env)
-    model_path, model = resolve_model(c.model)
-    results = {p.name: open_result(loaded, p, out_dir, resume, model) for p in plans}
-    with claimed(out_dir, kill_leftovers):
+    with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
+        model_path, model = resolve_model(c.model)
+        results = {p.name: open_result(loaded, p, out_dir, resume, model) for p in plans}
         for launch in range(c.speed.launches):
             for plan in plans:
                 results[plan.name] = run_launch(

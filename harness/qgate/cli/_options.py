@@ -62,12 +62,14 @@ def user_errors(
         fail(str(exc), code)
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
-        what = kept() if kept is not None else "the completed records on disk"
-        typer.echo(
-            f"qgate: stopped by {signal.Signals(signum).name}; kept {what}; "
-            "to continue, run the same command with --resume",
-            err=True,
-        )
+        line = f"qgate: stopped by {signal.Signals(signum).name}"
+        if kept is not None:  # a run: what it saved stays, --resume continues from it
+            try:
+                what = kept()
+            except Exception:  # an unreadable result must not turn the stop into a traceback
+                what = "the completed records on disk"
+            line += f"; kept {what}; to continue, run the same command with --resume"
+        typer.echo(line, err=True)
         sys.exit(128 + signum)
 
 

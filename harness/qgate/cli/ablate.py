@@ -44,7 +44,7 @@ def ablate(
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report."""
     with user_errors():
         loaded = load_contract(contract)
-    with user_errors():
+    with user_errors(kept=lambda: f"the completed reps and items in {out}"):
         # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
         with SpeedProgress(loaded.contract) as progress, claimed(out):
             record, paths = run_ablation(loaded, out, design.value, resume=resume, progress=progress)

@@ -2,8 +2,10 @@
 
 Every engine child qgate starts (and so every process vLLM starts under it, which inherit the
 environment) carries `RUN_ENV=<token>`; the token names the qgate process that owns the run
-(`<pid>.<start ticks>.<random>`). That makes a run's processes findable by walking /proc, whatever their
-parent or process group became, and tells an orphan (its qgate is gone) from a live run.
+(`<pid>.<start ticks>.<random>`), which tells an orphan (its qgate is gone) from a live run. Each of
+them also lists itself in the run's pid file (`pids_file(token)`, per user, in the qgate cache):
+vLLM renames its processes, which blanks what /proc shows of their environment. Together the two
+make a run's processes findable whatever their parent or process group became.
 
 `claimed(out_dir)` wraps a run: it refuses to start while processes of an earlier run recorded in
 `out_dir/RECORD` are alive (or ends them when asked), then records this run there; the launcher adds
