@@ -1,15 +1,18 @@
 """One case per route and shape: how to draw fresh inputs, call the route, its reference, its
 baseline and a probe that must fall back; and how many bytes a call must move at least.
 
-Default shapes: Qwen3-Next-80B at TP4 as the stand-in for the Qwen3.8 model (hidden 2048; GDN 16
-key and 32 value heads of 128 in all, 4 and 8 per GPU at TP4), the projection GEMVs of the issue
-and the per-GPU lm_head 37984 x 2048.
+Default shapes: the production model's (Qwen4ExpForCausalLM, read from qwen4_exp_config.json, a copy
+of transformers' Qwen4ExpTextConfig defaults: hidden 2048, HC 4 x 2048 with low rank 320, GDN 16 key
+and 32 value heads of 128, i.e. 4 and 8 a GPU at TP4), the projection GEMVs of the SM70 issue and
+the per-GPU lm_head 37984 x 2048; QSA top-k at 131,072 blocks, k 2048, and decode batches.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,29 +24,62 @@ from qgate_kernels import reference
 
 Inputs = tuple[Any, ...]
 Maker = Callable[[torch.Generator, torch.device], Inputs]
+Shape = dict[str, Any]
 
-DEFAULT_SHAPES: dict[str, list[dict[str, int]]] = {
-    "fp16_gemv": [
-        {"n": 2048, "k": 2048},
-        {"n": 3072, "k": 2048},
-        {"n": 4096, "k": 4096},
-        {"n": 2048, "k": 4096},
-        {"n": 37984, "k": 2048},
-        {"n": 14336, "k": 4096},
-    ],
-    "fused_hc_fp16": [{"streams": 4, "hidden": 2048}],
-    "fused_gdn_input_fp16": [
-        {"hidden": 2048, "num_k_heads": 4, "num_v_heads": 8, "head_k_dim": 128, "head_v_dim": 128},
-        {"hidden": 2048, "num_k_heads": 16, "num_v_heads": 32, "head_k_dim": 128, "head_v_dim": 128},
-    ],
-    "qsa_topk": [{"rows": 1, "length": 131072, "k": 2048}, {"rows": 8, "length": 32768, "k": 1024}],
-}
+MODEL_CONFIG: dict[str, Any] = json.loads((Path(__file__).with_name("qwen4_exp_config.json")).read_text())
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _default_shapes(cfg: dict[str, Any]) -> dict[str, list[Shape]]:
+    hidden, hc, rank = cfg["hidden_size"], cfg["hc_count"], cfg["hc_lowrank"]
+    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    hc_shapes = [
+        {"hc_count": hc, "hidden": hidden, "lora_rank": rank, "dtype": dt, "op": op}
+        for dt in ("fp16", "bf16")
+        for op in ("mix", "combine_and_mix", "final")
+    ]
+    gdn = [
+        {
+            "hidden": hidden,
+            "num_k_heads": nk // tp,
+            "num_v_heads": nv // tp,
+            "head_k_dim": dk,
+            "head_v_dim": dv,
+            "layout": "flat",
+            "dtype": dt,
+        }
+        for tp in (4, 1)
+        for dt in ("fp16", "bf16")
+    ]
+    gdn.append({**gdn[0], "layout": "interleaved"})  # Qwen3-Next's layout, kept
+    return {
+        "fp16_gemv": [
+            {"n": 2048, "k": 2048},
+            {"n": 3072, "k": 2048},
+            {"n": 4096, "k": 4096},
+            {"n": 2048, "k": 4096},
+            {"n": 37984, "k": 2048},
+            {"n": 14336, "k": 4096},
+        ],
+        "fused_hc_fp16": hc_shapes,
+        "fused_gdn_input_fp16": gdn,
+        "qsa_topk": [
+            {"rows": 1, "length": 131072, "k": 2048},
+            {"rows": 4, "length": 65536, "k": 2048},
+            {"rows": 2, "length": 32768, "k": 1024},
+            {"rows": 1, "length": 16384, "k": 512},
+        ],
+    }
+
+
+DEFAULT_SHAPES: dict[str, list[Shape]] = _default_shapes(MODEL_CONFIG)
 
 
 @dataclass(frozen=True)
 class Case:
     route: str
-    shape: dict[str, int]
+    shape: Shape
     make: Maker  # fresh random inputs (never zeros)
     kernel: Callable[..., tuple[Tensor, ...]]  # the qgate_kernels entry point
     reference: Callable[..., tuple[Tensor, ...]]
@@ -98,46 +134,112 @@ def gemv_case(n: int, k: int) -> Case:
     )
 
 
-def hc_case(streams: int, hidden: int) -> Case:
-    n, d = streams, hidden
+def _hc_make(
+    hc: int, hidden: int, rank: int, dtype: torch.dtype, use_combine: bool, tokens: int = 1
+) -> Maker:
+    d = hc * hidden
+    rows = reference.hc_down_rows(rank, hc, use_combine)
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
+        # weights scaled as in a trained layer: the down and up outputs stay O(1)
         return (
-            _randn(gen, dev, n, d, dtype=torch.half),
-            (1 + 0.1 * torch.randn(d, generator=gen, device=dev)).half(),
-            _randn(gen, dev, n + 1, d, dtype=torch.half, scale=d**-0.5),
-            _randn(gen, dev, n, n + 1, dtype=torch.float32, scale=0.5),
-            0.05 + 0.5 * torch.rand(1, generator=gen, device=dev),
-            _randn(gen, dev, d, dtype=torch.half, scale=d**-0.5),
-            1 + 0.1 * torch.randn(n, generator=gen, device=dev),
-            0.05 + 0.5 * torch.rand(1, generator=gen, device=dev),
+            _randn(gen, dev, tokens, d, dtype=dtype),  # h
+            _randn(gen, dev, tokens, hidden, dtype=dtype),  # block_output of the pending block
+            _randn(gen, dev, tokens, hc, dtype=dtype),  # its injection logits
+            _randn(gen, dev, d, dtype=dtype, scale=0.1),  # norm_weight (per stream: hc_per_branch_norm)
+            _randn(gen, dev, rows, d, dtype=dtype, scale=d**-0.5),  # w_down (+ inject rows + pad)
+            _randn(gen, dev, d, rank, dtype=dtype, scale=rank**-0.5),  # w_up
         )
 
-    def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
-        args = make(gen, dev)
-        return (torch.stack([args[0], args[0].flip(0)]), *args[1:])  # two tokens
+    return make
 
-    halves = n * d + d + (n + 1) * d + d + d + n * d
+
+def unfused_hc(
+    h: Tensor,
+    o: Tensor | None,
+    inj: Tensor | None,
+    nw: Tensor,
+    wd: Tensor,
+    wu: Tensor,
+    hc: int,
+    rank: int,
+    eps: float,
+) -> tuple[Tensor, ...]:
+    """The same math as separate torch ops (what the route replaces): combine, grouped norm, two
+    F.linear, silu, sigmoid gate mix."""
+    t, d = h.shape
+    hs = d // hc
+    if o is not None:
+        c = 1.0 if inj is None else 2.0 * torch.sigmoid(inj.float() / hc).view(t, hc, 1)
+        h = (h.float().view(t, hc, hs) + o.float().view(t, 1, hs) * c).view(t, d).to(h.dtype)
+    g = h.float().view(t, hc, hs)
+    y = g * torch.rsqrt(g.square().mean(dim=-1, keepdim=True) + eps)
+    xn = (y + y * nw.float().view(1, -1, hs)).view(t, d).to(h.dtype)
+    down = F.linear(xn, wd)
+    lora = F.silu(down[:, :rank].float() / hc).to(h.dtype)
+    gate = F.linear(lora, wu).float().view(t, hc, hs)
+    block_input = (torch.sigmoid(gate) * xn.float().view(t, hc, hs)).sum(dim=1).div(hc).to(h.dtype)
+    injection = down[:, rank : rank + hc] if wd.shape[0] != rank else None
+    return tuple(x for x in (h if o is not None else None, block_input, injection) if x is not None)
+
+
+def hc_case(hc_count: int, hidden: int, lora_rank: int, dtype: str = "bf16", op: str = "mix") -> Case:
+    """op: "mix" (GatedResidual.mix), "combine_and_mix" (the pending combine with its injection, then
+    mix), "final" (the final mixer: combine_and_mix with use_combine=False, no new injection)."""
+    hc, rank, eps = hc_count, lora_rank, float(MODEL_CONFIG["rms_norm_eps"])
+    use_combine = op != "final"
+    make = _hc_make(hc, hidden, rank, DTYPES[dtype], use_combine)
+    kw = {"hc_count": hc, "lora_rank": rank, "eps": eps}
+
+    def kernel(h: Tensor, o: Tensor, inj: Tensor, nw: Tensor, wd: Tensor, wu: Tensor) -> tuple[Tensor, ...]:
+        if op == "mix":
+            _, block_input, injection = qgate_kernels.hc_mix(h, nw, wd, wu, **kw)
+            return (block_input, injection)
+        return tuple(
+            t for t in qgate_kernels.hc_combine_and_mix(h, o, inj, nw, wd, wu, **kw) if t is not None
+        )
+
+    def ref(h: Tensor, o: Tensor, inj: Tensor, nw: Tensor, wd: Tensor, wu: Tensor) -> tuple[Tensor, ...]:
+        if op == "mix":
+            out: tuple[Tensor, ...] = reference.hc_mix(h, nw, wd, wu, hc, rank, eps)
+        else:
+            out = reference.hc_combine_mix(h, o, inj, nw, wd, wu, hc, rank, eps)
+        return tuple(t for t in out if t.shape[-1] > 0)
+
+    def baseline(h: Tensor, o: Tensor, inj: Tensor, nw: Tensor, wd: Tensor, wu: Tensor) -> tuple[Tensor, ...]:
+        return unfused_hc(h, None if op == "mix" else o, inj, nw, wd, wu, hc, rank, eps)
+
+    def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
+        return _hc_make(hc, hidden, rank, DTYPES[dtype], use_combine, tokens=2)(gen, dev)  # two tokens
+
+    d = hc * hidden
+    weights = reference.hc_down_rows(rank, hc, use_combine) * d + d * rank + d
+    acts = d + hidden + (0 if op == "mix" else d + hidden + hc)  # h, block_input (+ o, h', injection)
     return Case(
         route="fused_hc_fp16",
-        shape={"streams": n, "hidden": d},
+        shape={"hc_count": hc, "hidden": hidden, "lora_rank": rank, "dtype": dtype, "op": op},
         make=make,
-        kernel=lambda *a: qgate_kernels.fused_hc(*a, 1e-6),
-        reference=lambda *a: reference.fused_hc(*a, 1e-6),
-        baseline=lambda *a: reference.fused_hc(*a, 1e-6),
-        baseline_name="unfused torch sequence (reference.fused_hc)",
+        kernel=kernel,
+        reference=ref,
+        baseline=baseline,
+        baseline_name="unfused torch sequence (norm, 2x F.linear, silu, sigmoid mix)",
         probe=probe,
         probe_reason="m_gt_1",
-        bytes_moved=2 * halves + 4 * (n * (n + 1) + 2 * n + 2),
+        bytes_moved=2 * (weights + acts),
     )
 
 
 def unfused_gdn(
-    x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int
+    x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int, layout: str
 ) -> tuple[Tensor, ...]:
-    """vLLM's Qwen3-Next sequence: two F.linear, then split / reshape / cat into the GDN layout."""
-    r = nv // nk
+    """vLLM's Part 1: two F.linear, then the split of the layout (flat: split + chunk, and the
+    .contiguous() copies of b and a vLLM makes; interleaved: view / split / reshape / cat)."""
     x2 = x.view(1, -1)  # [1, hidden]
+    if layout == "flat":
+        mixed, z = F.linear(x2, w_qkvz).split([2 * nk * dk + nv * dv, nv * dv], dim=-1)
+        b, a = F.linear(x2, w_ba).chunk(2, dim=-1)
+        return mixed, z.reshape(1, -1, dv), b.contiguous(), a.contiguous()
+    r = nv // nk
     qkvz = F.linear(x2, w_qkvz).view(1, nk, 2 * dk + 2 * r * dv)
     ba = F.linear(x2, w_ba).view(1, nk, 2 * r)
     q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=2)
@@ -146,80 +248,125 @@ def unfused_gdn(
     return mixed, z.reshape(1, nv, dv), b.reshape(1, nv), a.reshape(1, nv)
 
 
-def gdn_case(hidden: int, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int) -> Case:
+def gdn_case(
+    hidden: int,
+    num_k_heads: int,
+    num_v_heads: int,
+    head_k_dim: int,
+    head_v_dim: int,
+    layout: str = "flat",
+    dtype: str = "fp16",
+) -> Case:
     heads = (num_k_heads, num_v_heads, head_k_dim, head_v_dim)
     rows_qkvz = 2 * num_k_heads * head_k_dim + 2 * num_v_heads * head_v_dim
     rows = rows_qkvz + 2 * num_v_heads
+    dt = DTYPES[dtype]
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         s = hidden**-0.5
         return (
-            _randn(gen, dev, hidden, dtype=torch.half),
-            _randn(gen, dev, rows_qkvz, hidden, dtype=torch.half, scale=s),
-            _randn(gen, dev, 2 * num_v_heads, hidden, dtype=torch.half, scale=s),
+            _randn(gen, dev, hidden, dtype=dt),
+            _randn(gen, dev, rows_qkvz, hidden, dtype=dt, scale=s),
+            _randn(gen, dev, 2 * num_v_heads, hidden, dtype=dt, scale=s),
         )
 
     def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
         x, wq, wb = make(gen, dev)
-        return (_randn(gen, dev, 3, hidden, dtype=torch.half), wq, wb)  # prefill: 3 tokens
+        return (_randn(gen, dev, 3, hidden, dtype=dt), wq, wb)  # prefill: 3 tokens
 
     return Case(
         route="fused_gdn_input_fp16",
-        shape={"hidden": hidden, "nk": num_k_heads, "nv": num_v_heads, "dk": head_k_dim, "dv": head_v_dim},
+        shape={
+            "hidden": hidden,
+            "nk": num_k_heads,
+            "nv": num_v_heads,
+            "dk": head_k_dim,
+            "dv": head_v_dim,
+            "layout": layout,
+            "dtype": dtype,
+        },
         make=make,
-        kernel=lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads, static_weight=True),
-        reference=lambda x, wq, wb: reference.gdn_input(x, wq, wb, *heads),
-        baseline=lambda x, wq, wb: unfused_gdn(x, wq, wb, *heads),
-        baseline_name="2x F.linear + split/reshape/cat (vLLM)",
+        kernel=lambda x, wq, wb: qgate_kernels.gdn_input(
+            x, wq, wb, *heads, layout=layout, static_weight=True
+        ),
+        reference=lambda x, wq, wb: reference.gdn_input(x, wq, wb, *heads, layout),
+        baseline=lambda x, wq, wb: unfused_gdn(x, wq, wb, *heads, layout),
+        baseline_name="2x F.linear + split (vLLM's Part 1)",
         probe=probe,
         probe_reason="m_gt_1",
         bytes_moved=2 * (rows * hidden + hidden + rows),
         meta={
-            "plain": lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads),
+            "plain": lambda x, wq, wb: qgate_kernels.gdn_input(x, wq, wb, *heads, layout=layout),
             "producer": lambda x, wq, wb: x.mul_(1.0),
         },
     )
 
 
+def masked_topk(logits: Tensor, visible: Tensor, k: int) -> Tensor:
+    """vLLM's debug top-k (backend "torch" in model_executor/layers/indexer_topk.py): every column
+    past a row's end set to -inf, torch.topk, -1 past the row's length."""
+    cols = torch.arange(logits.shape[1], device=logits.device)
+    masked = logits.masked_fill(cols.unsqueeze(0) >= visible.unsqueeze(1), float("-inf"))
+    kk = min(k, logits.shape[1])
+    indices = masked.topk(kk, dim=-1).indices
+    in_range = torch.arange(kk, device=logits.device).unsqueeze(0) < visible.unsqueeze(1)
+    out = torch.full((logits.shape[0], k), -1, dtype=torch.int32, device=logits.device)
+    out[:, :kk] = torch.where(in_range, indices, -1)
+    return out
+
+
 def topk_case(rows: int, length: int, k: int) -> Case:
+    """logits [rows, length] with a row stride of length + 64 (vLLM's buffers are wider than the row),
+    all columns visible in row 0 (the timed case: one full row) and a random n in [k/2, length] in
+    the others; the columns past n and the stride's padding hold NaN and inf that must never be
+    selected. Every other draw: values in steps of 0.25 (heavy ties) with NaN, inf and signed zeros."""
     counter = {"n": 0}
+    stride = length + 64
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
-        scores = torch.randn(rows, length, generator=gen, device=dev)
+        buf = torch.randn(rows, stride, generator=gen, device=dev)
         counter["n"] += 1
-        if counter["n"] % 2 == 0:  # every other draw: heavy ties, both zeros, infinities, NaNs
-            scores = torch.round(scores * 4) / 4
-            flat = scores.view(-1)
-            pos = torch.randint(0, flat.numel(), (8,), generator=gen, device=dev)
-            flat[pos[:2]] = float("nan")
-            flat[pos[2:4]] = -0.0
-            flat[pos[4:6]] = float("inf")
-            flat[pos[6:]] = float("-inf")
-        return (scores, k)
+        if counter["n"] % 2 == 0:  # heavy ties, both zeros, infinities, NaNs
+            buf = torch.round(buf * 4) / 4
+            r = torch.randint(0, rows, (8,), generator=gen, device=dev)
+            c = torch.randint(0, length, (8,), generator=gen, device=dev)
+            specials = [float("nan")] * 2 + [-0.0] * 2 + [float("inf")] * 2 + [float("-inf")] * 2
+            buf[r, c] = torch.tensor(specials, device=dev)
+        visible = torch.randint(k // 2, length + 1, (rows,), generator=gen, device=dev).to(torch.int32)
+        visible[0] = length
+        cols = torch.arange(stride, device=dev)
+        garbage = torch.where(cols % 2 == 0, float("nan"), float("inf")).expand(rows, stride)
+        buf = torch.where(cols.unsqueeze(0) >= visible.unsqueeze(1), garbage, buf)
+        return (buf[:, :length], visible, k)
 
     def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
         big_k = qgate_kernels.ops.TOPK_MAX_K + 1
-        return (torch.randn(1, max(length, big_k), generator=gen, device=dev), big_k)
+        return (
+            torch.randn(1, length, generator=gen, device=dev),
+            torch.full((1,), length, dtype=torch.int32, device=dev),
+            big_k,
+        )
 
     return Case(
         route="qsa_topk",
         shape={"rows": rows, "length": length, "k": k},
         make=make,
-        kernel=lambda s, kk: qgate_kernels.qsa_topk(s, kk),
-        reference=lambda s, kk: reference.qsa_topk(s, kk),
-        baseline=lambda s, kk: torch.topk(s, kk),
-        baseline_name="torch.topk",
+        kernel=lambda s, vis, kk: (qgate_kernels.qsa_topk(s, vis, kk),),
+        reference=lambda s, vis, kk: (reference.qsa_topk(s, vis, kk),),
+        baseline=masked_topk,
+        baseline_name="masked torch.topk + -1 fill (vLLM's debug path)",
         probe=probe,
-        probe_reason="k_too_large",
-        bytes_moved=4 * rows * length + rows * k * (4 + 8),
+        probe_reason="k_not_supported",
+        bytes_moved=4 * rows * length + 4 * rows + 4 * rows * k,
         meta={"input_kind": _topk_input_kind},
     )
 
 
-def _topk_input_kind(scores: Tensor, k: int) -> str:
+def _topk_input_kind(logits: Tensor, visible: Tensor, k: int) -> str:
     """'ties' for the draws in steps of 0.25 (with NaN, infinities and signed zeros), else
     'continuous' (torch.randn: no row of it is all multiples of 0.25)."""
-    finite = torch.nan_to_num(scores, nan=0.0, posinf=0.0, neginf=0.0)
+    row = logits[0, : int(visible[0])]
+    finite = torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
     return "ties" if torch.equal(finite, torch.round(finite * 4) / 4) else "continuous"
 
 
@@ -231,14 +378,12 @@ _BUILDERS: dict[str, Callable[..., Case]] = {
 }
 
 
-def build_cases(
-    routes: list[str], shapes: dict[str, list[dict[str, int]]], default_shapes: bool
-) -> list[Case]:
+def build_cases(routes: list[str], shapes: dict[str, list[Shape]], default_shapes: bool) -> list[Case]:
     """Cases for the routes, at the default shapes (if asked) and then the given ones, without repeats."""
     cases: list[Case] = []
     for route in routes:
         wanted = (DEFAULT_SHAPES[route] if default_shapes else []) + list(shapes.get(route, []))
-        seen: list[dict[str, int]] = []
+        seen: list[Shape] = []
         for shape in wanted:
             if shape not in seen:
                 seen.append(shape)

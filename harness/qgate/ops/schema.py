@@ -2,7 +2,7 @@
 
 Every key is known (extra="forbid"): a typo is an error naming the key path. Without an `ops:`
 section, or with `default_shapes: true` (the default), the screen and the benchmark use the
-Qwen3-Next-80B TP4 shapes of qgate.ops.cases.DEFAULT_SHAPES, plus the shapes listed here.
+production model's shapes of qgate.ops.cases.DEFAULT_SHAPES, plus the shapes listed here.
 """
 
 from __future__ import annotations
@@ -50,8 +50,15 @@ class GemvShape(_Strict):
 
 
 class HcShape(_Strict):
-    streams: int = Field(ge=1, le=64)
-    hidden: int = Field(ge=1)
+    """One Qwen4Exp GatedResidual module: hc_count streams of `hidden`, low rank lora_rank."""
+
+    hc_count: int = Field(ge=1, le=64)
+    hidden: int = Field(ge=1, description="HS, the hidden size of one stream")
+    lora_rank: int = Field(ge=1)
+    dtype: Literal["fp16", "bf16"] = "bf16"
+    op: Literal["mix", "combine_and_mix", "final"] = Field(
+        "mix", description="mix; combine_and_mix (pending combine with injection); final (the final mixer)"
+    )
 
 
 class GdnShape(_Strict):
@@ -60,10 +67,14 @@ class GdnShape(_Strict):
     num_v_heads: int = Field(ge=1)
     head_k_dim: int = Field(ge=1)
     head_v_dim: int = Field(ge=1)
+    layout: Literal["flat", "interleaved"] = Field(
+        "flat", description="flat: gqa_interleaved_layout=False (Qwen4Exp); interleaved: Qwen3-Next"
+    )
+    dtype: Literal["fp16", "bf16"] = "fp16"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> GdnShape:
-        if self.num_v_heads % self.num_k_heads:
+        if self.layout == "interleaved" and self.num_v_heads % self.num_k_heads:
             raise ValueError(
                 f"num_v_heads {self.num_v_heads} is not a multiple of num_k_heads {self.num_k_heads}"
             )
@@ -72,8 +83,8 @@ class GdnShape(_Strict):
 
 class TopkShape(_Strict):
     rows: int = Field(ge=1)
-    length: int = Field(ge=1)
-    k: int = Field(ge=1)
+    length: int = Field(ge=1, description="L, the logits columns (row 0 has all of them visible)")
+    k: int = Field(ge=1, le=4096, description="block_topk")
 
     @model_validator(mode="after")
     def _k_fits(self) -> TopkShape:
