@@ -30,7 +30,7 @@ ROUTE_ENV: dict[str, str] = {
 # Route name -> the function of qgate_kernels.ops that implements it (an override must match its signature).
 ROUTE_OP: dict[str, str] = {
     "fp16_gemv": "gemv",
-    "fused_hc_fp16": "fused_hc",
+    "fused_hc_fp16": "hc_combine_and_mix",  # mix sites call it with a zero block output (plugin)
     "fused_gdn_input_fp16": "gdn_input",
     "qsa_topk": "qsa_topk",
 }
@@ -91,8 +91,14 @@ def check_signature(route: str, fn: Callable[..., Any], var: str, spec: str) -> 
     except (TypeError, ValueError) as exc:
         raise OverrideError(f"{var}={spec!r}: cannot read the signature of the function ({exc})") from None
     expected = f"{ROUTE_OP[route]}{ref}"
+    # The plugin passes the op's required keyword-only arguments by name (layout=, hc_count=, ...).
+    keywords = {
+        p.name: object()
+        for p in ref.parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+    }
     try:
-        sig.bind(*[object()] * len(ref_params))
+        sig.bind(*[object()] * len(ref_params), **keywords)
     except TypeError:
         raise OverrideError(
             f"{var}={spec!r}: signature {fn.__name__}{sig} does not match the route op {expected}"
@@ -163,8 +169,13 @@ def env_problems(env: Mapping[str, str]) -> list[str]:
 
 
 def main() -> int:
-    """Check this process's env; print {"problems": [...]} as one JSON line; exit 1 when there are any."""
-    problems = env_problems(os.environ)
+    """Check this process's env (route switches, overrides, shims, and the sites of the routes on,
+    imported as the plugin will); print {"problems": [...]} as one JSON line; exit 1 when any."""
+    from qgate_kernels import shims, sites
+
+    problems = env_problems(os.environ) + shims.problems(os.environ)
+    if not problems:
+        problems = sites.problems(os.environ, switched_on(os.environ))
     sys.stdout.write(json.dumps({"problems": problems}) + "\n")
     return 1 if problems else 0
 

@@ -4,20 +4,25 @@ Entry point `vllm.general_plugins: qgate_routes = qgate_kernels.plugin:register`
 in its front-end, engine-core and worker processes, possibly several times per process (idempotent).
 With no route switched on it returns at once: nothing is patched, imported or written.
 
-When a route is on (see `overrides.ROUTE_ENV`):
+When a route is on (see `overrides.ROUTE_ENV`), at its sites (`sites.DEFAULT_SITES`, vLLM 0.32's
+Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
 - fp16_gemv: the unquantized linear layers whose name ends in one of `GEMV_ROLES` (qkv_proj, o_proj,
-  gate_up_proj, down_proj) and the model's lm_head. Batch-one fp16 calls (x [1, K]) run the route op
-  `ops.gemv(weight, x, static_weight=True)` (+ bias); every other call (prefill, M > 1, speculative
-  verification, other dtypes, shapes) keeps vLLM's own path and counts a fallback with its reason.
-- fused_gdn_input_fp16: Qwen3-Next Gated-DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba): the
-  two input projections and their de-interleaving run as one `ops.gdn_input(..., static_weight=True)`
-  for batch one. (static_weight: a model's weights are not written during inference, so on sm_90 the
-  kernels may stream them while the previous kernel finishes; an override gets no such argument.)
-- fused_hc_fp16, qsa_topk: no hook in vLLM 0.32 takes these ops' math as is (docs/routes.md says where
-  the hook points are and why); a model load counts the fallback `no_site_in_model`.
-A route with no wired layer in the loaded model also counts `no_site_in_model`, so a switched-on route
-that cannot run never looks like a missing plugin, and never passes as a hit. Layers of another float
-dtype (a bf16 model) are wired too, keep no weight, and count `dtype` on every call.
+  gate_up_proj, down_proj), the model's lm_head, and, while the HC route is off, Qwen4Exp's HC
+  projections (`HC_PROJ_ROLES`). Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
+  static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a fallback with its reason.
+- fused_hc_fp16: Qwen4Exp's `GatedResidual.mix` / `combine_and_mix` (also the final mixer) run
+  `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (qgate_kernels.route_sites).
+- fused_gdn_input_fp16: `QwenGatedDeltaNetAttention.forward_cpu/forward_cuda` Part 1 (the two input
+  projections and the split into mixed_qkv, z, b, a) runs `ops.gdn_input(..., layout=...)` for batch
+  one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next).
+- qsa_topk: `qwen4_exp/nvidia/ops/qsa_indexer.py::_topk` runs `ops.qsa_topk` (route_sites).
+(static_weight: a model's weights are not written during inference, so on sm_90 the kernels may stream
+them while the previous kernel finishes; an override gets no such argument.)
+A route with no wired site in the loaded model counts `no_site_in_model`, so a switched-on route that
+cannot run never looks like a missing plugin, and never passes as a hit. A site missing from the
+installed vLLM (another version, a fork) fails the engine start with one line naming the attribute.
+Layers of another float dtype (a bf16 model) are wired too, keep no weight, and count `dtype`.
+Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arms, and never count.
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
@@ -28,7 +33,7 @@ Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the rou
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
 (vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
 
-This is the only module of kernels_ext that imports vLLM (inside the functions that patch it).
+This module, route_sites.py and shims.py import vLLM (inside the functions that patch it).
 """
 
 from __future__ import annotations
@@ -43,13 +48,17 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate_kernels import attest, overrides, shims
+from qgate_kernels import attest, overrides, shims, sites
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
 GEMV_ROUTE = "fp16_gemv"
 GDN_ROUTE = "fused_gdn_input_fp16"
+HC_ROUTE = "fused_hc_fp16"
+TOPK_ROUTE = "qsa_topk"
 GEMV_ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+# Qwen4Exp's HyperConnection projections: GEMV roles while the HC route is off (the HC op takes them).
+HC_PROJ_ROLES = ("input_mix_weight_down_block_inject", "input_mix_weight_down", "input_mix_weight_up")
 GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
 NO_SITE = "no_site_in_model"
 
@@ -63,6 +72,7 @@ class _State:
     sites: list[Any]
     op_counts: Callable[[], dict[str, dict[str, int]]] | None = None  # ops.fallback_counts
     overridden: frozenset[str] = frozenset()
+    site_specs: dict[str, str] | None = None  # "<route>.<kind>" -> "module:qualname" of the routes on
 
 
 _STATE: _State | None = None
@@ -88,8 +98,10 @@ def register() -> None:
         recorder.flush(True)
         return
     impls, error = _resolve_impls(routes_on)
+    site_specs, site_error = _resolve_sites(routes_on)
+    error = error or site_error
     overridden = frozenset(overrides.overrides_in(os.environ))
-    _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden)
+    _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden, site_specs)
     if error is not None:
         # vLLM only logs a plugin's exception; the engine must not start half-routed, so the model
         # loader hook raises this message instead (see _after_load).
@@ -117,6 +129,18 @@ def _apply_shims(recorder: attest.Recorder, names: list[str]) -> None:
     logger.info("qgate platform shims: %s", recorder.shims)
 
 
+def _resolve_sites(routes_on: set[str]) -> tuple[dict[str, str], str | None]:
+    """The sites of the routes on, each imported once here (after the shims): a missing one is the
+    engine start's error, one line naming the attribute."""
+    try:
+        specs = sites.for_routes(sites.sites_in(os.environ), routes_on)
+        for key, spec in specs.items():
+            sites.resolve(key, spec)
+    except sites.SiteError as exc:
+        return {}, str(exc)
+    return specs, None
+
+
 def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], str | None]:
     problems = overrides.static_problems(os.environ)
     if problems:
@@ -129,12 +153,31 @@ def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], 
     for r in {GEMV_ROUTE, GDN_ROUTE} & routes_on:
         # A model's weights are not written during inference: the kernel may stream them early (PDL).
         impls[r] = functools.partial(impls[r], static_weight=True)
+    if HC_ROUTE in routes_on:
+        impls[HC_MIX_IMPL] = ops.hc_mix
     for route, spec in overrides.overrides_in(os.environ).items():
         try:
             impls[route] = overrides.resolve(route, spec)
         except overrides.OverrideError as exc:
             return {}, str(exc)
+        if route == HC_ROUTE:
+            impls[HC_MIX_IMPL] = _mix_through(impls[route])
     return impls, None
+
+
+HC_MIX_IMPL = "fused_hc_fp16.mix"
+
+
+def _mix_through(combine_and_mix: Callable[..., Any]) -> Callable[..., Any]:
+    """An HC override implements combine_and_mix; mix(h) is combine_and_mix(h, 0, None) exactly
+    (h_s + 1 * 0 = h_s in any float format), so mix sites call it with a zero block output."""
+
+    def mix(h: Any, norm_weight: Any, w_down: Any, w_up: Any, **kw: Any) -> Any:
+        zero = h.new_zeros((h.shape[0], h.shape[1] // kw["hc_count"]))
+        _, block_input, injection = combine_and_mix(h, zero, None, norm_weight, w_down, w_up, **kw)
+        return h, block_input, injection
+
+    return mix
 
 
 def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:
@@ -145,20 +188,20 @@ def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:
     return ops.fallback_counts
 
 
-def _invoke(route: str, role: str, *args: Any) -> Any:
+def _invoke(route: str, role: str, *args: Any, impl_key: str | None = None, **kwargs: Any) -> Any:
     """Run the route's implementation; count a hit, or a fallback when the op itself fell back.
 
     qgate_kernels.ops runs its reference (and counts why) when its kernel cannot take the inputs, e.g.
     no CUDA build or a misaligned row: that call did not run the route's kernel, so it is no hit.
     """
     assert _STATE is not None
-    impl = _STATE.impls[route]
+    impl = _STATE.impls[impl_key or route]
     if route in _STATE.overridden or _STATE.op_counts is None:
-        out = impl(*args)
+        out = impl(*args, **kwargs)
         _STATE.recorder.hit(route, role)
         return out
     before = _STATE.op_counts().get(route, {})
-    out = impl(*args)
+    out = impl(*args, **kwargs)
     after = _STATE.op_counts().get(route, {})
     if after == before:
         _STATE.recorder.hit(route, role)
@@ -276,13 +319,15 @@ def _define_ops() -> None:
 
 
 class _GdnSite:
-    """One Qwen3-Next Gated-DeltaNet layer (fused GDN input route); `run` is qgate_routes::gdn_input."""
+    """One Gated-DeltaNet layer (fused GDN input route); `run` is the body of qgate_routes::gdn_input.
+    layout: "flat" (gqa_interleaved_layout=False: Qwen3.5, Qwen4Exp) or "interleaved" (Qwen3-Next)."""
 
     route = GDN_ROUTE
     role = "in_proj_qkvz+in_proj_ba"
 
     def __init__(self, layer: Any, w_qkvz: Any, w_ba: Any) -> None:
         self.layer = weakref.ref(layer)
+        self.layout = "interleaved" if layer.gqa_interleaved_layout else "flat"
         self.k_in = int(w_qkvz.shape[1])
         fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
         # This rank's shards, fp16, kept past vLLM's CPU repack; None for other dtypes (calls fall back).
@@ -310,7 +355,8 @@ class _GdnSite:
         if reason is not None:
             _STATE.recorder.fallback(GDN_ROUTE, reason)
             return _gdn_vllm_input(self.layer(), h)
-        out = _invoke(GDN_ROUTE, self.role, h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
+        args = (h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
+        out = _invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
         want = [
             (1, 2 * self.nk * self.dk + self.nv * self.dv),
             (1, self.nv, self.dv),
@@ -322,18 +368,36 @@ class _GdnSite:
             raise RuntimeError(
                 f"qgate fused_gdn_input_fp16 implementation returned shapes {got}, expected {want}"
             )
-        return tuple(t.contiguous() for t in out)
+        return _unaliased(h, out)
+
+
+def _unaliased(x: Any, outs: Any) -> tuple[Any, ...]:
+    """Custom-op outputs may not alias an input or each other: copy those that share storage."""
+    seen = {x.untyped_storage().data_ptr()}
+    fresh = []
+    for t in outs:
+        ptr = t.untyped_storage().data_ptr()
+        fresh.append(t.clone(memory_format=torch.contiguous_format) if ptr in seen else t.contiguous())
+        seen.add(ptr)
+    return tuple(fresh)
 
 
 def _gdn_vllm_input(layer: Any, h: Any) -> tuple[Any, Any, Any, Any]:
-    """vLLM 0.32's own Part 1 of QwenGatedDeltaNetAttention.forward_cpu/forward_cuda (interleaved layout)."""
+    """vLLM 0.32's own Part 1 of QwenGatedDeltaNetAttention.forward_cpu/forward_cuda, both layouts."""
     mixed_qkvz, _ = layer.in_proj_qkvz(h)
     ba, _ = layer.in_proj_ba(h)
-    query, key, value, z, b, a = layer.fix_query_key_value_ordering(mixed_qkvz, ba)
     t = h.shape[0]
-    mixed_qkv = torch.cat((query.reshape(t, -1), key.reshape(t, -1), value.reshape(t, -1)), dim=-1)
-    # Custom-op outputs may not alias each other (b and a are views of one tensor): fresh copies.
-    return mixed_qkv, z.clone(), b.clone(), a.clone()
+    if layer.gqa_interleaved_layout:
+        query, key, value, z, b, a = layer.fix_query_key_value_ordering(mixed_qkvz, ba)
+        mixed_qkv = torch.cat((query.reshape(t, -1), key.reshape(t, -1), value.reshape(t, -1)), dim=-1)
+    else:  # flat [q | k | v | z] and [b | a]
+        qkv_size = (layer.key_dim * 2 + layer.value_dim) // layer.tp_size
+        z_size = layer.value_dim // layer.tp_size
+        mixed_qkv, z = mixed_qkvz.split([qkv_size, z_size], dim=-1)
+        z = z.reshape(z.size(0), -1, layer.head_v_dim)
+        b, a = layer.split_ba(ba)
+    # Custom-op outputs may not alias each other or an input (views of one tensor): fresh copies.
+    return mixed_qkv.clone(), z.clone(), b.clone(), a.clone()
 
 
 # --- patches of vLLM (class level, once per process) ----------------------------------------------
@@ -370,9 +434,13 @@ def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> 
         orig(self, layer)
         if keep is None:
             return
-        if role in GEMV_ROLES and GEMV_ROUTE in _STATE.routes_on:
+        on = _STATE.routes_on
+        hc_proj = role in HC_PROJ_ROLES
+        if hc_proj and HC_ROUTE in on:
+            layer._qgate_weight = keep  # wired per HC module after the load (route_sites.wire_hc)
+        elif (role in GEMV_ROLES or hc_proj) and GEMV_ROUTE in on:
             layer._qgate_site = _add_site(_LinearSite(layer, role, keep, orig_apply), GEMV_ROUTE, role)
-        elif role in GDN_ROLES and GDN_ROUTE in _STATE.routes_on:
+        elif role in GDN_ROLES and GDN_ROUTE in on:
             layer._qgate_weight = keep  # wired per GDN layer after the load (_wire_gdn)
 
     return _patched(process_weights_after_loading, orig)
@@ -416,13 +484,43 @@ def _patch_vllm(routes_on: set[str]) -> None:
     UnquantizedLinearMethod.process_weights_after_loading = _stashing_pwal(lin_pwal, lin_apply)
     emb_apply = _unpatched(UnquantizedEmbeddingMethod, "apply")
     UnquantizedEmbeddingMethod.apply = _routed_apply(emb_apply)
-    if GDN_ROUTE in routes_on:
-        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention as G
-
-        G.forward_cpu = _gdn_forward(_unpatched(G, "forward_cpu"), "cpu")
-        G.forward_cuda = _gdn_forward(_unpatched(G, "forward_cuda"), "cuda")
     _patch_loaders()
     _patch_compile_factors(routes_on)
+    if _STATE is None or _STATE.error is not None:
+        return  # the loaders raise the error; no site is patched
+    _patch_sites(routes_on)
+
+
+def _site_owner(key: str) -> Any:
+    assert _STATE is not None and _STATE.site_specs is not None
+    return sites.resolve(key, _STATE.site_specs[key])[0]
+
+
+def _patch_sites(routes_on: set[str]) -> None:
+    """Patch each site of the routes on (resolved in register, so present) with its routed version."""
+    from qgate_kernels import route_sites
+
+    assert _STATE is not None and _STATE.site_specs is not None
+    for key, spec in _STATE.site_specs.items():
+        route, kind = key.split(".", 1)
+        owner, name, _ = sites.resolve(key, spec)
+        orig = _unpatched(owner, name) if isinstance(owner, type) else getattr(owner, name)
+        orig = getattr(orig, "_qgate_orig", orig)
+        if route == GDN_ROUTE:
+            setattr(owner, name, _gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
+        elif route == HC_ROUTE:
+            _HC_ORIG[kind] = orig
+            setattr(owner, name, route_sites.patch_hc(owner, kind, orig))
+        elif route == TOPK_ROUTE:
+            where = route_sites.patch_topk(owner, name, orig)
+            logger.info("qgate qsa_topk patched at %s", "; ".join(where))
+    if HC_ROUTE in routes_on:
+        route_sites.define_hc_ops()
+    if TOPK_ROUTE in routes_on:
+        route_sites.define_topk_op()
+
+
+_HC_ORIG: dict[str, Callable[..., Any]] = {}
 
 
 def _patch_compile_factors(routes_on: set[str]) -> None:
@@ -483,8 +581,18 @@ def _after_load(model: Any, start: int) -> None:
         _wire_lm_head(model)
     if GDN_ROUTE in _STATE.routes_on:
         _wire_gdn(model)
+    if HC_ROUTE in _STATE.routes_on:
+        from qgate_kernels import route_sites
+
+        route_sites.wire_hc(model, _site_owner(f"{HC_ROUTE}.mix"), _HC_ORIG)
     _STATE.recorder.counters.models_loaded += 1
     wired = {site.route for site in _STATE.sites[start:]}
+    if TOPK_ROUTE in _STATE.routes_on:
+        from qgate_kernels import route_sites
+
+        if route_sites.model_has_qsa(model):
+            wired.add(TOPK_ROUTE)
+            _STATE.recorder.site(TOPK_ROUTE, "topk")
     for route in sorted(_STATE.routes_on - wired):
         _STATE.recorder.fallback(route, NO_SITE)
     _STATE.recorder.flush(True)
@@ -505,11 +613,12 @@ def _wire_lm_head(model: Any) -> None:
 
 
 def _wire_gdn(model: Any) -> None:
-    from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
-
+    gdn_cls = _site_owner(f"{GDN_ROUTE}.forward_cpu")
     for module in model.modules():
-        if not isinstance(module, QwenGatedDeltaNetAttention) or not module.gqa_interleaved_layout:
-            continue  # the route's layout is Qwen3-Next's interleaved one (Qwen3.5 is flat)
+        if not isinstance(module, gdn_cls):
+            continue
+        if not module.gqa_interleaved_layout and getattr(module, "disable_tp_for_ba_proj", False):
+            continue  # replicated b/a (Marlin-quantized models): not the op's per-rank layout
         qkvz, ba = getattr(module, "in_proj_qkvz", None), getattr(module, "in_proj_ba", None)
         w_qkvz, w_ba = getattr(qkvz, "_qgate_weight", None), getattr(ba, "_qgate_weight", None)
         for proj in (qkvz, ba):

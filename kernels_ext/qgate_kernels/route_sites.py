@@ -1,0 +1,319 @@
+"""The HyperConnection and QSA top-k sites of the route plugin (Qwen4Exp, vLLM 0.32).
+
+HC (`fused_hc_fp16`): every module of the loaded model whose class is the site's class
+(`GatedResidual` by default) and whose projections are unquantized is one site; its role is where it
+sits: `attn` (`attn_hyper_connection`: before the attention or GDN block), `moe`
+(`mlp_hyper_connection`: before the MoE block) or `final` (`hyper_connection_mixer`, use_combine=False),
+and hits are counted per role and method (`attn.mix`, `attn.combine_and_mix`, `moe.combine_and_mix`,
+`final.combine_and_mix`). The patched methods call the opaque ops `qgate_routes::hc_mix` /
+`qgate_routes::hc_combine_mix`; inside, batch-one fp16 calls run `ops.hc_mix` / `ops.hc_combine_and_mix`
+and everything else vLLM's own method, counted with its reason.
+
+QSA (`qsa_topk`): `_topk(logits, visible_blocks, token_topk, compress_ratio, block_indices,
+topk_workspace)` is a module function; its callers (`qsa_select_paged_decode` / `_prefill`) look it up
+in their module's globals at call time, so the module attribute is replaced, and any other loaded
+module holding the same function object is patched too (both are checked and recorded). The patched
+function calls `qgate_routes::qsa_topk`, which writes `block_indices` through `ops.qsa_topk` (float32
+logits, int32 visible_blocks and indices) or falls back to vLLM's `_topk`, counted.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+HC_ROUTE = "fused_hc_fp16"
+TOPK_ROUTE = "qsa_topk"
+HC_MIX_IMPL = "fused_hc_fp16.mix"
+_ROLE_BY_NAME = (
+    ("hyper_connection_mixer", "final"),
+    ("mlp_hyper_connection", "moe"),
+    ("attn_hyper_connection", "attn"),
+)
+
+
+def _plugin() -> Any:
+    from qgate_kernels import plugin
+
+    return plugin
+
+
+def hc_role(name: str, use_combine: bool) -> str:
+    """The HC site's role from its module name (and use_combine for a final mixer of another name)."""
+    last = name.rsplit(".", 1)[-1]
+    for key, role in _ROLE_BY_NAME:
+        if last == key:
+            return role
+    return "final" if not use_combine else last or "hc"
+
+
+class HcSite:
+    """One GatedResidual module; `mix` / `combine_and_mix` are the bodies of the qgate_routes ops."""
+
+    route = HC_ROUTE
+
+    def __init__(
+        self, module: Any, role: str, w_down: Any, w_up: Any, orig: dict[str, Callable[..., Any]]
+    ) -> None:
+        self.module = weakref.ref(module)
+        self.role = role
+        self.hc = int(module.hc_count)
+        self.rank = int(module.lora_rank)
+        self.hs = int(module.hidden_size)
+        self.use_combine = bool(getattr(module, "use_combine", True))
+        self.eps = float(module.config.rms_norm_eps)
+        self.norm = module.hc_norm.weight.detach()
+        dt = torch.float16
+        fp16 = w_down is not None and w_up is not None and w_down.dtype == w_up.dtype == self.norm.dtype == dt
+        self.w_down = w_down if fp16 else None  # [R + HC + pad, D] (merged down+inject) or [R, D] (final)
+        self.w_up = w_up if fp16 else None  # [D, R]
+        self.orig = orig
+
+    def reject(self, h: Any, *more: Any) -> str | None:
+        if h.dim() != 2 or h.shape[-1] != self.hc * self.hs:
+            return "shape"
+        if h.shape[0] != 1:
+            return "batch_not_1"
+        if self.w_down is None or any(t.dtype != torch.float16 for t in (h, *more) if t is not None):
+            return "dtype"
+        if any(t.device != self.norm.device for t in (h, *more) if t is not None):
+            return "device"
+        return None
+
+    def _kw(self) -> dict[str, Any]:
+        return {"hc_count": self.hc, "lora_rank": self.rank, "eps": self.eps}
+
+    def _injection_out(self, h: Any, injection: Any) -> Any:
+        return h.new_empty((h.shape[0], 0)) if injection is None else injection.clone()
+
+    def mix(self, h: Any) -> tuple[Any, Any]:
+        state = _plugin()._STATE
+        reason = self.reject(h)
+        if reason is not None:
+            state.recorder.fallback(HC_ROUTE, reason)
+            _, block_input, injection = self.orig["mix"](self.module(), h)
+            return block_input.clone(), self._injection_out(h, injection)
+        out = _plugin()._invoke(
+            HC_ROUTE,
+            f"{self.role}.mix",
+            h,
+            self.norm,
+            self.w_down,
+            self.w_up,
+            impl_key=HC_MIX_IMPL,
+            **self._kw(),
+        )
+        _, block_input, injection = self._checked(out, h, h)
+        return block_input, self._injection_out(h, injection)
+
+    def combine_and_mix(self, h: Any, block_output: Any, injection: Any) -> tuple[Any, Any, Any]:
+        state = _plugin()._STATE
+        reason = self.reject(h, block_output, injection)
+        if reason is not None:
+            state.recorder.fallback(HC_ROUTE, reason)
+            h_new, block_input, inj = self.orig["combine_and_mix"](self.module(), h, block_output, injection)
+            return h_new.clone(), block_input.clone(), self._injection_out(h, inj)
+        args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
+        out = _plugin()._invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
+        h_new, block_input, inj = self._checked(out, h, None)
+        return h_new, block_input, self._injection_out(h, inj)
+
+    def _checked(self, out: Any, h: Any, same_h: Any) -> tuple[Any, Any, Any]:
+        h_new, block_input, inj = out
+        t = h.shape[0]
+        want = [(t, self.hc * self.hs), (t, self.hs), (t, self.hc) if self.use_combine else None]
+        got = [tuple(h_new.shape), tuple(block_input.shape), None if inj is None else tuple(inj.shape)]
+        if got != want or block_input.dtype != h.dtype or h_new.dtype != h.dtype:
+            raise RuntimeError(f"qgate fused_hc_fp16 implementation returned shapes {got}, expected {want}")
+        return h_new, block_input.contiguous(), inj
+
+
+def define_hc_ops() -> None:
+    """qgate_routes::hc_mix / hc_combine_mix: the per-call decision, opaque to torch.compile."""
+
+    def site(i: int) -> HcSite:
+        return _plugin()._STATE.sites[i]
+
+    @torch.library.custom_op("qgate_routes::hc_mix", mutates_args=())
+    def hc_mix(h: torch.Tensor, site_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return site(site_id).mix(h)
+
+    @hc_mix.register_fake
+    def _(h: torch.Tensor, site_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        s = site(site_id)
+        return h.new_empty((h.shape[0], s.hs)), h.new_empty((h.shape[0], s.hc if s.use_combine else 0))
+
+    @torch.library.custom_op("qgate_routes::hc_combine_mix", mutates_args=())
+    def hc_combine_mix(
+        h: torch.Tensor, block_output: torch.Tensor, injection: torch.Tensor | None, site_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return site(site_id).combine_and_mix(h, block_output, injection)
+
+    @hc_combine_mix.register_fake
+    def _(
+        h: torch.Tensor, block_output: torch.Tensor, injection: torch.Tensor | None, site_id: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        s = site(site_id)
+        t = h.shape[0]
+        return h.new_empty(h.shape), h.new_empty((t, s.hs)), h.new_empty((t, s.hc if s.use_combine else 0))
+
+
+def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+    """The replacement of GatedResidual.mix (kind 'mix') or .combine_and_mix: the op for wired modules."""
+    plugin = _plugin()
+    if kind == "mix":
+
+        def mix(self: Any, hidden_states: Any) -> Any:
+            sid = getattr(self, "_qgate_hc_site", None)
+            if sid is None:
+                return orig(self, hidden_states)
+            block_input, inj = torch.ops.qgate_routes.hc_mix(hidden_states, sid)
+            return hidden_states, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+
+        return plugin._patched(mix, orig)
+
+    def combine_and_mix(self: Any, hidden_states: Any, prev_block_output: Any, prev_injection: Any) -> Any:
+        sid = getattr(self, "_qgate_hc_site", None)
+        if sid is None:
+            return orig(self, hidden_states, prev_block_output, prev_injection)
+        out = torch.ops.qgate_routes.hc_combine_mix(hidden_states, prev_block_output, prev_injection, sid)
+        h_new, block_input, inj = out
+        return h_new, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+
+    return plugin._patched(combine_and_mix, orig)
+
+
+def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> None:
+    """One HcSite per unquantized module of the site class in the model (after the load)."""
+    plugin = _plugin()
+    for name, module in model.named_modules():
+        if not isinstance(module, hc_cls) or getattr(module, "_qgate_hc_site", None) is not None:
+            continue
+        use_combine = bool(getattr(module, "use_combine", True))
+        down = getattr(
+            module, "input_mix_weight_down_block_inject" if use_combine else "input_mix_weight_down", None
+        )
+        up = getattr(module, "input_mix_weight_up", None)
+        w_down, w_up = getattr(down, "_qgate_weight", None), getattr(up, "_qgate_weight", None)
+        if w_down is None or w_up is None:
+            continue  # quantized projections keep vLLM's path
+        role = hc_role(name, use_combine)
+        module._qgate_hc_site = plugin._add_site(HcSite(module, role, w_down, w_up, orig), HC_ROUTE, role)
+
+
+# --- QSA top-k ----------------------------------------------------------------------------------
+
+
+class TopkSite:
+    """vLLM's `_topk` (one per process: a module function); `run` is the body of qgate_routes::qsa_topk."""
+
+    route = TOPK_ROUTE
+    role = "topk"
+
+    def __init__(self, orig: Callable[..., Any]) -> None:
+        self.orig = orig
+
+    def run(
+        self,
+        logits: Any,
+        visible_blocks: Any,
+        token_topk: int,
+        compress_ratio: int,
+        block_indices: Any,
+        workspace: Any,
+    ) -> None:
+        state = _plugin()._STATE
+        k = token_topk // compress_ratio
+        reason = None
+        if logits.dim() != 2 or tuple(block_indices.shape) != (logits.shape[0], k):
+            reason = "shape"
+        elif (
+            logits.dtype != torch.float32
+            or visible_blocks.dtype != torch.int32
+            or block_indices.dtype != torch.int32
+        ):
+            reason = "dtype"
+        elif not block_indices.is_contiguous():
+            reason = "layout"
+        if reason is not None:
+            state.recorder.fallback(TOPK_ROUTE, reason)
+            self.orig(logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace)
+            return
+        out = _plugin()._invoke(TOPK_ROUTE, self.role, logits, visible_blocks, k, block_indices)
+        if out is not None and out is not block_indices:
+            if tuple(out.shape) != tuple(block_indices.shape):
+                got, want = tuple(out.shape), tuple(block_indices.shape)
+                raise RuntimeError(f"qgate qsa_topk implementation returned {got}, expected {want}")
+            block_indices.copy_(out)
+
+
+def define_topk_op() -> None:
+    @torch.library.custom_op("qgate_routes::qsa_topk", mutates_args=("block_indices",))
+    def qsa_topk(
+        logits: torch.Tensor,
+        visible_blocks: torch.Tensor,
+        token_topk: int,
+        compress_ratio: int,
+        block_indices: torch.Tensor,
+        workspace: torch.Tensor,
+        site_id: int,
+    ) -> None:
+        _plugin()._STATE.sites[site_id].run(
+            logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace
+        )
+
+    @qsa_topk.register_fake
+    def _(
+        logits: torch.Tensor,
+        visible_blocks: torch.Tensor,
+        token_topk: int,
+        compress_ratio: int,
+        block_indices: torch.Tensor,
+        workspace: torch.Tensor,
+        site_id: int,
+    ) -> None:
+        return None
+
+
+def patch_topk(owner: Any, name: str, orig: Callable[..., Any]) -> list[str]:
+    """Replace the module function everywhere it is looked up; returns where (module.attr), callers first.
+
+    The site's own module is patched (its callers read the global at call time: checked through their
+    code's global names), then every other loaded module that holds the same function object."""
+    plugin = _plugin()
+    plugin._STATE.sites.append(TopkSite(orig))  # its site count comes per model load (model_has_qsa)
+    sid = len(plugin._STATE.sites) - 1
+
+    def topk(
+        logits: Any, visible_blocks: Any, token_topk: int, compress_ratio: int, block_indices: Any, ws: Any
+    ) -> None:
+        torch.ops.qgate_routes.qsa_topk(
+            logits, visible_blocks, token_topk, compress_ratio, block_indices, ws, sid
+        )
+
+    patched = plugin._patched(topk, orig)
+    where = []
+    callers = [
+        f"{owner.__name__}.{fname}"
+        for fname, fn in vars(owner).items()
+        if callable(fn) and name in getattr(getattr(fn, "__code__", None), "co_names", ())
+    ]
+    setattr(owner, name, patched)
+    where.append(f"{owner.__name__}.{name} (callers: {', '.join(callers) or 'none'})")
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is owner or mod is None:
+            continue
+        for attr, value in list(getattr(mod, "__dict__", {}).items()):
+            if value is orig:
+                setattr(mod, attr, patched)
+                where.append(f"{mod_name}.{attr}")
+    return where
+
+
+def model_has_qsa(model: Any) -> bool:
+    """A QSA layer in the model: a module with a QSA indexer (vLLM's Qwen4ExpQSAAttention.indexer)."""
+    return any(hasattr(m, "indexer") and "qsa" in type(m).__name__.lower() for m in model.modules())
