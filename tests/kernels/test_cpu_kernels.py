@@ -141,3 +141,66 @@ def test_opcheck_gemv_cpu_kernel() -> None:
         for n, k, m in ((48, 64, None), (37, 100, 1), (9, 40, 3)):
             w, x = _draw(gen, n, k, dtype, m)
             torch.library.opcheck(torch.ops.qgate.gemv.default, (w, x, True))
+
+
+# --- gdn_input -------------------------------------------------------------------------------------
+
+GDN_SHAPES = [(1, 2, 8, 8, 40), (2, 4, 16, 8, 64), (4, 8, 128, 128, 2048)]  # nk, nv, dk, dv, K
+
+
+def _gdn_draw(gen: torch.Generator, nk: int, nv: int, dk: int, dv: int, k: int, dtype: torch.dtype) -> tuple:
+    x = randn(gen, k, dtype=dtype)
+    w_qkvz = randn(gen, 2 * nk * dk + 2 * nv * dv, k, dtype=dtype, scale=k**-0.5)
+    w_ba = randn(gen, 2 * nv, k, dtype=dtype, scale=k**-0.5)
+    return x, w_qkvz, w_ba
+
+
+def _gdn_layout_of_gemv(x: torch.Tensor, w_qkvz: torch.Tensor, w_ba: torch.Tensor, heads: tuple, layout: str):  # noqa: ANN202
+    """The two projections through the gemv op's CPU kernel, laid out by the reference: its split/cat
+    applied to those rows as float32 with identity weights (exact, so only the layout acts)."""
+    gemv = torch.ops.qgate.gemv.default
+    rows = torch.cat([gemv(w_qkvz, x, False), gemv(w_ba, x, False)]).float()  # [R + B]
+    eye = torch.eye(rows.numel())
+    return reference.gdn_input(rows, eye[: w_qkvz.shape[0]], eye[w_qkvz.shape[0] :], *heads, layout)
+
+
+@pytest.mark.parametrize("layout", ["flat", "interleaved"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", GDN_SHAPES)
+def test_gdn_input_rows_equal_gemv_bits_and_reference_layout(
+    shape: tuple, dtype: torch.dtype, layout: str
+) -> None:
+    gen, seed = fresh_generator()
+    nk, nv, dk, dv, k = shape
+    x, w_qkvz, w_ba = _gdn_draw(gen, *shape, dtype)
+    outs = qgate_kernels.gdn_input(x, w_qkvz, w_ba, nk, nv, dk, dv, layout=layout)
+    # the same rows through the gemv kernel, laid out by the reference (identity weights, float32: exact)
+    want = _gdn_layout_of_gemv(x, w_qkvz, w_ba, (nk, nv, dk, dv), layout)
+    for got, w in zip(outs, want, strict=True):
+        assert got.dtype == dtype and got.shape == w.shape, f"seed {seed}"
+        assert torch.equal(got.float(), w), f"{layout} {dtype}, seed {seed}"
+    refs = reference.gdn_input(x, w_qkvz, w_ba, nk, nv, dk, dv, layout)
+    assert max(ulp_distance(o, r) for o, r in zip(outs, refs, strict=True)) <= 1.0, f"seed {seed}"
+    assert not qgate_kernels.fallback_counts()[qgate_kernels.ROUTE_GDN]
+
+
+def test_gdn_input_outside_the_kernel_runs_the_reference_math() -> None:
+    gen, seed = fresh_generator()
+    nk, nv, dk, dv, k = 2, 4, 16, 8, 64
+    _, w_qkvz, w_ba = _gdn_draw(gen, nk, nv, dk, dv, k, torch.float16)
+    x3 = randn(gen, 3, k, dtype=torch.float16)
+    op = torch.ops.qgate.gdn_input.default
+    for interleaved in (False, True):
+        layout = "interleaved" if interleaved else "flat"
+        got = op(x3, w_qkvz, w_ba, nk, nv, dk, dv, interleaved, False)
+        want = reference.gdn_input(x3, w_qkvz, w_ba, nk, nv, dk, dv, layout)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"{layout}, seed {seed}"
+
+
+def test_opcheck_gdn_input_cpu_kernel() -> None:
+    gen, _ = fresh_generator()
+    for dtype in DTYPES:
+        for interleaved in (False, True):
+            x, w_qkvz, w_ba = _gdn_draw(gen, 2, 4, 16, 8, 64, dtype)
+            args = (x, w_qkvz, w_ba, 2, 4, 16, 8, interleaved, True)
+            torch.library.opcheck(torch.ops.qgate.gdn_input.default, args)
