@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats as sps
 
 from qgate.stats import (
@@ -17,10 +19,12 @@ from qgate.stats import (
     REGRESSED,
     VERDICTS,
     StatsConfig,
+    arm_variance,
     compare_samples,
     decide_batch,
     min_attainable_p,
     unit_samples,
+    units_for_non_inferiority,
 )
 
 CTRL = [10.1, 10.4, 9.8, 10.0, 10.3, 10.2]
@@ -222,3 +226,132 @@ def test_a_20_percent_effect_at_cv_2_percent_is_detected() -> None:
         assert np.mean(out["code"] == VERDICTS.index(want)) >= 0.99
         excludes_one = (out["ci_low"] > 1) if effect > 0 else (out["ci_high"] < 1)
         assert excludes_one.all()
+
+
+# ---- calibration of the non-inferiority bound and of launches as the unit (issue 16) ----------------
+# Seeded simulations with qgate's own decide_batch; each prints its rates (pytest -s shows them).
+# Monte-Carlo allowance: three binomial standard errors of the rate under test.
+
+DRAWS = 10_000
+SIM_CFG = StatsConfig(max_cv_pct=1000, min_effect_pct=0.0, bootstrap_resamples=1000)
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
+
+
+def _mc(rate: float, draws: int) -> float:
+    return 3 * math.sqrt(rate * (1 - rate) / draws)
+
+
+def _launch_sim(
+    rng: np.random.Generator,
+    draws: int,
+    launches: int,
+    reps: int,
+    within: float,
+    between: float,
+    ratio: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Arms of `launches` engine starts x `reps` reps (launch-major): each start has its own offset."""
+
+    def arm(mean: float) -> np.ndarray:
+        offset = rng.normal(0, between, (draws, launches, 1))
+        noise = rng.normal(0, within, (draws, launches, reps))
+        return (mean * (1 + offset) * (1 + noise)).reshape(draws, launches * reps)
+
+    return arm(100.0), arm(100.0 * ratio)
+
+
+@pytest.mark.parametrize(("cv", "margin_pct"), [(0.01, 2.0), (0.05, 10.0), (0.15, 10.0), (0.15, 30.0)])
+def test_non_inferiority_bound_at_the_margin_passes_at_most_alpha_over_2(
+    cv: float, margin_pct: float
+) -> None:
+    """5 v 5 reps, the candidate truly `margin` slower: the Welch-t bound clears the floor <= alpha/2."""
+    rng = np.random.default_rng(1600 + int(1000 * cv + margin_pct))
+    floor = 1 - margin_pct / 100
+    ctrl, cand = _launch_sim(rng, DRAWS, 1, 5, cv, 0.0, floor)
+    out = decide_batch(ctrl, cand, SIM_CFG)
+    t_rate = float(np.mean(out["t_ci_low"] >= floor))
+    boot_rate = float(np.mean(out["ci_low"] >= floor))
+    print(
+        f"\nNI at the margin, CV {100 * cv:g} %, margin {margin_pct:g} %: Welch-t bound passes {t_rate:.4f}, "
+        f"percentile bootstrap would pass {boot_rate:.4f} (target <= {SIM_CFG.alpha / 2:g})"
+    )
+    assert t_rate <= SIM_CFG.alpha / 2 + _mc(SIM_CFG.alpha / 2, DRAWS)
+    assert not np.any(out["code"] == VERDICTS.index(ERROR))
+
+
+@pytest.mark.parametrize("cv", [0.01, 0.05, 0.15])
+def test_aa_false_change_rate_per_cv(cv: float) -> None:
+    """5 v 5 reps A/A: improved or regressed at most alpha; a candidate as fast passes a 2 x CV margin most of
+    the time (the bound is not so conservative that it never passes)."""
+    rng = np.random.default_rng(1700 + int(1000 * cv))
+    ctrl, cand = _launch_sim(rng, DRAWS, 1, 5, cv, 0.0, 1.0)
+    out = decide_batch(ctrl, cand, SIM_CFG)
+    claims = float(np.isin(out["code"], [0, 1]).mean())
+    print(f"\nA/A 5 v 5 reps, CV {100 * cv:g} %: false changes {claims:.4f} (alpha {SIM_CFG.alpha:g})")
+    assert claims <= SIM_CFG.alpha + _mc(SIM_CFG.alpha, DRAWS)
+    floor = 1 - 2 * cv
+    power = float(np.mean(out["t_ci_low"] >= floor))
+    print(f"  non-inferiority at a {200 * cv:g} % margin shown for a candidate as fast: {power:.3f}")
+    assert power > 0.5
+
+
+def _cpu_contract_speed() -> dict:
+    data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
+    return data["speed"]
+
+
+@pytest.mark.parametrize("between", [0.0, 0.10])
+def test_aa_with_launch_offsets_at_the_cpu_contract_settings(between: float) -> None:
+    """Launch offsets of sd `between` (engine starts differ), within-launch CV 5 %, the smoke contract's
+    launches x reps and stats: A/A claims a change at most alpha of the time; a candidate truly slower
+    by the margin passes the bound at most alpha/2. With the same reps in one launch per arm the
+    offsets make the A/A claim changes far more often: the simulation can tell."""
+    speed = _cpu_contract_speed()
+    launches, reps = int(speed.get("launches", 1)), int(speed["repetitions"])
+    assert launches >= 2, "the CPU contract runs several engine starts per arm"
+    cfg = StatsConfig(**{**speed["stats"], "bootstrap_resamples": 1000})
+    margin = float(speed["gates"]["max_decode_regression_pct"])
+    rng = np.random.default_rng(1800 + int(100 * between))
+    ctrl, cand = _launch_sim(rng, DRAWS, launches, reps, 0.05, between, 1.0)
+    out = decide_batch(ctrl, cand, cfg, launches=launches)
+    claims = float(np.isin(out["code"], [0, 1]).mean())
+    one = decide_batch(*_launch_sim(rng, DRAWS, 1, launches * reps, 0.05, between, 1.0), cfg)
+    one_claims = float(np.isin(one["code"], [0, 1]).mean())
+    floor = 1 - margin / 100
+    slow = decide_batch(
+        *_launch_sim(rng, DRAWS, launches, reps, 0.05, between, floor), cfg, launches=launches
+    )
+    ni = float(np.mean(slow["t_ci_low"] >= floor))
+    print(
+        f"\nA/A, {launches} launches x {reps} reps, launch offset sd {100 * between:g} %, within CV 5 %: "
+        f"false changes {claims:.4f} (one launch of {launches * reps} reps: {one_claims:.4f}); "
+        f"slower by the margin {margin:g} %: bound passes {ni:.4f}"
+    )
+    assert claims <= cfg.alpha + _mc(cfg.alpha, DRAWS)
+    assert ni <= cfg.alpha / 2 + _mc(cfg.alpha / 2, DRAWS)
+    if between > 0:
+        assert one_claims > 3 * cfg.alpha
+
+
+def test_variance_components_recover_the_simulated_ones() -> None:
+    rng = np.random.default_rng(19)
+    ctrl, _ = _launch_sim(rng, 4000, 4, 5, 0.05, 0.10, 1.0)
+    v = arm_variance(ctrl, 4)
+    # E[MSW] = s_w^2, E[MSB] = R s_b^2 + s_w^2 on the raw scale (mean 100): components about 5 and 10.
+    within = float(np.sqrt(np.mean(v["var_within"])))
+    between = float(np.sqrt(np.mean((v["msb"] - v["msw"]) / 5)))
+    assert within == pytest.approx(5.0 * 1.0, rel=0.05) and between == pytest.approx(10.0, rel=0.05)
+    assert set(np.unique(v["df"])) <= {3.0, 16.0}
+
+
+def test_sample_size_estimate_reaches_the_margin_in_simulation() -> None:
+    """The units the estimate asks for do show non-inferiority at about the promised power."""
+    n = units_for_non_inferiority(5.0, 5.0, 5.0, 0.05)
+    assert n is not None and 5 < n < 30
+    rng = np.random.default_rng(23)
+    out = decide_batch(*_launch_sim(rng, 4000, 1, n, 0.05, 0.0, 1.0), SIM_CFG)
+    power = float(np.mean(out["t_ci_low"] >= 0.95))
+    print(f"\nsample size for CV 5 %, margin 5 %: {n} reps per arm; non-inferiority shown {power:.3f}")
+    assert 0.75 <= power <= 0.9
+    assert units_for_non_inferiority(5.0, 5.0, 5.0, 0.05, true_ratio=0.94) is None  # beyond the floor
+    assert units_for_non_inferiority(5.0, 5.0, 5.0, 0.05, true_ratio=0.98) > n
