@@ -69,6 +69,50 @@ BAD = [
     ("arm engine typo", _set("arms.control.engine", {"dtyp": "float16"}), "arms.control.engine", "unknown"),
     ("bad dtype", _set("engine.dtype", "fp8"), "engine.dtype = 'fp8'", "float16"),
     ("missing arms", lambda d: d.pop("arms"), "arms", "required"),
+    # issue 16: the margin is required, reps must be able to reach alpha, route env keys are known ones
+    (
+        "no margin",
+        lambda d: d["speed"]["gates"].pop("max_decode_regression_pct"),
+        "speed.gates.max_decode_regression_pct",
+        "required",
+    ),
+    (
+        "margin 0",
+        _set("speed.gates.max_decode_regression_pct", 0),
+        "max_decode_regression_pct = 0",
+        "greater",
+    ),
+    (
+        "reps cannot reach alpha",
+        lambda d: d["speed"].update(repetitions=1, launches=3),
+        "speed.repetitions x speed.launches = 1 x 3",
+        "can never reach speed.stats.alpha = 0.05; expected at least 4 reps per arm",
+    ),
+    (
+        "typo'd route switch",
+        _set("arms.candidate.env.VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16x", "1"),
+        "arms.candidate.env.VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16x",
+        "not a known route switch",
+    ),
+    (
+        "lower-case route switch",
+        _set("arms.control.env.vllm_sm70_qwen38_fp16_gemv", "0"),
+        "arms.control.env.vllm_sm70_qwen38_fp16_gemv",
+        "did you mean VLLM_SM70_QWEN38_FP16_GEMV",
+    ),
+    (
+        "typo'd override",
+        _set("arms.candidate.env.QGATE_ROUTE_IMPL_FP16_GEM", "m:f"),
+        "arms.candidate.env.QGATE_ROUTE_IMPL_FP16_GEM",
+        "not a known route override",
+    ),
+    (
+        "switch without its prefix",
+        _set("arms.candidate.env.VLLM_SM70_QWEN_38_FP16_GEMV", "1"),
+        "arms.candidate.env.VLLM_SM70_QWEN_38_FP16_GEMV",
+        "did you mean VLLM_SM70_QWEN38_FP16_GEMV",
+    ),
+    ("nothing to gate", lambda d: d.pop("speed"), "nothing to gate", "no speed, quality or ops section"),
 ]
 
 
@@ -92,3 +136,17 @@ def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
         result = runner.invoke(app, ["contract", "validate", str(target)])
         assert result.exit_code == 2
         assert str(target) in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_other_env_keys_and_known_route_keys_are_accepted(tmp_path: Path) -> None:
+    env = {
+        "VLLM_SM70_QWEN38_FP16_GEMV": "1",
+        "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:spin_gemv",
+        "QGATE_SLOW_GEMV_DELAY_MS": "0.1",
+        "QGATE_ABLATE_PLACEBO": "1",
+        "PYTHONPATH": "tests/fixtures",
+        "OMP_NUM_THREADS": "2",
+    }
+    path = _mutate(tmp_path, _set("arms.candidate.env", env))
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 0, result.output
