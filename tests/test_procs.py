@@ -186,3 +186,21 @@ def test_run_speed_refuses_a_live_earlier_run_in_one_line(leftover, tmp_path: Pa
     assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {out}: processes of an earlier run")
     assert f"{proc.pid} (" in res.output and "--kill-leftovers" in res.output
     assert not (out / "speed").exists()  # refused before anything ran
+
+
+def test_cli_leftovers_lists_an_orphan_of_a_dead_qgate(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from qgate.cli import app
+
+    # The token names a qgate that is gone (no such pid): its processes are orphans.
+    orphan = _python("import time; time.sleep(60)", {procs.RUN_ENV: "999999999.1.deadbeef"})
+    try:
+        deadline = time.monotonic() + 10
+        while orphan.pid not in procs.leftovers(orphans_only=True) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        listed = CliRunner().invoke(app, ["run", "leftovers"])  # listing only: other runs are not touched
+        assert listed.exit_code == 1 and f"alive: {orphan.pid} (" in listed.output
+    finally:
+        orphan.kill()
+        orphan.wait()

@@ -22,7 +22,7 @@ from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.errors import RunFailure
 
 # Inherited variables with these prefixes would switch routes behind the contract's back.
-ROUTE_ENV_PREFIXES = ("VLLM_SM70_", "QGATE_ROUTE_IMPL_")
+ROUTE_ENV_PREFIXES = ("VLLM_SM70_", "QGATE_ROUTE_IMPL_", "QGATE_SHIMS", "QGATE_SITES")
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -112,6 +112,8 @@ def run_child(
                     run.add_group(proc.pid, log_path.stem)
                 with os.fdopen(read_fd, "r", encoding="utf-8") as events:
                     for line in events:
+                        if not line.endswith("\n"):
+                            break  # torn by a child killed mid-write (a rep can exceed a pipe's atomic size)
                         record = json.loads(line)
                         if record.get("event") == "error":
                             error = record.get("message")
