@@ -57,7 +57,7 @@ from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
 from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import StatsConfig, compare_samples, unit_samples
+from qgate.stats import LaunchDataError, StatsConfig, compare_samples, unit_samples
 
 ABLATION_SCHEMA_VERSION = 1
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
@@ -305,7 +305,10 @@ def samples(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray]:
     """The statistical unit of an arm (reps, or launch means when it ran over several launches)."""
     launches = int((result.get("workload") or {}).get("launches", 1) or 1)
     ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
-    return unit_samples(_values(result, field), ids, launches)
+    try:
+        return unit_samples(_values(result, field), ids, launches)
+    except LaunchDataError:  # launch ids that cannot be grouped: no finite unit, so the effect is ERROR
+        return "launch", np.full(max(launches, 2), np.nan)
 
 
 MeansFn = Callable[[Mapping[str, Any]], Any]
