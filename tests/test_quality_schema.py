@@ -59,8 +59,8 @@ def test_bad_quality_sections_fail_with_the_key(tmp_path: Path) -> None:
 
 def test_seeds_and_repeats(tmp_path: Path) -> None:
     assert "seeds or repeats, not both" in _bad(tmp_path, {"seeds": [20260828, 1], "repeats": 2})
-    assert "must be sampling.seed = 20260828" in _bad(tmp_path, {"seeds": [1, 20260828]})
-    assert "seeds repeat [5]" in _bad(tmp_path, {"seeds": [20260828, 5, 5]})
+    assert "must be sampling.seed = 20260828" in _bad(tmp_path, {"seeds": [1, 20260828], "repeats": None})
+    assert "seeds repeat [5]" in _bad(tmp_path, {"seeds": [20260828, 5, 5], "repeats": None})
     assert "quality.repeats" in _bad(tmp_path, {"repeats": 0})
     assert "quality.gates.alpha" in _bad(tmp_path, {}, {"alpha": 1.5})
     assert "gates.detect_broken_items = 17 exceeds" in _bad(tmp_path, {}, {"detect_broken_items": 17})

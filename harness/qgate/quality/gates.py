@@ -28,6 +28,7 @@ from qgate.quality.paired import (
 from qgate.quality.schema import QualityGates
 
 SEV_FAIL, SEV_INCONCLUSIVE, SEV_ERROR = "fail", "inconclusive", "error"
+LIST_AT_MOST = 8  # items named in a gate's detail; the report's tables list them all
 
 
 def make_gate(name: str, passed: bool, detail: str, severity: str = SEV_FAIL) -> dict[str, Any]:
@@ -90,7 +91,8 @@ def _items_where(items: list[dict[str, Any]], pred: Any) -> str:
     """The items (with their seed when it is not the only one) where pred holds."""
     several = len({r.get("seed") for r in items}) > 1
     idx = [f"{r['index']}" + (f"/seed {r['seed']}" if several else "") for r in items if pred(r)]
-    return f" (items {', '.join(idx)})" if idx else ""
+    more = f" and {len(idx) - LIST_AT_MOST} more" if len(idx) > LIST_AT_MOST else ""
+    return f" (items {', '.join(idx[:LIST_AT_MOST])}{more})" if idx else ""
 
 
 def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate") -> list[dict[str, Any]]:
@@ -156,8 +158,9 @@ def paired_gate(
         listed = ", ".join(
             f"{f.index} (control {f.control_correct}/{f.control_runs}, candidate "
             f"{f.candidate_correct}/{f.candidate_runs})"
-            for f in flagged
+            for f in flagged[:LIST_AT_MOST]
         )
-        detail += f"; likely real regressions (the control answered every seed): items {listed}"
+        more = f" and {len(flagged) - LIST_AT_MOST} more" if len(flagged) > LIST_AT_MOST else ""
+        detail += f"; likely real regressions (the control answered every seed): items {listed}{more}"
     severity = {ERROR: SEV_ERROR, INCONCLUSIVE: SEV_INCONCLUSIVE}.get(test.verdict, SEV_FAIL)
     return make_gate("paired test", test.verdict == NO_REGRESSION, detail, severity), test
