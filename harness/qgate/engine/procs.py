@@ -58,7 +58,11 @@ class Stopped(KeyboardInterrupt):
 
 @contextmanager
 def stop_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise Stopped in the main thread, once; later ones wait for that stop."""
+    """SIGINT and SIGTERM raise Stopped in the main thread, once; later ones wait for that stop.
+
+    Also a SIGINT that was ignored when qgate started (a background job of a script): a stop asked
+    for explicitly must stop the run, and a run stopped this way leaves nothing behind.
+    """
     fired: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
