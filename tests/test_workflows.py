@@ -234,3 +234,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert "nox -s tests" in ci_run and "pip install -q nox" in ci_run
     readme = REPO / "README.md"
     assert "pip install nox && nox -s tests" in readme.read_text(encoding="utf-8")
+
+
+def test_nightly_ends_leftover_processes_before_and_after() -> None:
+    job = load(NIGHTLY)["jobs"]["nightly"]
+    runs = [str(s.get("run", "")) for s in job["steps"]]
+    ends = [i for i, r in enumerate(runs) if "qgate run leftovers --all --kill" in r]
+    first_gpu = next(i for i, r in enumerate(runs) if "qgate run ops" in r)
+    upload = next(i for i, s in enumerate(job["steps"]) if "upload-artifact" in str(s.get("uses", "")))
+    assert len(ends) == 2 and ends[0] < first_gpu and ends[1] < upload
+    assert job["steps"][ends[1]]["if"] == "always()"  # after a cancel or a timeout too
+    # The runs exec qgate: the runner's cancel signals reach it, not a shell that waits for it.
+    for kind in ("speed", "quality"):
+        assert any(r.strip().startswith(f"exec qgate run {kind} ") for r in runs), kind
