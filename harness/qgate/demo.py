@@ -237,8 +237,13 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         )
     if screen is not None and screen.verdict != "PASS":
         return f"The route's op is not exact: see {screen.report}; fix the kernel before any engine run."
-    if quality is not None and quality.verdict != "PASS":
+    if quality is not None and quality.verdict == "FAIL":
         return f"The candidate changes answers: see the misses in {quality.report}; fix the route first."
+    if quality is not None and quality.verdict != "PASS":
+        return (
+            f"The quality gate could not decide ({quality.verdict}): its reason above says what evidence "
+            f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
+        )
     if speed is not None and speed.verdict != "PASS":
         return (
             "The candidate is exact and answers like the control but is not proven faster here "
