@@ -236,6 +236,8 @@ def _arm_info(result: dict[str, Any], path: str) -> dict[str, Any]:
     )
     info = {k: result.get(k) for k in keys}
     info.update(path=path, env=env, switched_routes=switched_routes(env))
+    if result.get("shims"):  # platform shims (qgate_kernels.shims), listed apart from the routes
+        info["shims"] = result["shims"]
     return info
 
 

@@ -140,6 +140,17 @@ class Contract(_Strict):
     speed: Speed | None = None
     quality: Quality | None = None
     ops: Ops | None = None
+    shims: list[str] = Field(
+        default_factory=list,
+        description="platform shims (qgate_kernels.shims, e.g. qwen4exp_fp16_cpu) applied in every vLLM "
+        "process of both arms alike (env QGATE_SHIMS); listed in the result and report, never route hits",
+    )
+    sites: dict[str, str] = Field(
+        default_factory=dict,
+        description="route sites for a vLLM fork, the same for both arms (env QGATE_SITES): "
+        "'<route>.<kind>' -> 'module:Class.method' or 'module:function'; unset keys keep vLLM 0.32's "
+        "Qwen4Exp sites (docs/routes.md); checked before the engine starts",
+    )
 
     @model_validator(mode="after")
     def _something_to_gate(self) -> Contract:
@@ -172,6 +183,22 @@ class Contract(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _known_shims_and_sites(self) -> Contract:
+        from qgate.routes import platform_env_problem
+
+        problem = platform_env_problem(self.shims, self.sites)
+        if problem:
+            raise ValueError(problem)
+        for arm_name in ("control", "candidate"):
+            for key in getattr(self.arms, arm_name).env:
+                if key in ("QGATE_SHIMS", "QGATE_SITES"):
+                    field = "shims" if key == "QGATE_SHIMS" else "sites"
+                    raise ValueError(
+                        f"arms.{arm_name}.env.{key}: set the contract's `{field}:` instead (both arms)"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _input_fits(self) -> Contract:
         if self.speed is not None:
             for arm_name in ("control", "candidate"):
@@ -191,7 +218,10 @@ class Contract(_Strict):
         return merged
 
     def env_for(self, arm: str) -> dict[str, str]:
-        return dict(getattr(self.arms, arm).env)
+        """The arm's env, plus the contract's shims and sites (the same in both arms)."""
+        from qgate.routes import platform_env
+
+        return dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites)
 
 
 def _min_reps(alpha: float) -> int:

@@ -1,4 +1,5 @@
-"""Resolve a contract's `model` to a local directory: a path, or a built-in tiny model built on first use."""
+"""Resolve a contract's `model` to a local directory: a path, or a built-in tiny model built on first use
+(`tiny`, `tiny-trained`: Qwen3; `tiny-qwen4exp`: Qwen4Exp, see qgate.tiny_qwen4exp)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from qgate.results import ResultError
 
-BUILTIN = ("tiny", "tiny-trained")
+BUILTIN = ("tiny", "tiny-trained", "tiny-qwen4exp")
 
 
 def _config_sha(path: Path) -> str | None:
@@ -25,6 +26,10 @@ def resolve_model(spec: str) -> tuple[str, dict]:
         from qgate.tiny import ensure_tiny_trained
 
         path = Path(ensure_tiny_trained())
+    elif spec == "tiny-qwen4exp":
+        from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+
+        path = Path(ensure_tiny_qwen4exp())
     else:
         path = Path(spec).expanduser()
         if not path.is_dir():

@@ -31,6 +31,18 @@ ROUTES: dict[str, str] = {
 }
 OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
 ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
+# Platform shims and route sites (kept equal to qgate_kernels.shims.SHIMS / sites.DEFAULT_SITES).
+SHIMS_ENV, SITES_ENV = "QGATE_SHIMS", "QGATE_SITES"
+SHIMS = ("qwen2vl_pil_image_processor", "qwen4exp_hc_torch_cpu", "qwen4exp_fp16_cpu")
+SITE_KEYS = (
+    "fused_hc_fp16.mix",
+    "fused_hc_fp16.combine_and_mix",
+    "fused_gdn_input_fp16.forward_cpu",
+    "fused_gdn_input_fp16.forward_cuda",
+    "qsa_topk.topk",
+)
+# Routes whose sites the pre-flight check imports (GEMV's are vLLM's linear methods, always there).
+SITED_ROUTES = frozenset({"fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk"})
 CHECK_TIMEOUT_S = 120.0
 
 _ON = frozenset({"1", "true", "yes", "on"})
@@ -74,6 +86,32 @@ def _spec_ok(spec: str) -> bool:
     return bool(sep and module and attr) and all(n.isidentifier() for n in names)
 
 
+def platform_env_problem(shims: list[str], sites: Mapping[str, str]) -> str | None:
+    """One line for an unknown shim, an unknown site key or a site spec that is not
+    'module:Class.method' / 'module:function'; None when both are usable as far as syntax goes."""
+    for name in shims:
+        if name not in SHIMS:
+            return f"shims: {name!r} is not a known shim (known: {', '.join(SHIMS)})"
+    for key, spec in sites.items():
+        if key not in SITE_KEYS:
+            return f"sites.{key}: not a known site (known: {', '.join(SITE_KEYS)})"
+        module, sep, qual = str(spec).strip().partition(":")
+        names = module.split(".") + qual.split(".")
+        if not sep or len(qual.split(".")) > 2 or not all(n.isidentifier() for n in names):
+            return f"sites.{key} = {spec!r}: expected 'module:Class.method' or 'module:function'"
+    return None
+
+
+def platform_env(shims: list[str], sites: Mapping[str, str]) -> dict[str, str]:
+    """The env that carries a contract's shims and sites to every vLLM process (both arms alike)."""
+    env = {}
+    if shims:
+        env[SHIMS_ENV] = ",".join(shims)
+    if sites:
+        env[SITES_ENV] = json.dumps(dict(sorted(sites.items())), separators=(",", ":"))
+    return env
+
+
 def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
     """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
     return child_env(dict(arm_env), None)[0]
@@ -89,7 +127,8 @@ def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
     problems = _static_problems(env)
     if problems:
         raise RouteError(problems[0])
-    if not any(k.startswith(OVERRIDE_PREFIX) for k in env):
+    sited = SITED_ROUTES & switched_on(env)
+    if not any(k.startswith(OVERRIDE_PREFIX) for k in env) and not sited and SITES_ENV not in env:
         return
     try:
         proc = subprocess.run(
@@ -101,7 +140,9 @@ def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
             timeout=CHECK_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
-        raise RouteError(f"checking the route overrides took over {CHECK_TIMEOUT_S:.0f} s") from None
+        raise RouteError(
+            f"checking the route overrides and sites took over {CHECK_TIMEOUT_S:.0f} s"
+        ) from None
     _raise_child_problems(proc)
 
 
@@ -155,6 +196,33 @@ def collect(attest_dir: Path) -> dict:
             into["hits"] += int(counts.get("hits", 0))
             _add(into["fallbacks"], counts.get("fallbacks", {}))
             _add(into["roles"], counts.get("roles", {}))
+    return merged
+
+
+def collect_shims(attest_dir: Path) -> dict:
+    """The platform shims of one engine start: {shim: {applied: what it did, calls: n}} summed over the
+    vLLM processes (every process of both arms applies the same shims; calls happen in the worker)."""
+    merged: dict[str, dict] = {}
+    attest_dir = Path(attest_dir)
+    if not attest_dir.is_dir():
+        return merged
+    for path in sorted(attest_dir.glob("*.json")):
+        try:
+            shims = json.loads(path.read_text(encoding="utf-8")).get("shims") or {}
+        except (OSError, ValueError, AttributeError) as exc:
+            raise RouteError(f"{path}: unreadable route attestation ({type(exc).__name__}: {exc})") from None
+        for name, info in shims.items():
+            into = merged.setdefault(name, {"applied": info.get("applied", ""), "calls": 0})
+            into["calls"] += int(info.get("calls", 0))
+    return merged
+
+
+def merge_shims(total: dict, part: dict) -> dict:
+    """Sum the shim calls of two engine starts of one arm."""
+    merged = {k: dict(v) for k, v in total.items()}
+    for name, info in part.items():
+        into = merged.setdefault(name, {"applied": info.get("applied", ""), "calls": 0})
+        into["calls"] += int(info.get("calls", 0))
     return merged
 
 

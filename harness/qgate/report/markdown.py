@@ -234,7 +234,25 @@ def _routes(record: dict[str, Any]) -> list[str]:
                 "candidate hits by role": ", ".join(f"{k}: {v}" for k, v in sorted(roles.items())) or "-",
             }
         )
-    return ["### Routes", "", table(pd.DataFrame(rows)), ""]
+    return ["### Routes", "", table(pd.DataFrame(rows)), "", *_shims(arms)]
+
+
+def _shims(arms: dict[str, Any]) -> list[str]:
+    """The platform shims each arm ran with (qgate_kernels.shims): bridges, never route hits."""
+    cs, ts = arms["control"].get("shims") or {}, arms["candidate"].get("shims") or {}
+    if not cs and not ts:
+        return []
+    rows = [
+        {
+            "shim": name,
+            "control calls": (cs.get(name) or {}).get("calls", "not applied"),
+            "candidate calls": (ts.get(name) or {}).get("calls", "not applied"),
+            "what it does": (ts.get(name) or cs.get(name) or {}).get("applied", ""),
+        }
+        for name in sorted(set(cs) | set(ts))
+    ]
+    note = "Platform shims bridge what this platform lacks, in both arms alike; they are never route hits."
+    return ["### Platform shims", "", table(pd.DataFrame(rows)), "", note, ""]
 
 
 def _gates(record: dict[str, Any]) -> list[str]:
