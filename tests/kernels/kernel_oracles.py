@@ -30,33 +30,27 @@ def gemv64(weight: Tensor, x: Tensor) -> Tensor:
     return x.double() @ weight.double().t()
 
 
-def fused_hc64(h, norm_weight, w_a, a_static, scale_a, w_b, b_static, scale_b, eps):  # noqa: ANN001, ANN201
-    """Per stream j: Hn_j = H_j / sqrt(mean(H_j^2) + eps) * g;
-    A[j, i] = a_static[j, i] + s_a tanh(Hn_j . w_a[i]); b[j] = b_static[j] + s_b tanh(Hn_j . w_b);
-    out[i] = sum_j A[j, i] H_j."""
-    H = h.double()
-    n, d = H.shape
-    A = torch.empty(n, n + 1, dtype=torch.float64)
-    b = torch.empty(n, dtype=torch.float64)
-    for j in range(n):
-        hn = H[j] / math.sqrt(float((H[j] ** 2).sum()) / d + eps) * norm_weight.double()
-        for i in range(n + 1):
-            A[j, i] = float(a_static[j, i]) + float(scale_a) * math.tanh(float(hn @ w_a[i].double()))
-        b[j] = float(b_static[j]) + float(scale_b) * math.tanh(float(hn @ w_b.double()))
-    out = torch.zeros(n + 1, d, dtype=torch.float64)
-    for i in range(n + 1):
-        for j in range(n):
-            out[i] += A[j, i] * H[j]
-    return out[0], out[1:], b
-
-
-def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int):  # noqa: ANN201
-    """Row by row: where each interleaved output row lands in (mixed_qkv, z, b, a)."""
-    r = nv // nk
+def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: int, dv: int, layout: str):  # noqa: ANN201
+    """Row by row: where each output row lands in (mixed_qkv, z, b, a)."""
     y = gemv64(w_qkvz, x.reshape(-1))
     yba = gemv64(w_ba, x.reshape(-1))
     mixed = torch.empty(2 * nk * dk + nv * dv, dtype=torch.float64)
     z = torch.empty(nv * dv, dtype=torch.float64)
+    b = torch.empty(nv, dtype=torch.float64)
+    a = torch.empty(nv, dtype=torch.float64)
+    if layout == "flat":  # [q | k | v | z] and [b | a]
+        for o in range(y.numel()):
+            if o < mixed.numel():
+                mixed[o] = y[o]
+            else:
+                z[o - mixed.numel()] = y[o]
+        for o in range(2 * nv):
+            if o < nv:
+                b[o] = yba[o]
+            else:
+                a[o - nv] = yba[o]
+        return mixed[None], z.reshape(1, nv, dv), b[None], a[None]
+    r = nv // nk
     per = 2 * dk + 2 * r * dv
     for g in range(nk):
         for o in range(per):
@@ -69,8 +63,6 @@ def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: i
                 mixed[2 * nk * dk + g * r * dv + o - 2 * dk] = v
             else:
                 z[g * r * dv + o - 2 * dk - r * dv] = v
-    b = torch.empty(nv, dtype=torch.float64)
-    a = torch.empty(nv, dtype=torch.float64)
     for g in range(nk):
         for o in range(2 * r):
             if o < r:
@@ -80,21 +72,24 @@ def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: i
     return mixed[None], z.reshape(1, nv, dv), b[None], a[None]
 
 
-def topk_oracle(scores: Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
-    """Python's stable sort, value descending: NaN (any payload) first, then +inf, ..., -inf;
-    -0.0 and +0.0 tie; ties keep index order."""
+def topk_oracle(logits: Tensor, visible: Tensor, k: int) -> list[list[int]]:
+    """The block selection by Python's stable sort: per row n = clamp(visible, 0, L) eligible columns;
+    n <= k: 0..n-1 then -1; else value descending, NaN (any payload) first, then +inf, ..., -inf,
+    -0.0 == +0.0, ties in index order."""
 
     def key(v: float) -> tuple[int, float]:
         if math.isnan(v):
             return (0, 0.0)
         return (1, -(v + 0.0))  # v + 0.0 turns -0.0 into +0.0
 
-    values, indices = [], []
-    for row in scores.double().tolist():
-        order = sorted(range(len(row)), key=lambda i: key(row[i]))
-        indices.append(order[:k])
-        values.append([row[i] for i in order[:k]])
-    return values, indices
+    out = []
+    for row, vis in zip(logits.double().tolist(), visible.tolist(), strict=True):
+        n = max(0, min(int(vis), len(row)))
+        if n <= k:
+            out.append(list(range(n)) + [-1] * (k - n))
+        else:
+            out.append(sorted(range(n), key=lambda i: key(row[i]))[:k])
+    return out
 
 
 def half_ulp(ref: Tensor) -> Tensor:

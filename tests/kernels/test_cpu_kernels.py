@@ -204,3 +204,97 @@ def test_opcheck_gdn_input_cpu_kernel() -> None:
             x, w_qkvz, w_ba = _gdn_draw(gen, 2, 4, 16, 8, 64, dtype)
             args = (x, w_qkvz, w_ba, 2, 4, 16, 8, interleaved, True)
             torch.library.opcheck(torch.ops.qgate.gdn_input.default, args)
+
+
+# --- hc_mix / hc_combine_mix ---------------------------------------------------------------------
+
+HC_SHAPES = [(4, 64, 16), (2, 128, 32), (4, 512, 64)]  # hc_count, HS, lora_rank
+HC_EPS = 1e-6
+# Sums of squares, exp and rsqrt round differently from torch's in float32; a flipped rounding of xn,
+# down, lora or gate moves the outputs by a few ULP (measured: at most 2 on fresh inputs).
+HC_MAX_ULP = 4.0
+
+
+def _hc_draw(
+    gen: torch.Generator,
+    hc: int,
+    hs: int,
+    r: int,
+    dtype: torch.dtype,
+    combine: bool,
+    per_stream: bool,
+    t: int = 1,
+) -> tuple:
+    d = hc * hs
+    rows = reference.hc_down_rows(r, hc, combine)
+    return (
+        randn(gen, t, d, dtype=dtype),
+        randn(gen, d if per_stream else hs, dtype=dtype, scale=0.1),
+        randn(gen, rows, d, dtype=dtype, scale=d**-0.5),
+        randn(gen, d, r, dtype=dtype, scale=r**-0.5),
+    )
+
+
+def _hc_ulp(outs: tuple, refs: tuple) -> float:
+    return max(ulp_distance(o, r) for o, r in zip(outs, refs, strict=True) if o.numel())
+
+
+@pytest.mark.parametrize("combine", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", HC_SHAPES)
+def test_hc_mix_within_bound_of_the_reference(shape: tuple, dtype: torch.dtype, combine: bool) -> None:
+    gen, seed = fresh_generator()
+    hc, hs, r = shape
+    for per_stream in (True, False):
+        h, nw, wd, wu = _hc_draw(gen, hc, hs, r, dtype, combine, per_stream)
+        outs = torch.ops.qgate.hc_mix.default(h, nw, wd, wu, hc, r, HC_EPS)
+        refs = reference.hc_mix(h, nw, wd, wu, hc, r, HC_EPS)
+        assert [o.shape for o in outs] == [x.shape for x in refs], f"seed {seed}"
+        assert _hc_ulp(outs, refs) <= HC_MAX_ULP, f"{shape} {dtype} combine={combine}, seed {seed}"
+
+
+@pytest.mark.parametrize("with_injection", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", HC_SHAPES)
+def test_hc_combine_mix_within_bound_of_the_reference(
+    shape: tuple, dtype: torch.dtype, with_injection: bool
+) -> None:
+    gen, seed = fresh_generator()
+    hc, hs, r = shape
+    h, nw, wd, wu = _hc_draw(gen, hc, hs, r, dtype, True, True)
+    block_output = randn(gen, 1, hs, dtype=dtype)
+    injection = randn(gen, 1, hc, dtype=dtype) if with_injection else None
+    args = (h, block_output, injection, nw, wd, wu, hc, r, HC_EPS)
+    outs = torch.ops.qgate.hc_combine_mix.default(*args)
+    refs = reference.hc_combine_mix(*args)
+    assert _hc_ulp(outs, refs) <= HC_MAX_ULP, f"{shape} {dtype}, seed {seed}"
+    # h' is one fma and one rounding: the same bits as the reference
+    assert torch.equal(outs[0], refs[0]), f"seed {seed}"
+
+
+def test_hc_tokens_are_independent() -> None:
+    gen, seed = fresh_generator()
+    h, nw, wd, wu = _hc_draw(gen, 4, 64, 16, torch.float16, True, True, t=3)
+    both = torch.ops.qgate.hc_mix.default(h, nw, wd, wu, 4, 16, HC_EPS)
+    for i in range(3):
+        one = torch.ops.qgate.hc_mix.default(h[i : i + 1], nw, wd, wu, 4, 16, HC_EPS)
+        assert all(torch.equal(a[i : i + 1], b) for a, b in zip(both, one, strict=True)), f"seed {seed}"
+
+
+def test_hc_caller_errors() -> None:
+    h, nw, wd, wu = _hc_draw(torch.Generator().manual_seed(1), 4, 64, 16, torch.float16, True, True)
+    with pytest.raises(RuntimeError, match="fp16 or bf16"):
+        torch.ops.qgate.hc_mix.default(h.float(), nw.float(), wd.float(), wu.float(), 4, 16, HC_EPS)
+    with pytest.raises(RuntimeError, match="w_up must be"):
+        torch.ops.qgate.hc_mix.default(h, nw, wd, wu[:, :8], 4, 16, HC_EPS)
+
+
+def test_opcheck_hc_cpu_kernels() -> None:
+    gen, _ = fresh_generator()
+    for dtype in DTYPES:
+        h, nw, wd, wu = _hc_draw(gen, 2, 64, 16, dtype, True, True)
+        torch.library.opcheck(torch.ops.qgate.hc_mix.default, (h, nw, wd, wu, 2, 16, HC_EPS))
+        bo, inj = randn(gen, 1, 64, dtype=dtype), randn(gen, 1, 2, dtype=dtype)
+        for injection in (inj, None):
+            args = (h, bo, injection, nw, wd, wu, 2, 16, HC_EPS)
+            torch.library.opcheck(torch.ops.qgate.hc_combine_mix.default, args)

@@ -1,4 +1,7 @@
-"""The CUDA kernels against float64 oracles and the references (skipped without a CUDA GPU)."""
+"""The CUDA kernels against float64 oracles and the references (skipped without a CUDA GPU).
+
+The references are the ops' CPU kernels, which tests/kernels/test_vllm_agreement.py checks against
+vLLM's own Qwen4Exp code on the CPU (vLLM is not installed where the GPU is)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ from kernel_oracles import (
     acc_bound,
     fp16_close,
     fresh_generator,
-    fused_hc64,
     gdn_input64,
     gemv64,
     half_ulp,
@@ -20,6 +22,7 @@ from kernel_oracles import (
 )
 
 import qgate_kernels
+from qgate.ops.screen import ulp_distance as ulp_at_magnitude
 from qgate_kernels import ops, reference
 
 pytestmark = [
@@ -104,58 +107,92 @@ def test_gemv_prefill_falls_back_to_the_reference() -> None:
 GDN_SHAPES = [(2048, 4, 8, 128, 128), (2048, 16, 32, 128, 128), (64, 2, 4, 16, 8), (136, 1, 3, 8, 24)]
 
 
+@pytest.mark.parametrize("layout", ["flat", "interleaved"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("hidden", "nk", "nv", "dk", "dv"), GDN_SHAPES)
-def test_gdn_input_matches_float64_and_the_gemv_bits(hidden: int, nk: int, nv: int, dk: int, dv: int) -> None:
+def test_gdn_input_matches_float64_and_its_rows(
+    hidden: int, nk: int, nv: int, dk: int, dv: int, dtype: torch.dtype, layout: str
+) -> None:
+    gen, seed = fresh_generator(DEV)
+    x = randn(gen, hidden, dtype=dtype, device=DEV)
+    wq = randn(gen, 2 * nk * dk + 2 * nv * dv, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5)
+    wb = randn(gen, 2 * nv, hidden, dtype=dtype, device=DEV, scale=hidden**-0.5)
+    got = qgate_kernels.gdn_input(x, wq, wb, nk, nv, dk, dv, layout=layout)
+    want = gdn_input64(x.cpu(), wq.cpu(), wb.cpu(), nk, nv, dk, dv, layout)
+    ref = reference.gdn_input(x.cpu(), wq.cpu(), wb.cpu(), nk, nv, dk, dv, layout)
+    for g, w, r in zip(got, want, ref, strict=True):
+        assert g.shape == w.shape and g.is_contiguous() and g.dtype == dtype
+        # one rounding of the same float32 sums in another order than the CPU reference
+        assert ulp_at_magnitude(g.cpu(), r) <= 1, f"seed {seed}"
+        if dtype == torch.float16:
+            dot_abs = torch.full_like(w, 4.0)  # sum |w x| is about 0.64 sqrt(hidden) here
+            assert fp16_close(g.cpu(), w, acc_bound(dot_abs * hidden**0.5, hidden)).all(), f"seed {seed}"
+    assert _no_fallbacks()
+
+
+@pytest.mark.parametrize(("hidden", "nk", "nv", "dk", "dv"), GDN_SHAPES[:2])
+def test_gdn_input_fp16_rows_are_the_gemv_bits(hidden: int, nk: int, nv: int, dk: int, dv: int) -> None:
     gen, seed = fresh_generator(DEV)
     x = randn(gen, hidden, dtype=torch.half, device=DEV)
     wq = randn(gen, 2 * nk * dk + 2 * nv * dv, hidden, dtype=torch.half, device=DEV, scale=hidden**-0.5)
     wb = randn(gen, 2 * nv, hidden, dtype=torch.half, device=DEV, scale=hidden**-0.5)
-    got = qgate_kernels.gdn_input(x, wq, wb, nk, nv, dk, dv)
-    want = gdn_input64(x.cpu(), wq.cpu(), wb.cpu(), nk, nv, dk, dv)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape and g.is_contiguous()
-        dot_abs = torch.full_like(w, 4.0)  # sum |w x| is about 0.64 sqrt(hidden) here
-        assert fp16_close(g.cpu(), w, acc_bound(dot_abs * hidden**0.5, hidden)).all(), f"seed {seed}"
-    # The fused kernel's rows are the GEMV kernel's rows, bit for bit, only placed elsewhere.
-    r = nv // nk
+    got = qgate_kernels.gdn_input(x, wq, wb, nk, nv, dk, dv, layout="flat")
     yq, yb = qgate_kernels.gemv(wq, x), qgate_kernels.gemv(wb, x)
-    q, k, v, z = torch.split(yq.view(nk, -1), [dk, dk, r * dv, r * dv], dim=1)
-    b, a = torch.split(yb.view(nk, 2 * r), [r, r], dim=1)
-    assert torch.equal(got[0][0], torch.cat([q.reshape(-1), k.reshape(-1), v.reshape(-1)]))
-    assert torch.equal(got[1].view(-1), z.reshape(-1))
-    assert torch.equal(got[2].view(-1), b.reshape(-1)) and torch.equal(got[3].view(-1), a.reshape(-1))
-    assert _no_fallbacks()
+    n_qkv = 2 * nk * dk + nv * dv
+    assert torch.equal(got[0][0], yq[:n_qkv]) and torch.equal(got[1].view(-1), yq[n_qkv:]), f"seed {seed}"
+    assert torch.equal(got[2][0], yb[:nv]) and torch.equal(got[3][0], yb[nv:]), f"seed {seed}"
 
 
-def _hc_args(gen: torch.Generator, n: int, d: int) -> tuple:
+def _hc_args(
+    gen: torch.Generator, hc: int, hs: int, rank: int, dtype: torch.dtype, use_combine: bool = True
+) -> tuple:
+    d = hc * hs
     return (
-        randn(gen, n, d, dtype=torch.half, device=DEV),
-        (1 + 0.1 * randn(gen, d, dtype=torch.float32, device=DEV)).half(),
-        randn(gen, n + 1, d, dtype=torch.half, device=DEV, scale=d**-0.5),
-        randn(gen, n, n + 1, dtype=torch.float32, device=DEV, scale=0.5),
-        0.05 + 0.5 * torch.rand(1, generator=gen, device=DEV),
-        randn(gen, d, dtype=torch.half, device=DEV, scale=d**-0.5),
-        1 + 0.1 * randn(gen, n, dtype=torch.float32, device=DEV),
-        0.05 + 0.5 * torch.rand(1, generator=gen, device=DEV),
+        randn(gen, 1, d, dtype=dtype, device=DEV),
+        randn(gen, 1, hs, dtype=dtype, device=DEV),
+        randn(gen, 1, hc, dtype=dtype, device=DEV),
+        randn(gen, d, dtype=dtype, device=DEV, scale=0.1),
+        randn(gen, reference.hc_down_rows(rank, hc, use_combine), d, dtype=dtype, device=DEV, scale=d**-0.5),
+        randn(gen, d, rank, dtype=dtype, device=DEV, scale=rank**-0.5),
     )
 
 
-@pytest.mark.parametrize(("n", "d"), [(4, 2048), (1, 8), (2, 4096), (8, 2048), (3, 2056), (4, 16384)])
-def test_fused_hc_matches_float64(n: int, d: int) -> None:
+HC_SHAPES = [(4, 2048, 320), (4, 64, 24), (2, 1024, 512), (8, 256, 8), (3, 136, 40)]
+
+
+@pytest.mark.parametrize("op", ["mix", "combine_and_mix", "combine_unit", "final"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("hc", "hs", "rank"), HC_SHAPES)
+def test_hc_matches_its_reference(hc: int, hs: int, rank: int, dtype: torch.dtype, op: str) -> None:
+    """Against the op's reference on the same inputs (on the CPU). The kernel sums squares and GEMM
+    rows in another float32 order than the CPU reference, and its exp is not the CPU's: each
+    rounded output is the reference's or next to it (<= 1 ULP at the output's magnitude, most
+    bitwise), except that a rounding flipped early moves the later steps a little more (<= 4 ULP)."""
     gen, seed = fresh_generator(DEV)
-    args = _hc_args(gen, n, d)
-    li, mixed, b = qgate_kernels.fused_hc(*args, 1e-6)
-    li64, mixed64, b64 = fused_hc64(*(a.cpu() for a in args), 1e-6)
-    a_max = float(args[3].abs().max()) + float(args[4]) + 1
-    h_abs = args[0].double().abs().sum(0).cpu()
-    assert fp16_close(li.cpu(), li64, acc_bound(a_max * h_abs, n) + 1e-5 * a_max * h_abs).all(), (
-        f"seed {seed}"
-    )
-    bound = acc_bound(a_max * h_abs, n) + 1e-5 * a_max * h_abs
-    assert fp16_close(mixed.cpu(), mixed64, bound.expand(n, d)).all(), f"seed {seed}"
-    torch.testing.assert_close(b.double().cpu(), b64, rtol=2e-6, atol=2e-6, msg=f"seed {seed}")
-    again = qgate_kernels.fused_hc(*args, 1e-6)
-    assert all(torch.equal(p, q) for p, q in zip((li, mixed, b), again, strict=True)), "two calls differ"
+    h, o, inj, nw, wd, wu = _hc_args(gen, hc, hs, rank, dtype, use_combine=op != "final")
+    kw = {"hc_count": hc, "lora_rank": rank, "eps": 1e-6}
+    cpu = [t.cpu() for t in (h, o, inj, nw, wd, wu)]
+    if op == "mix":
+        _, bi, injection = qgate_kernels.hc_mix(h, nw, wd, wu, **kw)
+        got = (bi, injection)
+        want = reference.hc_mix(cpu[0], *cpu[3:], hc, rank, 1e-6)
+    else:
+        inj_in = None if op == "combine_unit" else inj
+        got = qgate_kernels.hc_combine_and_mix(h, o, inj_in, nw, wd, wu, **kw)
+        want = reference.hc_combine_mix(
+            cpu[0], cpu[1], None if inj_in is None else cpu[2], *cpu[3:], hc, rank, 1e-6
+        )
+    want = tuple(w for w in want if w.shape[-1] > 0)
+    got = tuple(g for g in got if g is not None)
+    assert len(got) == len(want), f"{len(got)} outputs, want {len(want)}"
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype and g.is_contiguous()
+        assert ulp_at_magnitude(g.cpu(), w) <= 4, f"seed {seed}"
+    if op == "combine_unit":
+        assert torch.equal(got[0].cpu(), want[0]), f"combined streams, seed {seed}"  # one float32 add each
+    again = qgate_kernels.hc_combine_and_mix(h, o, inj, nw, wd, wu, **kw) if op != "mix" else None
+    if again is not None and op == "combine_and_mix":
+        assert all(torch.equal(p, q) for p, q in zip(got, again, strict=True)), "two calls differ"
     assert _no_fallbacks()
 
 
@@ -174,24 +211,48 @@ def _tie_heavy(gen: torch.Generator, rows: int, length: int) -> torch.Tensor:
 TOPK_SHAPES = [
     (1, 131072, 2048),
     (4, 131072, 2048),
+    (4, 65536, 1024),
     (8, 32768, 1024),
     (3, 257, 257),
     (2, 1000, 1),
     (1, 5000, 4096),
+    (2, 16384, 512),
 ]
 TOPK_SHAPES += [(3000, 512, 16), (1, 2**20, 64)]  # more rows than fit at once (one block a row); a long row
 
 
+def _visible(gen: torch.Generator, rows: int, length: int, k: int) -> torch.Tensor:
+    """Row 0: all L columns; the others a random n, some of them at most k (the -1 fill)."""
+    vis = torch.randint(0, length + 1, (rows,), generator=gen, device=DEV, dtype=torch.int32)
+    vis[0] = length
+    if rows > 2:
+        vis[1] = min(k, length)
+        vis[2] = 0
+    return vis
+
+
+def _with_stride_and_garbage(scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """The same values in a buffer 40 columns wider; NaN and inf past each row's n."""
+    rows, length = scores.shape
+    buf = torch.full((rows, length + 40), float("nan"), device=DEV)
+    buf[:, :length] = scores
+    cols = torch.arange(length, device=DEV)
+    garbage = torch.where(cols % 3 == 0, float("inf"), float("nan"))
+    view = buf[:, :length]
+    view.copy_(torch.where(cols.unsqueeze(0) >= visible.unsqueeze(1), garbage, view))
+    return view
+
+
 @pytest.mark.parametrize(("rows", "length", "k"), TOPK_SHAPES)
-def test_topk_is_exact_and_stable(rows: int, length: int, k: int) -> None:
+def test_topk_is_the_block_selection(rows: int, length: int, k: int) -> None:
     gen, seed = fresh_generator(DEV)
     for scores in (torch.randn(rows, length, generator=gen, device=DEV), _tie_heavy(gen, rows, length)):
-        values, indices = qgate_kernels.qsa_topk(scores, k)
-        ref_values, ref_indices = reference.qsa_topk(scores, k)
-        assert torch.equal(indices, ref_indices), f"seed {seed}"
-        assert torch.equal(values.view(torch.int32), ref_values.view(torch.int32)), f"seed {seed}"
-        again = qgate_kernels.qsa_topk(scores, k)
-        assert torch.equal(again[1], indices)
+        visible = _visible(gen, rows, length, k)
+        logits = _with_stride_and_garbage(scores, visible)
+        got = qgate_kernels.qsa_topk(logits, visible, k)
+        assert got.dtype == torch.int32 and got.shape == (rows, k)
+        assert torch.equal(got.cpu(), reference.qsa_topk(logits.cpu(), visible.cpu(), k)), f"seed {seed}"
+        assert torch.equal(qgate_kernels.qsa_topk(logits, visible, k), got)
     assert _no_fallbacks()
 
 
@@ -214,23 +275,22 @@ def _lumpy(gen: torch.Generator, rows: int, length: int) -> torch.Tensor:
 def test_topk_ranks_large_cells_exactly(rows: int, length: int, k: int) -> None:
     gen, seed = fresh_generator(DEV)
     quarter = torch.round(torch.randn(rows, length, generator=gen, device=DEV) * 4) / 4  # as the bench draws
-    for scores in (_lumpy(gen, rows, length), quarter):
-        values, indices = qgate_kernels.qsa_topk(scores, k)
-        ref_values, ref_indices = reference.qsa_topk(scores, k)
-        assert torch.equal(indices, ref_indices), f"seed {seed}"
-        assert torch.equal(values.view(torch.int32), ref_values.view(torch.int32)), f"seed {seed}"
+    integers = torch.randint(0, 64, (rows, length), generator=gen, device=DEV).float()  # 0..63: heavy ties
+    full = torch.full((rows,), length, dtype=torch.int32, device=DEV)
+    for scores in (_lumpy(gen, rows, length), quarter, integers):
+        got = qgate_kernels.qsa_topk(scores, full, k)
+        assert torch.equal(got.cpu(), reference.qsa_topk(scores.cpu(), full.cpu(), k)), f"seed {seed}"
     assert _no_fallbacks()
 
 
 def test_topk_matches_the_python_oracle_on_specials() -> None:
     gen, seed = fresh_generator(DEV)
-    scores = _tie_heavy(gen, 2, 3000)
+    scores = _tie_heavy(gen, 4, 3000)
     scores[1, :] = 0.0  # a row of only ties (+0.0, with some -0.0)
     scores[1, ::7] = -0.0
-    values, indices = qgate_kernels.qsa_topk(scores, 300)
-    want_values, want_indices = topk_oracle(scores.cpu(), 300)
-    assert indices.cpu().tolist() == want_indices, f"seed {seed}"
-    assert torch.equal(values.view(torch.int32), scores.gather(1, indices).view(torch.int32))
+    visible = torch.tensor([3000, 3000, 300, 2999], dtype=torch.int32, device=DEV)
+    got = qgate_kernels.qsa_topk(scores, visible, 300)
+    assert got.cpu().tolist() == topk_oracle(scores.cpu(), visible.cpu(), 300), f"seed {seed}"
 
 
 def test_ops_replay_under_cuda_graphs() -> None:
@@ -239,40 +299,56 @@ def test_ops_replay_under_cuda_graphs() -> None:
         randn(gen, 3072, 2048, dtype=torch.half, device=DEV),
         randn(gen, 2048, dtype=torch.half, device=DEV),
     )
-    s = torch.randn(1, 131072, generator=gen, device=DEV)
-    hc = _hc_args(gen, 4, 2048)
+    s = torch.randn(2, 131072 + 64, generator=gen, device=DEV)[:, :131072]
+    vis = torch.tensor([131072, 100000], dtype=torch.int32, device=DEV)
+    h, o, inj, nw, wd, wu = _hc_args(gen, 4, 2048, 320, torch.bfloat16)
+    xg = randn(gen, 1, 2048, dtype=torch.bfloat16, device=DEV)
+    wq = randn(gen, 2 * 4 * 128 + 2 * 8 * 128, 2048, dtype=torch.bfloat16, device=DEV, scale=2048**-0.5)
+    wb = randn(gen, 16, 2048, dtype=torch.bfloat16, device=DEV, scale=2048**-0.5)
+    kw = {"hc_count": 4, "lora_rank": 320, "eps": 1e-6}
+
+    def step() -> list[torch.Tensor]:
+        out = [qgate_kernels.gemv(w, x), qgate_kernels.qsa_topk(s, vis, 2048)]
+        out += list(qgate_kernels.hc_combine_and_mix(h, o, inj, nw, wd, wu, **kw))
+        out += list(qgate_kernels.hc_mix(h, nw, wd, wu, **kw)[1:])
+        out += list(qgate_kernels.gdn_input(xg, wq, wb, 4, 8, 128, 128, layout="flat", static_weight=True))
+        return out
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        qgate_kernels.gemv(w, x), qgate_kernels.qsa_topk(s, 2048), qgate_kernels.fused_hc(*hc)
+        step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        y = qgate_kernels.gemv(w, x)
-        values, indices = qgate_kernels.qsa_topk(s, 2048)
-        li, mixed, b = qgate_kernels.fused_hc(*hc)
+        captured = step()
     for _ in range(3):
         x.copy_(torch.randn(2048, generator=gen, device=DEV).half())
-        s.copy_(torch.randn(1, 131072, generator=gen, device=DEV))
-        hc[0].copy_(torch.randn(4, 2048, generator=gen, device=DEV).half())
+        s.copy_(torch.randn(2, 131072, generator=gen, device=DEV))
+        vis.copy_(torch.randint(1000, 131073, (2,), generator=gen, device=DEV).int())
+        h.copy_(torch.randn(1, 8192, generator=gen, device=DEV).bfloat16())
+        inj.copy_(torch.randn(1, 4, generator=gen, device=DEV).bfloat16())
+        xg.copy_(torch.randn(1, 2048, generator=gen, device=DEV).bfloat16())
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(y, qgate_kernels.gemv(w, x))
-        assert torch.equal(indices, qgate_kernels.qsa_topk(s, 2048)[1])
-        assert all(
-            torch.equal(p, q) for p, q in zip((li, mixed, b), qgate_kernels.fused_hc(*hc), strict=True)
-        )
+        eager = step()
+        assert all(torch.equal(a, b) for a, b in zip(captured, eager, strict=True))
 
 
 def test_opcheck_on_cuda() -> None:
     gen, _ = fresh_generator(DEV)
     nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
+    h, o, inj, nw, wd, wu = _hc_args(gen, 4, 64, 24, torch.bfloat16)
+    logits = torch.randn(3, 4040, generator=gen, device=DEV)[:, :4000]
+    vis = torch.tensor([4000, 20, 3000], dtype=torch.int32, device=DEV)
     cases = {
         "gemv": (
             randn(gen, 48, 64, dtype=torch.half, device=DEV),
             randn(gen, 64, dtype=torch.half, device=DEV),
         ),
-        "fused_hc": (*_hc_args(gen, 4, 64), 1e-6),
+        "hc_mix": (h, nw, wd, wu, 4, 24, 1e-6),
+        "hc_combine_mix": (h, o, inj, nw, wd, wu, 4, 24, 1e-6),
+        "hc_combine_mix_final": (h, o, None, nw, wd[:24], wu, 4, 24, 1e-6),
         "gdn_input": (
             randn(gen, hidden, dtype=torch.half, device=DEV),
             randn(gen, 2 * nk * dk + 2 * nv * dv, hidden, dtype=torch.half, device=DEV),
@@ -281,13 +357,15 @@ def test_opcheck_on_cuda() -> None:
             nv,
             dk,
             dv,
+            False,
         ),
-        "qsa_topk": (torch.randn(3, 4000, generator=gen, device=DEV), 33),
+        "qsa_topk": (logits, vis, 33, torch.empty(3, 33, dtype=torch.int32, device=DEV)),
     }
     cases["gemv_static"] = (*cases["gemv"], True)  # static_weight=True: the PDL launch on sm_90
     cases["gdn_input_static"] = (*cases["gdn_input"], True)
     for name, args in cases.items():
-        torch.library.opcheck(getattr(torch.ops.qgate, name.removesuffix("_static")).default, args)
+        op = name.removesuffix("_static").removesuffix("_final")
+        torch.library.opcheck(getattr(torch.ops.qgate, op).default, args)
 
 
 @pytest.mark.parametrize(("n", "k"), [(3072, 2048), (4096, 4096), (37984, 2048), (7, 264)])
@@ -334,17 +412,21 @@ def test_static_weight_chain_reads_x_after_the_previous_kernel() -> None:
 
 def test_topk_chain_reads_scores_after_the_previous_kernel() -> None:
     """On sm_90 the top-k launches with programmatic dependent launch: a chain where each top-k's
-    scores are the values the top-k just before it wrote, under graph replay with fresh inputs,
-    must equal the reference chain (a top-k that read its scores before the previous one finished
-    would see the last replay's values)."""
+    logits and visible_blocks are written by the kernels just before it, under graph replay with
+    fresh inputs, must equal the reference chain (a top-k that read them before the previous kernel
+    finished would see the last replay's values)."""
     gen, seed = fresh_generator(DEV)
     s = torch.randn(4, 131072, generator=gen, device=DEV)
+    vis0 = torch.full((4,), 131072, dtype=torch.int32, device=DEV)
 
-    def chain(top: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
-        v1, i1 = top(s, 4096)
-        v2, i2 = top(v1, 512)
-        v3, i3 = top(v2, 64)
-        return [v3, i1, i2, i3]
+    def chain(top: Callable[..., torch.Tensor]) -> list[torch.Tensor]:
+        i1 = top(s, vis0, 4096)
+        l2 = s.gather(1, i1.long())  # the next logits, written by a torch kernel
+        v2 = (i1[:, 0] % 1000 + 1000).to(torch.int32)  # and the next visible_blocks
+        i2 = top(l2, v2, 512)
+        l3 = l2.gather(1, i2.long().clamp_min(0))
+        i3 = top(l3, (v2 % 400 + 32).to(torch.int32), 64)
+        return [i1, i2, i3]
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -1,7 +1,8 @@
 """The paths of each route give the same bits: GEMV rows (default: the one-load-group kernel for K =
 2048..16384) against the general rows kernel (QGATE_GEMV_GENERAL=1) and the opt-in sm_90 bulk-copy
 GEMV (QGATE_GEMV_IMPL=bulk); top-k by thread-block clusters (the default on sm_90) against the
-portable grid path (QGATE_TOPK_IMPL=grid, the default before sm_90). The switches are read once per
+portable grid path (QGATE_TOPK_IMPL=grid, the default before sm_90), both with per-row
+visible_blocks. The switches are read once per
 process, so the other paths run in a child process on the same inputs (skipped without a GPU; on a
 GPU before sm_90 both sides take the portable paths)."""
 
@@ -69,18 +70,27 @@ def _cases(gen: torch.Generator) -> dict[str, list]:
         cases[f"gemv_{n}x{k}"] = [w, randn(gen, k, dtype=torch.half, device=DEV)]
     for rows, length, k in TOPK_SHAPES:
         s = torch.randn(rows, length, generator=gen, device=DEV)
-        cases[f"topk_{rows}x{length}_{k}"] = [s, k]
-        cases[f"topk_ties_{rows}x{length}_{k}"] = [_hard(s, gen), k]
+        cases[f"topk_{rows}x{length}_{k}"] = [s, _visible(s, gen, k), k]
+        cases[f"topk_ties_{rows}x{length}_{k}"] = [_hard(s, gen), _visible(s, gen, k), k]
     n = 131072
     equal = torch.full((2, n), 1.5, device=DEV)  # one cell holds all k: ties by index only
     ramp = (torch.arange(n, device=DEV) // 3).float().mul(0.25).sub(100.0)  # top-k in the last block
     zeros = torch.zeros(1, n, device=DEV)
     zeros[:, torch.rand(n, generator=gen, device=DEV) < 0.5] = -0.0
-    cases["topk_equal"] = [equal, 4096]
-    cases["topk_ascending"] = [ramp[None].clone(), 4096]
-    cases["topk_descending"] = [ramp.flip(0)[None].clone(), 2048]
-    cases["topk_zeros"] = [zeros, 3000]
+    full = torch.full((1,), n, dtype=torch.int32, device=DEV)
+    cases["topk_equal"] = [equal, full.repeat(2), 4096]
+    cases["topk_ascending"] = [ramp[None].clone(), full, 4096]
+    cases["topk_descending"] = [ramp.flip(0)[None].clone(), full, 2048]
+    cases["topk_zeros"] = [zeros, full, 3000]
     return cases
+
+
+def _visible(s: torch.Tensor, gen: torch.Generator, k: int) -> torch.Tensor:
+    """Row 0 all visible, the others a random n in [0, L] (some of them <= k: the -1 fill)."""
+    rows, length = s.shape
+    vis = torch.randint(0, length + 1, (rows,), generator=gen, device=DEV, dtype=torch.int32)
+    vis[0] = length
+    return vis
 
 
 def _hard(s: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -17,17 +17,21 @@ def _clean_counts() -> None:
     qgate_kernels.reset_fallback_counts()
 
 
-def _hc_args(gen: torch.Generator, n: int = 4, d: int = 64) -> tuple:
+def _hc_args(gen: torch.Generator, tokens: int = 1, dtype: torch.dtype = torch.bfloat16) -> tuple:
+    """(h, block_output, injection, norm_weight, w_down, w_up) for HC 4 x 64, rank 24."""
+    hc, hs, rank = 4, 64, 24
+    d = hc * hs
     return (
-        randn(gen, n, d, dtype=torch.float16),
-        (1 + 0.1 * randn(gen, d, dtype=torch.float32)).half(),
-        randn(gen, n + 1, d, dtype=torch.float16, scale=0.05),
-        randn(gen, n, n + 1, dtype=torch.float32),
-        torch.tensor([0.3]),
-        randn(gen, d, dtype=torch.float16, scale=0.05),
-        torch.ones(n),
-        torch.tensor([0.2]),
+        randn(gen, tokens, d, dtype=dtype),
+        randn(gen, tokens, hs, dtype=dtype),
+        randn(gen, tokens, hc, dtype=dtype),
+        randn(gen, d, dtype=dtype, scale=0.1),
+        randn(gen, reference.hc_down_rows(rank, hc, True), d, dtype=dtype, scale=d**-0.5),
+        randn(gen, d, rank, dtype=dtype, scale=rank**-0.5),
     )
+
+
+HC_KW = {"hc_count": 4, "lora_rank": 24, "eps": 1e-6}
 
 
 def _gdn_args(
@@ -44,6 +48,12 @@ def _gdn_args(
     )
 
 
+def _topk_args(gen: torch.Generator, rows: int = 3, length: int = 100) -> tuple:
+    logits = randn(gen, rows, length + 8, dtype=torch.float32)[:, :length]  # row stride > L
+    visible = torch.randint(0, length + 1, (rows,), generator=gen, dtype=torch.int32)
+    return logits, visible
+
+
 def test_schemas_declared_once_and_agree_with_python_copy() -> None:
     for name, schema in _library.SCHEMAS.items():
         op = getattr(torch.ops.qgate, name).default
@@ -58,15 +68,18 @@ def test_extension_is_built_here() -> None:
 
 def test_opcheck_all_ops_on_cpu() -> None:
     gen, seed = fresh_generator()
+    h, o, inj, nw, wd, wu = _hc_args(gen)
+    logits, visible = _topk_args(gen)
     samples = {
         "gemv": [
             (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16)),
             (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 1, 64, dtype=torch.float16)),
             (randn(gen, 48, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16), True),
         ],
-        "fused_hc": [(*_hc_args(gen), 1e-6)],
-        "gdn_input": [_gdn_args(gen), (*_gdn_args(gen), True)],
-        "qsa_topk": [(randn(gen, 3, 100, dtype=torch.float32), 7)],
+        "hc_mix": [(h, nw, wd, wu, 4, 24, 1e-6), (h, nw, wd[:24], wu, 4, 24, 1e-6)],
+        "hc_combine_mix": [(h, o, inj, nw, wd, wu, 4, 24, 1e-6), (h, o, None, nw, wd[:24], wu, 4, 24, 1e-6)],
+        "gdn_input": [(*_gdn_args(gen), False), (*_gdn_args(gen), True), (*_gdn_args(gen), False, True)],
+        "qsa_topk": [(logits, visible, 7, torch.empty(3, 7, dtype=torch.int32))],
     }
     for name, cases in samples.items():
         for args in cases:
@@ -76,19 +89,25 @@ def test_opcheck_all_ops_on_cpu() -> None:
 def test_supported_calls_use_the_op_and_count_nothing() -> None:
     gen, _ = fresh_generator()
     w, x = randn(gen, 40, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16)
-    # the op's own CPU kernel (csrc/cpu: another float32 summation order than the reference, within
-    # the bound tests/kernels/test_cpu_kernels.py checks)
-    assert torch.equal(qgate_kernels.gemv(w, x), torch.ops.qgate.gemv.default(w, x, True))
-    args = _hc_args(gen)
-    for got, want in zip(qgate_kernels.fused_hc(*args), reference.fused_hc(*args, 1e-6), strict=True):
-        assert torch.equal(got, want)
+    assert torch.equal(qgate_kernels.gemv(w, x), torch.ops.qgate.gemv(w, x))  # the op's CPU kernel
+    h, o, inj, nw, wd, wu = _hc_args(gen)
+    h_same, bi, injection = qgate_kernels.hc_mix(h, nw, wd, wu, **HC_KW)
+    want = reference.hc_mix(h, nw, wd, wu, 4, 24, 1e-6)
+    assert h_same is h and torch.equal(bi, want[0]) and torch.equal(injection, want[1])
+    got = qgate_kernels.hc_combine_and_mix(h, o, inj, nw, wd, wu, **HC_KW)
+    want = reference.hc_combine_mix(h, o, inj, nw, wd, wu, 4, 24, 1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    _, _, none = qgate_kernels.hc_combine_and_mix(h, o, None, nw, wd[:24], wu, **HC_KW)
+    assert none is None  # the final mixer returns no injection, as vLLM's
     gargs = _gdn_args(gen)
-    for got, want in zip(qgate_kernels.gdn_input(*gargs), reference.gdn_input(*gargs), strict=True):
-        assert torch.equal(got, want)
-    s = randn(gen, 2, 50, dtype=torch.float32)
-    assert all(
-        torch.equal(a, b) for a, b in zip(qgate_kernels.qsa_topk(s, 5), reference.qsa_topk(s, 5), strict=True)
-    )
+    for layout in ("flat", "interleaved"):
+        got = qgate_kernels.gdn_input(*gargs, layout=layout)
+        for g, w_ in zip(got, reference.gdn_input(*gargs, layout), strict=True):
+            assert torch.equal(g, w_)
+    logits, visible = _topk_args(gen)
+    out = torch.full((3, 5), 7, dtype=torch.int32)
+    assert qgate_kernels.qsa_topk(logits, visible, 5, out) is out
+    assert torch.equal(out, reference.qsa_topk(logits, visible, 5))
     assert all(not reasons for reasons in qgate_kernels.fallback_counts().values())
 
 
@@ -111,48 +130,70 @@ def test_gemv_fallbacks_are_counted_with_reasons_and_correct() -> None:
 
 def test_other_routes_count_their_fallbacks() -> None:
     gen, _ = fresh_generator()
-    h_args = _hc_args(gen)
-    batched = (torch.stack([h_args[0], h_args[0]]),) + h_args[1:]
-    li, mixed, b = qgate_kernels.fused_hc(*batched)
-    assert li.shape == (2, 64) and mixed.shape == (2, 4, 64)
-    nine = _hc_args(gen, n=9)
-    qgate_kernels.fused_hc(*nine)
+    h, o, inj, nw, wd, wu = _hc_args(gen, tokens=2)  # two tokens: M > 1
+    _, bi, injection = qgate_kernels.hc_mix(h, nw, wd, wu, **HC_KW)
+    assert bi.shape == (2, 64) and injection is not None and injection.shape == (2, 4)
+    hf = [t[:1].float() if t.dim() == 2 and t.shape[0] == 2 else t.float() for t in (h, o, inj, nw, wd, wu)]
+    qgate_kernels.hc_combine_and_mix(*hf, **HC_KW)  # fp32
     gargs = list(_gdn_args(gen))
     gargs[0] = torch.stack([gargs[0], gargs[0]])
-    mixed_qkv, *_ = qgate_kernels.gdn_input(*gargs)
+    mixed_qkv, *_ = qgate_kernels.gdn_input(*gargs, layout="flat")
     assert mixed_qkv.shape[0] == 2
-    qgate_kernels.qsa_topk(randn(gen, 2, 50, dtype=torch.float16), 5)
-    qgate_kernels.qsa_topk(randn(gen, 1, 5000, dtype=torch.float32), 4097)
+    logits, visible = _topk_args(gen, 2, 5000)
+    qgate_kernels.qsa_topk(logits.half(), visible, 5)
+    qgate_kernels.qsa_topk(logits, visible.long(), 5)
+    big = qgate_kernels.qsa_topk(logits, visible, 4097)
+    assert torch.equal(big, reference.qsa_topk(logits, visible, 4097))
     counts = qgate_kernels.fallback_counts()
-    assert counts[ops.ROUTE_HC] == {"m_gt_1": 1, "shape": 1}
+    assert counts[ops.ROUTE_HC] == {"m_gt_1": 1, "dtype": 1}
     assert counts[ops.ROUTE_GDN] == {"m_gt_1": 1}
-    assert counts[ops.ROUTE_TOPK] == {"dtype": 1, "k_too_large": 1}
+    assert counts[ops.ROUTE_TOPK] == {"dtype": 2, "k_not_supported": 1}
 
 
 def test_inputs_that_fit_no_definition_raise_on_every_path() -> None:
+    gen, _ = fresh_generator()
     with pytest.raises(ValueError, match="do not fit"):
         qgate_kernels.gemv(torch.randn(4, 8).half(), torch.randn(16).half())
-    with pytest.raises(ValueError, match="1 <= k <= L"):
-        qgate_kernels.qsa_topk(torch.randn(1, 8), 9)
+    with pytest.raises(ValueError, match="k >= 1"):
+        qgate_kernels.qsa_topk(torch.randn(1, 8), torch.ones(1, dtype=torch.int32), 0)
+    with pytest.raises(ValueError, match="want"):
+        qgate_kernels.qsa_topk(torch.randn(1, 8), torch.ones(1, dtype=torch.int32), 4, torch.empty(1, 5))
     with pytest.raises(ValueError, match="w_qkvz"):
         qgate_kernels.gdn_input(
-            torch.randn(64).half(), torch.randn(3, 64).half(), torch.randn(8, 64).half(), 2, 4, 16, 8
+            torch.randn(64).half(),
+            torch.randn(3, 64).half(),
+            torch.randn(8, 64).half(),
+            2,
+            4,
+            16,
+            8,
+            layout="flat",
         )
+    with pytest.raises(TypeError):
+        qgate_kernels.gdn_input(*_gdn_args(gen))  # the layout is never guessed
+    h, o, inj, nw, wd, wu = _hc_args(gen)
+    with pytest.raises(ValueError, match="w_down"):
+        qgate_kernels.hc_mix(h, nw, wd[:25], wu, **HC_KW)
     assert all(not reasons for reasons in qgate_kernels.fallback_counts().values())
 
 
 def test_ops_trace_under_torch_compile() -> None:
     gen, _ = fresh_generator()
     w, x = randn(gen, 40, 64, dtype=torch.float16), randn(gen, 64, dtype=torch.float16)
-    s = randn(gen, 2, 50, dtype=torch.float32)
+    logits, visible = _topk_args(gen)
+    h, o, inj, nw, wd, wu = _hc_args(gen)
 
-    def f(w: torch.Tensor, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def f(
+        w: torch.Tensor, x: torch.Tensor, logits: torch.Tensor, visible: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         y = torch.ops.qgate.gemv(w, x)
-        v, i = torch.ops.qgate.qsa_topk(s, 4)
-        return y * 2, v, i
+        out = torch.empty(3, 4, dtype=torch.int32)
+        torch.ops.qgate.qsa_topk(logits, visible, 4, out)
+        h2, bi, injection = torch.ops.qgate.hc_combine_mix(h, o, inj, nw, wd, wu, 4, 24, 1e-6)
+        return y * 2, out, h2, bi, injection
 
     compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
-    for got, want in zip(compiled(w, x, s), f(w, x, s), strict=True):
+    for got, want in zip(compiled(w, x, logits, visible), f(w, x, logits, visible), strict=True):
         assert torch.equal(got, want)
 
 

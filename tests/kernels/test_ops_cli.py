@@ -17,9 +17,16 @@ SMALL_OPS = {
     "default_shapes": False,
     "shapes": {
         "fp16_gemv": [{"n": 48, "k": 128}],
-        "fused_hc_fp16": [{"streams": 4, "hidden": 64}],
+        "fused_hc_fp16": [{"hc_count": 4, "hidden": 64, "lora_rank": 24, "op": "combine_and_mix"}],
         "fused_gdn_input_fp16": [
-            {"hidden": 64, "num_k_heads": 2, "num_v_heads": 4, "head_k_dim": 16, "head_v_dim": 8}
+            {
+                "hidden": 64,
+                "num_k_heads": 2,
+                "num_v_heads": 4,
+                "head_k_dim": 16,
+                "head_v_dim": 8,
+                "layout": "flat",
+            }
         ],
         "qsa_topk": [{"rows": 2, "length": 300, "k": 17}],
     },
