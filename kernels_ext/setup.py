@@ -26,7 +26,12 @@ CUDA_SOURCES = [
     "csrc/qsa_topk.cu",
     "csrc/ops_cuda.cpp",
 ]
-CPU_SOURCES = ["csrc/cpu/row_dot.cpp", "csrc/cpu/gemv_cpu.cpp", "csrc/cpu/gdn_input_cpu.cpp"]
+CPU_SOURCES = [
+    "csrc/cpu/row_dot.cpp",
+    "csrc/cpu/gemv_cpu.cpp",
+    "csrc/cpu/gdn_input_cpu.cpp",
+    "csrc/cpu/hc_cpu.cpp",
+]
 
 
 def _extensions() -> dict:
