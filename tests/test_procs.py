@@ -204,3 +204,17 @@ def test_cli_leftovers_lists_an_orphan_of_a_dead_qgate(tmp_path: Path) -> None:
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_run_quality_refuses_a_live_earlier_run_in_one_line(leftover) -> None:
+    from typer.testing import CliRunner
+
+    from qgate.cli import app
+
+    out, proc = leftover
+    contract = REPO / "contracts" / "quality-cpu.yaml"
+    res = CliRunner().invoke(app, ["run", "quality", "--contract", str(contract), "--out", str(out)])
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert f"{proc.pid} (" in lines[0] and "--kill-leftovers" in lines[0]
+    assert not (out / "quality").exists()
