@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: build kernels_ext for the local GPU, run the kernel tests, the ops screen and the
-# ops benchmark; everything lands under $OUT (log.txt, pytest.log, s/ops/ops.{json,md}, b/ops/bench.{json,md}).
-# Run from the repository root. Expects wheels for missing Python packages in .whl/ (pydantic on the
-# H200 image), carried with the call.
+# ops benchmark; everything lands under $OUT (log.txt, pytest.log, s/ops/ops.{json,md}, b/ops/bench.{json,md},
+# vllm_hc.json). Run from the repository root. Expects wheels for missing Python packages in .whl/
+# (pydantic on the H200 image) and, for the comparison with vLLM's own Triton HC kernels, a copy of
+# vLLM's models/qwen4_exp/nvidia/ops/hc.py in .vllm_src/ (vLLM itself does not install there), both
+# carried with the call.
 set -uo pipefail
 OUT=${OUT:-/tmp/qgate-device-out}
 mkdir -p "$OUT"
@@ -32,15 +34,25 @@ step "compile check sm_90 (-Xptxas -v)"
 python3 kernels_ext/tools/compile_check.py --arch 90 2>&1 | tee -a "$LOG"
 
 step "pytest tests/kernels"
-timeout 300 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider >"$OUT/pytest.log" 2>&1
+timeout 420 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider >"$OUT/pytest.log" 2>&1
 echo "pytest rc=$?" | tee -a "$LOG"
 tail -n 25 "$OUT/pytest.log"
 
-step "pytest: the other paths (QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid)"
+step "pytest: the other paths (QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid; QGATE_TOPK_IMPL=cluster)"
 QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid timeout 200 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
-  -k "gemv or gdn or topk or graphs or opcheck" >"$OUT/pytest_sm90.log" 2>&1
+  -k "gemv or gdn or hc or topk or graphs or opcheck" >"$OUT/pytest_sm90.log" 2>&1
 echo "pytest other paths rc=$?" | tee -a "$LOG"
 tail -n 5 "$OUT/pytest_sm90.log"
+QGATE_TOPK_IMPL=cluster timeout 120 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider -k topk >>"$OUT/pytest_sm90.log" 2>&1
+echo "pytest pull top-k rc=$?" | tee -a "$LOG"
+tail -n 3 "$OUT/pytest_sm90.log"
+
+if [ -f .vllm_src/hc.py ]; then
+  step "vLLM's own Triton HC kernels against the route (bitwise counts, timing)"
+  timeout 180 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py >"$OUT/vllm_hc.json" 2>>"$LOG"
+  echo "vllm hc rc=$?" | tee -a "$LOG"
+  cat "$OUT/vllm_hc.json"
+fi
 
 step "PDL ordering check (static-weight GEMV chains, eager and graph replay)"
 timeout 200 python3 kernels_ext/tools/pdl_race_check.py --iters 200 2>&1 | tee -a "$LOG"
@@ -57,9 +69,9 @@ cat "$OUT/b/ops/bench.md" 2>/dev/null
 step "tuning variants (one process each: the switches are read once per process)"
 V="$OUT/variants.jsonl"
 # Each spec: comma-separated VAR=value settings for one process.
-for spec in ${QGATE_VARIANTS:-QGATE_DEFAULT=1 QGATE_GEMV_GENERAL=1}; do
+for spec in ${QGATE_VARIANTS:-QGATE_DEFAULT=1 QGATE_TOPK_PDL=0 QGATE_TOPK_IMPL=grid}; do
   env ${spec//,/ } timeout 120 python3 kernels_ext/tools/bench_variants.py \
-    --routes ${QGATE_VARIANT_ROUTES:-fp16_gemv fused_gdn_input_fp16} --tag "$spec" >>"$V" 2>>"$LOG"
+    --routes ${QGATE_VARIANT_ROUTES:-qsa_topk} --tag "$spec" >>"$V" 2>>"$LOG"
 done
 grep -E "^QGATE_" "$LOG"
 

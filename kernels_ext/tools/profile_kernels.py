@@ -18,17 +18,18 @@ def main() -> None:
     sets = [pair(3072, 2048) for _ in range(22)]  # 277 MB: each call reads its weights from HBM
     big = [pair(4096, 4096) for _ in range(8)]
     scores = [torch.randn(1, 131072, device=dev) for _ in range(64)]
+    visible = torch.full((1,), 131072, dtype=torch.int32, device=dev)
     for w, x in sets + big:
         qgate_kernels.gemv(w, x)
     for s in scores:
-        qgate_kernels.qsa_topk(s, 2048)
+        qgate_kernels.qsa_topk(s, visible, 2048)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(5):
             for w, x in sets + big:
                 qgate_kernels.gemv(w, x)
             for s in scores:
-                qgate_kernels.qsa_topk(s, 2048)
+                qgate_kernels.qsa_topk(s, visible, 2048)
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
 
