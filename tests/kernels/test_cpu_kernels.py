@@ -210,9 +210,11 @@ def test_opcheck_gdn_input_cpu_kernel() -> None:
 
 HC_SHAPES = [(4, 64, 16), (2, 128, 32), (4, 512, 64)]  # hc_count, HS, lora_rank
 HC_EPS = 1e-6
-# Sums of squares, exp and rsqrt round differently from torch's in float32; a flipped rounding of xn,
-# down, lora or gate moves the outputs by a few ULP (measured: at most 2 on fresh inputs).
-HC_MAX_ULP = 4.0
+# Sums of squares, exp and rsqrt round differently from torch's in float32, so a rounding of xn, down,
+# lora or gate can flip by one ULP of that intermediate; downstream, an output moves by at most about
+# one ULP of its largest magnitude (measured over 200 fresh draws per shape: <= 1.0). On an element
+# that cancels to near zero that is many of its own ULPs (13 seen at 4x512 in the screen's measure).
+HC_MAX_SCALED_DIFF = 2.0
 
 
 def _hc_draw(
@@ -235,8 +237,13 @@ def _hc_draw(
     )
 
 
-def _hc_ulp(outs: tuple, refs: tuple) -> float:
-    return max(ulp_distance(o, r) for o, r in zip(outs, refs, strict=True) if o.numel())
+def _hc_scaled_diff(outs: tuple, refs: tuple) -> float:
+    """max |out - ref| over each output in ULPs of that output's largest magnitude."""
+    worst = 0.0
+    for o, r in zip(outs, refs, strict=True):
+        if o.numel():
+            worst = max(worst, float((o.double() - r.double()).abs().max() / _ulp(r.abs().max().view(1))[0]))
+    return worst
 
 
 @pytest.mark.parametrize("combine", [True, False])
@@ -250,7 +257,9 @@ def test_hc_mix_within_bound_of_the_reference(shape: tuple, dtype: torch.dtype, 
         outs = torch.ops.qgate.hc_mix.default(h, nw, wd, wu, hc, r, HC_EPS)
         refs = reference.hc_mix(h, nw, wd, wu, hc, r, HC_EPS)
         assert [o.shape for o in outs] == [x.shape for x in refs], f"seed {seed}"
-        assert _hc_ulp(outs, refs) <= HC_MAX_ULP, f"{shape} {dtype} combine={combine}, seed {seed}"
+        assert _hc_scaled_diff(outs, refs) <= HC_MAX_SCALED_DIFF, (
+            f"{shape} {dtype} combine={combine}, seed {seed}"
+        )
 
 
 @pytest.mark.parametrize("with_injection", [True, False])
@@ -267,7 +276,7 @@ def test_hc_combine_mix_within_bound_of_the_reference(
     args = (h, block_output, injection, nw, wd, wu, hc, r, HC_EPS)
     outs = torch.ops.qgate.hc_combine_mix.default(*args)
     refs = reference.hc_combine_mix(*args)
-    assert _hc_ulp(outs, refs) <= HC_MAX_ULP, f"{shape} {dtype}, seed {seed}"
+    assert _hc_scaled_diff(outs, refs) <= HC_MAX_SCALED_DIFF, f"{shape} {dtype}, seed {seed}"
     # h' is one fma and one rounding: the same bits as the reference
     assert torch.equal(outs[0], refs[0]), f"seed {seed}"
 
