@@ -1,8 +1,10 @@
 """Typed entry points of the qgate routes, with counted fallbacks.
 
 Each route is one op, qgate::<name> (the HC route two: hc_mix, hc_combine_mix; schemas in
-csrc/ops_def.cpp): its CPU kernel is the pure-torch reference (reference.py) and its CUDA kernel is
-in csrc/*.cu. The functions here decide per call
+csrc/ops_def.cpp): its CPU kernel is C++ (csrc/cpu/, all but qsa_topk: float32 sums in their own fixed
+order, agreeing with the reference within 1 ULP, or for HC within 1 ULP of each output's largest
+magnitude; kernels_ext/README.md) or else the pure-torch reference (reference.py, every kernel's
+oracle), and its CUDA kernel is in csrc/*.cu. The functions here decide per call
 whether the op can take the inputs; when it cannot (M > 1, another dtype, an unsupported shape or
 layout, a device without a compiled kernel) they run the reference instead and count the fallback
 under the route's name and a reason. Never a silently wrong result: inputs that fit no definition
