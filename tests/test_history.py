@@ -126,6 +126,15 @@ def test_night_verdict_is_the_worst_kind(tmp_path: Path, contract: Path) -> None
     assert json.loads(rows[0]["verdicts"])["quality"]["reasons"]
 
 
+def test_an_inconclusive_kind_ranks_between_pass_and_fail(tmp_path: Path, contract: Path) -> None:
+    run, verdict = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
+    assert verdict == "PASS"
+    support.write_json(run / "compare-quality" / "verdict.json", quality_verdict("INCONCLUSIVE"))
+    assert {r["verdict"] for r in history.collect(run)} == {"INCONCLUSIVE"}
+    support.write_json(run / "compare-quality" / "verdict.json", quality_verdict("FAIL"))
+    assert {r["verdict"] for r in history.collect(run)} == {"FAIL"}
+
+
 def test_append_then_identical_append_is_a_no_op(tmp_path: Path, contract: Path) -> None:
     run, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40)
     store = tmp_path / "hist" / "history.sqlite"

@@ -7,6 +7,7 @@ candidate ~60 tok/s (+20 %), CV ~0.3 %, identical tokens, one route switched on 
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import types
 from pathlib import Path
@@ -47,10 +48,14 @@ def rehash(result: dict[str, Any], contract_path: Path) -> dict[str, Any]:
 def standin_routes() -> types.ModuleType:
     """A stand-in for qgate.routes with the documented semantics (the real one belongs to issue 5)."""
     mod = types.ModuleType("qgate.routes")
+    # Everything else of the real module (the contract reads its env vocabulary), when it imports.
+    try:
+        real = importlib.import_module("qgate.routes")
+        mod.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+    except ImportError:
+        mod.OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
+        mod.override_var = lambda route: mod.OVERRIDE_PREFIX + route.upper()
     mod.ROUTES = dict(STANDIN_ROUTES)
-    # The route-env vocabulary the contract's typo check reads (qgate.contract.route_env_typo).
-    mod.OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
-    mod.override_var = lambda route: mod.OVERRIDE_PREFIX + route.upper()
 
     def attestation_gates(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
         gates = []
