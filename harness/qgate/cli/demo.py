@@ -69,8 +69,11 @@ def demo(contract: DemoContractOpt = None, out: DemoOutOpt = None, faulty: Fault
     out_console = Console()
     out_console.print(summary_table(record))
     for g in record["gates"]:
-        for reason in g["reasons"]:
+        for reason in g["reasons"][:3]:
             out_console.print(f"- {g['gate']}: {reason}", markup=False, highlight=False)
+        if len(g["reasons"]) > 3:
+            more = len(g["reasons"]) - 3
+            out_console.print(f"- {g['gate']}: {more} more in {g['report']}", highlight=False)
     out_console.print(f"summary: {out / 'summary.md'}", highlight=False)
     out_console.print(record["next_step"], markup=False, highlight=False)
     exit_with(core.exit_code(record))
