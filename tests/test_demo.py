@@ -1,0 +1,106 @@
+"""qgate demo's core without engines: plans, the faulty candidate, verdicts, the next step, the summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CONTRACTS, qgate
+from rich.console import Console
+
+from qgate import demo
+from qgate.report.demo import summary_table
+from qgate.routes import check_overrides
+
+DEMO = CONTRACTS / "demo-cpu.yaml"
+
+
+def _gate(name: str, verdict: str, reasons: list[str] | None = None) -> demo.GateOutcome:
+    return demo.GateOutcome(name, verdict, f"{name} figure", f"/r/{name}.md", 1.0, reasons or [])
+
+
+def _gates(screen: str = "PASS", speed: str = "PASS", quality: str = "PASS") -> list[demo.GateOutcome]:
+    return [_gate("operator screen", screen), _gate("speed", speed), _gate("quality", quality)]
+
+
+def test_demo_contract_has_the_three_gates_on_one_model(tmp_path: Path) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    c = plan.loaded.contract
+    assert c.ops is not None and c.speed is not None and c.quality is not None
+    assert c.model == "tiny-trained"
+    assert [p.name for p in plan.plans] == ["control", "candidate"]
+    assert plan.plans[1].env == c.env_for("candidate")
+
+
+def test_plan_refuses_a_contract_without_every_section(tmp_path: Path) -> None:
+    with pytest.raises(demo.DemoError, match="missing: ops, quality"):
+        demo.make_plan(CONTRACTS / "smoke-cpu.yaml", tmp_path / "out")
+
+
+def test_plan_refuses_a_folder_with_results(tmp_path: Path) -> None:
+    (tmp_path / "old.json").write_text("{}")
+    with pytest.raises(demo.DemoError, match="not empty"):
+        demo.make_plan(DEMO, tmp_path)
+
+
+def test_faulty_plan_changes_only_the_candidate_and_its_override_imports(tmp_path: Path) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out", faulty=True)
+    control, candidate = plan.plans
+    assert control.env == plan.loaded.contract.env_for("control")
+    assert candidate.env[demo.FAULTY_ROUTE_VAR] == demo.FAULTY_IMPL
+    assert candidate.env["PYTHONPATH"] == str(demo.fixtures_dir())
+    # the contract's arm env is kept (compare refuses results whose env lacks it)
+    assert plan.loaded.contract.env_for("candidate").items() <= candidate.env.items()
+    check_overrides(candidate.env)  # imports the override in a child with that env: no RouteError
+
+
+@pytest.mark.parametrize(
+    ("gates", "verdict", "code", "says"),
+    [
+        (_gates(), "PASS", 0, "Every gate passed"),
+        (_gates(speed="INCONCLUSIVE"), "INCONCLUSIVE", 4, "not proven faster"),
+        (_gates(speed="FAIL"), "FAIL", 1, "not proven faster"),
+        (_gates(quality="FAIL", speed="INCONCLUSIVE"), "FAIL", 1, "changes answers"),
+        (_gates(quality="INCONCLUSIVE"), "INCONCLUSIVE", 4, "could not decide"),
+        (_gates(screen="FAIL"), "FAIL", 1, "not exact"),
+        (_gates(speed="ERROR", quality="FAIL"), "ERROR", 3, "could not be judged"),
+    ],
+)
+def test_verdict_exit_code_and_next_step(
+    tmp_path: Path, gates: list[demo.GateOutcome], verdict: str, code: int, says: str
+) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    record = demo.summarize_demo(
+        plan, gates, {"spec": "tiny-trained", "path": "/m", "seconds": 0.1, "built_now": False}, 0.0
+    )
+    assert record["verdict"] == verdict and demo.exit_code(record) == code
+    assert says in record["next_step"]
+    saved = json.loads((plan.out / "summary.json").read_text())
+    assert saved["kind"] == "demo" and saved["schema_version"] == demo.DEMO_SCHEMA_VERSION
+    md = (plan.out / "summary.md").read_text()
+    assert f"qgate demo: {verdict}" in md and record["next_step"] in md
+
+
+@pytest.mark.parametrize(("quality", "code", "says"), [("FAIL", 0, "caught"), ("PASS", 1, "did NOT catch")])
+def test_faulty_demo_succeeds_only_when_the_quality_gate_catches_it(
+    tmp_path: Path, quality: str, code: int, says: str
+) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out", faulty=True)
+    plan.out.mkdir()
+    model = {"spec": "tiny-trained", "path": "/m", "seconds": 90.0, "built_now": True}
+    record = demo.summarize_demo(plan, _gates(quality=quality), model, 0.0)
+    assert demo.exit_code(record) == code and says in record["next_step"]
+    text = Console(record=True, width=200)
+    text.print(summary_table(record))
+    out = text.export_text()
+    assert "faulty candidate" in out and "built now in 90 s" in out and quality in out
+
+
+def test_cli_bad_contract_is_one_line_exit_2(tmp_path: Path) -> None:
+    res = qgate(
+        "demo", "--contract", str(CONTRACTS / "smoke-cpu.yaml"), "--out", str(tmp_path / "o"), timeout=120
+    )
+    assert res.returncode == 2, res.stderr
+    assert "missing: ops, quality" in res.stderr and "Traceback" not in res.stderr
