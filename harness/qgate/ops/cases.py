@@ -319,14 +319,17 @@ def topk_case(rows: int, length: int, k: int) -> Case:
     """logits [rows, length] with a row stride of length + 64 (vLLM's buffers are wider than the row),
     all columns visible in row 0 (the timed case: one full row) and a random n in [k/2, length] in
     the others; the columns past n and the stride's padding hold NaN and inf that must never be
-    selected. Every other draw: values in steps of 0.25 (heavy ties) with NaN, inf and signed zeros."""
+    selected. Draws cycle through three kinds: continuous (randn); values in steps of 0.25 (heavy
+    ties) with NaN, inf and signed zeros; integers 0..63 (every value shared by ~L/64 keys)."""
     counter = {"n": 0}
     stride = length + 64
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         buf = torch.randn(rows, stride, generator=gen, device=dev)
         counter["n"] += 1
-        if counter["n"] % 2 == 0:  # heavy ties, both zeros, infinities, NaNs
+        if counter["n"] % 3 == 0:  # integers 0..63
+            buf = torch.randint(0, 64, (rows, stride), generator=gen, device=dev).float()
+        elif counter["n"] % 3 == 2:  # heavy ties, both zeros, infinities, NaNs
             buf = torch.round(buf * 4) / 4
             r = torch.randint(0, rows, (8,), generator=gen, device=dev)
             c = torch.randint(0, length, (8,), generator=gen, device=dev)
@@ -363,10 +366,12 @@ def topk_case(rows: int, length: int, k: int) -> Case:
 
 
 def _topk_input_kind(logits: Tensor, visible: Tensor, k: int) -> str:
-    """'ties' for the draws in steps of 0.25 (with NaN, infinities and signed zeros), else
+    """'integers' (0..63), 'ties' (steps of 0.25, with NaN, infinities and signed zeros), else
     'continuous' (torch.randn: no row of it is all multiples of 0.25)."""
     row = logits[0, : int(visible[0])]
     finite = torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
+    if torch.equal(finite, torch.round(finite)) and bool((finite >= 0).all()) and bool((finite < 64).all()):
+        return "integers"
     return "ties" if torch.equal(finite, torch.round(finite * 4) / 4) else "continuous"
 
 

@@ -35,10 +35,15 @@ class Tolerance(_Strict):
 
 
 # The kernels accumulate in float32 in another order than the reference (cuBLAS / CPU BLAS in
-# float32): a rounding apart, so a few ULPs. The top-k is exact by definition.
+# float32): a rounding apart, so a few ULPs. The HC route rounds three intermediates to the
+# activation dtype (down, lora, gate) as vLLM does: one gate element a rounding apart moves
+# block_input by up to |xn| ulp(gate) / (4 HC), which where the streams cancel (block_input near
+# the floor max / 1024 of the ULP measure) reads as up to ~17 ULPs (H200: 16.5 fp16, 16 bf16; the
+# same against vLLM's own Triton kernels, 99.4 % of the elements bitwise). The top-k is exact by
+# definition.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "fp16_gemv": Tolerance(max_ulp=2),
-    "fused_hc_fp16": Tolerance(max_ulp=8),
+    "fused_hc_fp16": Tolerance(max_ulp=32),
     "fused_gdn_input_fp16": Tolerance(max_ulp=2),
     "qsa_topk": Tolerance(max_ulp=0, max_abs_diff=0.0, min_bitwise_fraction=1.0),
 }
