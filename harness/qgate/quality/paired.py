@@ -28,7 +28,8 @@ whose power reaches min_power; `seeds_for_observed` the seed count at which the 
 
 Item findings (what the old matched-misses rule becomes): an item the candidate missed under some seed
 while the control answered it under every seed is flagged "likely regression"; one the control also
-missed under some seed is reported with both rates, not a FAIL by itself.
+missed under some seed is reported with both rates, not a FAIL by itself. With one seed, an item the
+control answered once and the candidate missed is a "new miss" the run cannot judge.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from qgate.quality.calibration import power as mc_power
 
 REGRESSED, INCONCLUSIVE, NO_REGRESSION, ERROR = "regressed", "inconclusive", "no regression", "error"
 LIKELY_REGRESSION, BOTH_MISS = "likely regression", "control misses too"
+ONE_SEED_MISS = "new miss (one seed: cannot tell)"
 MAX_SEEDS_NEEDED = 1000
 MAX_SEEDS_FOR_POWER = 64
 
@@ -118,7 +120,7 @@ class ItemFinding:
     control_runs: int
     candidate_correct: int
     candidate_runs: int
-    finding: str  # LIKELY_REGRESSION or BOTH_MISS
+    finding: str  # LIKELY_REGRESSION, BOTH_MISS or ONE_SEED_MISS
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,10 @@ def _findings(
         if rc["correct"] == rc["runs"]:
             continue
         rk = ctrl.get(index, {"runs": 0, "correct": 0})
-        kind = LIKELY_REGRESSION if rk["runs"] and rk["correct"] == rk["runs"] else BOTH_MISS
+        if rk["runs"] and rk["correct"] == rk["runs"]:
+            kind = LIKELY_REGRESSION if rk["runs"] > 1 else ONE_SEED_MISS
+        else:
+            kind = BOTH_MISS
         g = gold.get(index, "")
         out.append(ItemFinding(index, g, rk["correct"], rk["runs"], rc["correct"], rc["runs"], kind))
     return out
