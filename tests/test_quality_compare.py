@@ -6,7 +6,7 @@ from pathlib import Path
 
 from qgate.contract import load_contract
 from qgate.quality.compare import compare_quality, miss_table
-from qgate.quality.gates import summarize, weighted_decode_tok_s
+from qgate.quality.gates import new_misses, summarize, weighted_decode_tok_s
 from qgate.quality.scoring import score_output
 
 CONTRACT = Path(__file__).resolve().parents[1] / "contracts" / "quality-cpu.yaml"
@@ -106,6 +106,14 @@ def test_reference_misses_are_not_new_misses() -> None:
     assert miss_table(ctrl, cand)[0]["new_miss"] is False
     fixed = _result("candidate", [_good(8), _good(9)])
     assert miss_table(fixed, ctrl)[0]["new_miss"] is True
+    assert new_misses(ctrl, cand) == [] and new_misses(ctrl, fixed) == []
+    assert new_misses(fixed, ctrl) == [
+        {"index": 9, "seed": None, "extractor": "raw", "gold": "9", "predicted": "8"},
+        {"index": 9, "seed": None, "extractor": "strict", "gold": "9", "predicted": "8"},
+    ]
+    seeded = _result("candidate", _seeded([_good(8), wrong], 5) + _seeded([_good(8), _good(9)], 6), 2)
+    other = _result("control", _seeded([_good(8), _good(9)], 5) + _seeded([_good(8), wrong], 6), 2)
+    assert [(m["seed"], m["index"]) for m in new_misses(other, seeded)] == [(5, 9), (5, 9)]  # paired by seed
 
 
 def test_different_inputs_and_incomplete_results_are_errors() -> None:

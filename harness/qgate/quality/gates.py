@@ -143,6 +143,20 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     return gates
 
 
+def new_misses(reference: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    """Candidate misses (raw or strict) on item-seed pairs the reference answered (a description, not a
+    gate: `qgate ablate` lists them per derived arm). Records without `seed` ran under one seed."""
+    ref = {(r.get("seed"), r["index"]): r for r in reference["items"]}
+    out = []
+    for r in candidate["items"]:
+        base = ref.get((r.get("seed"), r["index"]))
+        for kind in ("raw", "strict"):
+            if not r[f"{kind}_correct"] and (base is None or base[f"{kind}_correct"]):
+                out.append({"index": r["index"], "seed": r.get("seed"), "extractor": kind, "gold": r["gold"],
+                            "predicted": r[f"{kind}_answer"]})  # fmt: skip
+    return out
+
+
 def paired_gate(
     control: dict[str, Any], candidate: dict[str, Any], seeds: list[int], g: QualityGates
 ) -> tuple[dict[str, Any], PairedTest]:
