@@ -48,7 +48,8 @@ class QualitySampling(_Strict):
 
 
 class QualityGates(_Strict):
-    """Gates on the candidate's run; each count is over the selected items."""
+    """Gates on the candidate's run: the floors count the frozen seed's run, the health limits hold for
+    every output of every seed, the paired test judges correctness against the control."""
 
     min_raw_correct: int = Field(ge=0)
     min_strict_correct: int = Field(ge=0)
