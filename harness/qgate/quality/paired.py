@@ -170,6 +170,33 @@ def _findings(
     return out
 
 
+Pairs = dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def pair_up(
+    control_items: list[dict[str, Any]], candidate_items: list[dict[str, Any]], seeds: list[int]
+) -> Pairs | str:
+    """{(seed, index): (control record, candidate record)}, or why the arms cannot be paired."""
+    keyed = []
+    for arm, items in (("control", control_items), ("candidate", candidate_items)):
+        by_key: dict[tuple[int, int], dict[str, Any]] = {}
+        for r in items:
+            key = (seed_of(r, seeds[0]), int(r["index"]))
+            if key in by_key:
+                return f"{arm}: item {key[1]} seed {key[0]} recorded twice"
+            by_key[key] = r
+        keyed.append(by_key)
+    ctrl, cand = keyed
+    if set(ctrl) != set(cand):
+        return f"the arms ran different item-seed pairs (e.g. {sorted(set(ctrl) ^ set(cand))[:5]})"
+    stray = sorted({s for s, _ in ctrl} - set(seeds))
+    if stray:
+        return f"outputs under seeds {stray} that the contract does not list"
+    if not ctrl:
+        return "no item-seed pairs to compare"
+    return {k: (ctrl[k], cand[k]) for k in ctrl}
+
+
 def paired_test(
     control_items: list[dict[str, Any]],
     candidate_items: list[dict[str, Any]],
@@ -185,40 +212,23 @@ def paired_test(
 
     if not seeds:
         return _error("no seeds")
-    frozen = seeds[0]
     if not (0 < alpha < 1) or not math.isfinite(alpha) or not (0 < min_power <= 1):
         return _error(f"alpha = {alpha!r}, min_power = {min_power!r}: out of range")
-    keyed = []
-    for arm, items in (("control", control_items), ("candidate", candidate_items)):
-        by_key: dict[tuple[int, int], dict[str, Any]] = {}
-        for r in items:
-            key = (seed_of(r, frozen), int(r["index"]))
-            if key in by_key:
-                return _error(f"{arm}: item {key[1]} seed {key[0]} recorded twice")
-            by_key[key] = r
-        keyed.append(by_key)
-    ctrl, cand = keyed
-    if set(ctrl) != set(cand):
-        only = sorted(set(ctrl) ^ set(cand))[:5]
-        return _error(f"the arms ran different item-seed pairs (e.g. {only})")
-    stray = sorted({s for s, _ in ctrl} - set(seeds))
-    if stray:
-        return _error(f"outputs under seeds {stray} that the contract does not list")
-    if not ctrl:
-        return _error("no item-seed pairs to compare")
-    b = sum(1 for k in ctrl if is_correct(ctrl[k]) and not is_correct(cand[k]))
-    c = sum(1 for k in ctrl if not is_correct(ctrl[k]) and is_correct(cand[k]))
+    pairs = pair_up(control_items, candidate_items, seeds)
+    if isinstance(pairs, str):
+        return _error(pairs)
+    b = sum(1 for x, y in pairs.values() if is_correct(x) and not is_correct(y))
+    c = sum(1 for x, y in pairs.values() if not is_correct(x) and is_correct(y))
     p = sign_test_p(b, c)
-    run = sorted({s for s, _ in ctrl}, key=seeds.index)
-    rates = item_rates(control_items, frozen)
+    run = sorted({s for s, _ in pairs}, key=seeds.index)
+    rates = item_rates(control_items, seeds[0])
     control_p = [r["correct"] / r["runs"] for r in rates.values()]
     k = min(detect_broken_items, len(control_p))
     pw = mc_power(np.asarray(control_p), len(run), k, alpha)
     if not (math.isfinite(p) and math.isfinite(pw)):
         return _error(f"the sign test p ({p!r}) or its power ({pw!r}) is not a number")
-    observed = seeds_needed(b, c, len(run), alpha)
     head = (
-        f"{b} candidate-only and {c} control-only misses over {len(ctrl)} item-seed pairs "
+        f"{b} candidate-only and {c} control-only misses over {len(pairs)} item-seed pairs "
         f"({len(run)} seed(s)); one-sided exact sign test p = {p:.4g}"
     )
     power_txt = f"power against {k} broken items {100 * pw:.0f} % (from the control's per-item rates)"
@@ -235,13 +245,14 @@ def paired_test(
             f"{head} >= alpha {alpha}, but {power_txt} < {100 * min_power:.0f} %: "
             f"{len(run)} seed(s) cannot tell; {need} would give that power"
         )
+    observed = seeds_needed(b, c, len(run), alpha)
     if b > c and p >= alpha:
         at = f"about {observed} seeds" if observed else f"more than {MAX_SEEDS_NEEDED} seeds"
         reason += f"; the observed discordance would reach alpha at {at}"
     gold = {int(r["index"]): str(r.get("gold", "")) for r in control_items}
-    findings = _findings(rates, item_rates(candidate_items, frozen), gold)
+    findings = _findings(rates, item_rates(candidate_items, seeds[0]), gold)
     return PairedTest(
-        verdict, reason, alpha, run, len(ctrl), b, c, p, k, min_power, pw, for_power, observed,
+        verdict, reason, alpha, run, len(pairs), b, c, p, k, min_power, pw, for_power, observed,
         min_discordant(alpha), findings,
     )  # fmt: skip
 
