@@ -126,7 +126,35 @@ def test_gdn_route_output_is_what_vllms_gdn_core_gets() -> None:
     mixed_qkvz, ba = reference.gemv(w_qkvz, h), reference.gemv(w_ba, h)
     q, k, v, z, b, a = gdn.QwenGatedDeltaNetAttention.fix_query_key_value_ordering(layer, mixed_qkvz, ba)
     want = (torch.cat((q.reshape(1, -1), k.reshape(1, -1), v.reshape(1, -1)), dim=-1), z, b, a)
-    got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv)
+    got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv, layout="interleaved")
+    for name, g, w in zip(("mixed_qkv", "z", "b", "a"), got, want, strict=True):
+        assert g.shape == w.shape and torch.equal(g, w), name
+
+
+def test_flat_gdn_route_output_is_what_vllms_flat_part1_gives() -> None:
+    """Qwen4Exp / Qwen3.5 (gqa_interleaved_layout=False): the op's outputs equal the plugin's fallback,
+    which is vLLM 0.32's flat Part 1 (split [q|k|v | z], z reshaped, vLLM's own split_ba), bit for bit."""
+    import types
+
+    import torch
+
+    gdn = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
+    from qgate_kernels import ops, plugin, reference
+
+    nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
+    gen = torch.Generator().manual_seed(12)
+    w_qkvz = (torch.randn(2 * nk * dk + 2 * nv * dv, hidden, generator=gen) / 8).half()
+    w_ba = (torch.randn(2 * nv, hidden, generator=gen) / 8).half()
+    h = torch.randn(1, hidden, generator=gen).half()
+    layer = types.SimpleNamespace(
+        num_k_heads=nk, num_v_heads=nv, head_k_dim=dk, head_v_dim=dv, tp_size=1, tp_rank=0,
+        key_dim=nk * dk, value_dim=nv * dv, gqa_interleaved_layout=False, disable_tp_for_ba_proj=False,
+        in_proj_qkvz=lambda x: (reference.gemv(w_qkvz, x), None),
+        in_proj_ba=lambda x: (reference.gemv(w_ba, x), None),
+    )  # fmt: skip
+    layer.split_ba = types.MethodType(gdn.QwenGatedDeltaNetAttention.split_ba, layer)
+    want = plugin._gdn_vllm_input(layer, h)
+    got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv, layout="flat")
     for name, g, w in zip(("mixed_qkv", "z", "b", "a"), got, want, strict=True):
         assert g.shape == w.shape and torch.equal(g, w), name
 
