@@ -185,8 +185,9 @@ def _change(new: float | None, old: float | None) -> float | None:
 
 def _arm_figures(result: dict[str, Any]) -> dict[str, Any]:
     tok, tpot, ttft = (_rep_values(result, f) for f in ("decode_tok_s", "tpot_ms", "ttft_ms"))
-    mean = _finite_or_none(tok.mean()) if tok.size else None
-    std = _finite_or_none(tok.std(ddof=0)) if tok.size else None
+    with np.errstate(invalid="ignore"):  # an inf rep: the figures say None, the statistics say ERROR
+        mean = _finite_or_none(tok.mean()) if tok.size else None
+        std = _finite_or_none(tok.std(ddof=0)) if tok.size else None
     return {
         "reps": int(tok.size),
         "launches": _launches(result),
