@@ -84,37 +84,28 @@ QGATE_AVX2 inline float reduce8(__m256 t) {
   return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
 }
 
-template <Elem E, int R>
-QGATE_AVX2 void group_avx2(const uint16_t* w, int64_t ld, int64_t k, const float* xf, float* out) {
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int q = 0; q < 4; ++q) acc[r][q] = _mm256_setzero_ps();
-  alignas(64) uint16_t buf[R][kChunk];
+// One row at a time: one sequential stream per core is what the hardware prefetchers follow best
+// (measured here: 2-4 interleaved rows streamed 20-45 % slower from DRAM and from L3).
+template <Elem E>
+QGATE_AVX2 float row_avx2(const uint16_t* w, int64_t k, const float* xf) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  alignas(64) uint16_t buf[kChunk];
   const int64_t kp = padded(k);
   for (int64_t c = 0; c < kp; c += kChunk) {
-    const __m256 x0 = _mm256_loadu_ps(xf + c), x1 = _mm256_loadu_ps(xf + c + 8);
-    const __m256 x2 = _mm256_loadu_ps(xf + c + 16), x3 = _mm256_loadu_ps(xf + c + 24);
-    for (int r = 0; r < R; ++r) {
-      const uint16_t* p = c + kChunk <= k ? w + r * ld + c : tail_chunk(w + r * ld, c, k, buf[r]);
-      acc[r][0] = _mm256_fmadd_ps(load8<E>(p), x0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(load8<E>(p + 8), x1, acc[r][1]);
-      acc[r][2] = _mm256_fmadd_ps(load8<E>(p + 16), x2, acc[r][2]);
-      acc[r][3] = _mm256_fmadd_ps(load8<E>(p + 24), x3, acc[r][3]);
-    }
+    const uint16_t* p = c + kChunk <= k ? w + c : tail_chunk(w, c, k, buf);
+    acc0 = _mm256_fmadd_ps(load8<E>(p), _mm256_loadu_ps(xf + c), acc0);
+    acc1 = _mm256_fmadd_ps(load8<E>(p + 8), _mm256_loadu_ps(xf + c + 8), acc1);
+    acc2 = _mm256_fmadd_ps(load8<E>(p + 16), _mm256_loadu_ps(xf + c + 16), acc2);
+    acc3 = _mm256_fmadd_ps(load8<E>(p + 24), _mm256_loadu_ps(xf + c + 24), acc3);
   }
-  for (int r = 0; r < R; ++r) {
-    // s = p[j] + p[j+16] as (lo, hi); t = s[j] + s[j+8]
-    const __m256 s_lo = _mm256_add_ps(acc[r][0], acc[r][2]);
-    const __m256 s_hi = _mm256_add_ps(acc[r][1], acc[r][3]);
-    out[r] = reduce8(_mm256_add_ps(s_lo, s_hi));
-  }
+  // s = p[j] + p[j+16] as (lo, hi); t = s[j] + s[j+8]
+  return reduce8(_mm256_add_ps(_mm256_add_ps(acc0, acc2), _mm256_add_ps(acc1, acc3)));
 }
 
 template <Elem E>
 QGATE_AVX2 void rows_avx2(const uint16_t* w, int64_t ld, int64_t rows, int64_t k, const float* xf, float* out) {
-  int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) group_avx2<E, 2>(w + r * ld, ld, k, xf, out + r);
-  for (; r < rows; ++r) group_avx2<E, 1>(w + r * ld, ld, k, xf, out + r);
+  for (int64_t r = 0; r < rows; ++r) out[r] = row_avx2<E>(w + r * ld, k, xf);
 }
 
 template <Elem E>
@@ -134,34 +125,26 @@ QGATE_AVX512 inline __m512 load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-template <Elem E, int R>
-QGATE_AVX512 void group_avx512(const uint16_t* w, int64_t ld, int64_t k, const float* xf, float* out) {
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  alignas(64) uint16_t buf[R][kChunk];
+template <Elem E>
+QGATE_AVX512 float row_avx512(const uint16_t* w, int64_t k, const float* xf) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  alignas(64) uint16_t buf[kChunk];
   const int64_t kp = padded(k);
   for (int64_t c = 0; c < kp; c += kChunk) {
-    const __m512 x0 = _mm512_loadu_ps(xf + c), x1 = _mm512_loadu_ps(xf + c + 16);
-    for (int r = 0; r < R; ++r) {
-      const uint16_t* p = c + kChunk <= k ? w + r * ld + c : tail_chunk(w + r * ld, c, k, buf[r]);
-      acc[r][0] = _mm512_fmadd_ps(load16<E>(p), x0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(load16<E>(p + 16), x1, acc[r][1]);
-    }
+    const uint16_t* p = c + kChunk <= k ? w + c : tail_chunk(w, c, k, buf);
+    acc0 = _mm512_fmadd_ps(load16<E>(p), _mm512_loadu_ps(xf + c), acc0);
+    acc1 = _mm512_fmadd_ps(load16<E>(p + 16), _mm512_loadu_ps(xf + c + 16), acc1);
   }
-  for (int r = 0; r < R; ++r) {
-    const __m512 s = _mm512_add_ps(acc[r][0], acc[r][1]);  // p[j] + p[j+16]
-    const __m256 s_lo = _mm512_castps512_ps256(s);
-    const __m256 s_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
-    out[r] = reduce8(_mm256_add_ps(s_lo, s_hi));  // t = s[j] + s[j+8], then as AVX2
-  }
+  const __m512 s = _mm512_add_ps(acc0, acc1);  // p[j] + p[j+16]
+  const __m256 s_lo = _mm512_castps512_ps256(s);
+  const __m256 s_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+  return reduce8(_mm256_add_ps(s_lo, s_hi));  // t = s[j] + s[j+8], then as AVX2
 }
 
 template <Elem E>
 QGATE_AVX512 void rows_avx512(const uint16_t* w, int64_t ld, int64_t rows, int64_t k, const float* xf,
                               float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) group_avx512<E, 4>(w + r * ld, ld, k, xf, out + r);
-  for (; r < rows; ++r) group_avx512<E, 1>(w + r * ld, ld, k, xf, out + r);
+  for (int64_t r = 0; r < rows; ++r) out[r] = row_avx512<E>(w + r * ld, k, xf);
 }
 
 Isa detect() {
