@@ -232,3 +232,36 @@ def test_route_table_rows() -> None:
         "fallbacks_by_reason": "batch_not_1: 2",
     }
     assert rows[1]["switched_on"] is False and rows[1]["hits_by_role"] == "none"
+
+
+def test_platform_env_carries_shims_and_sites_and_refuses_unknown_ones() -> None:
+    sites = {"fused_hc_fp16.mix": "my_fork.hc:MyResidual.mix"}
+    env = routes.platform_env(["qwen4exp_fp16_cpu"], sites)
+    assert env == {
+        "QGATE_SHIMS": "qwen4exp_fp16_cpu",
+        "QGATE_SITES": json.dumps(sites, separators=(",", ":")),
+    }
+    assert routes.platform_env([], {}) == {}
+    assert routes.platform_env_problem(["qwen4exp_fp16_cpu"], sites) is None
+    assert "not a known shim" in routes.platform_env_problem(["nope"], {})
+    assert "not a known site" in routes.platform_env_problem([], {"fused_hc_fp16.mixx": "a:b"})
+    assert "expected 'module:Class.method'" in routes.platform_env_problem([], {"qsa_topk.topk": "a:b.c.d"})
+
+
+def test_collect_shims_sums_calls_and_never_touches_the_routes(tmp_path: Path) -> None:
+    def record(name: str, calls: int) -> dict:
+        return {
+            "kind": "route_attestation",
+            "schema_version": 1,
+            "routes_on": [],
+            "errors": [],
+            "routes": {},
+            "shims": {"qwen4exp_fp16_cpu": {"applied": "fp16 GDN core", "calls": calls}},
+        }
+
+    (tmp_path / "MainProcess-1.json").write_text(json.dumps(record("MainProcess", 0)))
+    (tmp_path / "VllmWorker-0-2.json").write_text(json.dumps(record("VllmWorker-0", 29)))
+    assert routes.collect_shims(tmp_path) == {"qwen4exp_fp16_cpu": {"applied": "fp16 GDN core", "calls": 29}}
+    assert all(v == {"hits": 0, "fallbacks": {}, "roles": {}} for v in routes.collect(tmp_path).values())
+    merged = routes.merge_shims(routes.collect_shims(tmp_path), routes.collect_shims(tmp_path))
+    assert merged["qwen4exp_fp16_cpu"]["calls"] == 58
