@@ -35,9 +35,16 @@ constexpr int kTpCap = 12288;     // candidates a block holds for the local pass
 #define QGATE_TP_PER_K 4
 #endif
 constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
-// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key,
-// and the cell items, k + this many, must fit the 64 KiB of the receive buffers).
-constexpr unsigned int kTpMaxCell = 2048;
+// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key
+// of a cell of several keys, a cell of one key is ranked from the list order; the cell items,
+// k + this many, must fit the 64 KiB of the receive buffers). 4096, not 2048: a row of integers
+// 0..63 at 1 x 131072, k = 2048 has a tie cell of about k keys, which at 2048 half the time took
+// the deep path (two more local passes, trim, full order): 15.8 -> 14.0 us, the other rows
+// unchanged (BENCH.md, sixth session).
+#ifndef QGATE_TP_MAX_CELL  // (tuning: NVCC_APPEND_FLAGS=-DQGATE_TP_MAX_CELL=... builds other values)
+#define QGATE_TP_MAX_CELL 4096
+#endif
+constexpr unsigned int kTpMaxCell = QGATE_TP_MAX_CELL;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
 // of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell

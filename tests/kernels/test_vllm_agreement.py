@@ -1,4 +1,5 @@
-"""The ops' CPU kernels (= the references) against vLLM 0.32's own Qwen4Exp code, on the CPU.
+"""The references (qgate_kernels.reference: the definitions the CUDA kernels are tested against)
+against vLLM 0.32's own Qwen4Exp code, on the CPU.
 
 HyperConnection: vLLM's pure-torch GatedResidual (models/qwen4_exp/common/hyperconnection.py) at the
 production shape read from transformers' Qwen4ExpTextConfig, fp16 and bf16. That reference rounds
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from kernel_oracles import fresh_generator, randn
 
 from qgate.ops.screen import ulp_distance
-from qgate_kernels import ops, reference
+from qgate_kernels import reference
 
 hcmod = pytest.importorskip("vllm.models.qwen4_exp.common.hyperconnection")
 gdnmod = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
@@ -99,11 +100,10 @@ def test_hc_mix_and_combine_agree_with_vllm_common(dtype: torch.dtype, per_branc
     u = _unit(dtype)
     h = randn(gen, 1, hc * hs, dtype=dtype)
     o = randn(gen, 1, hs, dtype=dtype)
-    kw = {"hc_count": hc, "lora_rank": rank, "eps": eps}
     with torch.no_grad():
         bi_v, (_, xn_v) = m.mix(h)
-        h_same, bi, inj = ops.hc_mix(h, nw, wd, wu, **kw)
-        assert h_same is h and bi.shape == (1, hs) and inj is not None and inj.shape == (1, hc)
+        bi, inj = reference.hc_mix(h, nw, wd, wu, hc, rank, eps)
+        assert bi.shape == (1, hs) and inj.shape == (1, hc)
         s_mix = xn_v.float().view(hc, hs).abs().sum(0) / hc
         assert (
             (bi.float() - bi_v.float()).abs().view(-1) <= 4 * u * (s_mix + bi_v.float().abs().view(-1))
@@ -113,13 +113,13 @@ def test_hc_mix_and_combine_agree_with_vllm_common(dtype: torch.dtype, per_branc
 
         h2_v = m.combine(o, (h, xn_v))  # vLLM's combine with this module's injection
         bi2_v, _ = m.mix(h2_v)
-        h2, bi2, inj2 = ops.hc_combine_and_mix(h, o, inj, nw, wd, wu, **kw)
+        h2, bi2, inj2 = reference.hc_combine_mix(h, o, inj, nw, wd, wu, hc, rank, eps)
         c = 2 * torch.sigmoid(inj.float() / hc).view(hc, 1)
         terms = h.float().view(hc, hs).abs() + o.float().abs() * c
         assert ((h2.float() - h2_v.float()).abs().view(hc, hs) <= 4 * u * terms).all(), (
             f"combine, seed {seed}"
         )
-        assert inj2 is not None and inj2.shape == (1, hc)
+        assert inj2.shape == (1, hc)
         # the mix after the combine, from the op's combined streams (isolates the mix's bound)
         bi3_v, (_, xn3_v) = m.mix(h2)
         s3 = xn3_v.float().view(hc, hs).abs().sum(0) / hc
@@ -138,11 +138,11 @@ def test_hc_final_mixer_and_unit_combine(dtype: torch.dtype) -> None:
     hc, hs, rank, eps = CFG.hc_count, CFG.hidden_size, CFG.hc_lowrank, CFG.rms_norm_eps
     h = randn(gen, 1, hc * hs, dtype=dtype)
     o = randn(gen, 1, hs, dtype=dtype)
-    h2, bi, inj = ops.hc_combine_and_mix(h, o, None, nw, wd[:rank], wu, hc_count=hc, lora_rank=rank, eps=eps)
-    assert inj is None and bi.shape == (1, hs)
+    h2, bi, inj = reference.hc_combine_mix(h, o, None, nw, wd[:rank], wu, hc, rank, eps)
+    assert inj.shape == (1, 0) and bi.shape == (1, hs)
     base = hcmod.HyperConnectionBase(m.config)
     assert torch.equal(h2, base.combine(o, h)), f"seed {seed}"  # both: one float32 add, one rounding
-    _, bi_merged, _ = ops.hc_combine_and_mix(h, o, None, nw, wd, wu, hc_count=hc, lora_rank=rank, eps=eps)
+    _, bi_merged, _ = reference.hc_combine_mix(h, o, None, nw, wd, wu, hc, rank, eps)
     assert torch.equal(bi, bi_merged)  # the inject rows change nothing else
 
 
@@ -187,7 +187,7 @@ def test_gdn_flat_is_vllms_part1(dtype: torch.dtype, heads: tuple[int, int, int,
     x = randn(gen, 1, hidden, dtype=dtype)
     wq = randn(gen, 2 * nk * dk + 2 * nv * dv, hidden, dtype=dtype, scale=hidden**-0.5)
     wb = randn(gen, 2 * nv, hidden, dtype=dtype, scale=hidden**-0.5)
-    got = ops.gdn_input(x, wq, wb, nk, nv, dk, dv, layout="flat")
+    got = reference.gdn_input(x, wq, wb, nk, nv, dk, dv, "flat")
     qkvz, ba = reference.gemv(wq, x), reference.gemv(wb, x)  # the op's GEMMs
     layer = _gdn_layer(nk, nv, dk, dv, interleaved=False)
     cls = gdnmod.QwenGatedDeltaNetAttention
@@ -213,7 +213,7 @@ def test_gdn_interleaved_is_vllms_part1(dtype: torch.dtype) -> None:
     x = randn(gen, 1, hidden, dtype=dtype)
     wq = randn(gen, 2 * nk * dk + 2 * nv * dv, hidden, dtype=dtype, scale=hidden**-0.5)
     wb = randn(gen, 2 * nv, hidden, dtype=dtype, scale=hidden**-0.5)
-    got = ops.gdn_input(x, wq, wb, nk, nv, dk, dv, layout="interleaved")
+    got = reference.gdn_input(x, wq, wb, nk, nv, dk, dv, "interleaved")
     layer = _gdn_layer(nk, nv, dk, dv, interleaved=True)
     q, k, v, z, b, a = gdnmod.QwenGatedDeltaNetAttention.fix_query_key_value_ordering(
         layer, reference.gemv(wq, x), reference.gemv(wb, x)
@@ -231,7 +231,7 @@ def test_topk_is_vllms_debug_topk_as_a_set(rows: int, length: int, k: int) -> No
     visible[0] = length
     visible[-1] = min(visible[-1].item(), k - 5) if rows > 1 else visible[-1]  # a short row
     logits[torch.arange(length).unsqueeze(0) >= visible.unsqueeze(1)] = float("nan")  # garbage
-    got = ops.qsa_topk(logits, visible, k)
+    got = reference.qsa_topk(logits, visible, k)
     want = torch.full((rows, k), -1, dtype=torch.int32)
     sel = topkmod.SparseIndexerTopk(backend="torch")
     sel(logits.contiguous(), visible, 1, want, k, length)
