@@ -55,8 +55,11 @@ def test_run_ops_screens_every_route_and_writes_records(tmp_path: Path) -> None:
         "qsa_topk",
     ]
     for case in record["cases"]:
-        assert case["bitwise_equal"] == 3 and case["fallback_probe"]["counted"], case
-    assert "| fp16_gemv | 48x128 | 3/3 |" in (out / "ops" / "ops.md").read_text()
+        assert case["passed"] and case["fallback_probe"]["counted"], case
+        # the C++ CPU kernels (csrc/cpu) sum in their own order: within the tolerance, not always bitwise;
+        # the top-k's CPU kernel is its reference
+        assert case["route"] != "qsa_topk" or case["bitwise_equal"] == 3, case
+    assert "| fp16_gemv | 48x128 | " in (out / "ops" / "ops.md").read_text()
     # an existing record is not replaced without --force
     again = CliRunner().invoke(
         app, ["run", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"]
@@ -98,11 +101,18 @@ def test_cuda_device_without_gpu_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_bench_ops_writes_figures_for_every_case(tmp_path: Path) -> None:
+    # The graph-replay benchmark's code path, run on the CPU through its core: on the CPU the command
+    # runs the CPU-kernel benchmark instead (qgate.ops.bench_cpu, tests/test_bench_cpu.py).
+    from types import SimpleNamespace
+
+    from qgate.contract import load_contract
+    from qgate.ops.run import bench_ops
+    from qgate.report.ops import bench_markdown
+
     out = tmp_path / "out"
-    res = CliRunner().invoke(
-        app, ["bench", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"]
+    res = SimpleNamespace(
+        output=bench_markdown(bench_ops(load_contract(_contract(tmp_path)), out, device="cpu"))
     )
-    assert res.exit_code == 0, res.output
     record = json.loads((out / "ops" / "bench.json").read_text())
     assert record["kind"] == "ops_bench" and record["copy_gb_s"] > 0
     for case in record["cases"]:
