@@ -21,8 +21,6 @@ namespace {
 using qgate::cpu::Elem;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-constexpr int64_t kMinTaskBytes = 96 * 1024;
-
 struct Heads {
   int64_t nk, nv, dk, dv;
   int64_t mixed() const { return 2 * nk * dk + nv * dv; }
@@ -118,7 +116,7 @@ Outputs gdn_input_cpu(const at::Tensor& x, const at::Tensor& w_qkvz, const at::T
   qgate::cpu::to_float_padded(isa, elem, xc.data_ptr(), k, xf.data());
   const auto* pq = static_cast<const uint16_t*>(wq.data_ptr());
   const auto* pb = static_cast<const uint16_t*>(wb.data_ptr());
-  at::parallel_for(0, rows, qgate::cpu::row_grain(k, 2, kMinTaskBytes), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, qgate::cpu::row_grain(k, 2, qgate::cpu::kMinTaskBytes), [&](int64_t begin, int64_t end) {
     // rows [0, rows_qkvz) are w_qkvz's, the rest w_ba's; a task may straddle the two
     const int64_t split = std::min(std::max(begin, rows_qkvz), end);
     if (split > begin) qgate::cpu::rows_dot(isa, elem, pq + begin * k, k, split - begin, k, xf.data(), &y[begin]);

@@ -21,10 +21,6 @@ namespace {
 using qgate::cpu::Elem;
 using qgate::cpu::Isa;
 
-// A task reads at least this many weight bytes: below it, waking the thread pool costs more than it
-// saves (the tiny model's projections run on the calling thread).
-constexpr int64_t kMinTaskBytes = 96 * 1024;
-
 bool fast_path(const at::Tensor& weight, const at::Tensor& x) {
   const auto dt = weight.scalar_type();
   return (dt == at::kHalf || dt == at::kBFloat16) && x.scalar_type() == dt &&
@@ -57,7 +53,7 @@ at::Tensor gemv_on(const at::Tensor& weight, const at::Tensor& x, Isa isa) {
   std::vector<float> yf(n);
   qgate::cpu::to_float_padded(isa, elem, xc.data_ptr(), k, xf.data());
   const auto* wp = static_cast<const uint16_t*>(w.data_ptr());
-  const int64_t grain = qgate::cpu::row_grain(k, 2, kMinTaskBytes);
+  const int64_t grain = qgate::cpu::row_grain(k, 2, qgate::cpu::kMinTaskBytes);
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     qgate::cpu::rows_dot(isa, elem, wp + begin * k, k, end - begin, k, xf.data(), yf.data() + begin);
     if (elem == Elem::kHalf) {

@@ -32,7 +32,6 @@ namespace {
 
 using qgate::cpu::Elem;
 
-constexpr int64_t kMinTaskBytes = 96 * 1024;
 constexpr int64_t kMinMixElems = 4096;  // gate mix: elements per task
 
 inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
@@ -111,7 +110,7 @@ struct Token {
   }
 
   void project(const uint16_t* w, int64_t rows, int64_t k, const float* x, float* y) {
-    at::parallel_for(0, rows, qgate::cpu::row_grain(k, 2, kMinTaskBytes), [&](int64_t b, int64_t e) {
+    at::parallel_for(0, rows, qgate::cpu::row_grain(k, 2, qgate::cpu::kMinTaskBytes), [&](int64_t b, int64_t e) {
       qgate::cpu::rows_dot(isa, elem, w + b * k, k, e - b, k, x, y + b);
       for (int64_t i = b; i < e; ++i) y[i] = rnd(y[i]);
     });

@@ -39,6 +39,12 @@ void to_float_padded(Isa isa, Elem elem, const void* x, int64_t k, float* dst);
 void rows_dot(Isa isa, Elem elem, const void* w, int64_t ld, int64_t rows, int64_t k, const float* xf,
               float* out);
 
+// Weight bytes a parallel task reads at least. Below 512 KiB (all of the tiny model's projections)
+// a call runs on the calling thread: waking the pool saves little there, and on a busy machine a
+// parallel region waits for its slowest thread (measured here: 2 threads gave no gain at 8 MiB under
+// load, and vLLM's engine process shares the cores).
+constexpr int64_t kMinTaskBytes = 512 * 1024;
+
 // Rows per parallel task so that a task reads at least `min_bytes` of weights (at::parallel_for's
 // grain: a problem smaller than one grain runs inline, without waking the thread pool).
 int64_t row_grain(int64_t k, int64_t elem_bytes, int64_t min_bytes);
