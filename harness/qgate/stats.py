@@ -27,11 +27,12 @@ The decision rule (per metric), with alpha, min_effect_pct and max_cv_pct from t
 * error: a statistic could not be computed (empty arm, fewer than 2 samples, NaN/inf or
   non-positive values, zero variance in both arms, unbalanced launches, a non-finite p or CI). The
   verdict layer turns this into ERROR, never into a pass.
-* significant: Welch's t-test p < alpha (on the unit, with the variance and df above) AND the exact
-  Mann-Whitney U p < alpha (on all reps) AND the seeded percentile-bootstrap (1 - alpha) CI of the
-  ratio of means (reps resampled) excludes 1. Asking all three to agree is conservative: the false-
-  positive rate is at most that of the most conservative of them, and Welch's is the one that knows
-  the launch structure (tests/test_stats.py measures the rate on simulated A/A pairs).
+* significant: Welch's t-test p < alpha (on the unit, with the variance and df above) AND its interval
+  of the ratio (above) excludes 1 AND the exact Mann-Whitney U p < alpha (on all reps) AND the seeded
+  percentile-bootstrap (1 - alpha) CI of the ratio of means (reps resampled) excludes 1. Asking all of
+  them to agree is conservative: the false-positive rate is at most that of the most conservative of
+  them, and Welch's is the one that knows the launch structure (tests/test_stats.py measures the rate
+  on simulated A/A pairs).
 * regressed: significant and the change of the means is at least min_effect_pct in the bad direction,
   whatever the noise: a significant regression beyond the practical floor is a regression even on a
   noisy machine.
@@ -415,7 +416,10 @@ def decide_batch(
         cv_t = 100 * candidate.std(axis=1) / mean_t
     change = 100 * (ratio - 1)
     good = change if higher_is_better else -change
+    # The Welch-t interval of the ratio must exclude 1 too, so a "regressed" never comes with an interval
+    # that includes no change (raw-scale Welch and the log-ratio interval can disagree at large CVs).
     significant = (welch_p < cfg.alpha) & (mwu_p < cfg.alpha) & ((ci_low > 1) | (ci_high < 1))
+    significant &= (t_ci_low > 1) | (t_ci_high < 1)
     improved = significant & (good > 0) & (good >= cfg.min_effect_pct)
     regressed = significant & (good < 0) & (-good >= cfg.min_effect_pct)
     noisy = (cv_c > cfg.max_cv_pct) | (cv_t > cfg.max_cv_pct)
