@@ -14,6 +14,7 @@ CPU reports (csrc/cpu/row_dot.h), with a scalar path for other CPUs and compiler
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -46,6 +47,11 @@ def _extensions() -> dict:
         raise RuntimeError("QGATE_KERNELS_CUDA=1 but torch has no CUDA or nvcc was not found (CUDA_HOME)")
     # No -std flag: BuildExtension picks the C++ standard that this torch's headers need.
     cxx = ["-O3"]
+    # at::parallel_for is an inline `#pragma omp parallel` in torch's headers: without -fopenmp the CPU
+    # kernels (csrc/cpu) run on one thread. Linux wheels of torch ship libgomp.so.1, which the
+    # extension then shares (same soname, same thread pool, torch.set_num_threads applies).
+    link = ["-fopenmp"] if sys.platform.startswith("linux") else []
+    cxx += link
     if have_cuda and want != "0":
         nvcc = ["-O3", "-lineinfo"]
         ext = cpp_extension.CUDAExtension(
@@ -53,10 +59,14 @@ def _extensions() -> dict:
             ["csrc/ops_def.cpp", *CPU_SOURCES, *CUDA_SOURCES],
             define_macros=[("QGATE_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+            extra_link_args=link,
         )
     else:
         ext = cpp_extension.CppExtension(
-            "qgate_kernels._C", ["csrc/ops_def.cpp", *CPU_SOURCES], extra_compile_args=cxx
+            "qgate_kernels._C",
+            ["csrc/ops_def.cpp", *CPU_SOURCES],
+            extra_compile_args=cxx,
+            extra_link_args=link,
         )
     return {"ext_modules": [ext], "cmdclass": {"build_ext": cpp_extension.BuildExtension}}
 
