@@ -69,9 +69,9 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
   constexpr unsigned int kNone = kTcLarge << 16;          // cell word: offset | large cell's number << 16
   unsigned int* cell_word = scratch;                      // [kTcCells + 1]
   unsigned int* cell_fill = cell_word + kTcCells + 1;     // [kTcCells], then the queue of large-cell keys
-  unsigned int* large_before = cell_fill + kTcCells;      // [kTcLarge][32] per warp: cell L before lo (*)
-  unsigned int* large_min = large_before + kTcLarge * 32;  // [kTcLarge][32] per warp: least key
-  unsigned int* large_max = large_min + kTcLarge * 32;     // [kTcLarge][32] per warp: largest key
+  unsigned int* large_before = cell_fill + kTcCells;      // [kTcLarge][32] lane-striped: cell L before lo (*)
+  unsigned int* large_min = large_before + kTcLarge * 32;  // [kTcLarge][32] lane-striped: least key
+  unsigned int* large_max = large_min + kTcLarge * 32;     // [kTcLarge][32] lane-striped: largest key
   unsigned int* large_warp = large_max + kTcLarge * 32;    // [kWarps][kTcLarge] cell L in a warp's chunk share
   unsigned int* large_run = large_warp + kWarps * kTcLarge;  // [kTcLarge] cell L in list[0, chunk start)
   unsigned int* large_mixed = large_run + kTcLarge;          // [kTcLarge] nonzero: cell L holds several keys
@@ -131,44 +131,22 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
   __syncthreads();
   // Bucketing of the cells that start below k (the others rank at k or below), but for the large
   // ones their least and largest key and (*) how many of their keys lie before this block's share
-  // (counted over the shorter side of lo). Those three are aggregated over the warp's lanes of the
-  // same large cell first (match_any, then one add / min / max by the group's first lane) and kept
-  // per warp (slot warp % 32): no two warps collide on a shared address. (Per lane, every warp
-  // added on the same 32 addresses: on a row of integers 0..63 the ~2 k keys of one tie cell made
-  // ~190 serialised atomics per address in every block.)
+  // (counted over the shorter side of lo), lane-striped: a warp's adds never collide.
   const bool from_end = lo > n / 2;
-  const unsigned int wslot = static_cast<unsigned int>(warp & 31);
-  for (int p0 = 0; p0 < n; p0 += NT) {  // warp-uniform trip count: the warp stays converged
-    const int p = p0 + static_cast<int>(threadIdx.x);
-    bool large = false;
-    unsigned int num = kTcLarge;
-    uint32_t key = 0;
-    if (p < n) {
-      const uint2 e = list[p];
-      const int cid = tc_cell(e.x, thr, depth);
-      const unsigned int w = cell_word[cid];
-      const unsigned int first = w & 0xffffu;
-      if (first < static_cast<unsigned int>(k)) {
-        num = w >> 16;
-        if (num == kTcLarge) {
-          const unsigned int slot = first + atomicAdd(cell_fill + cid, 1u);
-          cell_items[slot] = tc_composite(e);
-        } else {
-          large = true;
-          key = e.x;
-        }
-      }
-    }
-    if (__ballot_sync(0xffffffffu, large) != 0) {
-      const unsigned int before = __ballot_sync(0xffffffffu, large && (p < lo) != from_end);
-      const unsigned int peers = __match_any_sync(0xffffffffu, large ? num : kTcLarge);
-      const unsigned int mn = __reduce_min_sync(peers, key);
-      const unsigned int mx = __reduce_max_sync(peers, key);
-      if (large && lane == __ffs(peers) - 1) {
-        const unsigned int at = num * 32 + wslot;
-        atomicAdd(large_before + at, static_cast<unsigned int>(__popc(peers & before)));
-        atomicMin(large_min + at, mn);
-        atomicMax(large_max + at, mx);
+  for (int p = threadIdx.x; p < n; p += NT) {
+    const uint2 e = list[p];
+    const int cid = tc_cell(e.x, thr, depth);
+    const unsigned int w = cell_word[cid];
+    const unsigned int first = w & 0xffffu;
+    if (first < static_cast<unsigned int>(k)) {
+      const unsigned int num = w >> 16;
+      if (num == kTcLarge) {
+        const unsigned int slot = first + atomicAdd(cell_fill + cid, 1u);
+        cell_items[slot] = tc_composite(e);
+      } else {
+        if ((p < lo) != from_end) atomicAdd(large_before + num * 32 + lane, 1u);
+        atomicMin(large_min + num * 32 + lane, e.x);
+        atomicMax(large_max + num * 32 + lane, e.x);
       }
     }
   }
