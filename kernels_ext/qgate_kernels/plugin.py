@@ -503,9 +503,8 @@ def _patch_sites(routes_on: set[str]) -> None:
     assert _STATE is not None and _STATE.site_specs is not None
     for key, spec in _STATE.site_specs.items():
         route, kind = key.split(".", 1)
-        owner, name, _ = sites.resolve(key, spec)
-        orig = _unpatched(owner, name) if isinstance(owner, type) else getattr(owner, name)
-        orig = getattr(orig, "_qgate_orig", orig)
+        owner, name, current = sites.resolve(key, spec)  # a fork's class may inherit the method
+        orig = getattr(current, "_qgate_orig", current)
         if route == GDN_ROUTE:
             setattr(owner, name, _gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
         elif route == HC_ROUTE:
