@@ -313,10 +313,11 @@ def _speed(record: dict[str, Any]) -> list[str]:
     figs, sp = record["figures"], record["speed"]
     unit = figs["unit"]
     unit_line = f"Statistics unit: {unit} ({figs['control']['reps']} v {figs['candidate']['reps']} reps" + (
-        f", {figs['control']['launches']} launches per arm: reps averaged per launch first)."
+        f", {figs['control']['launches']} launches per arm: one-way random effects, the variance between "
+        "engine starts is in the statistics)."
         if unit == "launch"
         else "). Each arm is one engine start, so variation between engine starts is not in these "
-        "statistics; use the contract's `launches` (>= 5) for a verdict across engine starts."
+        "statistics; use the contract's `launches` (>= 2) for a verdict across engine starts."
     )
     return [
         "## Speed",
