@@ -98,6 +98,16 @@ def test_faulty_demo_succeeds_only_when_the_quality_gate_catches_it(
     assert "faulty candidate" in out and "built now in 90 s" in out and quality in out
 
 
+def test_a_pass_without_a_speed_up_says_so(tmp_path: Path) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    gates = _gates()
+    gates[1] = demo.GateOutcome("speed", "PASS", "+2.1 %", "/r/speed.md", 1.0, [], improved=False)
+    model = {"spec": "tiny-trained", "path": "/m", "seconds": 0.1, "built_now": False}
+    record = demo.summarize_demo(plan, gates, model, 0.0)
+    assert demo.exit_code(record) == 0 and "not measurably faster" in record["next_step"]
+
+
 def test_cli_bad_contract_is_one_line_exit_2(tmp_path: Path) -> None:
     res = qgate(
         "demo", "--contract", str(CONTRACTS / "smoke-cpu.yaml"), "--out", str(tmp_path / "o"), timeout=120

@@ -51,6 +51,7 @@ class GateOutcome:
     report: str  # where the details are
     seconds: float
     reasons: list[str] = field(default_factory=list)
+    improved: bool | None = None  # speed only: the decode statistics say "improved"
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,15 @@ def run_speed_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
         record, report = _compare(plan, "speed")
     except QgateError as exc:
         return GateOutcome("speed", "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
+    improved = ((record.get("stats") or {}).get("decode_tok_s") or {}).get("verdict") == "improved"
     return GateOutcome(
-        "speed", record["verdict"], speed_figure(record), report, time.perf_counter() - t0, record["reasons"]
+        "speed",
+        record["verdict"],
+        speed_figure(record),
+        report,
+        time.perf_counter() - t0,
+        record["reasons"],
+        improved,
     )
 
 
@@ -252,6 +260,14 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             "through the route plugin's Python custom op and attestation counting (~10 us a call "
             "here), more than a whole projection of the tiny model costs; gate speed where the route "
             "is meant to win: the GPU contract (contracts/qwen38-sm70-tp4-decode.yaml)."
+        )
+    if speed is not None and speed.improved is False:
+        return (
+            f"Every gate passed: the candidate is exact, answers like the control and is not slower "
+            f"({speed.figure}), but it is not measurably faster on this CPU either: the tiny model's "
+            "projections cost per-call overhead, not weight traffic. To gate your own kernel, copy "
+            "contracts/demo-cpu.yaml, point `model` and the candidate's env at your model and route "
+            "switch, and run `qgate demo --contract YOUR.yaml`."
         )
     return (
         "Every gate passed: to gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the "
