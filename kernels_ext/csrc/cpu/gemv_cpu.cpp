@@ -56,13 +56,7 @@ at::Tensor gemv_on(const at::Tensor& weight, const at::Tensor& x, Isa isa) {
   const int64_t grain = qgate::cpu::row_grain(k, 2, qgate::cpu::kMinTaskBytes);
   at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     qgate::cpu::rows_dot(isa, elem, wp + begin * k, k, end - begin, k, xf.data(), yf.data() + begin);
-    if (elem == Elem::kHalf) {
-      auto* out = y.data_ptr<at::Half>();
-      for (int64_t i = begin; i < end; ++i) out[i] = c10::Half(yf[i]);
-    } else {
-      auto* out = y.data_ptr<at::BFloat16>();
-      for (int64_t i = begin; i < end; ++i) out[i] = c10::BFloat16(yf[i]);
-    }
+    qgate::cpu::from_float(isa, elem, yf.data() + begin, end - begin, static_cast<uint16_t*>(y.data_ptr()) + begin);
   });
   return y;
 }

@@ -206,6 +206,33 @@ void to_float_padded(Isa isa, Elem elem, const void* x, int64_t k, float* dst) {
   to_float_scalar(elem, p, k, dst);
 }
 
+#ifdef QGATE_CPU_X86
+namespace {
+QGATE_AVX2 void to_half_f16c(const float* src, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = c10::detail::fp16_ieee_from_fp32_value(src[i]);
+}
+}  // namespace
+#endif
+
+void from_float(Isa isa, Elem elem, const float* src, int64_t n, void* dst) {
+  auto* out = static_cast<uint16_t*>(dst);
+#ifdef QGATE_CPU_X86
+  if (isa != Isa::kScalar && elem == Elem::kHalf) {
+    to_half_f16c(src, n, out);
+    return;
+  }
+#endif
+  (void)isa;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = elem == Elem::kHalf ? c10::Half(src[i]).x : c10::BFloat16(src[i]).x;
+  }
+}
+
 void rows_dot(Isa isa, Elem elem, const void* w, int64_t ld, int64_t rows, int64_t k, const float* xf,
               float* out) {
   const auto* p = static_cast<const uint16_t*>(w);

@@ -34,6 +34,10 @@ inline int64_t padded(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
 // x (k elements of `elem`) -> fp32 into dst[0, padded(k)), zero-filled past k.
 void to_float_padded(Isa isa, Elem elem, const void* x, int64_t k, float* dst);
 
+// src (n fp32 values) -> dst (n elements of `elem`), rounded to nearest even: the same bits as
+// c10::Half(float) / c10::BFloat16(float) (F16C on the vector paths for fp16).
+void from_float(Isa isa, Elem elem, const float* src, int64_t n, void* dst);
+
 // out[r] = dot(row r of w, xf) for r in [0, rows): w is `rows` rows of k elements with row stride ld
 // (elements), xf the padded fp32 vector of to_float_padded. Single-threaded; callers split rows.
 void rows_dot(Isa isa, Elem elem, const void* w, int64_t ld, int64_t rows, int64_t k, const float* xf,
