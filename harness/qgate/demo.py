@@ -195,7 +195,7 @@ def run_quality_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
         quality_figure(record),
         report,
         time.perf_counter() - t0,
-        record["reasons"],
+        [r.removeprefix("quality: ") for r in record["reasons"]],  # the table names the gate
     )
 
 
