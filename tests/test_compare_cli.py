@@ -266,12 +266,16 @@ def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) ->
 
 @pytest.mark.vllm
 def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
-    """Known effect: a ~25 % decode slowdown (a busy wait before every model step); three starts per arm."""
+    """Known effect: a ~25 % decode slowdown (a busy wait before every model step); five starts per arm.
+
+    Five, not the smoke contract's three: with launch offsets of sd 10 % (this machine under load) three
+    starts find a 25 % slowdown in about half of the simulated runs, five in 80-95 % (docs/compare.md).
+    """
     contract = _real_contract(
-        tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=3, repetitions=4
+        tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=5, repetitions=3
     )
     code, record, stdout = _run_and_compare(tmp_path, contract)
-    _print_figures("real 25 % slowdown, 3 x 4", record)
+    _print_figures("real 25 % slowdown, 5 x 3", record)
     assert record["speed"]["tokens"]["control_vs_candidate_identical"]
     assert record["verdict"] == "FAIL" and code == 1 and "verdict: FAIL" in stdout, record["reasons"]
     assert record["figures"]["throughput_change_pct"] < -10
