@@ -1,7 +1,8 @@
 // The one declaration of the qgate::* op schemas, and the Python module that loads them.
 //
-// CPU kernels are the pure-torch references, registered from Python (qgate_kernels/ops.py);
-// CUDA kernels are registered in ops_cuda.cpp when the extension is built with CUDA.
+// CPU kernels are C++ in cpu/ where there is one (TORCH_LIBRARY_IMPL(qgate, CPU)), else the pure-torch
+// references, registered from Python (qgate_kernels/ops.py); CUDA kernels are registered in
+// ops_cuda.cpp when the extension is built with CUDA.
 // qgate_kernels/_library.py holds the same strings for installs without this extension; a test
 // checks that they agree.
 #include <Python.h>
