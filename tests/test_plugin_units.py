@@ -139,7 +139,7 @@ def test_flat_gdn_route_output_is_what_vllms_flat_part1_gives() -> None:
     import torch
 
     gdn = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
-    from qgate_kernels import ops, plugin, reference
+    from qgate_kernels import gdn_site, ops, reference
 
     nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
     gen = torch.Generator().manual_seed(12)
@@ -153,7 +153,7 @@ def test_flat_gdn_route_output_is_what_vllms_flat_part1_gives() -> None:
         in_proj_ba=lambda x: (reference.gemv(w_ba, x), None),
     )  # fmt: skip
     layer.split_ba = types.MethodType(gdn.QwenGatedDeltaNetAttention.split_ba, layer)
-    want = plugin._gdn_vllm_input(layer, h)
+    want = gdn_site.gdn_vllm_input(layer, h)
     got = ops.gdn_input(h, w_qkvz, w_ba, nk, nv, dk, dv, layout="flat")
     for name, g, w in zip(("mixed_qkv", "z", "b", "a"), got, want, strict=True):
         assert g.shape == w.shape and torch.equal(g, w), name

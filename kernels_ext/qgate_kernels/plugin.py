@@ -14,7 +14,7 @@ Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
   `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (qgate_kernels.route_sites).
 - fused_gdn_input_fp16: `QwenGatedDeltaNetAttention.forward_cpu/forward_cuda` Part 1 (the two input
   projections and the split into mixed_qkv, z, b, a) runs `ops.gdn_input(..., layout=...)` for batch
-  one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next).
+  one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next) (gdn_site.py).
 - qsa_topk: `qwen4_exp/nvidia/ops/qsa_indexer.py::_topk` runs `ops.qsa_topk` (route_sites).
 (static_weight: a model's weights are not written during inference, so on sm_90 the kernels may stream
 them while the previous kernel finishes; an override gets no such argument.)
@@ -33,7 +33,7 @@ Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the rou
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
 (vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
 
-This module, route_sites.py and shims.py import vLLM (inside the functions that patch it).
+This module, gdn_site.py, route_sites.py and shims.py import vLLM (inside the functions that patch it).
 """
 
 from __future__ import annotations
@@ -318,88 +318,6 @@ def _define_ops() -> None:
         )
 
 
-class _GdnSite:
-    """One Gated-DeltaNet layer (fused GDN input route); `run` is the body of qgate_routes::gdn_input.
-    layout: "flat" (gqa_interleaved_layout=False: Qwen3.5, Qwen4Exp) or "interleaved" (Qwen3-Next)."""
-
-    route = GDN_ROUTE
-    role = "in_proj_qkvz+in_proj_ba"
-
-    def __init__(self, layer: Any, w_qkvz: Any, w_ba: Any) -> None:
-        self.layer = weakref.ref(layer)
-        self.layout = "interleaved" if layer.gqa_interleaved_layout else "flat"
-        self.k_in = int(w_qkvz.shape[1])
-        fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
-        # This rank's shards, fp16, kept past vLLM's CPU repack; None for other dtypes (calls fall back).
-        self.w_qkvz = w_qkvz if fp16 else None  # [nk * (2 dk + 2 r dv), K]
-        self.w_ba = w_ba if fp16 else None  # [nk * 2 r, K]
-        self.nk = layer.num_k_heads // layer.tp_size
-        self.nv = layer.num_v_heads // layer.tp_size
-        self.dk = layer.head_k_dim
-        self.dv = layer.head_v_dim
-
-    def reject(self, h: Any) -> str | None:
-        if h.dim() != 2 or h.shape[-1] != self.k_in:
-            return "shape"
-        if h.shape[0] != 1:
-            return "batch_not_1"
-        if h.dtype != torch.float16 or self.w_qkvz is None:
-            return "dtype"
-        if h.device != self.w_qkvz.device:
-            return "device"
-        return None
-
-    def run(self, h: Any) -> tuple[Any, Any, Any, Any]:
-        assert _STATE is not None
-        reason = self.reject(h)
-        if reason is not None:
-            _STATE.recorder.fallback(GDN_ROUTE, reason)
-            return _gdn_vllm_input(self.layer(), h)
-        args = (h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
-        out = _invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
-        want = [
-            (1, 2 * self.nk * self.dk + self.nv * self.dv),
-            (1, self.nv, self.dv),
-            (1, self.nv),
-            (1, self.nv),
-        ]
-        got = [tuple(t.shape) for t in out]
-        if got != want:
-            raise RuntimeError(
-                f"qgate fused_gdn_input_fp16 implementation returned shapes {got}, expected {want}"
-            )
-        return _unaliased(h, out)
-
-
-def _unaliased(x: Any, outs: Any) -> tuple[Any, ...]:
-    """Custom-op outputs may not alias an input or each other: copy those that share storage."""
-    seen = {x.untyped_storage().data_ptr()}
-    fresh = []
-    for t in outs:
-        ptr = t.untyped_storage().data_ptr()
-        fresh.append(t.clone(memory_format=torch.contiguous_format) if ptr in seen else t.contiguous())
-        seen.add(ptr)
-    return tuple(fresh)
-
-
-def _gdn_vllm_input(layer: Any, h: Any) -> tuple[Any, Any, Any, Any]:
-    """vLLM 0.32's own Part 1 of QwenGatedDeltaNetAttention.forward_cpu/forward_cuda, both layouts."""
-    mixed_qkvz, _ = layer.in_proj_qkvz(h)
-    ba, _ = layer.in_proj_ba(h)
-    t = h.shape[0]
-    if layer.gqa_interleaved_layout:
-        query, key, value, z, b, a = layer.fix_query_key_value_ordering(mixed_qkvz, ba)
-        mixed_qkv = torch.cat((query.reshape(t, -1), key.reshape(t, -1), value.reshape(t, -1)), dim=-1)
-    else:  # flat [q | k | v | z] and [b | a]
-        qkv_size = (layer.key_dim * 2 + layer.value_dim) // layer.tp_size
-        z_size = layer.value_dim // layer.tp_size
-        mixed_qkv, z = mixed_qkvz.split([qkv_size, z_size], dim=-1)
-        z = z.reshape(z.size(0), -1, layer.head_v_dim)
-        b, a = layer.split_ba(ba)
-    # Custom-op outputs may not alias each other or an input (views of one tensor): fresh copies.
-    return mixed_qkv.clone(), z.clone(), b.clone(), a.clone()
-
-
 # --- patches of vLLM (class level, once per process) ----------------------------------------------
 
 
@@ -441,35 +359,9 @@ def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> 
         elif (role in GEMV_ROLES or hc_proj) and GEMV_ROUTE in on:
             layer._qgate_site = _add_site(_LinearSite(layer, role, keep, orig_apply), GEMV_ROUTE, role)
         elif role in GDN_ROLES and GDN_ROUTE in on:
-            layer._qgate_weight = keep  # wired per GDN layer after the load (_wire_gdn)
+            layer._qgate_weight = keep  # wired per GDN layer after the load (gdn_site.wire_gdn)
 
     return _patched(process_weights_after_loading, orig)
-
-
-def _gdn_forward(orig: Callable[..., Any], device: str) -> Callable[..., Any]:
-    """forward_cpu / forward_cuda with Part 1 replaced by the route op; Parts 2-3 as in vLLM 0.32."""
-
-    def forward(self: Any, hidden_states: Any) -> Any:
-        site = getattr(self, "_qgate_gdn_site", None)
-        if site is None:
-            return orig(self, hidden_states)
-        from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import _encode_layer_name
-
-        num_tokens = hidden_states.size(0)
-        mixed_qkv, z, b, a = torch.ops.qgate_routes.gdn_input(hidden_states, site)
-        core_attn_out = torch.zeros(
-            (num_tokens, self.num_v_heads // self.tp_size, self.head_v_dim),
-            dtype=hidden_states.dtype,
-            device=hidden_states.device,
-        )
-        name = _encode_layer_name(self.prefix)
-        if device == "cpu":
-            torch.ops.vllm.cpu_gdn_attention_core(mixed_qkv, b, a, core_attn_out, name)
-        else:
-            torch.ops.vllm.qwen_gdn_attention_core(mixed_qkv, b, a, core_attn_out, layer_name=name)
-        return self._output_projection(core_attn_out, z)
-
-    return _patched(forward, orig)
 
 
 def _patch_vllm(routes_on: set[str]) -> None:
@@ -498,7 +390,7 @@ def _site_owner(key: str) -> Any:
 
 def _patch_sites(routes_on: set[str]) -> None:
     """Patch each site of the routes on (resolved in register, so present) with its routed version."""
-    from qgate_kernels import route_sites
+    from qgate_kernels import gdn_site, route_sites
 
     assert _STATE is not None and _STATE.site_specs is not None
     for key, spec in _STATE.site_specs.items():
@@ -506,7 +398,7 @@ def _patch_sites(routes_on: set[str]) -> None:
         owner, name, current = sites.resolve(key, spec)  # a fork's class may inherit the method
         orig = getattr(current, "_qgate_orig", current)
         if route == GDN_ROUTE:
-            setattr(owner, name, _gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
+            setattr(owner, name, gdn_site.gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
         elif route == HC_ROUTE:
             _HC_ORIG[kind] = orig
             setattr(owner, name, route_sites.patch_hc(owner, kind, orig))
@@ -579,7 +471,9 @@ def _after_load(model: Any, start: int) -> None:
     if GEMV_ROUTE in _STATE.routes_on:
         _wire_lm_head(model)
     if GDN_ROUTE in _STATE.routes_on:
-        _wire_gdn(model)
+        from qgate_kernels import gdn_site
+
+        gdn_site.wire_gdn(model)
     if HC_ROUTE in _STATE.routes_on:
         from qgate_kernels import route_sites
 
@@ -609,23 +503,3 @@ def _wire_lm_head(model: Any) -> None:
         orig = _unpatched(UnquantizedEmbeddingMethod, "apply")
         site = _LinearSite(lm_head, "lm_head", weight, orig)
         lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")
-
-
-def _wire_gdn(model: Any) -> None:
-    gdn_cls = _site_owner(f"{GDN_ROUTE}.forward_cpu")
-    for module in model.modules():
-        if not isinstance(module, gdn_cls):
-            continue
-        if not module.gqa_interleaved_layout and getattr(module, "disable_tp_for_ba_proj", False):
-            continue  # replicated b/a (Marlin-quantized models): not the op's per-rank layout
-        qkvz, ba = getattr(module, "in_proj_qkvz", None), getattr(module, "in_proj_ba", None)
-        w_qkvz, w_ba = getattr(qkvz, "_qgate_weight", None), getattr(ba, "_qgate_weight", None)
-        for proj in (qkvz, ba):
-            if hasattr(proj, "_qgate_weight"):
-                del proj._qgate_weight  # the site keeps what it needs
-        if w_qkvz is None or w_ba is None:
-            continue  # quantized projections keep vLLM's path
-        fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
-        if getattr(module, "enable_fused_gdn_spec_decode", False) and not fp16:
-            continue  # forward_cuda's own fused bf16 path: the route never replaces it
-        module._qgate_gdn_site = _add_site(_GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, _GdnSite.role)
