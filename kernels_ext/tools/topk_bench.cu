@@ -1,20 +1,33 @@
-// Standalone check and benchmark of the qsa_topk kernels (no torch): exactness against a CPU
-// reference on fresh random inputs (heavy ties, NaNs of several payloads, both zeros, infinities,
-// k = L, small L, rows > 1, L up to 2^20, adversarial layouts), then medians of CUDA-graph replays
-// like `qgate bench ops` (one graph holds one call per input set, the sets together over the 60 MiB
-// L2, so every call reads its row from device memory), then per-phase clocks when built with
-// -DQGATE_TOPK_PHASES.
+// Standalone check and benchmark of the qsa_topk kernels (no torch), on vLLM `_topk`'s contract:
+// logits [rows, L] fp32 at a row stride >= L, visible_blocks [rows] int32 (row r's first
+// n = clamp(visible[r], 0, L) columns are eligible), block_indices [rows, k] int32: n <= k: 0..n-1
+// then -1; n > k: the first k of a stable sort of the n columns by value descending (equal values:
+// lower index first; NaN above +inf, -0.0 == +0.0).
+//   --check: exactness against a CPU stable sort on fresh random inputs: heavy ties (the k-th value
+//            shared), NaNs of several payloads, both zeros, infinities, integers 0..63, lumpy rows,
+//            n = 0, n < k, n = k, n = k + 1, n = L, n < L on long rows, visible < 0 and > L, k > L,
+//            row strides above L (odd ones: unaligned rows), NaN / inf / FLT_MAX garbage past n and
+//            in the stride's padding (selected if ever read), L up to 2^20, 3000 rows.
+//   --time:  medians of CUDA-graph replays like `qgate bench ops` (one graph holds one call per input
+//            set, the sets together over the 60 MiB L2, so every call reads its row from device memory;
+//            stride L + 64, row 0 all L columns, the other rows n in [k/2, L], garbage past n), one
+//            line per input kind: continuous, steps of 0.25 (ties), integers 0..63.
+//   --phases: per-phase clocks of the cluster kernels when built with -DQGATE_TOPK_PHASES.
 //
-// Build (repository root): nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -I kernels_ext/csrc \
-//   kernels_ext/tools/topk_bench.cu -o topk_bench   [-DQGATE_TOPK_PHASES for the phase table]
+// Build (repository root), [-DQGATE_TOPK_PHASES] for the phase table:
+//   nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -I kernels_ext/csrc kernels_ext/tools/topk_bench.cu -o topk_bench
+// (kernels_ext/tools/topk_device.sh builds both; tools/compile_check.py compiles both for sm_90.)
 // Run: ./topk_bench [--check] [--time] [--phases] [--reps N]   (default: all three)
 // Exit status 1 on any mismatch or CUDA error.
 #include "../csrc/qsa_topk.cu"
 
 #include <algorithm>
+#include <cfloat>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -23,6 +36,7 @@
 namespace {
 
 using qgate::TopkPlan;
+using qgate::TopkRows;
 
 void check(cudaError_t e, const char* what, int line) {
   if (e != cudaSuccess) {
@@ -41,8 +55,7 @@ struct Impl {
 };
 
 template <int NT, int ITEMS>
-cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_cluster, float* v, int64_t* ix,
-                      cudaStream_t st) {
+cudaError_t launch_tc(const TopkRows& in, int64_t rows, int k, int max_cluster, int* ix, cudaStream_t st) {
   static bool ready = false;
   const auto kernel = qgate::qsa_topk_cluster_kernel<NT, ITEMS>;
   if (!ready) {
@@ -51,15 +64,14 @@ cudaError_t launch_tc(const float* s, int64_t rows, int64_t len, int k, int max_
                             static_cast<int>(qgate::tc_smem_bytes(qgate::kTopkMaxK))));
     ready = true;
   }
-  const int c = qgate::tc_cluster_size(len, max_cluster, static_cast<int64_t>(NT) * ITEMS, ITEMS);
+  const int c = qgate::tc_cluster_size(in.len, max_cluster, static_cast<int64_t>(NT) * ITEMS, ITEMS);
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t config =
       qgate::tc_launch_config(rows * c, NT, qgate::tc_smem_bytes(k), c, false, st, attr);
-  return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
+  return cudaLaunchKernelEx(&config, kernel, in, k, c, ix);
 }
 
-cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_cluster, bool pdl, float* v,
-                      int64_t* ix, cudaStream_t st) {
+cudaError_t launch_tp(const TopkRows& in, int64_t rows, int k, int max_cluster, bool pdl, int* ix, cudaStream_t st) {
   static bool ready = false;
   const auto kernel = qgate::qsa_topk_push_kernel<8>;
   if (!ready) {
@@ -70,11 +82,11 @@ cudaError_t launch_tp(const float* s, int64_t rows, int64_t len, int k, int max_
   }
   static int sms = 0;
   if (sms == 0) CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int c = qgate::tp_cluster_size(rows, len, max_cluster, sms);
+  const int c = qgate::tp_cluster_size(rows, in.len, max_cluster, sms);
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t config =
       qgate::tc_launch_config(rows * c, qgate::kTpThreads, qgate::kTpSmemBytes, c, pdl, st, attr);
-  return cudaLaunchKernelEx(&config, kernel, s, len, k, c, v, ix);
+  return cudaLaunchKernelEx(&config, kernel, in, k, c, ix);
 }
 
 // One call; the grid path's workspace memset is part of the call (as in ops_cuda.cpp).
@@ -85,12 +97,11 @@ struct Runner {
     ws_bytes = 256u << 20;
     CK(cudaMalloc(&ws, ws_bytes));
   }
-  void call(const Impl& im, const float* s, int64_t rows, int64_t len, int k, float* v, int64_t* ix,
-            cudaStream_t st) {
+  void call(const Impl& im, const TopkRows& in, int64_t rows, int k, int* ix, cudaStream_t st) {
     switch (im.kind) {
       case kGrid: {
         TopkPlan plan{};
-        CK(qgate::plan_qsa_topk(rows, len, k, 0, &plan));
+        CK(qgate::plan_qsa_topk(rows, in.len, k, 0, &plan));
         if (plan.cluster != 0) {
           std::fprintf(stderr, "grid plan picked the cluster path (QGATE_TOPK_IMPL?)\n");
           std::exit(1);
@@ -101,16 +112,16 @@ struct Runner {
           std::exit(1);
         }
         CK(cudaMemsetAsync(ws, 0, plan.workspace_bytes, st));
-        CK(qgate::launch_qsa_topk(s, rows, len, k, plan, ws, v, ix, st));
+        CK(qgate::launch_qsa_topk(in, rows, k, plan, ws, ix, st));
         break;
       }
       case kPush:
       case kPushPdl:
-        CK(launch_tp(s, rows, len, k, im.max_cluster, im.kind == kPushPdl, v, ix, st));
+        CK(launch_tp(in, rows, k, im.max_cluster, im.kind == kPushPdl, ix, st));
         break;
       case kCluster:
         if (im.nt == 1024 && im.items == 8) {
-          CK((launch_tc<1024, 8>(s, rows, len, k, im.max_cluster, v, ix, st)));
+          CK((launch_tc<1024, 8>(in, rows, k, im.max_cluster, ix, st)));
         } else {  // (512 x 16 and 256 x 32 were slower: BENCH.md)
           std::fprintf(stderr, "no instantiation %dx%d\n", im.nt, im.items);
           std::exit(1);
@@ -129,29 +140,34 @@ const Impl kImpls[] = {
 };
 
 // ---------------------------------------------------------------- CPU reference
-uint32_t key_host(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (f != f) return 0xffffffffu;
-  if ((u << 1) == 0) return 0x80000000u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+int64_t eligible(int visible, int64_t len) { return visible < 0 ? 0 : std::min<int64_t>(visible, len); }
+
+// The contract's order, written on floats (not on the kernels' keys): NaN of any payload above
+// everything, all NaNs equal; -0.0 == +0.0 (as float comparison has it).
+bool ranks_above(float a, float b) {
+  if (b != b) return false;
+  if (a != a) return true;
+  return a > b;
 }
 
-// The first k of a stable sort by (key desc, index asc): composite key << 32 | ~index, descending.
-void reference(const std::vector<float>& x, int64_t rows, int64_t len, int k, std::vector<uint32_t>& vbits,
-               std::vector<int64_t>& idx) {
-  vbits.assign(rows * k, 0);
-  idx.assign(rows * k, 0);
-  std::vector<uint64_t> comp(len);
+// `_topk` on the host: n <= k: 0..n-1 then -1; n > k: the first k of std::stable_sort of the row's
+// first n columns by ranks_above (equal values keep their index order). x is [rows, stride].
+void reference(const std::vector<float>& x, int64_t rows, int64_t len, int64_t stride, const std::vector<int>& vis,
+               int k, std::vector<int>& idx) {
+  idx.assign(rows * k, -1);
+  std::vector<int> order;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < len; ++i)
-      comp[i] = (static_cast<uint64_t>(key_host(x[r * len + i])) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-    std::partial_sort(comp.begin(), comp.begin() + k, comp.end(), std::greater<uint64_t>());
-    for (int j = 0; j < k; ++j) {
-      const int64_t i = 0xffffffffu - static_cast<uint32_t>(comp[j] & 0xffffffffu);
-      idx[r * k + j] = i;
-      std::memcpy(&vbits[r * k + j], &x[r * len + i], 4);
+    const int64_t n = eligible(vis[r], len);
+    int* out = idx.data() + r * k;
+    if (n <= k) {
+      for (int64_t j = 0; j < n; ++j) out[j] = static_cast<int>(j);
+      continue;
     }
+    const float* s = x.data() + r * stride;
+    order.resize(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [s](int a, int b) { return ranks_above(s[a], s[b]); });
+    std::copy(order.begin(), order.begin() + k, out);
   }
 }
 
@@ -162,17 +178,19 @@ float from_bits(uint32_t u) {
   return f;
 }
 
+const uint32_t kNans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, 0x7fffffffu, 0x7fa00000u};
+
+// rows x len eligible values (dense; placed at the row stride by place()).
 std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len, std::mt19937_64& rng) {
   std::vector<float> x(rows * len);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::uniform_int_distribution<int64_t> pos(0, rows * len - 1);
-  const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff812345u, 0x7fffffffu, 0x7fa00000u};
   for (auto& v : x) v = nd(rng);
   if (dist == "ties" || dist == "nanheavy") {
     for (auto& v : x) v = std::round(v * 2.f) / 2.f;
     const int64_t stride = std::max<int64_t>(1, len / 7);
     int n = 0;
-    for (int64_t i = 0; i < rows * len; i += stride) x[i] = from_bits(nans[n++ % 6]);
+    for (int64_t i = 0; i < rows * len; i += stride) x[i] = from_bits(kNans[n++ % 6]);
     for (int j = 0; j < 64; ++j) {
       x[pos(rng)] = -0.0f;
       x[pos(rng)] = 0.0f;
@@ -181,9 +199,11 @@ std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len
     }
     if (dist == "nanheavy")
       for (int64_t i = 0; i < rows * len; ++i)
-        if (rng() % 2) x[i] = from_bits(nans[rng() % 6]);
+        if (rng() % 2) x[i] = from_bits(kNans[rng() % 6]);
   } else if (dist == "quarter") {  // as `qgate bench ops` draws its tie rows: steps of 0.25
     for (auto& v : x) v = std::round(v * 4.f) / 4.f;
+  } else if (dist == "integers") {  // as `qgate bench ops` draws them: 0..63, every value ~L/64 times
+    for (auto& v : x) v = static_cast<float>(rng() % 64);
   } else if (dist == "lumpy") {  // large cells of one key beside one of many keys, dense and not
     for (auto& v : x) {
       const uint32_t r = static_cast<uint32_t>(rng());
@@ -218,80 +238,152 @@ std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len
   return x;
 }
 
+// visible_blocks per row. kAll: L. kShort: n in (k, L) on every row (a long row cut short).
+// kEdge: by row, L, 0, k, k + 1, k - 1, n in (k, L), 1, n in [0, k], -3, L + 5 (the kernels clamp
+// to [0, L]). kDrawn: as `qgate bench ops`: row 0 L, the others n in [k/2, L].
+enum Vis { kAll, kShort, kEdge, kDrawn };
+
+std::vector<int> make_visible(Vis mode, int64_t rows, int64_t len, int k, std::mt19937_64& rng) {
+  auto in = [&rng](int64_t lo, int64_t hi) {  // uniform in [lo, hi], lo when empty
+    return static_cast<int>(hi <= lo ? lo : lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)));
+  };
+  std::vector<int> vis(rows, static_cast<int>(len));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (mode == kShort) vis[r] = in(std::min<int64_t>(k + 1, len), len - 1);
+    if (mode == kDrawn && r > 0) vis[r] = in(k / 2, len);
+    if (mode != kEdge) continue;
+    const int64_t edge[] = {len, 0, k, k + 1, k - 1, in(k + 1, len - 1), 1, in(0, k), -3, len + 5};
+    vis[r] = static_cast<int>(edge[r % 10]);
+  }
+  return vis;
+}
+
+// [rows, stride]: row r's first n columns from the dense x, the rest (past n, and the stride's
+// padding) garbage that ranks at the top if it is ever read: NaNs, +inf, FLT_MAX.
+std::vector<float> place(const std::vector<float>& x, int64_t rows, int64_t len, int64_t stride,
+                         const std::vector<int>& vis) {
+  std::vector<float> buf(rows * stride);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = eligible(vis[r], len);
+    for (int64_t i = 0; i < stride; ++i) {
+      const int64_t g = i % 8;
+      buf[r * stride + i] = i < n ? x[r * len + i] : g < 6 ? from_bits(kNans[g]) : g == 6 ? INFINITY : FLT_MAX;
+    }
+  }
+  return buf;
+}
+
 struct Case {
-  int64_t rows, len;
+  int64_t rows, len, pad;  // row stride len + pad
   int k;
   const char* dist;
+  Vis vis;
 };
 const Case kCases[] = {
-    {1, 131072, 2048, "normal"},   {1, 131072, 2048, "ties"},      {4, 131072, 2048, "ties"},
-    {3, 257, 257, "normal"},       {3, 257, 257, "ties"},          {3000, 512, 16, "ties"},
-    {1, 1 << 20, 64, "normal"},    {1, 1 << 20, 4096, "ties"},     {8, 32768, 1024, "normal"},
-    {8, 32768, 1024, "ties"},      {2, 5000, 4096, "allequal"},    {1, 131072, 4096, "ascending"},
-    {1, 131072, 2048, "descending"}, {5, 10001, 777, "ties"},      {1, 8193, 1, "normal"},
-    {2, 4096, 100, "nanheavy"},    {1, 131072, 3000, "zeros"},     {1, 200000, 2048, "normal"},
-    {7, 1, 1, "normal"},           {2, 4099, 4096, "ties"},       {1, 131072, 2048, "quarter"},
-    {8, 32768, 1024, "quarter"},   {1, 131072, 2048, "narrow"},    {2, 65536, 3000, "narrow"},
-    {1, 131072, 2048, "lumpy"},    {3, 65536, 1500, "lumpy"},
+    {1, 131072, 0, 2048, "normal", kAll},      {1, 131072, 64, 2048, "normal", kShort},
+    {1, 131072, 64, 2048, "ties", kAll},       {4, 131072, 64, 2048, "ties", kEdge},
+    {3, 257, 0, 257, "normal", kAll},          {3, 257, 3, 256, "ties", kAll},  // n = k = L; n = k + 1 = L
+    {3000, 512, 16, 16, "ties", kEdge},        {1, 1 << 20, 0, 64, "normal", kAll},
+    {1, 1 << 20, 40, 4096, "ties", kShort},    {8, 32768, 64, 1024, "normal", kDrawn},
+    {8, 32768, 64, 1024, "ties", kEdge},       {2, 5000, 0, 4096, "allequal", kAll},
+    {1, 131072, 0, 4096, "ascending", kAll},   {1, 131072, 64, 2048, "descending", kShort},
+    {5, 10001, 7, 777, "ties", kEdge},         {1, 8193, 1, 1, "normal", kShort},
+    {2, 4096, 0, 100, "nanheavy", kAll},       {1, 131072, 0, 3000, "zeros", kAll},
+    {1, 200000, 64, 2048, "normal", kShort},   {7, 1, 0, 1, "normal", kAll},
+    {2, 4099, 0, 4096, "ties", kAll},          {12, 4100, 1, 4096, "ties", kEdge},
+    {3, 50, 64, 300, "normal", kEdge},  // k > L: every row 0..n-1, then -1
+    {1, 131072, 64, 2048, "quarter", kAll},    {8, 32768, 64, 1024, "quarter", kDrawn},
+    {1, 131072, 64, 2048, "integers", kAll},   {4, 65536, 64, 2048, "integers", kDrawn},
+    {10, 32768, 64, 1024, "integers", kEdge},  {1, 131072, 0, 2048, "narrow", kAll},
+    {2, 65536, 0, 3000, "narrow", kAll},       {1, 131072, 64, 2048, "lumpy", kAll},
+    {3, 65536, 64, 1500, "lumpy", kEdge},
 };
+
+const char* vis_name(Vis v) {
+  return v == kAll ? "n=L" : v == kShort ? "k<n<L" : v == kEdge ? "edges" : "drawn";
+}
 
 int run_checks(Runner& run, std::mt19937_64& rng) {
   int bad = 0;
   cudaStream_t st = 0;
   for (const Case& c : kCases) {
-    const std::vector<float> x = make_input(c.dist, c.rows, c.len, rng);
-    std::vector<uint32_t> rv;
-    std::vector<int64_t> ri;
-    reference(x, c.rows, c.len, c.k, rv, ri);
+    const int64_t stride = c.len + c.pad;
+    const std::vector<int> vis = make_visible(c.vis, c.rows, c.len, c.k, rng);
+    const std::vector<float> x = place(make_input(c.dist, c.rows, c.len, rng), c.rows, c.len, stride, vis);
+    std::vector<int> ri;
+    reference(x, c.rows, c.len, stride, vis, c.k, ri);
+    // The last row ends at its L-th column: a read past it would leave the allocation.
+    const int64_t elems = (c.rows - 1) * stride + c.len;
     float* d_x;
-    float* d_v;
-    int64_t* d_i;
-    CK(cudaMalloc(&d_x, x.size() * 4));
-    CK(cudaMalloc(&d_v, c.rows * c.k * 4));
-    CK(cudaMalloc(&d_i, c.rows * c.k * 8));
-    CK(cudaMemcpy(d_x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-    std::printf("check %5" PRId64 " x %-8" PRId64 " k=%-5d %-10s", c.rows, c.len, c.k, c.dist);
+    int* d_vis;
+    int* d_i;
+    CK(cudaMalloc(&d_x, elems * 4));
+    CK(cudaMalloc(&d_vis, c.rows * 4));
+    CK(cudaMalloc(&d_i, c.rows * c.k * 4));
+    CK(cudaMemcpy(d_x, x.data(), elems * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_vis, vis.data(), c.rows * 4, cudaMemcpyHostToDevice));
+    const TopkRows in{d_x, stride, c.len, d_vis};
+    std::printf("check %5" PRId64 " x %-8" PRId64 " +%-2" PRId64 " k=%-5d %-10s %-6s", c.rows, c.len, c.pad, c.k,
+                c.dist, vis_name(c.vis));
     for (const Impl& im : kImpls) {
-      for (int rep = 0; rep < 2; ++rep) {  // twice: the same bits on every call
-        CK(cudaMemset(d_v, 0xff, c.rows * c.k * 4));  // poison: every element must be written
-        CK(cudaMemset(d_i, 0xff, c.rows * c.k * 8));
-        run.call(im, d_x, c.rows, c.len, c.k, d_v, d_i, st);
+      const int bad_before = bad;
+      for (int rep = 0; rep < 2; ++rep) {  // twice: the same output on every call
+        CK(cudaMemset(d_i, 0x7f, c.rows * c.k * 4));  // poison (0x7f7f7f7f, no index): every element is written
+        run.call(im, in, c.rows, c.k, d_i, st);
         CK(cudaDeviceSynchronize());
-        std::vector<uint32_t> gv(c.rows * c.k);
-        std::vector<int64_t> gi(c.rows * c.k);
-        CK(cudaMemcpy(gv.data(), d_v, gv.size() * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(gi.data(), d_i, gi.size() * 8, cudaMemcpyDeviceToHost));
+        std::vector<int> gi(c.rows * c.k);
+        CK(cudaMemcpy(gi.data(), d_i, gi.size() * 4, cudaMemcpyDeviceToHost));
         int64_t first = -1;
-        for (size_t j = 0; j < gv.size() && first < 0; ++j)
-          if (gv[j] != rv[j] || gi[j] != ri[j]) first = static_cast<int64_t>(j);
+        for (size_t j = 0; j < gi.size() && first < 0; ++j)
+          if (gi[j] != ri[j]) first = static_cast<int64_t>(j);
         if (first >= 0) {
           ++bad;
-          std::printf("\n  MISMATCH %s rep %d at %" PRId64 ": got (%08x, %" PRId64 ") want (%08x, %" PRId64 ")",
-                      im.name, rep, first, gv[first], gi[first], rv[first], ri[first]);
+          const int64_t r = first / c.k;
+          std::printf("\n  MISMATCH %s rep %d at row %" PRId64 " (n %" PRId64 ") position %" PRId64
+                      ": got %d want %d",
+                      im.name, rep, r, eligible(vis[r], c.len), first % c.k, gi[first], ri[first]);
         }
       }
-      std::printf(" %s:ok", im.name);
+      std::printf(" %s:%s", im.name, bad == bad_before ? "ok" : "MISMATCH");
     }
     std::printf("\n");
     CK(cudaFree(d_x));
-    CK(cudaFree(d_v));
+    CK(cudaFree(d_vis));
     CK(cudaFree(d_i));
   }
   return bad;
 }
 
 // ---------------------------------------------------------------- timing
-// quarter: every other set in steps of 0.25 (ties), as `qgate bench ops` draws its top-k inputs.
-__global__ void gen_normal(float* out, int64_t n, uint64_t seed, int64_t quarter_every = 0) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+// Input kinds of the timed sets, as `qgate bench ops` draws its top-k rows.
+enum InputKind { kContinuous, kQuarter, kIntegers };
+const char* const kKindNames[] = {"continuous", "steps of 0.25", "integers 0..63"};
+
+// Rows [rows, stride]: a row's first n = clamp(vis[row], 0, len) columns of the kind, NaN / +inf past n.
+__global__ void gen_rows(float* out, const int* vis, int64_t rows, int64_t len, int64_t stride, int kind,
+                         uint64_t seed) {
+  const int64_t total = rows * stride;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / stride;
+    const int64_t col = i - row * stride;
+    const int64_t w = vis[row];
+    const int64_t n = w < 0 ? 0 : w > len ? len : w;
+    if (col >= n) {
+      out[i] = col % 2 ? INFINITY : __int_as_float(0x7fc00000);
+      continue;
+    }
     uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
+    if (kind == kIntegers) {
+      out[i] = static_cast<float>(z >> 58);
+      continue;
+    }
     const float u1 = (static_cast<float>(z >> 40) + 1.f) * (1.f / 16777217.f);
     const float u2 = static_cast<float>((z >> 16) & 0xffffff) * (1.f / 16777216.f);
     const float v = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
-    out[i] = quarter_every > 0 && (i / quarter_every) % 2 == 1 ? rintf(v * 4.f) / 4.f : v;
+    out[i] = kind == kQuarter ? rintf(v * 4.f) / 4.f : v;
   }
 }
 
@@ -329,28 +421,40 @@ Timing time_graph(const std::function<void(int, cudaStream_t)>& call, int sets, 
     t.push_back(ms * 1000.0 / sets);
   }
   std::sort(t.begin(), t.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   CK(cudaStreamDestroy(st));
   return {t[t.size() / 2], t.front()};
 }
 
+// n input sets of one shape and kind, stride len + 64 (vLLM's buffers are wider than the row).
 struct Sets {
-  int64_t rows, len;
+  int64_t rows, len, stride;
   int k, n;
   float* x;
-  float* v;
-  int64_t* ix;
+  int* vis;
+  int* ix;
+  TopkRows in(int i) const { return {x + i * rows * stride, stride, len, vis + i * rows}; }
+  int* out(int i) const { return ix + i * rows * k; }
 };
 
-Sets make_sets(int64_t rows, int64_t len, int k, uint64_t seed, bool mixed = false) {
-  Sets s{rows, len, k, 0, nullptr, nullptr, nullptr};
-  const int64_t per = rows * len * 4;
+Sets make_sets(int64_t rows, int64_t len, int k, InputKind kind, uint64_t seed) {
+  Sets s{rows, len, len + 64, k, 0, nullptr, nullptr, nullptr};
+  const int64_t per = rows * s.stride * 4;
   s.n = static_cast<int>(std::min<int64_t>(512, (256ll << 20) / per + 1));
+  std::mt19937_64 rng(seed + static_cast<uint64_t>(kind));
+  std::vector<int> vis;
+  for (int i = 0; i < s.n; ++i) {
+    const std::vector<int> v = make_visible(kDrawn, rows, len, k, rng);
+    vis.insert(vis.end(), v.begin(), v.end());
+  }
   CK(cudaMalloc(&s.x, per * s.n));
-  CK(cudaMalloc(&s.v, rows * k * 4 * s.n));
-  CK(cudaMalloc(&s.ix, rows * k * 8 * s.n));
-  gen_normal<<<1024, 256>>>(s.x, rows * len * s.n, seed, mixed ? rows * len : 0);
+  CK(cudaMalloc(&s.vis, vis.size() * 4));
+  CK(cudaMalloc(&s.ix, rows * k * 4 * s.n));
+  CK(cudaMemcpy(s.vis, vis.data(), vis.size() * 4, cudaMemcpyHostToDevice));
+  gen_rows<<<1024, 256>>>(s.x, s.vis, rows * s.n, len, s.stride, kind, seed);
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   return s;
@@ -358,29 +462,26 @@ Sets make_sets(int64_t rows, int64_t len, int k, uint64_t seed, bool mixed = fal
 
 void free_sets(Sets& s) {
   CK(cudaFree(s.x));
-  CK(cudaFree(s.v));
+  CK(cudaFree(s.vis));
   CK(cudaFree(s.ix));
 }
 
 void run_timing(Runner& run, int reps, uint64_t seed) {
-  // Last number: 1 = every other set in steps of 0.25 (ties), as `qgate bench ops` draws them.
-  const int64_t shapes[][4] = {{1, 131072, 2048, 0}, {1, 131072, 2048, 1}, {8, 32768, 1024, 0}};
+  const int64_t shapes[][3] = {{1, 131072, 2048}, {8, 32768, 1024}};
   for (const auto& sh : shapes) {
-    Sets s = make_sets(sh[0], sh[1], static_cast<int>(sh[2]), seed, sh[3] == 1);
-    std::printf("time %" PRId64 " x %" PRId64 " k=%d%s: %d sets, %.0f MiB rotated\n", s.rows, s.len, s.k,
-                sh[3] ? " (every other set in steps of 0.25)" : "", s.n, s.n * s.rows * s.len * 4.0 / (1 << 20));
-    for (int rep = 0; rep < 2; ++rep) {  // every version twice: the spread between the two is the noise
-      for (const Impl& im : kImpls) {
-        const Timing t = time_graph(
-            [&](int i, cudaStream_t st) {
-              run.call(im, s.x + i * s.rows * s.len, s.rows, s.len, s.k, s.v + i * s.rows * s.k,
-                       s.ix + i * s.rows * s.k, st);
-            },
-            s.n, reps);
-        std::printf("  %-12s median %7.2f us  min %7.2f us\n", im.name, t.median_us, t.min_us);
+    for (const InputKind kind : {kContinuous, kQuarter, kIntegers}) {
+      Sets s = make_sets(sh[0], sh[1], static_cast<int>(sh[2]), kind, seed);
+      std::printf("time %" PRId64 " x %" PRId64 " k=%d, %s: %d sets, %.0f MiB rotated\n", s.rows, s.len, s.k,
+                  kKindNames[kind], s.n, s.n * s.rows * s.stride * 4.0 / (1 << 20));
+      for (int rep = 0; rep < 2; ++rep) {  // every version twice: the spread between the two is the noise
+        for (const Impl& im : kImpls) {
+          const Timing t = time_graph([&](int i, cudaStream_t st) { run.call(im, s.in(i), s.rows, s.k, s.out(i), st); },
+                                      s.n, reps);
+          std::printf("  %-14s median %7.2f us  min %7.2f us\n", im.name, t.median_us, t.min_us);
+        }
       }
+      free_sets(s);
     }
-    free_sets(s);
   }
   // Launch floor: an empty kernel of the same shape as the cluster launch, one per set.
   int* sink;
@@ -405,32 +506,32 @@ void run_timing(Runner& run, int reps, uint64_t seed) {
 
 // ---------------------------------------------------------------- phases
 #ifdef QGATE_TOPK_PHASES
+// Blocks that left early (a row of n <= k) have no end stamp (20) and are left out.
 void print_phases(const char* name, const std::vector<unsigned long long>& p, int blocks, const int* ids,
                   const char* const* labels, int n) {
   // clock rate from each block's first/last clock against the global timer
   double rate = 0;
-  unsigned long long g0 = ~0ull, g1 = 0;
+  unsigned long long g0 = ~0ull, g1 = 0, s0 = ~0ull, s1 = 0;
+  int nb = 0, done = 0;
   for (int b = 0; b < blocks; ++b) {
-    g0 = std::min(g0, p[b * 32 + 0]);
-    g1 = std::max(g1, p[b * 32 + 20]);
-  }
-  int nb = 0;
-  for (int b = 0; b < blocks; ++b) {
-    const double dt = static_cast<double>(p[b * 32 + 20] - p[b * 32 + 0]);
-    const double dc = static_cast<double>(p[b * 32 + ids[n - 1]] - p[b * 32 + ids[0]]);
+    const unsigned long long* q = p.data() + b * 32;
+    s0 = std::min(s0, q[0]);
+    s1 = std::max(s1, q[0]);
+    if (q[20] == 0) continue;
+    ++done;
+    g0 = std::min(g0, q[0]);
+    g1 = std::max(g1, q[20]);
+    const double dt = static_cast<double>(q[20] - q[0]);
+    const double dc = static_cast<double>(q[ids[n - 1]] - q[ids[0]]);
     if (dt > 0) {
       rate += dc / dt;
       ++nb;
     }
   }
   rate = nb ? rate / nb : 1.98;
-  std::printf("phases %s: %d blocks, kernel span %.2f us by globaltimer (first start to last end), clock %.2f GHz\n",
-              name, blocks, (g1 - g0) / 1000.0, rate);
-  unsigned long long s0 = ~0ull, s1 = 0;
-  for (int b = 0; b < blocks; ++b) {
-    s0 = std::min(s0, p[b * 32 + 0]);
-    s1 = std::max(s1, p[b * 32 + 0]);
-  }
+  std::printf("phases %s: %d blocks (%d ran to the end), kernel span %.2f us by globaltimer (first start to last "
+              "end), clock %.2f GHz\n",
+              name, blocks, done, done ? (g1 - g0) / 1000.0 : 0.0, rate);
   std::printf("  block start spread %.2f us\n", (s1 - s0) / 1000.0);
   for (int i = 1; i < n; ++i) {
     double sum = 0, mx = 0, b0 = 0;
@@ -451,11 +552,12 @@ void print_phases(const char* name, const std::vector<unsigned long long>& p, in
   }
 }
 
-// mixed: every other set in steps of 0.25; the stamps kept are the last call's, on such a set.
-void run_phases(Runner& run, uint64_t seed, bool mixed, int rows = 1) {
-  Sets s = rows == 1 ? make_sets(1, 131072, 2048, seed, mixed) : make_sets(rows, 32768, 1024, seed, mixed);
-  if (mixed) std::printf("phases on a row in steps of 0.25 (ties):\n");
-  if (rows > 1) std::printf("phases on %d x 32768, k = 1024 (blocks of every row):\n", rows);
+// The stamps kept are the last call's (the last set's); every call reads cold rows. rows == 1: one
+// row of 131072, k = 2048 (all columns visible); else rows x 32768, k = 1024 (row 0 all columns,
+// the others n in [k/2, L], as timed).
+void run_phases(Runner& run, uint64_t seed, InputKind kind, int rows) {
+  Sets s = rows == 1 ? make_sets(1, 131072, 2048, kind, seed) : make_sets(rows, 32768, 1024, kind, seed);
+  std::printf("phases on %d x %" PRId64 ", k = %d, %s (blocks of every row):\n", rows, s.len, s.k, kKindNames[kind]);
   unsigned long long* d;
   CK(cudaMalloc(&d, 4096 * 32 * 8));
   std::vector<unsigned long long> h(64 * 32);
@@ -464,8 +566,7 @@ void run_phases(Runner& run, uint64_t seed, bool mixed, int rows = 1) {
     CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &d, sizeof(d)));
     for (int rep = 0; rep < 3; ++rep) {  // the last call's stamps remain; every call reads cold rows
       if (rep == 2) CK(cudaMemset(d, 0, 4096 * 32 * 8));
-      for (int i = 0; i < s.n; ++i)
-        run.call(im, s.x + i * s.rows * s.len, s.rows, s.len, s.k, s.v + i * s.rows * s.k, s.ix + i * s.rows * s.k, 0);
+      for (int i = 0; i < s.n; ++i) run.call(im, s.in(i), s.rows, s.k, s.out(i), 0);
     }
     CK(cudaDeviceSynchronize());
     unsigned long long* null = nullptr;
@@ -529,27 +630,18 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   Runner run;
   {  // first launches (attributes, plan caches) outside any graph capture
-    float* x;
-    float* v;
-    int64_t* ix;
-    CK(cudaMalloc(&x, 1 << 20));
-    CK(cudaMalloc(&v, 1 << 20));
-    CK(cudaMalloc(&ix, 1 << 20));
-    gen_normal<<<64, 256>>>(x, 65536, 1);
-    for (const Impl& im : kImpls) run.call(im, x, 1, 65536, 100, v, ix, 0);
+    Sets s = make_sets(1, 65536, 100, kContinuous, seed);
+    for (const Impl& im : kImpls) run.call(im, s.in(0), s.rows, s.k, s.out(0), 0);
     CK(cudaDeviceSynchronize());
-    CK(cudaFree(x));
-    CK(cudaFree(v));
-    CK(cudaFree(ix));
+    free_sets(s);
   }
   int bad = 0;
   if (do_check) bad = run_checks(run, rng);
   if (do_time) run_timing(run, reps, seed);
 #ifdef QGATE_TOPK_PHASES
   if (do_phases) {
-    run_phases(run, seed, false);
-    run_phases(run, seed, true);
-    run_phases(run, seed, false, 8);
+    for (const InputKind kind : {kContinuous, kQuarter, kIntegers}) run_phases(run, seed, kind, 1);
+    run_phases(run, seed, kContinuous, 8);
   }
 #else
   (void)do_phases;

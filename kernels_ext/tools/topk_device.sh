@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # One device call for the top-k work: standalone harness (check, graph timing, phase clocks).
-# Uses binaries carried in .topkbin/ when they run there, else builds them (nvcc, sm_90).
+# Uses binaries carried in .topkbin/ when they run there and were built from the current sources
+# (.topkbin/src.sha256), else builds them (nvcc, sm_90).
 # Usage (repository root): bash kernels_ext/tools/topk_device.sh [harness args]; logs under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/topk-out}
 mkdir -p "$OUT" .topkbin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+src_hash() {
+  cat kernels_ext/tools/topk_bench.cu kernels_ext/csrc/qsa_topk* kernels_ext/csrc/launchers.h | sha256sum | cut -d' ' -f1
+}
 build() {
+  rm -f .topkbin/src.sha256
   nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -I kernels_ext/csrc kernels_ext/tools/topk_bench.cu -o .topkbin/tb &
+  local plain=$!
   nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -DQGATE_TOPK_PHASES -I kernels_ext/csrc kernels_ext/tools/topk_bench.cu \
     -o .topkbin/tbp &
-  wait
+  local phases=$!
+  local ok=1
+  wait "$plain" || ok=0
+  wait "$phases" || ok=0
+  [ "$ok" = 1 ] || { echo "build failed"; exit 1; }
+  src_hash >.topkbin/src.sha256
 }
-if ! .topkbin/tb --help-does-not-exist --reps 1 --phases >/dev/null 2>&1; then
+if [ "$(cat .topkbin/src.sha256 2>/dev/null)" != "$(src_hash)" ]; then
+  echo "no binaries of the current sources in .topkbin: building"
+  build
+elif ! .topkbin/tb --help-does-not-exist --reps 1 --phases >/dev/null 2>&1; then
   echo "carried binaries do not run here: building"
   build
 fi
