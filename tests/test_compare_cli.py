@@ -226,7 +226,8 @@ def _slow_step_env(delay_ms: float) -> dict[str, str]:
 # A busy wait before every model step (one decoded token at batch one). The tiny model decodes at
 # ~500-750 tok/s on the 2 cores, but vLLM overlaps the model step with the output processing of the
 # previous one, so a wait costs less than its length when the step is not the bottleneck: 0.5 ms
-# measured -8.7 % (quiet) to -24 % (load ~4), hence 1.0 ms for "about 25 %"; 0.03 ms for "about 2 %".
+# measured -8.7 % (quiet) to -24 % (load ~4), 1.0 ms -44 % (load ~3): the effect depends on the load;
+# 1.0 ms is "at least 25 %" on this machine; 0.03 ms stays within a few % ("about 2 %").
 STEP_MS_25 = 1.0
 STEP_MS_2 = 0.03
 
