@@ -1,37 +1,57 @@
-"""Rich progress bars for runs: one task per arm, reps done and the live decode rate."""
+"""Rich progress bars for runs: one bar per arm; speed (reps, live decode rate) and quality (outputs)."""
 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qgate.contract import Contract
 
+_Bars = TypeVar("_Bars", bound="ArmBars")
 
-class SpeedProgress:
-    """Context manager that renders speed events on stderr."""
 
-    def __init__(self, contract: Contract) -> None:
-        s = contract.speed
-        self._per_launch = (s.warmup + s.repetitions) if s else 0
-        self._launches = s.launches if s else 1
+class ArmBars:
+    """One bar per arm on stderr (done of total, a status line, elapsed time); a context manager."""
+
+    def __init__(self, total: int) -> None:
+        self._total = total
+        self._console = Console(stderr=True)
         self._bar = Progress(
             TextColumn("[bold]{task.fields[arm]:<9}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=self._console,
         )
         self._tasks: dict[str, int] = {}
 
-    def _task(self, arm: str) -> int:
+    def _task(self, arm: str, done: int = 0) -> int:
         if arm not in self._tasks:
-            total = self._per_launch * self._launches
-            self._tasks[arm] = self._bar.add_task(arm, total=total, arm=arm, status="starting engine")
+            self._tasks[arm] = self._bar.add_task(
+                arm, total=self._total, completed=done, arm=arm, status="starting engine"
+            )
         return self._tasks[arm]
+
+    def __enter__(self: _Bars) -> _Bars:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._bar.__exit__(et, ev, tb)
+
+
+class SpeedProgress(ArmBars):
+    """Speed events: warmups and reps of every launch, the live decode rate."""
+
+    def __init__(self, contract: Contract) -> None:
+        s = contract.speed
+        super().__init__(((s.warmup + s.repetitions) * s.launches) if s else 0)
 
     def __call__(self, arm: str, ev: dict, result: dict) -> None:
         task = self._task(arm)
@@ -50,11 +70,27 @@ class SpeedProgress:
         elif kind == "error":
             self._bar.update(task, status=f"[red]error: {ev.get('message', '')[:60]}")
 
-    def __enter__(self) -> SpeedProgress:
-        self._bar.__enter__()
-        return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._bar.__exit__(et, ev, tb)
+class QualityProgress(ArmBars):
+    """One bar per arm (outputs done of items x seeds), one log line per output above the bars."""
+
+    def __call__(self, arm: str, event: dict, result: dict) -> None:
+        task = self._task(arm, max(0, len(result.get("items", [])) - (event.get("event") == "item")))
+        kind = event.get("event")
+        if kind == "engine_ready":
+            self._console.print(f"{arm}: engine ready in {event['engine_start_s']:.1f} s", highlight=False)
+            self._bar.update(task, status="running")
+        elif kind == "item":
+            r = event["item"]
+            mark = "ok" if r["raw_correct"] and r["strict_correct"] else "MISS"
+            rate = f"{r['decode_tok_s']:.0f} tok/s" if r["decode_tok_s"] else "-"
+            self._console.print(
+                f"{arm}: item {r['index']} seed {r.get('seed')}: {mark} raw {r['raw_answer']} strict "
+                f"{r['strict_answer']} (expected {r['gold']}), {r['finish_reason']}, "
+                f"{r['output_tokens']} tokens, {rate}",
+                highlight=False,
+                markup=False,
+            )
+            self._bar.update(task, completed=len(result.get("items", [])), status=f"item {r['index']} {mark}")
+        elif kind == "error":
+            self._bar.update(task, status=f"[red]error: {str(event.get('message', ''))[:60]}")

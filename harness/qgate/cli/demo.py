@@ -34,8 +34,7 @@ FaultyOpt = Annotated[
 def demo(contract: DemoContractOpt = None, out: DemoOutOpt = None, faulty: FaultyOpt = False) -> None:
     """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
     from qgate import demo as core
-    from qgate.cli._progress import SpeedProgress
-    from qgate.cli.quality import QualityProgress
+    from qgate.cli._progress import QualityProgress, SpeedProgress
     from qgate.report.demo import summary_table
 
     console = Console(stderr=True)
