@@ -59,19 +59,12 @@ _INDEXER = {
     "indexer_compress_ratio": 4,
 }
 
+# tiny's template with a system line for `reasoning_effort`, which vLLM hands chat templates
+# (the production quality contract sets it to "xhigh").
 CHAT_TEMPLATE = (
     "{%- if reasoning_effort is defined and reasoning_effort %}"
     "{{- '<|im_start|>system\\nreasoning effort: ' + reasoning_effort + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}"
-    "{{- '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- endif %}"
-    "{%- endif %}"
+    "{%- endif %}" + tiny.CHAT_TEMPLATE
 )
 
 
