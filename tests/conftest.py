@@ -14,13 +14,15 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
+SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
+
+
 def small_contract(tmp: Path, name: str = "small.yaml", **speed: object) -> Path:
     """The smoke contract shrunk for tests (short prompt and output), with speed overrides."""
     data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
     data["name"] = "smoke-cpu-test"
-    # One engine start per arm unless a test asks for more (each start costs ~30 s here); 4 v 4 reps is
-    # the fewest that can reach alpha 0.05.
-    small = {"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": 4, "launches": 1}
+    # One engine start per arm unless a test asks for more (each start costs ~30 s here).
+    small = {"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": SMALL_REPS, "launches": 1}
     data["speed"].update(small)
     data["speed"].update(speed)
     path = tmp / name

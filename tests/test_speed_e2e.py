@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, qgate, small_contract
+from conftest import REPO, SMALL_REPS, qgate, small_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -30,7 +30,7 @@ def test_both_arms_write_complete_records(speed_run: Path) -> None:
         assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 1, True)
         assert res["fingerprint"]["vllm"] == "0.32.0" and res["fingerprint"]["torch"].startswith("2.13.0")
         assert len(res["launches"]) == 1 and res["launches"][0]["engine_start_s"] > 0
-        assert [r["index"] for r in res["reps"]] == [0, 1, 2]
+        assert [r["index"] for r in res["reps"]] == list(range(SMALL_REPS))
         for rep in res["reps"]:
             assert rep["output_tokens"] == len(rep["token_ids"]) == 48
             assert rep["finish_reason"] == "length" and rep["prefix_cache_reset"] is True
