@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
@@ -10,6 +9,7 @@ from typer.testing import CliRunner
 
 from qgate.cli import app
 from qgate.ops.bench_cpu import BENCH_CPU_SCHEMA_VERSION, TINY_GEMV_SHAPES, time_interleaved
+from qgate.results import load_result
 
 
 def test_time_interleaved_gives_reps_per_implementation() -> None:
@@ -44,8 +44,8 @@ def test_bench_ops_cpu_writes_a_versioned_record(tmp_path: Path) -> None:
         app, ["bench", "ops", "--device", "cpu", "-c", str(path), "-o", str(out), "--reps", "2"]
     )
     assert res.exit_code == 0, res.output
-    record = json.loads((out / "ops" / "bench-cpu.json").read_text())
-    assert record["kind"] == "ops_bench_cpu" and record["schema_version"] == BENCH_CPU_SCHEMA_VERSION
+    record = load_result(out / "ops" / "bench-cpu.json", "ops_bench_cpu")
+    assert record["schema_version"] == BENCH_CPU_SCHEMA_VERSION
     labels = [c["label"] for c in record["cases"]]
     assert labels == [f"{s['n']}x{s['k']}" for s in TINY_GEMV_SHAPES] + ["64x96"]
     for case in record["cases"]:

@@ -54,12 +54,12 @@ from qgate.compare import SPEED_EXTRA_KEYS
 from qgate.contract import LoadedContract
 from qgate.errors import QgateError
 from qgate.quality.runner import run_quality
-from qgate.results import ResultError, atomic_write_json, atomic_write_text, load_result
+from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
 from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import LaunchDataError, StatsConfig, compare_samples, unit_samples
 
-ABLATION_SCHEMA_VERSION = 1
+ABLATION_SCHEMA_VERSION = current_schema("ablation")
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
 DEFAULT_DESIGN = "both"
 MAX_FULL_FACTORS = 5  # 2^5 = 32 engine starts per launch: beyond that, a factorial is not "small k"

@@ -25,7 +25,14 @@ import numpy as np
 
 from qgate import verdict as vd
 from qgate.contract import ROUTE_ENV_PREFIX, ContractError, LoadedContract, load_contract
-from qgate.results import ResultError, atomic_write_json, atomic_write_text, atomic_write_with, load_result
+from qgate.results import (
+    ResultError,
+    atomic_write_json,
+    atomic_write_text,
+    atomic_write_with,
+    current_schema,
+    load_result,
+)
 from qgate.stats import (
     LaunchDataError,
     MetricStats,
@@ -35,7 +42,7 @@ from qgate.stats import (
     group_by_launch,
 )
 
-VERDICT_SCHEMA_VERSION = 1
+VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
 SPEED_EXTRA_KEYS = (
     "prompt.sha256",

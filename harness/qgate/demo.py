@@ -29,10 +29,10 @@ from typing import Any
 
 from qgate.contract import LoadedContract, load_contract
 from qgate.errors import QgateError
-from qgate.results import atomic_write_json, atomic_write_text
+from qgate.results import atomic_write_json, atomic_write_text, current_schema
 from qgate.speed_run import ARMS, ArmPlan, contract_arms
 
-DEMO_SCHEMA_VERSION = 1  # 1 (2026-11-30): first version
+DEMO_SCHEMA_VERSION = current_schema("demo")
 DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"
 VERDICT_CODES = {"PASS": 0, "FAIL": 1, "ERROR": 3, "INCONCLUSIVE": 4}
 FAULTY_ROUTE_VAR = "QGATE_ROUTE_IMPL_FP16_GEMV"

@@ -15,15 +15,33 @@ from typing import Any
 
 from qgate.errors import QgateError
 
-SPEED_SCHEMA_VERSION = 1
-KNOWN_SCHEMAS = {
-    "speed": {1},
-    "quality": {1, 2},
-    "verdict": {1},
-    "ops": {1},
-    "ops_bench": {1, 2},
-    "ablation": {1},
+# The one registry of the record kinds qgate writes to disk: kind -> the schema versions this qgate
+# reads, oldest first; the last is the one it writes. Writers take their version from here
+# (`current_schema`) and `load_result` checks against it, so the two cannot drift apart again
+# (`qgate bench ops` once wrote ops_bench 3 while loading knew {1, 2}). Bump a kind here, with a
+# line on what changed, when its shape changes.
+SCHEMAS: dict[str, tuple[int, ...]] = {
+    "speed": (1,),
+    "quality": (1, 2),  # 2: repeated seeds (item records carry `seed`), per-item rates
+    "verdict": (1,),
+    "ops": (1,),
+    # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
+    # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
+    "ops_bench": (1, 2, 3),
+    "ops_bench_cpu": (1,),
+    "ablation": (1,),
+    "demo": (1,),
+    "processes": (1,),
 }
+KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
+
+
+def current_schema(kind: str) -> int:
+    """The schema version qgate writes for this record kind."""
+    return SCHEMAS[kind][-1]
+
+
+SPEED_SCHEMA_VERSION = current_schema("speed")
 
 
 class ResultError(QgateError):

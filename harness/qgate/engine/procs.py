@@ -32,11 +32,11 @@ from typing import Any
 
 from qgate.engine.lifeline import start_ticks
 from qgate.errors import QgateError
-from qgate.results import atomic_write_json
+from qgate.results import atomic_write_json, current_schema
 
 RUN_ENV = "QGATE_RUN"
 RECORD = "processes.json"
-RECORD_SCHEMA_VERSION = 1
+RECORD_SCHEMA_VERSION = current_schema("processes")
 TERM_GRACE_S = 3.0  # SIGTERM first, SIGKILL for what is still there after this
 KILL_WAIT_S = 5.0
 DYING_WAIT_S = 5.0  # orphans of a just-killed run are dying (parent-death signal): give them this

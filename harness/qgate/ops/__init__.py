@@ -4,7 +4,7 @@ Kept light: importing qgate.ops (or qgate.ops.schema, which the contract uses) i
 nor qgate_kernels; screen.py, bench.py and cases.py do, when a command needs them.
 """
 
-OPS_SCHEMA_VERSION = 1
-# 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the route
-# timed on each kind of input the case draws, e.g. top-k rows with and without heavy ties)
-BENCH_SCHEMA_VERSION = 3
+from qgate.results import current_schema
+
+OPS_SCHEMA_VERSION = current_schema("ops")
+BENCH_SCHEMA_VERSION = current_schema("ops_bench")  # its history: qgate.results.SCHEMAS

@@ -30,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-BENCH_CPU_SCHEMA_VERSION = 1  # 1 (2026-11-30): first version
+from qgate.results import current_schema
+
+BENCH_CPU_SCHEMA_VERSION = current_schema("ops_bench_cpu")
 
 # The tiny models' projections (qgate.tiny: hidden 128, 4+2+2 heads of 32, intermediate 384, vocab
 # 2048) and the listed decode shapes of qgate.ops.cases.DEFAULT_SHAPES.

@@ -29,10 +29,17 @@ from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.paired import seed_of
 from qgate.quality.run import done_key
 from qgate.quality.schema import Quality
-from qgate.results import ResultError, append_jsonl, atomic_write_json, load_result, read_jsonl
+from qgate.results import (
+    ResultError,
+    append_jsonl,
+    atomic_write_json,
+    current_schema,
+    load_result,
+    read_jsonl,
+)
 from qgate.speed_run import ArmPlan, check_routes, contract_arms
 
-QUALITY_SCHEMA_VERSION = 2
+QUALITY_SCHEMA_VERSION = current_schema("quality")
 ARMS = ("control", "candidate")
 
 # What the CLI shows: called with (arm, event record, result so far).

@@ -1,0 +1,47 @@
+"""The schema registry (qgate.results.SCHEMAS): what a writer writes, loading reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qgate import ablate, compare, demo
+from qgate.engine import procs
+from qgate.ops import BENCH_SCHEMA_VERSION, OPS_SCHEMA_VERSION
+from qgate.ops.bench_cpu import BENCH_CPU_SCHEMA_VERSION
+from qgate.quality.runner import QUALITY_SCHEMA_VERSION
+from qgate.results import SCHEMAS, SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
+
+# Each record kind's writer and the version it stamps on its records.
+WRITTEN = {
+    "speed": SPEED_SCHEMA_VERSION,
+    "quality": QUALITY_SCHEMA_VERSION,
+    "verdict": compare.VERDICT_SCHEMA_VERSION,
+    "ops": OPS_SCHEMA_VERSION,
+    "ops_bench": BENCH_SCHEMA_VERSION,
+    "ops_bench_cpu": BENCH_CPU_SCHEMA_VERSION,
+    "ablation": ablate.ABLATION_SCHEMA_VERSION,
+    "demo": demo.DEMO_SCHEMA_VERSION,
+    "processes": procs.RECORD_SCHEMA_VERSION,
+}
+
+
+def test_every_record_kind_has_a_writer_and_an_entry() -> None:
+    assert set(WRITTEN) == set(SCHEMAS)
+
+
+@pytest.mark.parametrize("kind", sorted(WRITTEN))
+def test_what_is_written_loads_back(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{kind}.json"
+    atomic_write_json(path, {"kind": kind, "schema_version": WRITTEN[kind], "payload": [1, 2]})
+    assert load_result(path, kind)["payload"] == [1, 2]
+
+
+@pytest.mark.parametrize("kind", sorted(WRITTEN))
+def test_a_version_from_the_future_is_refused_in_one_line(kind: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{kind}.json"
+    atomic_write_json(path, {"kind": kind, "schema_version": max(SCHEMAS[kind]) + 1})
+    with pytest.raises(ResultError) as err:
+        load_result(path, kind)
+    assert "\n" not in str(err.value) and "schema_version" in str(err.value)
