@@ -131,36 +131,37 @@ def run_screen_gate(plan: DemoPlan) -> GateOutcome:
     return GateOutcome("operator screen", verdict, figure, report, time.perf_counter() - t0, reasons)
 
 
-def _compare(plan: DemoPlan, kind: str) -> tuple[dict[str, Any], str]:
+def _run_gate(
+    plan: DemoPlan, kind: str, run: Any, progress: Any
+) -> tuple[dict[str, Any] | None, GateOutcome]:
+    """Run one workload's arms, then compare them: (verdict record, outcome so far); an error becomes
+    an ERROR outcome with its one-line reason and no record."""
     from qgate.compare import run_compare
 
-    files = {arm: plan.out / kind / f"{arm}.json" for arm in ARMS}
-    record, paths = run_compare(
-        files["control"], files["candidate"], plan.loaded.path, plan.out / f"report-{kind}"
+    t0 = time.perf_counter()
+    report = str(plan.out / f"report-{kind}" / "report.md")
+    try:
+        run(plan.loaded, plan.out, plans=plan.plans, progress=progress)
+        files = {arm: plan.out / kind / f"{arm}.json" for arm in ARMS}
+        record, paths = run_compare(
+            files["control"], files["candidate"], plan.loaded.path, plan.out / f"report-{kind}"
+        )
+    except QgateError as exc:
+        return None, GateOutcome(kind, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
+    outcome = GateOutcome(
+        kind, record["verdict"], "-", paths["report"], time.perf_counter() - t0, record["reasons"]
     )
-    return record, paths["report"]
+    return record, outcome
 
 
 def run_speed_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
     from qgate.speed_run import run_speed
 
-    t0 = time.perf_counter()
-    report = str(plan.out / "report-speed" / "report.md")
-    try:
-        run_speed(plan.loaded, plan.out, plans=plan.plans, progress=progress)
-        record, report = _compare(plan, "speed")
-    except QgateError as exc:
-        return GateOutcome("speed", "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
+    record, outcome = _run_gate(plan, "speed", run_speed, progress)
+    if record is None:
+        return outcome
     improved = ((record.get("stats") or {}).get("decode_tok_s") or {}).get("verdict") == "improved"
-    return GateOutcome(
-        "speed",
-        record["verdict"],
-        speed_figure(record),
-        report,
-        time.perf_counter() - t0,
-        record["reasons"],
-        improved,
-    )
+    return replace(outcome, figure=speed_figure(record), improved=improved)
 
 
 def speed_figure(record: dict[str, Any]) -> str:
@@ -182,21 +183,11 @@ def speed_figure(record: dict[str, Any]) -> str:
 def run_quality_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
     from qgate.quality.runner import run_quality
 
-    t0 = time.perf_counter()
-    report = str(plan.out / "report-quality" / "report.md")
-    try:
-        run_quality(plan.loaded, plan.out, plans=plan.plans, progress=progress)
-        record, report = _compare(plan, "quality")
-    except QgateError as exc:
-        return GateOutcome("quality", "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
-    return GateOutcome(
-        "quality",
-        record["verdict"],
-        quality_figure(record),
-        report,
-        time.perf_counter() - t0,
-        [r.removeprefix("quality: ") for r in record["reasons"]],  # the table names the gate
-    )
+    record, outcome = _run_gate(plan, "quality", run_quality, progress)
+    if record is None:
+        return outcome
+    reasons = [r.removeprefix("quality: ") for r in record["reasons"]]  # the table names the gate
+    return replace(outcome, figure=quality_figure(record), reasons=reasons)
 
 
 def quality_figure(record: dict[str, Any]) -> str:
