@@ -35,6 +35,26 @@ CPU_SOURCES = [
 ]
 
 
+def _shared_libstdcxx() -> list[str]:
+    """The libstdc++ this process (with torch imported) runs on, named on the link line by its path.
+
+    Some images' compilers (the H200 image's /opt/gcc/bin/g++, Python's configured CXX there) link
+    libstdc++ statically into a shared object: _C.so then carried its own copy (std::locale::id,
+    the facet ids, ostream::_M_insert<long>) beside the process's libstdc++.so.6, and the first
+    TORCH_CHECK message that formatted an integer crashed in it (test_cpu_kernels.py). Naming the
+    shared library before the driver's implicit -lstdc++ resolves every std symbol to it (NEEDED
+    libstdc++.so.6, as torch's own libraries have); the static archive then supplies nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            found = {line.split()[-1] for line in maps if "/libstdc++.so" in line}
+    except OSError:
+        return []
+    return sorted(found)[:1]
+
+
 def _extensions() -> dict:
     try:
         import torch
@@ -52,6 +72,7 @@ def _extensions() -> dict:
     # extension then shares (same soname, same thread pool, torch.set_num_threads applies).
     link = ["-fopenmp"] if sys.platform.startswith("linux") else []
     cxx += link
+    link += _shared_libstdcxx()
     if have_cuda and want != "0":
         nvcc = ["-O3", "-lineinfo"]
         ext = cpp_extension.CUDAExtension(
