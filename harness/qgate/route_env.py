@@ -1,0 +1,126 @@
+"""The env vocabulary between qgate and its route plugin, in one place: route names, their switches and
+override variables, platform shims and route sites, the attestation folder, the prefixes the launcher
+keeps per arm, and the one reading of a switch value.
+
+Both sides import this module: the harness (contract checks, the launcher, routes, compare) and the
+plugin in kernels_ext (qgate_kernels.overrides, plugin, attest, shims, sites, ops), which runs in vLLM
+processes that qgate starts, so qgate is importable there. It lives in the harness, not in
+qgate_kernels, because the harness must load it without torch or the compiled extension
+(`import qgate_kernels` loads both, and `qgate compare` runs where kernels_ext is not installed).
+It imports only the standard library, so it can never pull vLLM or torch into the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+ROUTE_GEMV = "fp16_gemv"
+ROUTE_HC = "fused_hc_fp16"
+ROUTE_GDN = "fused_gdn_input_fp16"
+ROUTE_TOPK = "qsa_topk"
+# A route is switched on by SWITCH_PREFIX + ROUTE.upper(): VLLM_SM70_QWEN38_FP16_GEMV=1, ...
+SWITCH_PREFIX = "VLLM_SM70_QWEN38_"
+# Route name -> the env var that switches it on, in report order.
+ROUTES: dict[str, str] = {
+    route: SWITCH_PREFIX + route.upper() for route in (ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK)
+}
+# QGATE_ROUTE_IMPL_<ROUTE>=package.module:function sends a route to another implementation.
+OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
+
+# Where every vLLM process's plugin writes its counts (`<process>-<pid>.json`); the launcher sets it.
+ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
+
+# Platform shims (qgate_kernels.shims) and route sites (qgate_kernels.sites), both arms alike.
+SHIMS_ENV = "QGATE_SHIMS"
+SITES_ENV = "QGATE_SITES"
+SHIM_PIL_IMAGE = "qwen2vl_pil_image_processor"
+SHIM_HC_TORCH = "qwen4exp_hc_torch_cpu"
+SHIM_FP16_CPU = "qwen4exp_fp16_cpu"
+SHIMS = (SHIM_PIL_IMAGE, SHIM_HC_TORCH, SHIM_FP16_CPU)
+SITE_HC_MIX = f"{ROUTE_HC}.mix"
+SITE_HC_COMBINE = f"{ROUTE_HC}.combine_and_mix"
+SITE_GDN_CPU = f"{ROUTE_GDN}.forward_cpu"
+SITE_GDN_CUDA = f"{ROUTE_GDN}.forward_cuda"
+SITE_TOPK = f"{ROUTE_TOPK}.topk"
+SITE_KEYS = (SITE_HC_MIX, SITE_HC_COMBINE, SITE_GDN_CPU, SITE_GDN_CUDA, SITE_TOPK)
+
+# Inherited variables with these prefixes would switch routes behind the contract's back: the launcher
+# drops them unless the arm sets them. "VLLM_SM70_" is wider than SWITCH_PREFIX on purpose: any switch
+# of the SM70 fork changes what runs.
+ARM_ENV_PREFIXES = ("VLLM_SM70_", OVERRIDE_PREFIX, SHIMS_ENV, SITES_ENV)
+
+SWITCH_VALUES = "1 or 0 (also true/false, yes/no, on/off)"
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"0", "false", "no", "off", ""})
+
+
+class SwitchError(ValueError):
+    """A route switch with a value that is neither on nor off; str() is one line naming it."""
+
+
+def override_var(route: str) -> str:
+    """`fp16_gemv` -> `QGATE_ROUTE_IMPL_FP16_GEMV`."""
+    return OVERRIDE_PREFIX + route.upper()
+
+
+def parse_switch(value: object) -> bool | None:
+    """True / False for a switch value (1/0, true/false, yes/no, on/off, any case; unset is off),
+    None for anything else: the caller decides whether that is an error (it is never on)."""
+    if value is None:
+        return False
+    text = str(value).strip().lower()
+    if text in _ON:
+        return True
+    if text in _OFF:
+        return False
+    return None
+
+
+def switch_problems(env: Mapping[str, object]) -> list[str]:
+    """One line per route switch in env whose value is neither on nor off."""
+    return [
+        f"{var}={env[var]!r}: expected {SWITCH_VALUES}"
+        for var in ROUTES.values()
+        if parse_switch(env.get(var)) is None
+    ]
+
+
+def switched_on(env: Mapping[str, object]) -> set[str]:
+    """Route names whose switch is on in env; an invalid value counts as off (switch_problems names it)."""
+    return {route for route, var in ROUTES.items() if parse_switch(env.get(var)) is True}
+
+
+def routes_on(env: Mapping[str, object]) -> list[str]:
+    """Route names whose switch is on, in ROUTES order; SwitchError for a value neither on nor off."""
+    problems = switch_problems(env)
+    if problems:
+        raise SwitchError(problems[0])
+    return [route for route, var in ROUTES.items() if parse_switch(env.get(var))]
+
+
+def split_spec(spec: str) -> tuple[str, str] | None:
+    """`package.module:function` -> (module, function); None for anything else."""
+    module, sep, attr = spec.strip().partition(":")
+    names = module.split(".") + attr.split(".")
+    if not sep or not module or not attr or not all(n.isidentifier() for n in names):
+        return None
+    return module, attr
+
+
+def static_problems(env: Mapping[str, object]) -> list[str]:
+    """Problems with the route env visible without importing anything, one line each: switch values,
+    unknown override variables, overrides of routes that are off, override specs that are no
+    `package.module:function`. Importing and checking the overrides is qgate_kernels.overrides' job."""
+    problems = switch_problems(env)
+    known = {override_var(r): r for r in ROUTES}
+    on = switched_on(env)
+    for var in sorted(k for k in env if k.startswith(OVERRIDE_PREFIX)):
+        route = known.get(var)
+        if route is None:
+            problems.append(f"{var}: unknown route override (known: {', '.join(sorted(known))})")
+        elif route not in on:
+            # An override for a route that is off would silently do nothing: refuse it.
+            problems.append(f"{var} is set but the route is off ({ROUTES[route]} is not 1)")
+        elif split_spec(str(env[var])) is None:
+            problems.append(f"{var}={env[var]!r}: expected 'package.module:function'")
+    return problems
