@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qgate.tiny import CONFIG, build_tiny, ensure_tiny, resolve_model_spec, verify_manifest
+from qgate.models import model_dir as resolve_model_spec
+from qgate.tiny import CONFIG, build_tiny, ensure_tiny, verify_manifest
 
 
 @pytest.fixture(scope="module")

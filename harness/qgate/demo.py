@@ -94,15 +94,15 @@ def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
 
     c = plan.loaded.contract
     t0 = time.perf_counter()
-    if c.model == "tiny-trained":
+    data = None
+    if c.model == "tiny-trained":  # trained on the data the quality gate reads
         from qgate.quality.gsm8k import load_items
-        from qgate.tiny_train import ensure_trained
 
         q = c.quality
         assert q is not None
         _, source = load_items(q.indices, q.items_sha256, contract_path=q.data_path)
-        ensure_trained(data=None if source.startswith("hf:") else Path(source))
-    path, _ = resolve_model(c.model)
+        data = None if source.startswith("hf:") else Path(source)
+    path, _ = resolve_model(c.model, data)
     seconds = time.perf_counter() - t0
     return path, seconds, seconds > 5.0
 

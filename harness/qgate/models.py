@@ -1,5 +1,5 @@
 """Resolve a contract's `model` to a local directory: a path, or a built-in tiny model built on first use
-(`tiny`, `tiny-trained`: Qwen3; `tiny-qwen4exp`: Qwen4Exp, see qgate.tiny_qwen4exp)."""
+(`tiny`: qgate.tiny; `tiny-trained`: qgate.tiny_train; `tiny-qwen4exp`: qgate.tiny_qwen4exp)."""
 
 from __future__ import annotations
 
@@ -16,22 +16,30 @@ def _config_sha(path: Path) -> str | None:
     return hashlib.sha256(cfg.read_bytes()).hexdigest() if cfg.exists() else None
 
 
-def resolve_model(spec: str) -> tuple[str, dict]:
-    """(absolute model directory, record for the result file); a missing path is a one-line error."""
+def model_dir(spec: str, data: Path | None = None) -> Path:
+    """A built-in model's directory (built on first use; `tiny-trained` is trained on `data`, default
+    env QGATE_GSM8K_PATH), or the path as given, unchecked."""
     if spec == "tiny":
         from qgate.tiny import ensure_tiny
 
-        path = Path(ensure_tiny())
-    elif spec == "tiny-trained":
-        from qgate.tiny import ensure_tiny_trained
+        return Path(ensure_tiny())
+    if spec == "tiny-trained":
+        from qgate.tiny_train import ensure_trained
 
-        path = Path(ensure_tiny_trained())
-    elif spec == "tiny-qwen4exp":
+        return Path(ensure_trained(data=data))
+    if spec == "tiny-qwen4exp":
         from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
 
-        path = Path(ensure_tiny_qwen4exp())
-    else:
-        path = Path(spec).expanduser()
+        return Path(ensure_tiny_qwen4exp())
+    return Path(spec).expanduser()
+
+
+def resolve_model(spec: str, data: Path | None = None) -> tuple[str, dict]:
+    """(absolute model directory, record for the result file); a missing path is a one-line error.
+
+    `data`: the GSM8K file a `tiny-trained` model is trained on when it is not in the cache yet."""
+    path = model_dir(spec, data)
+    if spec not in BUILTIN:
         if not path.is_dir():
             raise ResultError(f"model = {spec!r}: no such model directory on this machine")
         if not (path / "config.json").exists():

