@@ -53,6 +53,7 @@ from qgate import verdict as vd
 from qgate.compare import SPEED_EXTRA_KEYS
 from qgate.contract import LoadedContract
 from qgate.errors import QgateError
+from qgate.gate import PASS, SEV_ERROR, Gate, decide
 from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
 from qgate.speed_run import ArmPlan, Progress, arm_path, run_speed
@@ -428,38 +429,28 @@ def effects(
     return out
 
 
-def attestation_gates(name: str, result: Mapping[str, Any]) -> list[vd.Gate]:
+def attestation_gates(name: str, result: Mapping[str, Any]) -> list[Gate]:
     """Every route switched on in this arm shows hits; every route off shows none. ERROR-class."""
-    rec = result.get("routes")
-    if not isinstance(rec, dict):
-        return [vd.Gate(f"{name}: route attestation", False, "the result has no routes", vd.SEV_ERROR)]
-    on = routes.switched_on(result.get("env") or {})
-    gates = [
-        vd.Gate(f"{name}: {g['name']}", bool(g["passed"]), str(g["detail"]), vd.SEV_ERROR)
-        for g in routes.attestation_gates(dict(result), dict(result))
-        if g["name"].endswith(".ran")
-    ]
-    hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
-    detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))
-    ok_detail = "no route that is off ran"
-    gates.append(vd.Gate(f"{name}: routes.off_clean", not hot, detail if hot else ok_detail, vd.SEV_ERROR))
-    return gates
+    res = dict(result)
+    if not isinstance(res.get("routes"), dict):
+        return [Gate(f"{name}: route attestation", False, "the result has no routes", SEV_ERROR)]
+    return [g.prefixed(f"{name}: ") for g in (*routes.ran_gates(res), routes.off_clean_gate(res))]
 
 
 def arm_gates(
     loaded: LoadedContract, arm: Arm, result: Mapping[str, Any], control: Mapping[str, Any]
-) -> list[vd.Gate]:
+) -> list[Gate]:
     """ERROR-class gates of one arm: complete, ran its planned env, comparable with the control, attested."""
     res = dict(result)
     gates = [vd.completeness_gate(res, arm.name)]
     env = res.get("env") if isinstance(res.get("env"), dict) else {}
     ok = env == arm.env
     detail = "the result ran the planned env" if ok else f"result env {env} is not the planned {arm.env}"
-    gates.append(vd.Gate(f"{arm.name}: env as planned", ok, detail, vd.SEV_ERROR))
+    gates.append(Gate(f"{arm.name}: env as planned", ok, detail, SEV_ERROR))
     if arm.name != "control":
         diffs = vd.differences(dict(control), res, loaded, SPEED_EXTRA_KEYS)
         g = vd.comparable_gate(diffs)
-        gates.append(vd.Gate(f"{arm.name}: comparable with control", g.passed, g.detail, g.severity))
+        gates.append(Gate(f"{arm.name}: comparable with control", g.passed, g.detail, g.severity))
     gates += attestation_gates(arm.name, res)
     return gates
 
@@ -483,7 +474,7 @@ def quality_summary(arm: str, result: Mapping[str, Any] | None, control: Mapping
     }
 
 
-def _effect_gates(eff: Mapping[str, Any]) -> list[vd.Gate]:
+def _effect_gates(eff: Mapping[str, Any]) -> list[Gate]:
     pairs = [("candidate", eff["candidate"])]
     pairs += [(f"alone {k}", v) for k, v in eff["alone"].items()]
     pairs += [(f"leave-one-out {k}", v) for k, v in eff["leave_one_out"].items()]
@@ -492,10 +483,10 @@ def _effect_gates(eff: Mapping[str, Any]) -> list[vd.Gate]:
         d = e["decode"]
         bad = d["verdict"] == STAT_ERROR or e["tpot_delta_ms"]["error"] is not None
         detail = d.get("error") or e["tpot_delta_ms"]["error"] or f"{d['verdict']}: {d['reason']}"
-        gates.append(vd.Gate(f"effect {label} computed", not bad, str(detail), vd.SEV_ERROR))
+        gates.append(Gate(f"effect {label} computed", not bad, str(detail), SEV_ERROR))
     for basis, inter in eff["interaction"].items():
         err = inter["tpot_ms"]["error"] or inter["decode_pct"]["error"]
-        gates.append(vd.Gate(f"interaction ({basis}) computed", err is None, err or "computed", vd.SEV_ERROR))
+        gates.append(Gate(f"interaction ({basis}) computed", err is None, err or "computed", SEV_ERROR))
     return gates
 
 
@@ -523,7 +514,7 @@ def build_record(
     assert c.speed is not None
     cfg = StatsConfig.from_contract(c.speed.stats)
     control = speed["control"]
-    gates: list[vd.Gate] = []
+    gates: list[Gate] = []
     arm_rows = []
     for arm in arms:
         res = speed[arm.name]
@@ -535,11 +526,11 @@ def build_record(
         )
     eff = effects(factors, arms, speed, cfg)
     gates += _effect_gates(eff)
-    status, reasons = vd.decide(gates)
+    status, reasons = decide(gates)
     return {
         "kind": "ablation",
         "schema_version": ABLATION_SCHEMA_VERSION,
-        "status": OK if status == vd.PASS else ERROR,
+        "status": OK if status == PASS else ERROR,
         "reasons": reasons,
         "notes": _notes(c.speed.launches),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -5,15 +5,14 @@ DIR/<kind>/control.json when given as CONTROL and DIR/<kind>/candidate.json when
 for every kind qgate knows (speed, quality) that is present. A file is taken as it is (so two runs of
 one arm can be compared: an A/A test).
 
-Each kind present in both is compared by its own function (speed here; quality by
-`qgate.quality.compare.compare_quality(control, candidate, contract) -> {"gates": [...], "markdown": str}`),
-and the gates of all kinds make one verdict. The verdict record carries every figure the report shows,
+Each kind present in both is compared by its comparer in COMPARERS (speed here; quality through
+`qgate.quality.compare.compare_quality`), each returning qgate.gate.Gate gates, and the gates of all
+kinds make one verdict by qgate.gate.decide. The verdict record carries every figure the report shows,
 so the report can be rendered again from verdict.json alone.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from qgate import verdict as vd
-from qgate.contract import ROUTE_ENV_PREFIX, ContractError, LoadedContract, load_contract
+from qgate.contract import ContractError, LoadedContract, load_contract
+from qgate.gate import SEV_ERROR, Gate, decide
+from qgate.quality.compare import compare_quality
 from qgate.results import (
     ResultError,
     atomic_write_json,
@@ -33,6 +34,7 @@ from qgate.results import (
     current_schema,
     load_result,
 )
+from qgate.route_env import SwitchError, routes_on
 from qgate.stats import (
     LaunchDataError,
     MetricStats,
@@ -61,7 +63,6 @@ SPEED_EXTRA_KEYS = (
         )
     ),
 )
-_OFF_VALUES = ("", "0", "false", "off", "no")
 
 
 @dataclass(frozen=True)
@@ -210,23 +211,16 @@ def _arm_figures(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _is_on(value: Any) -> bool:
-    return str(value).strip().lower() not in _OFF_VALUES
-
-
 def switched_routes(env: dict[str, Any]) -> list[str]:
-    """Route names whose env switch is on, by qgate.routes.ROUTES (route -> env var).
+    """Route names whose env switch is on (qgate.route_env), in route order.
 
-    Without qgate.routes, the switched-on route variables themselves (by the contract's prefix).
+    A switch value that is neither on nor off is a ResultError: the run's pre-flight refuses one, so
+    such a result was edited, and reading it as on (or off) would report routes the arm never had.
     """
     try:
-        routes = importlib.import_module("qgate.routes")
-    except ModuleNotFoundError:
-        return sorted(k for k, v in env.items() if k.startswith(ROUTE_ENV_PREFIX) and _is_on(v))
-    if hasattr(routes, "switched_on"):  # the route module's own reading of a switch value
-        on = routes.switched_on(env)
-        return [r for r in routes.ROUTES if r in on]
-    return [r for r, var in routes.ROUTES.items() if _is_on(env.get(var, ""))]
+        return routes_on(env)
+    except SwitchError as exc:
+        raise ResultError(f"arm env: {exc}") from None
 
 
 def _arm_info(result: dict[str, Any], path: str) -> dict[str, Any]:
@@ -293,28 +287,17 @@ def compare_speed(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
 
 
 def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
-    """Quality results: the quality helper's compare_quality, plus the shared checks done here."""
+    """Quality results: qgate.quality.compare.compare_quality, plus the shared checks done here."""
     diffs = vd.differences(pair.control, pair.candidate, loaded)
     gates = [vd.comparable_gate(diffs), *vd.attestation(pair.control, pair.candidate)]
     try:
-        module = importlib.import_module("qgate.quality.compare")
-        out = dict(module.compare_quality(pair.control, pair.candidate, loaded.contract))
-    except ModuleNotFoundError as exc:
-        if not str(exc.name).startswith("qgate.quality"):
-            raise
-        out = {"gates": [], "markdown": "The quality comparison is not available in this install."}
-        gates.append(vd.Gate("quality comparison available", False, str(exc), vd.SEV_ERROR))
+        out = dict(compare_quality(pair.control, pair.candidate, loaded.contract))
     except (KeyError, TypeError, ValueError) as exc:
         # A quality result it cannot read is an ERROR verdict with the reason, never a pass.
         out = {"gates": [], "markdown": f"The quality comparison failed: {type(exc).__name__}: {exc}"}
-        gates.append(
-            vd.Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", vd.SEV_ERROR)
-        )
-    for g in out.get("gates", []):
-        # The quality helper's severity is kept when qgate knows it; anything else fails closed (fail).
-        sev = g.get("severity") if g.get("severity") in vd.SEVERITIES else vd.SEV_FAIL
-        gates.append(vd.Gate(str(g["name"]), bool(g["passed"]), str(g.get("detail", "")), sev))
-    out.update(gates=[vd.Gate(f"quality: {g.name}", g.passed, g.detail, g.severity) for g in gates])
+        gates.append(Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR))
+    gates += out["gates"]
+    out.update(gates=[g.prefixed("quality: ") for g in gates])
     out.update(differences=diffs, notes=vd.notes(pair.control, pair.candidate))
     out.setdefault(
         "arms",
@@ -337,8 +320,8 @@ def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContrac
     sections = {pair.kind: COMPARERS[pair.kind](pair, loaded) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
-        gates.append(vd.Gate("same result kinds", False, "; ".join(one_sided), vd.SEV_ERROR))
-    verdict, reasons = vd.decide(gates)
+        gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
+    verdict, reasons = decide(gates)
     c = loaded.contract
     record: dict[str, Any] = {
         "kind": "verdict",

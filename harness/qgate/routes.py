@@ -21,69 +21,33 @@ from pathlib import Path
 
 from qgate.engine.launcher import child_env
 from qgate.errors import QgateError
+from qgate.gate import SEV_ERROR, Gate
 
-# Route name -> the env var that switches it on (kept equal to qgate_kernels.overrides.ROUTE_ENV).
-ROUTES: dict[str, str] = {
-    "fp16_gemv": "VLLM_SM70_QWEN38_FP16_GEMV",
-    "fused_hc_fp16": "VLLM_SM70_QWEN38_FUSED_HC_FP16",
-    "fused_gdn_input_fp16": "VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16",
-    "qsa_topk": "VLLM_SM70_QWEN38_QSA_TOPK",
-}
-OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
-ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
-# Platform shims and route sites (kept equal to qgate_kernels.shims.SHIMS / sites.DEFAULT_SITES).
-SHIMS_ENV, SITES_ENV = "QGATE_SHIMS", "QGATE_SITES"
-SHIMS = ("qwen2vl_pil_image_processor", "qwen4exp_hc_torch_cpu", "qwen4exp_fp16_cpu")
-SITE_KEYS = (
-    "fused_hc_fp16.mix",
-    "fused_hc_fp16.combine_and_mix",
-    "fused_gdn_input_fp16.forward_cpu",
-    "fused_gdn_input_fp16.forward_cuda",
-    "qsa_topk.topk",
+# The vocabulary lives in qgate.route_env; ROUTES, override_var, switched_on and ATTEST_DIR_ENV are
+# also read here as routes.<name> by ablate and the tests.
+from qgate.route_env import ATTEST_DIR_ENV as ATTEST_DIR_ENV
+from qgate.route_env import (
+    OVERRIDE_PREFIX,
+    ROUTE_GDN,
+    ROUTE_HC,
+    ROUTE_TOPK,
+    ROUTES,
+    SHIMS,
+    SHIMS_ENV,
+    SITE_KEYS,
+    SITES_ENV,
+    static_problems,
+    switched_on,
 )
-# Routes whose sites the pre-flight check imports (GEMV's are vLLM's linear methods, always there).
-SITED_ROUTES = frozenset({"fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk"})
-CHECK_TIMEOUT_S = 120.0
+from qgate.route_env import override_var as override_var
 
-_ON = frozenset({"1", "true", "yes", "on"})
-_OFF = frozenset({"0", "false", "no", "off", ""})
+# Routes whose sites the pre-flight check imports (GEMV's are vLLM's linear methods, always there).
+SITED_ROUTES = frozenset({ROUTE_HC, ROUTE_GDN, ROUTE_TOPK})
+CHECK_TIMEOUT_S = 120.0
 
 
 class RouteError(QgateError, ValueError):
     """The arm's route env cannot work; str() is one line naming the variable and its value."""
-
-
-def override_var(route: str) -> str:
-    """`fp16_gemv` -> `QGATE_ROUTE_IMPL_FP16_GEMV`."""
-    return OVERRIDE_PREFIX + route.upper()
-
-
-def switched_on(env: Mapping[str, str]) -> set[str]:
-    """Route names whose switch is on in env (1, true, yes, on; case-insensitive)."""
-    return {r for r, var in ROUTES.items() if str(env.get(var, "")).strip().lower() in _ON}
-
-
-def _static_problems(env: Mapping[str, str]) -> list[str]:
-    problems = []
-    for var in ROUTES.values():
-        if var in env and str(env[var]).strip().lower() not in _ON | _OFF:
-            problems.append(f"{var}={env[var]!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
-    known = {override_var(r): r for r in ROUTES}
-    on = switched_on(env)
-    for var in sorted(k for k in env if k.startswith(OVERRIDE_PREFIX)):
-        if var not in known:
-            problems.append(f"{var}: unknown route override (known: {', '.join(sorted(known))})")
-        elif known[var] not in on:
-            problems.append(f"{var} is set but the route is off ({ROUTES[known[var]]} is not 1)")
-        elif not _spec_ok(str(env[var])):
-            problems.append(f"{var}={env[var]!r}: expected 'package.module:function'")
-    return problems
-
-
-def _spec_ok(spec: str) -> bool:
-    module, sep, attr = spec.strip().partition(":")
-    names = module.split(".") + attr.split(".")
-    return bool(sep and module and attr) and all(n.isidentifier() for n in names)
 
 
 def platform_env_problem(shims: list[str], sites: Mapping[str, str]) -> str | None:
@@ -124,7 +88,7 @@ def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
     override is set, imports it in a child interpreter with this env and cwd (the engine's: give the
     launcher's cwd) and checks its signature against the route op's. env is the arm's env.
     """
-    problems = _static_problems(env)
+    problems = static_problems(env)
     if problems:
         raise RouteError(problems[0])
     sited = SITED_ROUTES & switched_on(env)
@@ -230,8 +194,8 @@ def _fmt(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
 
 
-def attestation_gates(control: dict, candidate: dict) -> list[dict]:
-    """Gates {name, passed, detail} proving the arms ran what their env says; a failed one means ERROR.
+def attestation_gates(control: dict, candidate: dict) -> list[Gate]:
+    """ERROR-class gates proving the arms ran what their env says (a failed one means ERROR):
 
     - routes.control_clean: no route has hits in the control.
     - routes.<route>.ran: each route the candidate's env switches on has hits in the candidate.
@@ -245,17 +209,32 @@ def attestation_gates(control: dict, candidate: dict) -> list[dict]:
         hot = {r: v.get("hits", 0) for r, v in ctrl_routes.items() if v.get("hits", 0) > 0}
         detail = f"control hits: {_fmt(hot)}" if hot else "no route ran in the control"
         gates.append(_gate("routes.control_clean", not hot, detail))
-    cand_routes = candidate.get("routes")
-    for route in sorted(switched_on(candidate.get("env", {}))):
+    return gates + ran_gates(candidate)
+
+
+def ran_gates(result: dict) -> list[Gate]:
+    """routes.<route>.ran: each route the result's env switches on has hits in the result."""
+    gates = []
+    rec = result.get("routes")
+    for route in sorted(switched_on(result.get("env", {}))):
         name = f"routes.{route}.ran"
-        if not isinstance(cand_routes, dict):
+        if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
             continue
-        gates.append(_route_ran_gate(name, route, cand_routes.get(route, _empty_route())))
+        gates.append(_route_ran_gate(name, route, rec.get(route, _empty_route())))
     return gates
 
 
-def _route_ran_gate(name: str, route: str, counts: dict) -> dict:
+def off_clean_gate(result: dict) -> Gate:
+    """routes.off_clean: no route the result's env leaves off shows hits (an arm of an ablation)."""
+    rec = result.get("routes") if isinstance(result.get("routes"), dict) else {}
+    on = switched_on(result.get("env") or {})
+    hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
+    detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))
+    return _gate("routes.off_clean", not hot, detail if hot else "no route that is off ran")
+
+
+def _route_ran_gate(name: str, route: str, counts: dict) -> Gate:
     hits = int(counts.get("hits", 0))
     fallbacks = counts.get("fallbacks", {})
     if hits > 0:
@@ -277,8 +256,9 @@ def _route_ran_gate(name: str, route: str, counts: dict) -> dict:
     return _gate(name, False, detail)
 
 
-def _gate(name: str, passed: bool, detail: str) -> dict:
-    return {"name": name, "passed": passed, "detail": detail}
+def _gate(name: str, passed: bool, detail: str) -> Gate:
+    # ERROR-class: a route that did not provably run (or ran where it should not) voids the comparison.
+    return Gate(name, passed, detail, SEV_ERROR)
 
 
 def route_table(result: dict) -> list[dict]:

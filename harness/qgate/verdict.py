@@ -1,12 +1,6 @@
-"""Contract gates + statistics -> PASS / FAIL / INCONCLUSIVE / ERROR, with the reasons.
-
-A gate is {name, passed, detail, severity}. severity "error" marks a gate whose failure means the
-comparison itself cannot be trusted (arms that differ in more than their env, an incomplete result,
-a statistic that could not be computed, a route that did not provably run): any such failure makes
-the verdict ERROR. severity "fail" marks evidence against the candidate: its failure makes the verdict
-FAIL. severity "inconclusive" marks a gate the data could not decide (non-inferiority not shown, no
-regression shown either): its failure makes the verdict INCONCLUSIVE unless a fail or error gate
-failed too. Precedence: ERROR > FAIL > INCONCLUSIVE > PASS.
+"""Speed gates + refuse-to-compare: the gates of a speed comparison (qgate.gate.Gate) and the checks
+every result kind shares. The decision itself (gates -> PASS / FAIL / INCONCLUSIVE / ERROR, by
+severity) is qgate.gate.decide.
 
 Refuse to compare: the two results must agree on everything but the arm env: contract sha256, model,
 prompt, workload, CPU/GPU model, driver, Python/torch/vLLM/qgate versions and engine args.
@@ -20,59 +14,31 @@ model and versions on another host, or a later commit, are still comparable.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
+from qgate import routes
 from qgate.contract import Contract, LoadedContract
+from qgate.gate import (  # noqa: F401  (re-exported: the verdict names callers read as vd.PASS, ...)
+    ERROR,
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    SEV_ERROR,
+    SEV_FAIL,
+    SEV_INCONCLUSIVE,
+    SEVERITIES,
+    VERDICTS,
+    Gate,
+    decide,
+)
 from qgate.stats import DEFAULT_POWER, IMPROVED, REGRESSED, MetricStats, units_for_non_inferiority
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
-PASS = "PASS"
-FAIL = "FAIL"
-INCONCLUSIVE = "INCONCLUSIVE"
-ERROR = "ERROR"
-VERDICTS = (PASS, FAIL, INCONCLUSIVE, ERROR)
-SEV_FAIL = "fail"
-SEV_INCONCLUSIVE = "inconclusive"
-SEV_ERROR = "error"
-SEVERITIES = (SEV_FAIL, SEV_INCONCLUSIVE, SEV_ERROR)
-# The verdict a failed gate of each severity makes, and the verdicts' order (higher wins).
-SEVERITY_VERDICT = {SEV_ERROR: ERROR, SEV_FAIL: FAIL, SEV_INCONCLUSIVE: INCONCLUSIVE}
-VERDICT_RANK = {PASS: 0, INCONCLUSIVE: 1, FAIL: 2, ERROR: 3}
 FINGERPRINT_KEYS = ("cpu", "cpu_count", "gpu", "driver", "python", "torch", "vllm", "qgate")
 NOTE_KEYS = ("hostname", "git_sha")
-
-
-@dataclass(frozen=True)
-class Gate:
-    name: str
-    passed: bool
-    detail: str
-    severity: str = SEV_FAIL
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def decide(gates: Sequence[Gate]) -> tuple[str, list[str]]:
-    """The verdict and its reasons (the failed gates, ERROR-class first, then FAIL, then INCONCLUSIVE).
-
-    An unknown severity counts as error: a gate nobody can classify cannot let a comparison pass.
-    """
-    if not gates:
-        return ERROR, ["no gate was evaluated"]
-    failed = [g for g in gates if not g.passed]
-    by_rank = sorted(
-        failed, key=lambda g: -VERDICT_RANK[SEVERITY_VERDICT.get(g.severity, ERROR)]
-    )  # stable: gate order kept within a severity
-    reasons = [f"{g.name}: {g.detail}" for g in by_rank]
-    if not by_rank:
-        return PASS, []
-    return SEVERITY_VERDICT.get(by_rank[0].severity, ERROR), reasons
 
 
 def _get(record: dict[str, Any], dotted: str) -> Any:
@@ -182,22 +148,10 @@ def comparable_gate(diffs: Sequence[str]) -> Gate:
 
 
 def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str = "") -> list[Gate]:
-    """Route attestation gates from qgate.routes; every one is ERROR-class.
-
-    Without qgate.routes, or when it cannot read the results, nothing proves the routes ran: ERROR.
-    """
+    """Route attestation gates (qgate.routes); every one is ERROR-class. A result the routes module
+    cannot read proves nothing ran: ERROR with the reason."""
     try:
-        routes = importlib.import_module("qgate.routes")
-    except ModuleNotFoundError as exc:
-        if exc.name != "qgate.routes":
-            raise
-        return [Gate(f"{prefix}route attestation", False, "qgate.routes is not available", SEV_ERROR)]
-    try:
-        gates = routes.attestation_gates(control, candidate)
-        return [
-            Gate(f"{prefix}{g['name']}", bool(g["passed"]), str(g.get("detail", "")), SEV_ERROR)
-            for g in gates
-        ]
+        return [g.prefixed(prefix) for g in routes.attestation_gates(control, candidate)]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         detail = f"cannot attest the routes: {type(exc).__name__}: {exc}"
         return [Gate(f"{prefix}route attestation", False, detail, SEV_ERROR)]

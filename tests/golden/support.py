@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract, load_contract
+from qgate.gate import SEV_ERROR, Gate
 
 GOLDEN = Path(__file__).resolve().parent
 FIXTURE_SHA = "0" * 60 + "90de"  # the pinned contract hash the fixtures carry
@@ -57,25 +58,15 @@ def standin_routes() -> types.ModuleType:
         mod.override_var = lambda route: mod.OVERRIDE_PREFIX + route.upper()
     mod.ROUTES = dict(STANDIN_ROUTES)
 
-    def attestation_gates(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
+    def attestation_gates(control: dict[str, Any], candidate: dict[str, Any]) -> list[Gate]:
         gates = []
         for route, var in STANDIN_ROUTES.items():
             if candidate["env"].get(var, "0") not in ("", "0"):
                 hits = candidate["routes"].get(route, {}).get("hits", 0)
-                gates.append(
-                    {
-                        "name": f"route {route} ran in the candidate",
-                        "passed": hits > 0,
-                        "detail": f"{hits} hits",
-                    }
-                )
+                gates.append(Gate(f"route {route} ran in the candidate", hits > 0, f"{hits} hits", SEV_ERROR))
         control_hits = sum(r.get("hits", 0) for r in control["routes"].values())
         gates.append(
-            {
-                "name": "no route ran in the control",
-                "passed": control_hits == 0,
-                "detail": f"{control_hits} hits",
-            }
+            Gate("no route ran in the control", control_hits == 0, f"{control_hits} hits", SEV_ERROR)
         )
         return gates
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from qgate.quality.gates import SEV_ERROR, arm_gates, make_gate, paired_gate, summarize
+from qgate.gate import SEV_ERROR, Gate
+from qgate.quality.gates import arm_gates, make_gate, paired_gate, summarize
 from qgate.quality.paired import LIKELY_REGRESSION, PairedTest, seed_of, single_seed_caveat
 from qgate.quality.schema import Quality
 
@@ -24,7 +25,7 @@ def _quality_section(contract: Any, candidate: dict[str, Any]) -> Quality:
     return Quality.model_validate(candidate["quality"])
 
 
-def same_inputs_gate(control: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+def same_inputs_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate:
     """Both arms ran the same items with the same quality settings and the same prompt token ids."""
     problems = []
     for key in ("dataset", "quality"):
@@ -217,7 +218,7 @@ def render_markdown(
 
 
 def compare_quality(control: dict[str, Any], candidate: dict[str, Any], contract: Any) -> dict[str, Any]:
-    """Gates [{name, passed, detail, severity}], the miss table, figures and a markdown section."""
+    """Gates (qgate.gate.Gate), the miss table, figures and a markdown section."""
     q = _quality_section(contract, candidate)
     seeds = q.run_seeds
     # Recounted from the item records: the saved summary is derived data.

@@ -1,6 +1,6 @@
 """Run-level counts of a quality result and the contract's quality gates. Pure functions on records.
 
-A gate is a dict {name, passed, detail, severity}: severity "error" when the comparison itself cannot be
+A gate is a qgate.gate.Gate: severity "error" when the comparison itself cannot be
 trusted (an incomplete result, arms run on different items or prompts, a statistic that could not be
 computed), "inconclusive" when the data cannot decide (the paired test without the power to see the
 regression the contract names), "fail" otherwise.
@@ -14,8 +14,10 @@ Correctness against the control is the paired test of qgate.quality.paired.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.quality.paired import (
     ERROR,
     INCONCLUSIVE,
@@ -27,12 +29,11 @@ from qgate.quality.paired import (
 )
 from qgate.quality.schema import QualityGates
 
-SEV_FAIL, SEV_INCONCLUSIVE, SEV_ERROR = "fail", "inconclusive", "error"
 LIST_AT_MOST = 8  # items named in a gate's detail; the report's tables list them all
 
 
-def make_gate(name: str, passed: bool, detail: str, severity: str = SEV_FAIL) -> dict[str, Any]:
-    return {"name": name, "passed": bool(passed), "detail": detail, "severity": severity}
+def make_gate(name: str, passed: bool, detail: str, severity: str = SEV_FAIL) -> Gate:
+    return Gate(name, bool(passed), detail, severity)
 
 
 def weighted_decode_tok_s(items: list[dict[str, Any]]) -> float | None:
@@ -79,11 +80,11 @@ def summarize(items: list[dict[str, Any]], n_items: int, seeds: list[int] | None
     }
 
 
-def _at_least(name: str, got: int, want: int, total: int) -> dict[str, Any]:
+def _at_least(name: str, got: int, want: int, total: int) -> Gate:
     return make_gate(name, got >= want, f"{got}/{total}, contract asks >= {want}")
 
 
-def _at_most(name: str, got: int, limit: int) -> dict[str, Any]:
+def _at_most(name: str, got: int, limit: int) -> Gate:
     return make_gate(name, got <= limit, f"{got}, contract allows <= {limit}")
 
 
@@ -95,7 +96,7 @@ def _items_where(items: list[dict[str, Any]], pred: Any) -> str:
     return f" (items {', '.join(idx[:LIST_AT_MOST])}{more})" if idx else ""
 
 
-def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate") -> list[dict[str, Any]]:
+def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate") -> list[Gate]:
     """The contract's per-run gates on one arm's result."""
     s = result["summary"]
     n, outputs = s["n_items"], s.get("n_outputs", s["n_items"])
@@ -115,16 +116,16 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     if g.all_natural_stops:
         detail = _items_where(items, lambda r: not r["natural_stop"])
         gate = _at_least(f"{label} natural stops", s["natural_stops"], outputs, outputs)
-        gates.append({**gate, "detail": gate["detail"] + detail})
+        gates.append(replace(gate, detail=gate.detail + detail))
     if g.all_closed_thinking:
         detail = _items_where(items, lambda r: not r["closed_thinking"])
         gate = _at_least(f"{label} closed thinking", s["closed_thinking"], outputs, outputs)
-        gates.append({**gate, "detail": gate["detail"] + detail})
+        gates.append(replace(gate, detail=gate.detail + detail))
     caps = _at_most(f"{label} length caps", s["length_caps"], g.max_length_caps)
-    gates.append({**caps, "detail": caps["detail"] + _items_where(items, lambda r: r["length_cap"])})
+    gates.append(replace(caps, detail=caps.detail + _items_where(items, lambda r: r["length_cap"])))
     invalid = _items_where(items, lambda r: r["invalid"])
     gate = _at_most(f"{label} structurally invalid", s["invalid"], g.max_invalid)
-    gates.append({**gate, "detail": gate["detail"] + invalid})
+    gates.append(replace(gate, detail=gate.detail + invalid))
     gates.append(_at_most(f"{label} U+FFFD characters", s["fffd_total"], g.max_fffd))
     gates.append(
         make_gate(
@@ -159,7 +160,7 @@ def new_misses(reference: dict[str, Any], candidate: dict[str, Any]) -> list[dic
 
 def paired_gate(
     control: dict[str, Any], candidate: dict[str, Any], seeds: list[int], g: QualityGates
-) -> tuple[dict[str, Any], PairedTest]:
+) -> tuple[Gate, PairedTest]:
     """The paired exact test as a gate: FAIL on a regression, INCONCLUSIVE without the power, ERROR
     when it cannot be computed; and the test record."""
     test = paired_test(
