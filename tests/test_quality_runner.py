@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from qgate.contract import load_contract
+from qgate.engine import arms
 from qgate.errors import RunFailure
 from qgate.quality import runner
 from qgate.quality.run import done_key
@@ -65,8 +66,10 @@ def test_interrupted_run_resumes_by_item_seed_pair(
     tmp_path: Path, contract: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     child = ScriptedChild(stop_after=20)
-    monkeypatch.setattr(runner, "run_segment", child)
-    monkeypatch.setattr(runner, "resolve_model", lambda spec: ("/m", {"spec": spec, "config_sha256": "c"}))
+    monkeypatch.setattr(arms, "run_segment", child)
+    monkeypatch.setattr(
+        arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec, "config_sha256": "c"})
+    )
     loaded, out = load_contract(contract), tmp_path / "out"
     with pytest.raises(RunFailure):
         runner.run_quality(loaded, out, ("control",))

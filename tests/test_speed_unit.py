@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qgate.speed import SpeedError, ids_sha256, rep_record, run_reps, synthetic_prompt
+from qgate.speed.workload import SpeedError, ids_sha256, rep_record, run_reps, synthetic_prompt
 
 SPEC = {
     "input_tokens": 16, "output_tokens": 5, "greedy": True, "ignore_eos": True, "warmup": 1,

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract, load_contract
+from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
 from qgate.results import atomic_write_json, atomic_write_text, current_schema
-from qgate.speed_run import ARMS, ArmPlan, contract_arms
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
 DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"
@@ -155,7 +155,7 @@ def _run_gate(
 
 
 def run_speed_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
-    from qgate.speed_run import run_speed
+    from qgate.speed.run import run_speed
 
     record, outcome = _run_gate(plan, "speed", run_speed, progress)
     if record is None:

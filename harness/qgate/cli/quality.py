@@ -33,7 +33,6 @@ def quality(
 ) -> None:  # fmt: skip
     """Quality gate: the frozen GSM8K items under every seed, per arm; compare with `qgate compare`."""
     from qgate.contract import load_contract
-    from qgate.engine.procs import claimed
     from qgate.quality.runner import ARMS, result_paths, run_quality
 
     arms = (arm.value,) if arm else ARMS
@@ -41,9 +40,10 @@ def quality(
         loaded = load_contract(contract)
         q = loaded.contract.quality
         total = q.n_items * len(q.run_seeds) if q is not None else 0
-        # claimed: refuse (or end) live processes of an earlier run in out (engine/procs.py).
-        with QualityProgress(total) as progress, claimed(out, kill_leftovers):
-            results = run_quality(loaded, out, arms, resume=resume, data=data, progress=progress)
+        with QualityProgress(total) as progress:
+            results = run_quality(
+                loaded, out, arms, resume=resume, data=data, progress=progress, kill_leftovers=kill_leftovers
+            )
     for name, res in results.items():
         s = res["summary"]
         rate = f"{s['decode_tok_s']:.1f}" if s["decode_tok_s"] else "-"

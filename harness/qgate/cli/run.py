@@ -11,7 +11,7 @@ from qgate.cli._options import EXIT_FAIL, ArmChoice, ContractOpt, KillLeftoversO
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
 from qgate.engine import procs
-from qgate.speed_run import ARMS, arm_path, kept_reps, run_speed
+from qgate.speed.run import ARMS, arm_path, kept_reps, run_speed
 
 app = typer.Typer(help="Run a gate's workload on real vLLM, one engine start per arm.", no_args_is_help=True)
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]

@@ -90,7 +90,7 @@ def _run(spec: dict, emit: Any) -> None:
     emit({"event": "engine_ready", "engine_start_s": time.perf_counter() - t0, "fingerprint": fingerprint()})
     workload = spec["workload"]
     if workload == "speed":
-        from qgate.speed import run_reps
+        from qgate.speed.workload import run_reps
 
         run_reps(engine, spec, emit)
     elif workload == "quality":

@@ -1,4 +1,4 @@
-"""One engine start of one arm (a segment of a run), shared by the speed and quality runs.
+"""One engine start of one arm (a segment of a run), for the arm spine (engine/arms.py).
 
 Runs the child, then folds what only exists after it ends into the arm's result: the route counts the
 vLLM processes wrote (summed over segments) and the inherited env variables that were dropped.
@@ -8,29 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from qgate.engine.launcher import EngineError, run_child
 from qgate.routes import collect, collect_shims, merge_shims
-
-
-def result_header(kind: str, schema_version: int, loaded: Any, plan: Any, model: dict) -> dict[str, Any]:
-    """What every arm result starts with: who ran what, under which contract, env and engine args."""
-    c = loaded.contract
-    return {
-        "kind": kind,
-        "schema_version": schema_version,
-        "arm": plan.name,
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
-        "env": dict(plan.env),
-        "engine_args": dict(plan.engine_args),
-        "model": model,
-        "fingerprint": None,
-        "launches": [],
-        "routes": {},
-        "dropped_env": [],
-        "complete": False,
-    }
 
 
 def merge_routes(total: dict, part: dict) -> dict:

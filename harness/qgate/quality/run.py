@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from qgate.engine.arms import ids_sha256
 from qgate.errors import RunFailure
 from qgate.quality.scoring import prompt_closes_thinking, score_output
-from qgate.speed import ids_sha256
 
 
 class QualityRunError(RunFailure, RuntimeError):

@@ -16,14 +16,12 @@ Format history of quality results (`kind: quality`):
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
-from qgate.engine.segment import result_header, run_segment
-from qgate.models import resolve_model
+from qgate.engine.arms import ARMS, ArmPlan, Progress, contract_arms, result_header, run_arms
 from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.paired import seed_of
@@ -37,17 +35,8 @@ from qgate.results import (
     load_result,
     read_jsonl,
 )
-from qgate.speed_run import ArmPlan, check_routes, contract_arms
 
 QUALITY_SCHEMA_VERSION = current_schema("quality")
-ARMS = ("control", "candidate")
-
-# What the CLI shows: called with (arm, event record, result so far).
-Progress = Callable[[str, dict, dict], None]
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def result_paths(out_dir: Path, arm: str) -> tuple[Path, Path]:
@@ -129,49 +118,62 @@ def _keys(items: list[dict]) -> set[tuple[int, int]]:
     return {(int(r["seed"]), int(r["index"])) for r in items}
 
 
-def run_arm(
-    loaded: LoadedContract, plan: ArmPlan, result: dict, out_dir: Path, model_path: str, items: list[Item],
-    progress: Progress | None,
-) -> dict:  # fmt: skip
-    """One engine start: the arm's items not yet in the result."""
-    arm = plan.name
-    c = loaded.contract
-    assert c.quality is not None
-    done = _keys(result["items"])
-    if _expected(c.quality) <= done:
-        return result
-    jsonl, summary = result_paths(out_dir, arm)
-    segment = len(result["launches"])
-    attest_dir = out_dir / "attest" / "quality" / arm / f"segment-{segment}"
-    spec = {"workload": "quality", "model_path": model_path, "engine_args": plan.engine_args,
-            **item_spec(c.quality, items), "done": sorted(done_key(*k) for k in done)}  # fmt: skip
-    state = {"result": result}
+@dataclass(frozen=True)
+class QualityWorkload:
+    """The spine's quality workload: one engine start per arm, the item-seed pairs not yet recorded
+    (qgate.quality.run)."""
 
-    def on_event(ev: dict) -> None:
-        res = state["result"]
-        kind = ev.get("event")
+    loaded: LoadedContract
+    out_dir: Path
+    resume: bool
+    items: list[Item]
+    dataset: dict[str, Any]
+    train_data: Path | None
+    kind: str = "quality"
+    launches: int = 1
+
+    @property
+    def quality(self) -> Quality:
+        q = self.loaded.contract.quality
+        assert q is not None
+        return q
+
+    def open(self, plan: ArmPlan, model: dict) -> dict:
+        return open_result(self.loaded, plan, self.out_dir, self.resume, model, self.dataset)
+
+    def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
+        done = _keys(result["items"])
+        if _expected(self.quality) <= done:
+            return None
+        return {**item_spec(self.quality, self.items), "done": sorted(done_key(*k) for k in done)}
+
+    def label(self, arm: str, launch: int) -> str:
+        return arm
+
+    def launch_fields(self, launch: int) -> dict:
+        return {}
+
+    def on_record(self, plan: ArmPlan, result: dict, event: dict) -> None:
+        kind = event.get("event")
         if kind == "engine_ready":
-            res["fingerprint"] = ev["fingerprint"]
-            res["launches"].append(
-                {"segment": segment, "engine_start_s": ev["engine_start_s"], "started_at": _now()}
-            )
-            atomic_write_json(summary, res)
+            self.save(plan, result)
         elif kind == "item":
-            append_jsonl(jsonl, ev["item"])
-            seeds = c.quality.run_seeds
-            res["items"] = sorted(
-                [*res["items"], ev["item"]], key=lambda r: _order(seeds, (r["seed"], r["index"]))
+            append_jsonl(result_paths(self.out_dir, plan.name)[0], event["item"])
+            seeds = self.quality.run_seeds
+            result["items"] = sorted(
+                [*result["items"], event["item"]], key=lambda r: _order(seeds, (r["seed"], r["index"]))
             )
-            res["summary"] = summarize(res["items"], c.quality.n_items, seeds)
-            atomic_write_json(summary, res)
-        if progress is not None:
-            progress(arm, ev, res)
+            result["summary"] = summarize(result["items"], self.quality.n_items, seeds)
+            self.save(plan, result)
 
-    log = out_dir / "logs" / f"quality-{arm}.log"
-    return run_segment(
-        spec, plan.env, log, attest_dir, state["result"], on_event,
-        lambda res: atomic_write_json(summary, res), arm,
-    )  # fmt: skip
+    def save(self, plan: ArmPlan, result: dict) -> None:
+        atomic_write_json(result_paths(self.out_dir, plan.name)[1], result)
+
+    def finish(self, result: dict) -> None:
+        q = self.quality
+        result["summary"] = summarize(result["items"], q.n_items, q.run_seeds)
+        keys = _keys(result["items"])
+        result["complete"] = keys == _expected(q) and len(keys) == len(result["items"])
 
 
 def run_quality(
@@ -182,10 +184,12 @@ def run_quality(
     data: Path | None = None,
     progress: Progress | None = None,
     plans: list[ArmPlan] | None = None,
+    kill_leftovers: bool = False,
 ) -> dict[str, dict]:
     """Run the frozen items on every arm (control first); returns the arm results.
 
-    `plans` replaces the contract's two arms with derived ones (the ablation's arms).
+    `plans` replaces the contract's two arms with derived ones (the ablation's arms). Live processes
+    of an earlier run in out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     c = loaded.contract
     q = c.quality
@@ -195,19 +199,7 @@ def run_quality(
     dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
                "source": source}  # fmt: skip
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    for plan in plans:  # a broken route override fails here, before any engine starts
-        check_routes(plan.env)
-    if c.model == "tiny-trained":  # train it (first use) on the data given here, not only the default path
-        from qgate.tiny_train import ensure_trained
-
-        ensure_trained(data=None if source.startswith("hf:") else Path(source))
-    model_path, model = resolve_model(c.model)
-    results = {p.name: open_result(loaded, p, out_dir, resume, model, dataset) for p in plans}
-    for plan in plans:
-        res = run_arm(loaded, plan, results[plan.name], out_dir, model_path, items, progress)
-        res["summary"] = summarize(res["items"], q.n_items, q.run_seeds)
-        keys = _keys(res["items"])
-        res["complete"] = keys == _expected(q) and len(keys) == len(res["items"])
-        atomic_write_json(result_paths(out_dir, plan.name)[1], res)
-        results[plan.name] = res
-    return results
+    # A tiny-trained model is trained (first use) on the data given here, not only the default path.
+    train_data = None if source.startswith("hf:") else Path(source)
+    workload = QualityWorkload(loaded, out_dir, resume, items, dataset, train_data)
+    return run_arms(loaded, out_dir, workload, plans, progress, kill_leftovers)

@@ -7,13 +7,13 @@ timestamps, so the harness's own work (Python, IPC, detokenising) is not in the 
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from qgate.engine.arms import ids_sha256
 from qgate.errors import RunFailure
 
 
@@ -37,10 +37,6 @@ def synthetic_prompt(vocab_size: int, n_tokens: int, seed: int, exclude: list[in
         raise SpeedError("the vocabulary has no ordinary tokens to build a prompt from")
     rng = random.Random(seed)
     return [pool[rng.randrange(len(pool))] for _ in range(n_tokens)]
-
-
-def ids_sha256(ids: list[int]) -> str:
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
 def sampling_params(spec: dict) -> dict[str, Any]:
@@ -89,6 +85,7 @@ def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | 
 
 def _one(engine: Engine, prompt: list[int], spec: dict) -> tuple[dict, float, bool | None]:
     reset = None
+    # The prefix-cache reset is asserted here, before every warmup and rep: a refused reset fails the run.
     if spec["reset_prefix_cache"]:
         reset = engine.reset_prefix_cache()
         if not reset:

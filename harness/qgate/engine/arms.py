@@ -1,0 +1,182 @@
+"""The spine of every `qgate run <workload>`: plan the arms, start their engines, keep their records.
+
+A run is arms x launches: for each launch, each arm in turn gets one engine start (engine/segment.py:
+the child, its route counts, the save). The spine owns what every workload shares: the arm plans, the
+route pre-flight, claiming the output folder, the model, the launch bookkeeping in each arm's result
+(fingerprint, `launches`), the attestation and log paths, progress. A workload (qgate.speed.run,
+qgate.quality.runner) supplies only its result files, the child's spec for a launch, and what it does
+with each record the child emits (`Workload`). Workloads never import each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from qgate.contract import LoadedContract
+from qgate.engine.procs import claimed
+from qgate.engine.segment import run_segment
+from qgate.models import resolve_model
+from qgate.routes import check_overrides
+
+ARMS = ("control", "candidate")
+
+# What the CLI shows: called with (arm, event record, result so far).
+Progress = Callable[[str, dict, dict], None]
+
+
+def ids_sha256(ids: list[int]) -> str:
+    """The hash of a token id list that every workload records (prompts, outputs)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """One arm to run: a name (the result file's stem), its env and its engine args."""
+
+    name: str
+    env: dict[str, str]
+    engine_args: dict[str, Any]
+
+
+def contract_arms(loaded: LoadedContract, names: tuple[str, ...] = ARMS) -> list[ArmPlan]:
+    c = loaded.contract
+    return [ArmPlan(n, c.env_for(n), c.engine_for(n)) for n in names]
+
+
+def check_routes(env: dict[str, str]) -> None:
+    """Refuse a broken route override before any engine starts (the child runs in this folder)."""
+    check_overrides(env, cwd=Path.cwd())
+
+
+def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict:
+    """What every arm result starts with: who ran what, under which contract, env and engine args."""
+    c = loaded.contract
+    return {
+        "kind": kind,
+        "schema_version": schema_version,
+        "arm": plan.name,
+        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "env": dict(plan.env),
+        "engine_args": dict(plan.engine_args),
+        "model": model,
+        "fingerprint": None,
+        "launches": [],
+        "routes": {},
+        "dropped_env": [],
+        "complete": False,
+    }
+
+
+class Workload(Protocol):
+    """What a workload gives the spine."""
+
+    @property
+    def kind(self) -> str:
+        """The child's workload, and the name of its result, attestation and log folders."""
+        ...
+
+    @property
+    def launches(self) -> int:
+        """Engine starts per arm."""
+        ...
+
+    @property
+    def train_data(self) -> Path | None:
+        """What a `tiny-trained` model is trained on when it is not cached yet (None: the default)."""
+        ...
+
+    def label(self, arm: str, launch: int) -> str:
+        """The engine start as error messages name it."""
+        ...
+
+    def open(self, plan: ArmPlan, model: dict) -> dict:
+        """The arm's result: fresh, or the saved one when resuming (refusing to clobber one)."""
+        ...
+
+    def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
+        """The child's workload spec for this launch (None: nothing left to run in it)."""
+        ...
+
+    def launch_fields(self, launch: int) -> dict:
+        """Keys of a `launches` entry before the shared ones (segment, engine_start_s, started_at)."""
+        ...
+
+    def on_record(self, plan: ArmPlan, result: dict, event: dict) -> None:
+        """Fold one record of the child into the result (and onto disk as the workload keeps it)."""
+        ...
+
+    def save(self, plan: ArmPlan, result: dict) -> None: ...
+
+    def finish(self, result: dict) -> None:
+        """Set what only the whole run decides (`complete`) before the last save."""
+        ...
+
+
+def run_launch(
+    workload: Workload, plan: ArmPlan, launch: int, result: dict, out_dir: Path, model_path: str,
+    progress: Progress | None,
+) -> dict:  # fmt: skip
+    """One engine start of one arm: the workload's spec, every record folded into `result`, saved."""
+    spec = workload.spec(plan, launch, result)
+    if spec is None:
+        return result
+    arm, kind = plan.name, workload.kind
+    segment = len(result["launches"])
+    attest_dir = out_dir / "attest" / kind / arm / f"segment-{segment}"
+    child_spec = {"workload": kind, "model_path": model_path, "engine_args": plan.engine_args, **spec}
+
+    def on_event(ev: dict) -> None:
+        if ev.get("event") == "engine_ready":
+            result["fingerprint"] = ev["fingerprint"]
+            result["launches"].append(
+                {**workload.launch_fields(launch), "segment": segment,
+                 "engine_start_s": ev["engine_start_s"], "started_at": now()}
+            )  # fmt: skip
+        workload.on_record(plan, result, ev)
+        if progress is not None:
+            progress(arm, ev, result)
+
+    log = out_dir / "logs" / f"{kind}-{arm}.log"
+    label = workload.label(arm, launch)
+    return run_segment(
+        child_spec, plan.env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label
+    )
+
+
+def run_arms(
+    loaded: LoadedContract,
+    out_dir: Path,
+    workload: Workload,
+    plans: list[ArmPlan],
+    progress: Progress | None = None,
+    kill_leftovers: bool = False,
+) -> dict[str, dict]:
+    """Run every launch of every arm, interleaved (control, candidate, control, ...); returns the results.
+
+    An arm's result is finished (`complete` set, saved) right after its last launch.
+
+        Live processes of an earlier run in out_dir are refused, or ended with `kill_leftovers`
+        (engine/procs.py).
+    """
+    for plan in plans:  # a broken route override fails here, before any engine starts
+        check_routes(plan.env)
+    with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
+        model_path, model = resolve_model(loaded.contract.model, workload.train_data)
+        results = {p.name: workload.open(p, model) for p in plans}
+        for launch in range(workload.launches):
+            for plan in plans:
+                res = run_launch(workload, plan, launch, results[plan.name], out_dir, model_path, progress)
+                if launch == workload.launches - 1:  # the arm's last launch: its result is final
+                    workload.finish(res)
+                    workload.save(plan, res)
+                results[plan.name] = res
+    return results

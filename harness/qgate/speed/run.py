@@ -1,0 +1,160 @@
+"""`qgate run speed` core: the speed workload on the arm spine, DIR/speed/<arm>.json kept current.
+
+The arm file is rewritten atomically after every rep, so a run killed at any moment loses no completed
+rep; `resume=True` continues from the saved reps; a finished or partial file is never overwritten
+without being asked to resume. Launches are interleaved by the spine (qgate.engine.arms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qgate.contract import LoadedContract
+from qgate.engine.arms import ARMS, ArmPlan, Progress, contract_arms, result_header, run_arms
+from qgate.engine.launcher import EngineError
+from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
+
+
+def arm_path(out_dir: Path, arm: str) -> Path:
+    return out_dir / "speed" / f"{arm}.json"
+
+
+def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, Any]:
+    s = loaded.contract.speed
+    assert s is not None
+    return {
+        **result_header("speed", SPEED_SCHEMA_VERSION, loaded, plan, model),
+        "prompt": {"input_tokens": s.input_tokens, "seed": s.prompt_seed, "sha256": None},
+        "workload": {
+            "output_tokens": s.output_tokens,
+            "greedy": s.greedy,
+            "ignore_eos": s.ignore_eos,
+            "warmup": s.warmup,
+            "repetitions": s.repetitions,
+            "reset_prefix_cache": s.reset_prefix_cache,
+            "launches": s.launches,
+        },
+        "reps": [],
+    }
+
+
+def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict) -> dict:
+    """A fresh result, or the saved one when resuming; refuse to clobber or to mix contracts."""
+    path = arm_path(out_dir, plan.name)
+    if not path.exists():
+        return new_result(loaded, plan, model)
+    if not resume:
+        raise ResultError(f"{path}: a result exists; pass --resume to continue it or choose another --out")
+    saved = load_result(path, kind="speed")
+    if saved["contract"]["sha256"] != loaded.sha256:
+        raise ResultError(
+            f"{path}: saved with contract sha256 {saved['contract']['sha256'][:12]}, "
+            f"not {loaded.sha256[:12]}: cannot resume under a different contract"
+        )
+    if saved["env"] != plan.env:
+        raise ResultError(f"{path}: saved with env {saved['env']}, not {plan.env}: cannot resume")
+    return saved
+
+
+def missing_reps(result: dict, launch: int, repetitions: int) -> list[int]:
+    done = {r["index"] for r in result["reps"]}
+    first = launch * repetitions
+    return [i for i in range(first, first + repetitions) if i not in done]
+
+
+@dataclass(frozen=True)
+class SpeedWorkload:
+    """The spine's speed workload: per launch, warmup and the launch's missing reps (qgate.speed.workload)."""
+
+    loaded: LoadedContract
+    out_dir: Path
+    resume: bool
+    kind: str = "speed"
+    train_data: Path | None = None
+
+    @property
+    def launches(self) -> int:
+        assert self.loaded.contract.speed is not None
+        return self.loaded.contract.speed.launches
+
+    def open(self, plan: ArmPlan, model: dict) -> dict:
+        return open_result(self.loaded, plan, self.out_dir, self.resume, model)
+
+    def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
+        s = self.loaded.contract.speed
+        assert s is not None
+        todo = missing_reps(result, launch, s.repetitions)
+        if not todo:
+            return None
+        return {
+            "input_tokens": s.input_tokens,
+            "output_tokens": s.output_tokens,
+            "greedy": s.greedy,
+            "ignore_eos": s.ignore_eos,
+            "warmup": s.warmup,
+            "reset_prefix_cache": s.reset_prefix_cache,
+            "prompt_seed": s.prompt_seed,
+            "launch": launch,
+            "rep_indices": todo,
+        }
+
+    def label(self, arm: str, launch: int) -> str:
+        return f"{arm} launch {launch}"
+
+    def launch_fields(self, launch: int) -> dict:
+        return {"launch": launch}
+
+    def on_record(self, plan: ArmPlan, result: dict, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "prompt":
+            if result["prompt"]["sha256"] not in (None, event["sha256"]):
+                raise EngineError(f"{plan.name}: prompt changed between launches ({event['sha256'][:12]})")
+            result["prompt"]["sha256"] = event["sha256"]
+        elif kind == "rep":
+            result["reps"].append(event["rep"])
+            result["reps"].sort(key=lambda r: r["index"])
+            self.save(plan, result)
+
+    def save(self, plan: ArmPlan, result: dict) -> None:
+        atomic_write_json(arm_path(self.out_dir, plan.name), result)
+
+    def finish(self, result: dict) -> None:
+        s = self.loaded.contract.speed
+        assert s is not None
+        result["complete"] = len(result["reps"]) == s.launches * s.repetitions
+
+
+def run_speed(
+    loaded: LoadedContract,
+    out_dir: Path,
+    arms: tuple[str, ...] = ARMS,
+    resume: bool = False,
+    progress: Progress | None = None,
+    plans: list[ArmPlan] | None = None,
+    kill_leftovers: bool = False,
+) -> dict[str, dict]:
+    """Run every launch of every arm, interleaved (control, candidate, control, ...).
+
+    `plans` replaces the contract's two arms with derived ones (the ablation's arms). Live processes
+    of an earlier run in out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
+    """
+    if loaded.contract.speed is None:
+        raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
+    plans = plans if plans is not None else contract_arms(loaded, arms)
+    workload = SpeedWorkload(loaded, out_dir, resume)
+    return run_arms(loaded, out_dir, workload, plans, progress, kill_leftovers)
+
+
+def kept_reps(out_dir: Path, arms: tuple[str, ...]) -> str:
+    """What a stopped run keeps, for its last line: the reps on disk per arm."""
+    parts = []
+    for arm in arms:
+        path = arm_path(out_dir, arm)
+        try:
+            n = len(load_result(path, kind="speed")["reps"])
+        except ResultError:
+            n = 0
+        parts.append(f"{arm} {n} rep{'s' if n != 1 else ''}")
+    return f"{', '.join(parts)} in {out_dir / 'speed'}"
