@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from qgate.contract import LoadedContract
 from qgate.engine.procs import claimed
@@ -121,6 +121,14 @@ class Workload(Protocol):
         ...
 
 
+class ArmRun(TypedDict, total=False):
+    """How a workload's run entry point may be asked to run (its **kwargs, passed on to run_arms)."""
+
+    plans: list[ArmPlan] | None  # derived arms (the ablation's) instead of the contract's
+    progress: Progress | None
+    kill_leftovers: bool
+
+
 def run_launch(
     workload: Workload, plan: ArmPlan, launch: int, result: dict, out_dir: Path, model_path: str,
     progress: Progress | None,
@@ -156,17 +164,18 @@ def run_arms(
     loaded: LoadedContract,
     out_dir: Path,
     workload: Workload,
-    plans: list[ArmPlan],
+    arms: tuple[str, ...] = ARMS,
+    plans: list[ArmPlan] | None = None,
     progress: Progress | None = None,
     kill_leftovers: bool = False,
 ) -> dict[str, dict]:
     """Run every launch of every arm, interleaved (control, candidate, control, ...); returns the results.
 
-    An arm's result is finished (`complete` set, saved) right after its last launch.
-
-        Live processes of an earlier run in out_dir are refused, or ended with `kill_leftovers`
-        (engine/procs.py).
+    The contract's `arms`, or `plans` in their place (derived arms: the ablation's). An arm's result is
+    finished (`complete` set, saved) right after its last launch. Live processes of an earlier run in
+    out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
+    plans = plans if plans is not None else contract_arms(loaded, arms)
     for plan in plans:  # a broken route override fails here, before any engine starts
         check_routes(plan.env)
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from qgate.contract import LoadedContract
-from qgate.engine.arms import ARMS, ArmPlan, Progress, contract_arms, result_header, run_arms
+from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
 from qgate.quality.gates import summarize
 from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.paired import seed_of
@@ -177,20 +177,11 @@ class QualityWorkload:
 
 
 def run_quality(
-    loaded: LoadedContract,
-    out_dir: Path,
-    arms: tuple[str, ...] = ARMS,
-    resume: bool = False,
-    data: Path | None = None,
-    progress: Progress | None = None,
-    plans: list[ArmPlan] | None = None,
-    kill_leftovers: bool = False,
-) -> dict[str, dict]:
-    """Run the frozen items on every arm (control first); returns the arm results.
-
-    `plans` replaces the contract's two arms with derived ones (the ablation's arms). Live processes
-    of an earlier run in out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
-    """
+    loaded: LoadedContract, out_dir: Path, arms: tuple[str, ...] = ARMS, resume: bool = False,
+    data: Path | None = None, **run: Unpack[ArmRun],
+) -> dict[str, dict]:  # fmt: skip
+    """The frozen items on every arm, control first (engine.arms.run_arms: plans, progress,
+    kill_leftovers); returns the arm results. `data`: the GSM8K file (see gsm8k.load_items)."""
     c = loaded.contract
     q = c.quality
     if q is None:
@@ -198,8 +189,7 @@ def run_quality(
     items, source = load_items(q.indices, q.items_sha256, cli_data=data, contract_path=q.data_path)
     dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
                "source": source}  # fmt: skip
-    plans = plans if plans is not None else contract_arms(loaded, arms)
     # A tiny-trained model is trained (first use) on the data given here, not only the default path.
     train_data = None if source.startswith("hf:") else Path(source)
     workload = QualityWorkload(loaded, out_dir, resume, items, dataset, train_data)
-    return run_arms(loaded, out_dir, workload, plans, progress, kill_leftovers)
+    return run_arms(loaded, out_dir, workload, arms, **run)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from qgate.contract import LoadedContract
-from qgate.engine.arms import ARMS, ArmPlan, Progress, contract_arms, result_header, run_arms
+from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
 from qgate.engine.launcher import EngineError
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
 
@@ -127,24 +127,13 @@ class SpeedWorkload:
 
 
 def run_speed(
-    loaded: LoadedContract,
-    out_dir: Path,
-    arms: tuple[str, ...] = ARMS,
-    resume: bool = False,
-    progress: Progress | None = None,
-    plans: list[ArmPlan] | None = None,
-    kill_leftovers: bool = False,
-) -> dict[str, dict]:
-    """Run every launch of every arm, interleaved (control, candidate, control, ...).
-
-    `plans` replaces the contract's two arms with derived ones (the ablation's arms). Live processes
-    of an earlier run in out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
-    """
+    loaded: LoadedContract, out_dir: Path, arms: tuple[str, ...] = ARMS, resume: bool = False,
+    **run: Unpack[ArmRun],
+) -> dict[str, dict]:  # fmt: skip
+    """Every launch of every arm (engine.arms.run_arms: plans, progress, kill_leftovers); the results."""
     if loaded.contract.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
-    plans = plans if plans is not None else contract_arms(loaded, arms)
-    workload = SpeedWorkload(loaded, out_dir, resume)
-    return run_arms(loaded, out_dir, workload, plans, progress, kill_leftovers)
+    return run_arms(loaded, out_dir, SpeedWorkload(loaded, out_dir, resume), arms, **run)
 
 
 def kept_reps(out_dir: Path, arms: tuple[str, ...]) -> str:
