@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from qgate import routes
+from qgate import route_env, routes
 from qgate.routes import RouteError
 
 FIXTURES = str(REPO / "tests" / "fixtures")
@@ -18,9 +18,11 @@ IMPL = "QGATE_ROUTE_IMPL_FP16_GEMV"
 
 
 def test_routes_match_the_plugin_switches() -> None:
+    # One vocabulary (qgate.route_env), the same objects on both sides, spelled as the docs say.
     overrides = pytest.importorskip("qgate_kernels.overrides")
-    assert routes.ROUTES == overrides.ROUTE_ENV
-    assert routes.override_var("fused_hc_fp16") == overrides.override_var("fused_hc_fp16")
+    assert routes.ROUTES is route_env.ROUTES and overrides.ROUTES is route_env.ROUTES
+    assert routes.override_var is overrides.override_var is route_env.override_var
+    assert routes.ROUTES["fp16_gemv"] == GEMV and routes.override_var("fp16_gemv") == IMPL
 
 
 @pytest.mark.parametrize(

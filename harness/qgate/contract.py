@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from qgate.errors import QgateError
 from qgate.ops.schema import Ops
 from qgate.quality.schema import Quality
+from qgate.route_env import OVERRIDE_PREFIX, ROUTES, SHIMS_ENV, SITES_ENV, SWITCH_PREFIX, override_var
 
 CONTRACT_SCHEMA_VERSION = 1
-ROUTE_ENV_PREFIX = "VLLM_SM70_QWEN38_"
 
 
 class ContractError(QgateError):
@@ -191,8 +191,8 @@ class Contract(_Strict):
             raise ValueError(problem)
         for arm_name in ("control", "candidate"):
             for key in getattr(self.arms, arm_name).env:
-                if key in ("QGATE_SHIMS", "QGATE_SITES"):
-                    field = "shims" if key == "QGATE_SHIMS" else "sites"
+                if key in (SHIMS_ENV, SITES_ENV):
+                    field = "shims" if key == SHIMS_ENV else "sites"
                     raise ValueError(
                         f"arms.{arm_name}.env.{key}: set the contract's `{field}:` instead (both arms)"
                     )
@@ -234,14 +234,9 @@ def _min_reps(alpha: float) -> int:
 def route_env_typo(key: str) -> str | None:
     """Why an arm env key looks like a route switch or route override but is none qgate knows; else None.
 
-    The known names come from qgate.routes (route switches ROUTES, overrides OVERRIDE_PREFIX + route): a
-    key with their prefix (in any case) that is not one of them, or a key within a few edits of one.
+    The known names come from qgate.route_env (route switches ROUTES, overrides OVERRIDE_PREFIX + route):
+    a key with their prefix (in any case) that is not one of them, or a key within a few edits of one.
     """
-    try:  # lazy: qgate.routes imports the launcher
-        from qgate.routes import OVERRIDE_PREFIX, ROUTES, override_var
-    except ImportError:  # no route vocabulary to check against; the verdict's attestation is ERROR then
-        return None
-
     switches = sorted(ROUTES.values())
     overrides = sorted(override_var(r) for r in ROUTES)
     known = switches + overrides
@@ -250,7 +245,7 @@ def route_env_typo(key: str) -> str | None:
     upper = key.upper()
     hint = difflib.get_close_matches(upper, known, n=1, cutoff=0.8)
     did_you_mean = f"; did you mean {hint[0]}?" if hint else ""
-    if upper.startswith(ROUTE_ENV_PREFIX):
+    if upper.startswith(SWITCH_PREFIX):
         return f"not a known route switch (known: {', '.join(switches)}){did_you_mean}"
     if upper.startswith(OVERRIDE_PREFIX):
         return f"not a known route override (known: {', '.join(overrides)}){did_you_mean}"

@@ -2,7 +2,8 @@
 
 Each vLLM process (front end, engine core, workers) that loads the route plugin counts, per route, the
 calls that ran the route (hits, per layer role) and the calls that kept vLLM's own path (fallbacks, per
-reason), and writes them to `$QGATE_ATTEST_DIR/<process>-<pid>.json`: atomically (temp file + rename),
+reason), and writes them to `$QGATE_ATTEST_DIR/<process>-<pid>.json` (the plugin passes the folder;
+the variable's name is qgate.route_env.ATTEST_DIR_ENV): atomically (temp file + rename),
 at most every `FLUSH_INTERVAL_S` while counting, and at exit, so that counts survive an engine shutdown
 that ends a worker without running its exit handlers (at most the last interval is lost then).
 qgate (harness/qgate/routes.py) merges the files of one engine start.
@@ -23,7 +24,6 @@ import time
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
 FLUSH_INTERVAL_S = 0.5
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-GDN_ROUTE = "fused_gdn_input_fp16"
+from qgate.route_env import ROUTE_GDN as GDN_ROUTE
 
 
 def _plugin() -> Any:

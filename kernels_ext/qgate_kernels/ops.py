@@ -24,12 +24,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 from qgate_kernels import _library, reference
 
-ROUTE_GEMV = "fp16_gemv"
-ROUTE_HC = "fused_hc_fp16"
-ROUTE_GDN = "fused_gdn_input_fp16"
-ROUTE_TOPK = "qsa_topk"
 ROUTES = (ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK)
 
 # Limits of the CUDA kernels (the op's CUDA kernel checks the same; see csrc/ops_cuda.cpp).

@@ -20,59 +20,39 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# Route name -> the env var that switches it on.
-ROUTE_ENV: dict[str, str] = {
-    "fp16_gemv": "VLLM_SM70_QWEN38_FP16_GEMV",
-    "fused_hc_fp16": "VLLM_SM70_QWEN38_FUSED_HC_FP16",
-    "fused_gdn_input_fp16": "VLLM_SM70_QWEN38_FUSED_GDN_INPUT_FP16",
-    "qsa_topk": "VLLM_SM70_QWEN38_QSA_TOPK",
-}
+# The route env's names and its static checks (switch values, override names) live in qgate.route_env,
+# shared with the harness; static_problems and switched_on are also read here as overrides.<name>.
+from qgate.route_env import (
+    ROUTE_GDN,
+    ROUTE_GEMV,
+    ROUTE_HC,
+    ROUTE_TOPK,
+    ROUTES,
+    override_var,
+    split_spec,
+)
+from qgate.route_env import static_problems as static_problems
+from qgate.route_env import switched_on as switched_on
+
 # Route name -> the function of qgate_kernels.ops that implements it (an override must match its signature).
 ROUTE_OP: dict[str, str] = {
-    "fp16_gemv": "gemv",
-    "fused_hc_fp16": "hc_combine_and_mix",  # mix sites call it with a zero block output (plugin)
-    "fused_gdn_input_fp16": "gdn_input",
-    "qsa_topk": "qsa_topk",
+    ROUTE_GEMV: "gemv",
+    ROUTE_HC: "hc_combine_and_mix",  # mix sites call it with a zero block output (plugin)
+    ROUTE_GDN: "gdn_input",
+    ROUTE_TOPK: "qsa_topk",
 }
-OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
-
-_ON = frozenset({"1", "true", "yes", "on"})
-_OFF = frozenset({"0", "false", "no", "off", ""})
 
 
 class OverrideError(ValueError):
     """A route switch or override is unusable; str() is one line naming the variable and the value."""
 
 
-def override_var(route: str) -> str:
-    """`fp16_gemv` -> `QGATE_ROUTE_IMPL_FP16_GEMV`."""
-    return OVERRIDE_PREFIX + route.upper()
-
-
-def parse_switch(value: str | None) -> bool | None:
-    """True / False for a valid switch value (1/0, true/false, yes/no, on/off), None for anything else."""
-    if value is None:
-        return False
-    text = value.strip().lower()
-    if text in _ON:
-        return True
-    if text in _OFF:
-        return False
-    return None
-
-
-def switched_on(env: Mapping[str, str]) -> set[str]:
-    """Route names whose switch is on in env (invalid values count as off; `env_problems` reports them)."""
-    return {route for route, var in ROUTE_ENV.items() if parse_switch(env.get(var)) is True}
-
-
 def parse_spec(var: str, spec: str) -> tuple[str, str]:
     """`package.module:function` -> (module, function); OverrideError naming var for anything else."""
-    module, sep, attr = spec.strip().partition(":")
-    names = module.split(".") + attr.split(".")
-    if not sep or not module or not attr or not all(n.isidentifier() for n in names):
+    parts = split_spec(spec)
+    if parts is None:
         raise OverrideError(f"{var}={spec!r}: expected 'package.module:function'")
-    return module, attr
+    return parts
 
 
 def _reference_signature(route: str) -> inspect.Signature:
@@ -126,33 +106,9 @@ def resolve(route: str, spec: str) -> Callable[..., Any]:
     return obj
 
 
-def static_problems(env: Mapping[str, str]) -> list[str]:
-    """Problems visible without importing anything: switch values, unknown or orphan override vars."""
-    problems = []
-    for var in ROUTE_ENV.values():
-        if parse_switch(env.get(var)) is None:
-            problems.append(f"{var}={env[var]!r}: expected 1 or 0 (also true/false, yes/no, on/off)")
-    known = {override_var(r): r for r in ROUTE_ENV}
-    on = switched_on(env)
-    for var in sorted(k for k in env if k.startswith(OVERRIDE_PREFIX)):
-        route = known.get(var)
-        if route is None:
-            problems.append(f"{var}: unknown route override (known: {', '.join(sorted(known))})")
-            continue
-        if route not in on:
-            # An override for a route that is off would silently do nothing: refuse it.
-            problems.append(f"{var} is set but the route is off ({ROUTE_ENV[route]} is not 1)")
-            continue
-        try:
-            parse_spec(var, env[var])
-        except OverrideError as exc:
-            problems.append(str(exc))
-    return problems
-
-
 def overrides_in(env: Mapping[str, str]) -> dict[str, str]:
     """Route -> override spec, for the override vars set in env (only known routes)."""
-    return {r: env[override_var(r)] for r in ROUTE_ENV if env.get(override_var(r), "").strip()}
+    return {r: env[override_var(r)] for r in ROUTES if env.get(override_var(r), "").strip()}
 
 
 def env_problems(env: Mapping[str, str]) -> list[str]:

@@ -4,8 +4,8 @@ Entry point `vllm.general_plugins: qgate_routes = qgate_kernels.plugin:register`
 in its front-end, engine-core and worker processes, possibly several times per process (idempotent).
 With no route switched on it returns at once: nothing is patched, imported or written.
 
-When a route is on (see `overrides.ROUTE_ENV`), at its sites (`sites.DEFAULT_SITES`, vLLM 0.32's
-Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
+When a route is on (its switch variable: `qgate.route_env.ROUTES`), at its sites (`sites.DEFAULT_SITES`,
+vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
 - fp16_gemv: the unquantized linear layers whose name ends in one of `GEMV_ROLES` (qkv_proj, o_proj,
   gate_up_proj, down_proj), the model's lm_head, and, while the HC route is off, Qwen4Exp's HC
   projections (`HC_PROJ_ROLES`). Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
@@ -48,14 +48,16 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
+from qgate.route_env import ATTEST_DIR_ENV
+from qgate.route_env import ROUTE_GDN as GDN_ROUTE
+from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
+from qgate.route_env import ROUTE_HC as HC_ROUTE
+from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
+from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 from qgate_kernels import attest, overrides, shims, sites
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
-GEMV_ROUTE = "fp16_gemv"
-GDN_ROUTE = "fused_gdn_input_fp16"
-HC_ROUTE = "fused_hc_fp16"
-TOPK_ROUTE = "qsa_topk"
 GEMV_ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
 # Qwen4Exp's HyperConnection projections: GEMV roles while the HC route is off (the HC op takes them).
 HC_PROJ_ROLES = ("input_mix_weight_down_block_inject", "input_mix_weight_down", "input_mix_weight_up")
@@ -90,7 +92,7 @@ def register() -> None:
     if not routes_on and not shim_names:
         return  # quiet and cheap: the control arm runs vLLM untouched
     recorder = attest.Recorder(
-        os.environ.get(attest.ATTEST_DIR_ENV), sorted(routes_on), overrides.overrides_in(os.environ)
+        os.environ.get(ATTEST_DIR_ENV), sorted(routes_on), overrides.overrides_in(os.environ)
     )
     if shim_names:
         _apply_shims(recorder, shim_names)
@@ -163,9 +165,6 @@ def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], 
         if route == HC_ROUTE:
             impls[HC_MIX_IMPL] = _mix_through(impls[route])
     return impls, None
-
-
-HC_MIX_IMPL = "fused_hc_fp16.mix"
 
 
 def _mix_through(combine_and_mix: Callable[..., Any]) -> Callable[..., Any]:

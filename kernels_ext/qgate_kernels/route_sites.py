@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-HC_ROUTE = "fused_hc_fp16"
-TOPK_ROUTE = "qsa_topk"
-HC_MIX_IMPL = "fused_hc_fp16.mix"
+from qgate.route_env import ROUTE_HC as HC_ROUTE
+from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
+from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
+
 _ROLE_BY_NAME = (
     ("hyper_connection_mixer", "final"),
     ("mlp_hyper_connection", "moe"),

@@ -36,10 +36,11 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-SHIMS_ENV = "QGATE_SHIMS"
-PIL_IMAGE = "qwen2vl_pil_image_processor"
-HC_TORCH = "qwen4exp_hc_torch_cpu"
-FP16_CPU = "qwen4exp_fp16_cpu"
+from qgate.route_env import SHIM_FP16_CPU as FP16_CPU
+from qgate.route_env import SHIM_HC_TORCH as HC_TORCH
+from qgate.route_env import SHIM_PIL_IMAGE as PIL_IMAGE
+from qgate.route_env import SHIMS_ENV
+
 SHIMS: dict[str, str] = {
     PIL_IMAGE: "transformers' PIL Qwen2VL image processor when torchvision is missing (import only)",
     HC_TORCH: "pure-torch CPU bodies of the five Triton HyperConnection ops of qwen4_exp/nvidia/ops/hc.py",

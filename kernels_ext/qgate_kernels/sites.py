@@ -21,16 +21,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-SITES_ENV = "QGATE_SITES"
-HC, GDN, TOPK, GEMV = "fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk", "fp16_gemv"
+from qgate.route_env import SITE_GDN_CPU, SITE_GDN_CUDA, SITE_HC_COMBINE, SITE_HC_MIX, SITE_TOPK
+from qgate.route_env import SITES_ENV as SITES_ENV  # tests read it as sites.<name>
+
 _HC_MOD = "vllm.models.qwen4_exp.nvidia.hyperconnection"
 _GDN_MOD = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 DEFAULT_SITES: dict[str, str] = {
-    f"{HC}.mix": f"{_HC_MOD}:GatedResidual.mix",
-    f"{HC}.combine_and_mix": f"{_HC_MOD}:GatedResidual.combine_and_mix",
-    f"{GDN}.forward_cpu": f"{_GDN_MOD}:QwenGatedDeltaNetAttention.forward_cpu",
-    f"{GDN}.forward_cuda": f"{_GDN_MOD}:QwenGatedDeltaNetAttention.forward_cuda",
-    f"{TOPK}.topk": "vllm.models.qwen4_exp.nvidia.ops.qsa_indexer:_topk",
+    SITE_HC_MIX: f"{_HC_MOD}:GatedResidual.mix",
+    SITE_HC_COMBINE: f"{_HC_MOD}:GatedResidual.combine_and_mix",
+    SITE_GDN_CPU: f"{_GDN_MOD}:QwenGatedDeltaNetAttention.forward_cpu",
+    SITE_GDN_CUDA: f"{_GDN_MOD}:QwenGatedDeltaNetAttention.forward_cuda",
+    SITE_TOPK: "vllm.models.qwen4_exp.nvidia.ops.qsa_indexer:_topk",
 }
 # The GEMV route's sites are vLLM's UnquantizedLinearMethod / UnquantizedEmbeddingMethod (every linear
 # layer of every model), not nameable per model.

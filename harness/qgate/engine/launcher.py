@@ -20,9 +20,7 @@ from pathlib import Path
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.errors import RunFailure
-
-# Inherited variables with these prefixes would switch routes behind the contract's back.
-ROUTE_ENV_PREFIXES = ("VLLM_SM70_", "QGATE_ROUTE_IMPL_", "QGATE_SHIMS", "QGATE_SITES")
+from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -40,7 +38,7 @@ class ChildOutcome:
 def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[str, str], list[str]]:
     """The child's environment: the caller's, minus stray route switches, plus the arm's env."""
     env = dict(os.environ)
-    dropped = sorted(k for k in env if k.startswith(ROUTE_ENV_PREFIXES) and k not in arm_env)
+    dropped = sorted(k for k in env if k.startswith(ARM_ENV_PREFIXES) and k not in arm_env)
     for key in dropped:
         del env[key]
     env.update(arm_env)
@@ -55,7 +53,7 @@ def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[st
     env[PIDS_ENV] = str(procs.pids_file(token))
     if attest_dir is not None:
         attest_dir.mkdir(parents=True, exist_ok=True)
-        env["QGATE_ATTEST_DIR"] = str(attest_dir.resolve())
+        env[ATTEST_DIR_ENV] = str(attest_dir.resolve())
     return env, dropped
 
 
