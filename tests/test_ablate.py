@@ -18,7 +18,7 @@ import yaml
 from conftest import CONTRACTS
 from typer.testing import CliRunner
 
-from qgate import ablate
+from qgate import ablate, stats
 from qgate.ablate import AblationError, Factor
 from qgate.cli.ablate import ablate as ablate_cmd
 from qgate.contract import LoadedContract, load_contract
@@ -262,11 +262,11 @@ def test_token_divergence_per_arm(two: LoadedContract) -> None:
 def test_bootstrap_estimate_is_seeded_and_refuses_too_few_samples() -> None:
     cfg = StatsConfig(bootstrap_resamples=2000)
     data = {"a": np.array([1.0, 2.0, 3.0, 4.0]), "b": np.array([2.0, 2.5, 3.5])}
-    one = ablate.bootstrap_estimate(data, lambda m: m["b"] - m["a"], cfg)
-    assert one == ablate.bootstrap_estimate(data, lambda m: m["b"] - m["a"], cfg)
+    one = stats.bootstrap_estimate(data, lambda m: m["b"] - m["a"], cfg)
+    assert one == stats.bootstrap_estimate(data, lambda m: m["b"] - m["a"], cfg)
     assert one["estimate"] == pytest.approx(8 / 3 - 2.5)
     assert one["ci_low"] < one["estimate"] < one["ci_high"]
-    bad = ablate.bootstrap_estimate({"a": np.array([1.0])}, lambda m: m["a"], cfg)
+    bad = stats.bootstrap_estimate({"a": np.array([1.0])}, lambda m: m["a"], cfg)
     assert bad["error"] and bad["estimate"] is None
 
 

@@ -363,3 +363,21 @@ def test_sample_size_estimate_reaches_the_margin_in_simulation() -> None:
     assert 0.75 <= power <= 0.9
     assert units_for_non_inferiority(5.0, 5.0, 5.0, 0.05, true_ratio=0.94) is None  # beyond the floor
     assert units_for_non_inferiority(5.0, 5.0, 5.0, 0.05, true_ratio=0.98) > n
+
+
+def test_arm_figures_a_broken_rep_voids_the_figures_over_it() -> None:
+    """One arm-figures function (compare, ablate, history): a missing or non-finite rep is None in the
+    list and makes the figures over that metric None instead of a summary of the other reps."""
+    from qgate.stats import arm_figures, rep_values
+
+    reps = [{"decode_tok_s": 50.0, "tpot_ms": 20.0, "ttft_ms": 5.0}, {"decode_tok_s": 52.0, "tpot_ms": 19.0}]
+    reps.append({"decode_tok_s": 48.0, "tpot_ms": 21.0, "ttft_ms": float("inf")})
+    figs = arm_figures({"reps": reps})
+    assert figs["decode_tok_s"] == [50.0, 52.0, 48.0] and figs["decode_tok_s_min"] == 48.0
+    assert figs["decode_tok_s_mean"] == pytest.approx(50.0) and figs["tpot_ms_mean"] == pytest.approx(20.0)
+    assert figs["ttft_ms"] == [5.0, None, None] and figs["ttft_ms_median"] is None
+    reps[1]["decode_tok_s"] = None
+    figs = arm_figures({"reps": reps})
+    assert figs["decode_tok_s"] == [50.0, None, 48.0]
+    assert figs["decode_tok_s_mean"] is None and figs["decode_tok_s_min"] is None
+    assert np.isnan(rep_values({"reps": reps}, "decode_tok_s")[1])

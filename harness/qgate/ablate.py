@@ -40,13 +40,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from qgate import routes
 from qgate import verdict as vd
@@ -59,7 +57,8 @@ from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
 from qgate.speed.run import arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import LaunchDataError, StatsConfig, compare_samples, unit_samples
+from qgate.stats import StatsConfig, arm_units, bootstrap_estimate, compare_samples
+from qgate.stats import arm_figures as stats_arm_figures
 
 ABLATION_SCHEMA_VERSION = current_schema("ablation")
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
@@ -294,77 +293,31 @@ def write_ablation(record: dict[str, Any], out_dir: Path) -> dict[str, str]:
 # --- analysis ---------------------------------------------------------------------------------------
 
 
-def _values(result: Mapping[str, Any], field: str) -> np.ndarray:
-    # Missing or non-numeric values become NaN so the statistics report an error instead of guessing.
-    out = []
-    for rep in result.get("reps") or []:
-        v = rep.get(field)
-        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan"))
-    return np.array(out, dtype=float)
-
-
-def samples(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray]:
-    """The statistical unit of an arm (reps, or launch means when it ran over several launches)."""
-    launches = int((result.get("workload") or {}).get("launches", 1) or 1)
-    ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
-    try:
-        return unit_samples(_values(result, field), ids, launches)
-    except LaunchDataError:  # launch ids that cannot be grouped: no finite unit, so the effect is ERROR
-        return "launch", np.full(max(launches, 2), np.nan)
-
-
-MeansFn = Callable[[Mapping[str, Any]], Any]
-
-
-def bootstrap_estimate(data: Mapping[str, np.ndarray], fn: MeansFn, cfg: StatsConfig) -> dict[str, Any]:
-    """A function of arm means, with its seeded percentile bootstrap (1 - alpha) CI.
-
-    Each arm is resampled independently (arms are separate engine starts). fn receives a mapping of arm
-    name -> mean (a float for the estimate, an array of B resampled means for the CI) and must be
-    written with array arithmetic. An arm with fewer than 2 finite samples gives an error record.
-    """
-    for name, x in data.items():
-        if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
-            msg = f"arm {name}: {x.size} sample(s), need at least 2 finite ones for a bootstrap CI"
-            return {"estimate": None, "ci_low": None, "ci_high": None, "error": msg}
-    rng = np.random.default_rng(cfg.seed)
-    resampled = {}
-    for name in sorted(data):  # fixed order: the same seed gives the same CI
-        x = data[name]
-        resampled[name] = x[rng.integers(0, x.size, size=(cfg.bootstrap_resamples, x.size))].mean(axis=1)
-    estimate = float(fn({k: float(v.mean()) for k, v in data.items()}))
-    dist = np.asarray(fn(resampled), dtype=float)
-    lo, hi = np.quantile(dist, [cfg.alpha / 2, 1 - cfg.alpha / 2])
-    if not (np.isfinite(estimate) and np.isfinite(lo) and np.isfinite(hi)):
-        return {"estimate": None, "ci_low": None, "ci_high": None, "error": "non-finite bootstrap"}
-    return {"estimate": estimate, "ci_low": float(lo), "ci_high": float(hi), "error": None}
-
-
 def arm_figures(result: Mapping[str, Any], cfg: StatsConfig) -> dict[str, Any]:
     """Per-arm decode tok/s (per rep, the unit's mean and its bootstrap CI), TPOT and TTFT."""
-    unit, tok = samples(result, "decode_tok_s")
+    unit, tok = arm_units(result, "decode_tok_s")
     mean = bootstrap_estimate({"arm": tok}, lambda m: m["arm"], cfg)
-    tpot, ttft = _values(result, "tpot_ms"), _values(result, "ttft_ms")
+    figs = stats_arm_figures(result)
     return {
         "unit": unit,
-        "reps": len(result.get("reps") or []),
-        "decode_tok_s": [float(v) if np.isfinite(v) else None for v in _values(result, "decode_tok_s")],
+        "reps": figs["reps"],
+        "decode_tok_s": figs["decode_tok_s"],
         "decode_tok_s_mean": mean["estimate"],
         "decode_tok_s_ci": [mean["ci_low"], mean["ci_high"]],
         "decode_tok_s_ci_error": mean["error"],
-        "tpot_ms_mean": float(tpot.mean()) if tpot.size and np.all(np.isfinite(tpot)) else None,
-        "ttft_ms_median": float(np.median(ttft)) if ttft.size and np.all(np.isfinite(ttft)) else None,
+        "tpot_ms_mean": figs["tpot_ms_mean"],
+        "ttft_ms_median": figs["ttft_ms_median"],
         "engine_start_s": [la.get("engine_start_s") for la in result.get("launches") or []],
     }
 
 
 def effect(ref: str, arm: str, results: Mapping[str, Mapping[str, Any]], cfg: StatsConfig) -> dict[str, Any]:
     """arm against ref: decode tok/s statistics (qgate.stats) and the TPOT change in ms with its CI."""
-    unit, a = samples(results[ref], "decode_tok_s")
-    _, b = samples(results[arm], "decode_tok_s")
+    unit, a = arm_units(results[ref], "decode_tok_s")
+    _, b = arm_units(results[arm], "decode_tok_s")
     decode = compare_samples(a, b, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
-    _, ta = samples(results[ref], "tpot_ms")
-    _, tb = samples(results[arm], "tpot_ms")
+    _, ta = arm_units(results[ref], "tpot_ms")
+    _, tb = arm_units(results[arm], "tpot_ms")
     tpot = bootstrap_estimate({"ref": ta, "arm": tb}, lambda m: m["arm"] - m["ref"], cfg)
     return {"reference": ref, "arm": arm, "decode": decode.to_dict(), "tpot_delta_ms": tpot}
 
@@ -380,8 +333,8 @@ def _interaction(
     """
     sign = 1.0 if basis == "alone" else -1.0
     names = sorted({n for pair in (total, *parts) for n in pair})
-    tpot = {n: samples(results[n], "tpot_ms")[1] for n in names}
-    tok = {n: samples(results[n], "decode_tok_s")[1] for n in names}
+    tpot = {n: arm_units(results[n], "tpot_ms")[1] for n in names}
+    tok = {n: arm_units(results[n], "decode_tok_s")[1] for n in names}
 
     def ms(m: Mapping[str, Any]) -> Any:
         return sign * ((m[total[1]] - m[total[0]]) - sum((m[b] - m[a] for a, b in parts), 0.0))

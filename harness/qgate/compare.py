@@ -39,9 +39,12 @@ from qgate.stats import (
     LaunchDataError,
     MetricStats,
     StatsConfig,
+    arm_figures,
     compare_samples,
     error_record,
     group_by_launch,
+    rep_values,
+    result_launches,
 )
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
@@ -133,20 +136,6 @@ def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> Loa
     return loaded
 
 
-def _rep_values(result: dict[str, Any], field: str) -> np.ndarray:
-    # Missing or non-numeric values become NaN so the statistics report an error instead of guessing.
-    out = []
-    for rep in result.get("reps") or []:
-        v = rep.get(field)
-        out.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else float("nan"))
-    return np.array(out, dtype=float)
-
-
-def _launches(result: dict[str, Any]) -> int:
-    value = (result.get("workload") or {}).get("launches", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
-
-
 def _rep_problem(result: dict[str, Any], field: str) -> str | None:
     """One line naming the first rep whose value is not a finite positive number, or None."""
     for i, rep in enumerate(result.get("reps") or []):
@@ -164,7 +153,7 @@ def _arm_samples(result: dict[str, Any], field: str, name: str) -> tuple[np.ndar
     reps = [rep for rep in result.get("reps") or [] if isinstance(rep, dict)]
     try:
         ids = [rep.get("launch") for rep in reps]
-        return group_by_launch(_rep_values(result, field), ids, _launches(result)), None
+        return group_by_launch(rep_values(result, field), ids, result_launches(result)), None
     except LaunchDataError as exc:
         return None, f"{name} reps: {exc}"
 
@@ -172,7 +161,7 @@ def _arm_samples(result: dict[str, Any], field: str, name: str) -> tuple[np.ndar
 def _compare_field(
     control: dict[str, Any], candidate: dict[str, Any], field: str, cfg: StatsConfig, higher: bool
 ) -> MetricStats:
-    launches = _launches(control)
+    launches = result_launches(control)
     c, why_c = _arm_samples(control, field, "control")
     t, why_t = _arm_samples(candidate, field, "candidate")
     if c is None or t is None:
@@ -181,34 +170,11 @@ def _compare_field(
     return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches)
 
 
-def _finite_or_none(value: float) -> float | None:
-    return float(value) if np.isfinite(value) else None
-
-
 def _change(new: float | None, old: float | None) -> float | None:
     if new is None or old is None or old == 0:
         return None
-    return _finite_or_none(100.0 * (new / old - 1.0))
-
-
-def _arm_figures(result: dict[str, Any]) -> dict[str, Any]:
-    tok, tpot, ttft = (_rep_values(result, f) for f in ("decode_tok_s", "tpot_ms", "ttft_ms"))
-    with np.errstate(invalid="ignore"):  # an inf rep: the figures say None, the statistics say ERROR
-        mean = _finite_or_none(tok.mean()) if tok.size else None
-        std = _finite_or_none(tok.std(ddof=0)) if tok.size else None
-    return {
-        "reps": int(tok.size),
-        "launches": _launches(result),
-        "decode_tok_s": [_finite_or_none(v) for v in tok],
-        "tpot_ms": [_finite_or_none(v) for v in tpot],
-        "ttft_ms": [_finite_or_none(v) for v in ttft],
-        "launch_ids": [rep.get("launch", 0) for rep in result.get("reps") or []],
-        "decode_tok_s_mean": mean,
-        "decode_tok_s_std": std,
-        "decode_tok_s_cv_pct": _finite_or_none(100 * std / mean) if mean and std is not None else None,
-        "tpot_ms_mean": _finite_or_none(tpot.mean()) if tpot.size else None,
-        "ttft_ms_median": _finite_or_none(np.median(ttft)) if ttft.size else None,
-    }
+    change = 100.0 * (new / old - 1.0)
+    return float(change) if np.isfinite(change) else None
 
 
 def switched_routes(env: dict[str, Any]) -> list[str]:
@@ -250,7 +216,7 @@ def compare_speed(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
     cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
     decode = _compare_field(control, candidate, "decode_tok_s", cfg, True)
     ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
-    figs = {"control": _arm_figures(control), "candidate": _arm_figures(candidate), "unit": decode.unit}
+    figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
     c, t = figs["control"], figs["candidate"]
     figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
     figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])

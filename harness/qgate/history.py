@@ -50,6 +50,7 @@ from urllib.parse import quote
 
 from qgate.errors import QgateError
 from qgate.results import ResultError, atomic_write_text, atomic_write_with, load_result
+from qgate.stats import arm_figures
 
 HISTORY_SCHEMA_VERSION = 2
 FORMAT = "qgate-history"
@@ -135,33 +136,20 @@ def _num(value: Any) -> float | None:
     return float(value) if ok and value == value else None  # NaN -> None
 
 
-def _mean(values: list[float | None]) -> float | None:
-    xs = [v for v in values if v is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def _median(values: list[float | None]) -> float | None:
-    xs = sorted(v for v in values if v is not None)
-    if not xs:
-        return None
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
-    """Decode figures of one speed result; a rep without a number counts as None (and lowers nothing)."""
+    """Decode figures of one speed result (qgate.stats.arm_figures, reps in index order): a rep without
+    a finite number is None in the list and makes the figures over it None."""
     reps = sorted(result.get("reps") or [], key=lambda r: r.get("index", 0))
-    tok = [_num(r.get("decode_tok_s")) for r in reps]
-    present = [v for v in tok if v is not None]
+    figs = arm_figures({**result, "reps": reps})
     return {
         "speed_contract": (result.get("contract") or {}).get("name"),
         "speed_contract_sha256": (result.get("contract") or {}).get("sha256"),
-        "decode_reps": len(reps),
-        "decode_tok_s_mean": _mean(tok),
-        "decode_tok_s_min": min(present) if present else None,
-        "decode_tok_s_reps": json.dumps(tok),
-        "tpot_ms_mean": _mean([_num(r.get("tpot_ms")) for r in reps]),
-        "ttft_ms_median": _median([_num(r.get("ttft_ms")) for r in reps]),
+        "decode_reps": figs["reps"],
+        "decode_tok_s_mean": figs["decode_tok_s_mean"],
+        "decode_tok_s_min": figs["decode_tok_s_min"],
+        "decode_tok_s_reps": json.dumps(figs["decode_tok_s"]),
+        "tpot_ms_mean": figs["tpot_ms_mean"],
+        "ttft_ms_median": figs["ttft_ms_median"],
         "speed_complete": int(result.get("complete") is True),
     }
 
