@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from qgate import ablate, stats
 from qgate.ablate import AblationError, Factor
 from qgate.cli.ablate import ablate as ablate_cmd
+from qgate.compare import OutputExists, refuse_overwrite
 from qgate.contract import LoadedContract, load_contract
 from qgate.stats import StatsConfig
 
@@ -332,3 +333,19 @@ def test_the_documented_example_contract_plans_the_four_arms(tmp_path: Path) -> 
     factors, arms = ablate.plan_arms(load_contract(tmp_path / "doc.yaml"))
     assert [f.name for f in factors] == ["fp16_gemv", PLACEBO]
     assert [a.name for a in arms] == ["control", "only-fp16_gemv", f"only-{PLACEBO}", "candidate"]
+
+
+def test_cli_refuses_an_out_dir_holding_an_ablation_report(tmp_path: Path) -> None:
+    """No earlier ablation is overwritten without --resume or --force; refused before any engine start."""
+    loaded = contract(tmp_path, {GEMV: "0"}, {GEMV: "1"})
+    out_dir = tmp_path / "o"
+    out_dir.mkdir()
+    (out_dir / "ablation.json").write_text("{}")
+    out = CliRunner().invoke(_cli(), ["ablate", "--contract", loaded.path, "--out", str(out_dir)])
+    assert out.exit_code == 2, out.output
+    assert out.output.count("qgate: error:") == 1 and "Traceback" not in out.output
+    assert f"{out_dir}: already holds a report (ablation.json)" in out.output and "--force" in out.output
+    assert (out_dir / "ablation.json").read_text() == "{}"
+    with pytest.raises(OutputExists):
+        refuse_overwrite(out_dir, ablate.REPORT_FILES, False)
+    refuse_overwrite(out_dir, ablate.REPORT_FILES, True)  # --force (or --resume) lets it through

@@ -11,7 +11,6 @@ import importlib.util
 import json
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qgate import history
+from qgate import verdict as vd
 from qgate.cli.history import app
 from qgate.compare import run_compare
 from qgate.report import trend
@@ -34,7 +34,7 @@ QSHA = "ab" * 32  # the quality contract's sha256 in the hand-made quality resul
 
 @pytest.fixture(autouse=True)
 def routes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "qgate.routes", support.standin_routes())
+    monkeypatch.setattr(vd, "routes", support.standin_routes())
 
 
 @pytest.fixture

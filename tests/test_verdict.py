@@ -460,3 +460,30 @@ def test_non_inferiority_needs_the_ci_to_rule_out_a_larger_slowdown() -> None:
     wide = 100 * (1 - decode["t_ci_low"]) + 1
     rec = verdict_of(control, candidate, _margin_contract(wide, **only_margin))
     assert gate(rec, "decode regression ruled out")["passed"]
+
+
+def test_compare_refuses_an_out_dir_holding_a_report_unless_force(tmp_path: Path) -> None:
+    """qgate compare never overwrites an earlier verdict without --force: exit 2, one line naming DIR."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from qgate.cli.compare import app
+
+    contract = tmp_path / "contract.yaml"
+    shutil.copy(support.FIXTURE_CONTRACT, contract)
+    control, candidate = (support.rehash(r, contract) for r in support.load_pair())
+    ctrl = support.write_json(tmp_path / "a" / "control.json", control)
+    cand = support.write_json(tmp_path / "b" / "candidate.json", candidate)
+    out = tmp_path / "out"
+    args = [str(a) for a in (ctrl, cand, "--contract", contract, "--out", out)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    before = (out / "verdict.json").read_text()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 2 and "Traceback" not in again.output
+    assert again.output.count("qgate: error:") == 1
+    assert f"{out}: already holds a report (verdict.json, report.md, speed.png)" in again.output
+    assert (out / "verdict.json").read_text() == before
+    forced = CliRunner().invoke(app, [*args, "--force"])
+    assert forced.exit_code == 0, forced.output

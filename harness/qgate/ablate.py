@@ -48,7 +48,7 @@ from typing import Any
 
 from qgate import routes
 from qgate import verdict as vd
-from qgate.compare import SPEED_EXTRA_KEYS
+from qgate.compare import SPEED_EXTRA_KEYS, refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError
@@ -66,6 +66,7 @@ DEFAULT_DESIGN = "both"
 MAX_FULL_FACTORS = 5  # 2^5 = 32 engine starts per launch: beyond that, a factorial is not "small k"
 OK = "OK"
 ERROR = "ERROR"
+REPORT_FILES = ("ablation.json", "ablation.md", "ablation.png")  # what write_ablation writes
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -239,8 +240,13 @@ def run_ablation(
     design: str = DEFAULT_DESIGN,
     resume: bool = False,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Plan, run every arm's speed gate (and quality where possible), analyse, write the report."""
+    """Plan, run every arm's speed gate (and quality where possible), analyse, write the report.
+
+    An earlier ablation report in out_dir is refused (OutputExists) unless resume (which continues
+    that ablation and writes its report again) or force."""
+    refuse_overwrite(out_dir, REPORT_FILES, force or resume)
     factors, arms = plan_arms(loaded, design)
     engine = loaded.contract.engine_for("control")
     run_speed(
@@ -279,11 +285,7 @@ def write_ablation(record: dict[str, Any], out_dir: Path) -> dict[str, str]:
     from qgate.report.ablation import ablation_png, render_ablation
 
     out = Path(out_dir)
-    paths = {
-        "record": str(out / "ablation.json"),
-        "report": str(out / "ablation.md"),
-        "plot": str(out / "ablation.png"),
-    }
+    paths = {k: str(out / name) for k, name in zip(("record", "report", "plot"), REPORT_FILES, strict=True)}
     ablation_png(record, paths["plot"])
     atomic_write_text(paths["report"], render_ablation(record))
     atomic_write_json(paths["record"], record)

@@ -24,6 +24,7 @@ import numpy as np
 
 from qgate import verdict as vd
 from qgate.contract import ContractError, LoadedContract, load_contract
+from qgate.errors import QgateError
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
 from qgate.results import (
@@ -49,6 +50,7 @@ from qgate.stats import (
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
+REPORT_FILES = ("verdict.json", "report.md", "speed.png")  # what write_report writes
 SPEED_EXTRA_KEYS = (
     "prompt.sha256",
     "prompt.input_tokens",
@@ -307,6 +309,21 @@ def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContrac
     return record
 
 
+class OutputExists(QgateError):
+    """The output folder already holds a report; str() is one line naming the folder."""
+
+
+def refuse_overwrite(out_dir: str | Path, names: tuple[str, ...], force: bool) -> None:
+    """Raise OutputExists when out_dir holds any of `names` and the caller did not pass --force: an
+    earlier verdict or ablation is evidence, not scratch space."""
+    found = [n for n in names if (Path(out_dir) / n).exists()]
+    if found and not force:
+        raise OutputExists(
+            f"{out_dir}: already holds a report ({', '.join(found)}); "
+            "pass --force to overwrite it, or choose another --out"
+        )
+
+
 def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
     """verdict.json, report.md and (with speed) speed.png in out_dir, each written atomically."""
     from qgate.report import plots, render_markdown
@@ -324,9 +341,15 @@ def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
 
 
 def run_compare(
-    control: str | Path, candidate: str | Path, contract: str | Path | None, out_dir: str | Path
+    control: str | Path,
+    candidate: str | Path,
+    contract: str | Path | None,
+    out_dir: str | Path,
+    force: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Load, compare, write the report; raises ResultError / ContractError for bad input."""
+    """Load, compare, write the report; raises ResultError / ContractError for bad input and
+    OutputExists when out_dir already holds a report and force is False."""
+    refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
     loaded = resolve_contract(contract, pairs)
     record = build_verdict(pairs, one_sided, loaded)

@@ -1,6 +1,8 @@
-"""`qgate ablate --contract C --out DIR [--design both|one-at-a-time|leave-one-out|full] [--resume]`.
+"""`qgate ablate --contract C --out DIR [--design D] [--resume] [--force]`.
 
-Wiring only. Mounted by the top-level app as `app.command("ablate")(ablate.ablate)`.
+D: both | one-at-a-time | leave-one-out | full. An ablation report already in DIR is refused (exit 2)
+unless --resume or --force. Wiring only.
+Mounted by the top-level app as `app.command("ablate")(ablate.ablate)`.
 Exit codes: 0 the ablation is trustworthy (status OK), 3 ERROR (an arm incomplete, not comparable,
 not attested, or a statistic that could not be computed), 2 usage / contract error, 1 engine failure.
 """
@@ -36,10 +38,15 @@ DesignOpt = Annotated[
 ]
 _DEFAULT = Design(DEFAULT_DESIGN)
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue: run only the arms and reps not done")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite an ablation report already in --out")]
 
 
 def ablate(
-    contract: ContractOpt, out: OutOpt, design: DesignOpt = _DEFAULT, resume: ResumeOpt = False
+    contract: ContractOpt,
+    out: OutOpt,
+    design: DesignOpt = _DEFAULT,
+    resume: ResumeOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report."""
     with user_errors():
@@ -47,7 +54,9 @@ def ablate(
     with user_errors(kept=lambda: f"the completed reps and items in {out}"):
         # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
         with SpeedProgress(loaded.contract) as progress, claimed(out):
-            record, paths = run_ablation(loaded, out, design.value, resume=resume, progress=progress)
+            record, paths = run_ablation(
+                loaded, out, design.value, resume=resume, progress=progress, force=force
+            )
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")

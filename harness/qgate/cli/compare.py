@@ -1,4 +1,4 @@
-"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR`: wiring only.
+"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force]`: wiring only.
 
 Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR, 4 INCONCLUSIVE.
 """
@@ -41,6 +41,7 @@ MaybeContractOpt = Annotated[
         "--contract", "-c", help="contract YAML (default: the one the results name)", dir_okay=False
     ),
 ]
+ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a report already in --out")]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
@@ -50,13 +51,14 @@ def compare(
     candidate: CandidateArg,
     out: OutOpt,
     contract: MaybeContractOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
-    Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE.
+    Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE; 2 when DIR already holds a report (unless --force).
     """
     with user_errors():
-        record, paths = run_compare(control, candidate, contract, out)
+        record, paths = run_compare(control, candidate, contract, out, force=force)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")
