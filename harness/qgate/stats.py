@@ -333,39 +333,21 @@ def arm_variance(x: np.ndarray, launches: int = 1) -> dict[str, np.ndarray]:
     """
     x = np.asarray(x, dtype=float)
     p, n = x.shape
-    mean = x.mean(axis=1)
     nan = np.full(p, np.nan)
+    out = {"mean": x.mean(axis=1), "msb": nan, "msw": nan, "var_between": nan, "var_within": nan}
     if launches <= 1:
-        var = x.var(axis=1, ddof=1)
-        return {
-            "mean": mean,
-            "var_of_mean": var / n,
-            "df": np.full(p, n - 1.0),
-            "msb": nan,
-            "msw": nan,
-            "var_between": nan,
-            "var_within": nan,
-        }
+        return {**out, "var_of_mean": x.var(axis=1, ddof=1) / n, "df": np.full(p, n - 1.0)}
     if n % launches:
         raise ValueError(f"{n} samples do not split into {launches} launches")
     r = n // launches
     groups = x.reshape(p, launches, r)
-    means = groups.mean(axis=2)
-    msb = r * means.var(axis=1, ddof=1)
-    if r == 1:
-        return {
-            "mean": mean,
-            "var_of_mean": msb / n,
-            "df": np.full(p, launches - 1.0),
-            "msb": msb,
-            "msw": nan,
-            "var_between": nan,
-            "var_within": nan,
-        }
+    msb = r * groups.mean(axis=2).var(axis=1, ddof=1)
+    if r == 1:  # one rep per launch: MSB alone, no within-launch estimate
+        return {**out, "var_of_mean": msb / n, "df": np.full(p, launches - 1.0), "msb": msb}
     msw = groups.var(axis=2, ddof=1).mean(axis=1)
     use_b = msb >= msw
     return {
-        "mean": mean,
+        **out,
         "var_of_mean": np.where(use_b, msb, msw) / n,
         "df": np.where(use_b, launches - 1.0, launches * (r - 1.0)),
         "msb": msb,
