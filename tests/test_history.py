@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qgate import history
+from qgate import night as night_mod
 from qgate import verdict as vd
 from qgate.cli.history import app
 from qgate.compare import run_compare
@@ -103,7 +104,7 @@ def make_night(
 def test_collect_reads_the_real_shapes(tmp_path: Path, contract: Path) -> None:
     run, verdict = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
     assert verdict == "PASS"
-    rows = history.collect(run)
+    rows = night_mod.collect(run)
     assert [r["arm"] for r in rows] == ["control", "candidate"]
     cand = rows[1]
     reps = [r["decode_tok_s"] for r in json.loads((run / "speed" / "candidate.json").read_text())["reps"]]
@@ -121,7 +122,7 @@ def test_collect_reads_the_real_shapes(tmp_path: Path, contract: Path) -> None:
 def test_night_verdict_is_the_worst_kind(tmp_path: Path, contract: Path) -> None:
     run, verdict = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=5)
     assert verdict == "PASS"  # speed passes, quality fails: the night is FAIL
-    rows = history.collect(run)
+    rows = night_mod.collect(run)
     assert {r["verdict"] for r in rows} == {"FAIL"}
     assert json.loads(rows[0]["verdicts"])["quality"]["reasons"]
 
@@ -130,9 +131,9 @@ def test_an_inconclusive_kind_ranks_between_pass_and_fail(tmp_path: Path, contra
     run, verdict = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
     assert verdict == "PASS"
     support.write_json(run / "compare-quality" / "verdict.json", quality_verdict("INCONCLUSIVE"))
-    assert {r["verdict"] for r in history.collect(run)} == {"INCONCLUSIVE"}
+    assert {r["verdict"] for r in night_mod.collect(run)} == {"INCONCLUSIVE"}
     support.write_json(run / "compare-quality" / "verdict.json", quality_verdict("FAIL"))
-    assert {r["verdict"] for r in history.collect(run)} == {"FAIL"}
+    assert {r["verdict"] for r in night_mod.collect(run)} == {"FAIL"}
 
 
 def test_append_then_identical_append_is_a_no_op(tmp_path: Path, contract: Path) -> None:
@@ -233,19 +234,19 @@ def test_unknown_schema_version_is_refused(tmp_path: Path, contract: Path) -> No
 
 def test_commit_and_night_checks(tmp_path: Path, contract: Path) -> None:
     run, _ = make_night(tmp_path, contract, "2026-12-01", "c0ffee" + "0" * 34)
-    assert history.collect(run, commit="c0ffee")[0]["commit_sha"] == "c0ffee"
+    assert night_mod.collect(run, commit="c0ffee")[0]["commit_sha"] == "c0ffee"
     with pytest.raises(history.HistoryError, match="record git_sha"):
-        history.collect(run, commit="deadbeef")
+        night_mod.collect(run, commit="deadbeef")
     with pytest.raises(history.HistoryError, match="expected a date YYYY-MM-DD"):
-        history.collect(run, night="2026-13-01")
+        night_mod.collect(run, night="2026-13-01")
     # Arms run at different commits: the night's commit must be named, and be one of them.
     path = run / "speed" / "candidate.json"
     data = json.loads(path.read_text())
     data["fingerprint"]["git_sha"] = "d" * 40
     path.write_text(json.dumps(data))
     with pytest.raises(history.HistoryError, match="made at different commits .* pass --commit SHA"):
-        history.collect(run)
-    rows = history.collect(run, commit="d" * 40)
+        night_mod.collect(run)
+    rows = night_mod.collect(run, commit="d" * 40)
     assert json.loads(rows[1]["fingerprint"])["git_sha"] == {"speed": "d" * 40}
     assert json.loads(rows[0]["fingerprint"])["git_sha"] == {"speed": "c0ffee" + "0" * 34}
     for arm in ("control", "candidate"):
@@ -254,7 +255,7 @@ def test_commit_and_night_checks(tmp_path: Path, contract: Path) -> None:
         data["fingerprint"]["git_sha"] = None
         path.write_text(json.dumps(data))
     with pytest.raises(history.HistoryError, match="pass --commit SHA"):
-        history.collect(run)
+        night_mod.collect(run)
 
 
 def test_verdict_of_other_results_is_refused(tmp_path: Path, contract: Path) -> None:
@@ -264,7 +265,7 @@ def test_verdict_of_other_results_is_refused(tmp_path: Path, contract: Path) -> 
     record["contract"]["sha256"] = "f" * 64
     path.write_text(json.dumps(record))
     with pytest.raises(history.HistoryError, match="not the verdict of these results"):
-        history.collect(run)
+        night_mod.collect(run)
 
 
 def test_report_shows_the_night_the_regression_came_in(tmp_path: Path, contract: Path) -> None:
@@ -304,7 +305,7 @@ def test_empty_and_missing_inputs(tmp_path: Path) -> None:
         history.read_rows(tmp_path / "none.sqlite")
     (tmp_path / "empty").mkdir()
     with pytest.raises(history.HistoryError, match=r"holds no speed/<arm>.json or quality/<arm>.json"):
-        history.collect(tmp_path / "empty")
+        night_mod.collect(tmp_path / "empty")
     assert not (tmp_path / "none.sqlite").exists()
 
 

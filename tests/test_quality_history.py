@@ -10,6 +10,7 @@ from typing import Any
 from test_history import contract, make_night  # noqa: F401  (the fixture and the night builder)
 
 from qgate import history
+from qgate import night as night_mod
 
 SEEDS = [20260828, 20260829, 20260830]
 
@@ -45,7 +46,7 @@ def test_repeated_seeds_give_per_item_rates_in_rows_and_report(
 ) -> None:
     run, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
     _reseed(run)
-    rows = history.collect(run)
+    rows = night_mod.collect(run)
     cand = rows[1]
     assert (cand["quality_seeds"], cand["quality_outputs"], cand["quality_scored"]) == (3, 48, 16)
     assert (cand["raw_correct"], cand["natural_stops"]) == (15, 48)  # frozen seed; every output

@@ -1,0 +1,332 @@
+"""Collecting one night: the rows of the history from a night's run directory (what the nightly
+workflow leaves); qgate.history is the store they are appended to.
+
+`collect(result_dir)` reads:
+
+    RESULT_DIR/speed/<arm>.json       speed results (qgate run speed --out RESULT_DIR)
+    RESULT_DIR/quality/<arm>.json     quality results (qgate run quality --out RESULT_DIR)
+    RESULT_DIR/verdict.json and RESULT_DIR/*/verdict.json   the verdicts of `qgate compare`
+
+and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
+every rep: qgate.stats.arm_figures), quality counts (raw/strict correct and accuracy over the selected
+items, health counts), the gate lines the trend report draws, and the night's verdict (the worst of the
+verdicts found: ERROR > FAIL > INCONCLUSIVE > PASS; each kind's verdict and reasons are kept too).
+COLUMNS is the row (and the store's table); content_sha256 is a night's idempotency key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from qgate.errors import QgateError
+from qgate.gate import VERDICT_RANK
+from qgate.results import ResultError, load_result
+from qgate.stats import arm_figures
+
+ARMS = ("control", "candidate")
+KINDS = ("speed", "quality")
+
+# (column, SQL type); the order is the table's and the row dict's.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("night", "TEXT NOT NULL"),
+    ("arm", "TEXT NOT NULL"),
+    ("commit_sha", "TEXT NOT NULL"),
+    ("appended_at", "TEXT NOT NULL"),
+    ("source", "TEXT"),
+    ("speed_contract", "TEXT"),
+    ("speed_contract_sha256", "TEXT"),
+    ("quality_contract", "TEXT"),
+    ("quality_contract_sha256", "TEXT"),
+    ("decode_reps", "INTEGER"),
+    ("decode_tok_s_mean", "REAL"),
+    ("decode_tok_s_min", "REAL"),
+    ("decode_tok_s_reps", "TEXT"),  # JSON list, every rep in index order
+    ("tpot_ms_mean", "REAL"),
+    ("ttft_ms_median", "REAL"),
+    ("speed_complete", "INTEGER"),
+    ("gate_min_decode_tok_s", "REAL"),
+    ("quality_selected", "INTEGER"),
+    ("quality_scored", "INTEGER"),
+    ("raw_correct", "INTEGER"),
+    ("strict_correct", "INTEGER"),
+    ("raw_accuracy", "REAL"),
+    ("strict_accuracy", "REAL"),
+    ("natural_stops", "INTEGER"),
+    ("closed_thinking", "INTEGER"),
+    ("length_caps", "INTEGER"),
+    ("invalid_outputs", "INTEGER"),
+    ("fffd_chars", "INTEGER"),
+    ("max_token_run", "INTEGER"),
+    ("max_window_repeats", "INTEGER"),
+    ("quality_complete", "INTEGER"),
+    ("gate_min_raw_correct", "INTEGER"),
+    ("gate_min_strict_correct", "INTEGER"),
+    ("verdict", "TEXT"),
+    ("verdicts", "TEXT"),  # JSON {kind: {verdict, reasons, contract_sha256}}
+    ("fingerprint", "TEXT"),  # JSON {gpu, driver, torch, vllm, qgate, hostname}
+    ("content_sha256", "TEXT NOT NULL"),
+    # schema 2, last: an upgraded version-1 store gets them appended (ALTER TABLE ADD COLUMN)
+    ("quality_seeds", "INTEGER"),
+    ("quality_outputs", "INTEGER"),
+    ("quality_item_rates", "TEXT"),  # JSON {index: [correct, runs]} (raw and strict right); 2+ seeds only
+)
+COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
+# Columns added by schema 2 (absent from a version-1 store); unset ones stay out of content_sha256, so
+# a one-seed night hashes as it did under schema 1.
+V2_COLUMNS = ("quality_seeds", "quality_outputs", "quality_item_rates")
+V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V2_COLUMNS)
+# Not part of a night's content: where and when it was appended.
+_NOT_CONTENT = ("appended_at", "source", "content_sha256")
+_FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
+
+
+class HistoryError(QgateError):
+    """A store or result directory that cannot be used; str() is one line for the user."""
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and value == value else None  # NaN -> None
+
+
+def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """Decode figures of one speed result (qgate.stats.arm_figures, reps in index order): a rep without
+    a finite number is None in the list and makes the figures over it None."""
+    reps = sorted(result.get("reps") or [], key=lambda r: r.get("index", 0))
+    figs = arm_figures({**result, "reps": reps})
+    return {
+        "speed_contract": (result.get("contract") or {}).get("name"),
+        "speed_contract_sha256": (result.get("contract") or {}).get("sha256"),
+        "decode_reps": figs["reps"],
+        "decode_tok_s_mean": figs["decode_tok_s_mean"],
+        "decode_tok_s_min": figs["decode_tok_s_min"],
+        "decode_tok_s_reps": json.dumps(figs["decode_tok_s"]),
+        "tpot_ms_mean": figs["tpot_ms_mean"],
+        "ttft_ms_median": figs["ttft_ms_median"],
+        "speed_complete": int(result.get("complete") is True),
+    }
+
+
+def quality_figures(result: dict[str, Any]) -> dict[str, Any]:
+    """Quality counts recomputed from the per-item records (the raw data, not a summary).
+
+    Accuracy is over the items the contract selects, on the frozen seed's run (the contract's
+    sampling.seed): an item that was never scored counts as a miss. Health counts are over every
+    output of every seed. With two or more seeds, per-item correct rates (raw and strict right).
+    """
+    items = result.get("items") or []
+    section = result.get("quality") or {}
+    gates = section.get("gates") or {}
+    first, last = section.get("first_index"), section.get("last_index")
+    selected = last - first + 1 if isinstance(first, int) and isinstance(last, int) else len(items)
+    seeds = [int(x) for x in result.get("seeds") or []]
+    frozen = seeds[0] if seeds else (section.get("sampling") or {}).get("seed")
+    scored = [it for it in items if it.get("seed", frozen) == frozen]
+    rates: dict[str, list[int]] = {}
+    for it in items:
+        rate = rates.setdefault(str(it.get("index")), [0, 0])
+        rate[0] += int(it.get("raw_correct") is True and it.get("strict_correct") is True)
+        rate[1] += 1
+
+    def count(key: str, rows: list[dict[str, Any]] = items) -> int:
+        return sum(1 for it in rows if it.get(key) is True)
+
+    def worst(key: str) -> int | None:
+        values = [it[key] for it in items if isinstance(it.get(key), int)]
+        return max(values) if values else None
+
+    raw, strict = count("raw_correct", scored), count("strict_correct", scored)
+    several = len(seeds) > 1
+    return {
+        "quality_contract": (result.get("contract") or {}).get("name"),
+        "quality_contract_sha256": (result.get("contract") or {}).get("sha256"),
+        "quality_selected": selected,
+        "quality_scored": len(scored),
+        "raw_correct": raw,
+        "strict_correct": strict,
+        "raw_accuracy": raw / selected if selected else None,
+        "strict_accuracy": strict / selected if selected else None,
+        "natural_stops": count("natural_stop"),
+        "closed_thinking": count("closed_thinking"),
+        "length_caps": count("length_cap"),
+        "invalid_outputs": count("invalid"),
+        "fffd_chars": sum(int(it.get("fffd_count") or 0) for it in items),
+        "max_token_run": worst("longest_token_run"),
+        "max_window_repeats": worst("max_window_repeats"),
+        "quality_complete": int(result.get("complete") is True),
+        "gate_min_raw_correct": gates.get("min_raw_correct"),
+        "gate_min_strict_correct": gates.get("min_strict_correct"),
+        "quality_seeds": len(seeds) if several else None,
+        "quality_outputs": len(items) if several else None,
+        "quality_item_rates": json.dumps(rates, sort_keys=True) if several else None,
+    }
+
+
+def _load_results(result_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{kind: {arm: result}} for every DIR/<kind>/<arm>.json present."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for kind in KINDS:
+        for arm in ARMS:
+            path = result_dir / kind / f"{arm}.json"
+            if path.is_file():
+                try:
+                    found.setdefault(kind, {})[arm] = load_result(path, kind)
+                except ResultError as exc:
+                    raise HistoryError(str(exc)) from None
+    return found
+
+
+def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
+    """{kind: {verdict, reasons, contract_sha256, path}} from RESULT_DIR/verdict.json and */verdict.json."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in [result_dir / "verdict.json", *sorted(result_dir.glob("*/verdict.json"))]:
+        if not path.is_file():
+            continue
+        try:
+            record = load_result(path, "verdict")
+        except ResultError as exc:
+            raise HistoryError(str(exc)) from None
+        if record.get("verdict") not in VERDICT_RANK:
+            raise HistoryError(
+                f"{path}: verdict = {record.get('verdict')!r}: expected PASS, FAIL, INCONCLUSIVE or ERROR"
+            )
+        for kind in record.get("kinds") or []:
+            if kind in out:
+                raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")
+            out[kind] = {
+                "verdict": record["verdict"],
+                "reasons": list(record.get("reasons") or []),
+                "contract_sha256": (record.get("contract") or {}).get("sha256"),
+                "min_decode_tok_s": (record.get("figures") or {}).get("min_decode_tok_s"),
+                "path": str(path),
+            }
+    return out
+
+
+def _night_of(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The UTC date of the first engine start among the results (today when none is recorded)."""
+    starts = [
+        str(launch["started_at"])
+        for arms in results.values()
+        for res in arms.values()
+        for launch in res.get("launches") or []
+        if isinstance(launch, dict) and launch.get("started_at")
+    ]
+    for stamp in sorted(starts):
+        try:
+            return datetime.fromisoformat(stamp).astimezone(timezone.utc).date().isoformat()
+        except ValueError:
+            continue
+    return datetime.now(timezone.utc).date().isoformat()
+
+
+def check_night(night: str) -> str:
+    try:
+        if len(night) != 10:
+            raise ValueError(night)
+        return date.fromisoformat(night).isoformat()
+    except ValueError:
+        raise HistoryError(f"--night = {night!r}: expected a date YYYY-MM-DD") from None
+
+
+def _commit_of(results: dict[str, dict[str, dict[str, Any]]], given: str | None, where: Path) -> str:
+    """The night's commit: the one given (it must be one the results record, when they record any),
+    else the one git SHA all the results record. Each row's fingerprint keeps what its results recorded."""
+    recorded = sorted(
+        {
+            str(res["fingerprint"]["git_sha"])
+            for arms in results.values()
+            for res in arms.values()
+            if isinstance(res.get("fingerprint"), dict) and res["fingerprint"].get("git_sha")
+        }
+    )
+    if given is not None:
+        given = given.strip()
+        if not given:
+            raise HistoryError("--commit = '': expected a git commit SHA")
+        if recorded and not any(r.startswith(given) or given.startswith(r) for r in recorded):
+            raise HistoryError(f"--commit = {given!r}: the results record git_sha {', '.join(recorded)}")
+        return given
+    if len(recorded) > 1:
+        raise HistoryError(
+            f"{where}: the results were made at different commits ({', '.join(recorded)}): "
+            "pass --commit SHA to name the night's commit"
+        )
+    if not recorded:
+        raise HistoryError(f"{where}: the results record no fingerprint.git_sha: pass --commit SHA")
+    return recorded[0]
+
+
+def _check_verdict_contracts(
+    results: dict[str, dict[str, dict[str, Any]]], verdicts: dict[str, dict[str, Any]]
+) -> None:
+    """A verdict must be of these results: same contract sha256 as the results of its kind."""
+    for kind, v in verdicts.items():
+        for arm, res in results.get(kind, {}).items():
+            sha = (res.get("contract") or {}).get("sha256")
+            if v["contract_sha256"] != sha:
+                raise HistoryError(
+                    f"{v['path']}: verdict for contract sha256 {str(v['contract_sha256'])[:12]}, but "
+                    f"{kind}/{arm}.json was run under {str(sha)[:12]}: not the verdict of these results"
+                )
+
+
+def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
+    """The arm's machine and versions (from its first result), and every result's recorded git SHA."""
+    fps = {kind: res.get("fingerprint") for kind, res in arm_results.items()}
+    fps = {kind: fp for kind, fp in fps.items() if isinstance(fp, dict)}
+    if not fps:
+        return json.dumps(None)
+    first = next(iter(fps.values()))
+    out: dict[str, Any] = {k: first.get(k) for k in _FINGERPRINT_KEYS if k != "git_sha"}
+    out["git_sha"] = {kind: fp.get("git_sha") for kind, fp in fps.items()}
+    return json.dumps(out, sort_keys=True)
+
+
+def content_sha256(row: dict[str, Any]) -> str:
+    """Hash of what a night says (not where or when it was appended): the idempotency key."""
+    content = {
+        k: row.get(k)
+        for k in COLUMN_NAMES
+        if k not in _NOT_CONTENT and not (k in V2_COLUMNS and row.get(k) is None)
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def collect(
+    result_dir: str | Path, night: str | None = None, commit: str | None = None
+) -> list[dict[str, Any]]:
+    """The rows of one night, one per arm with a speed or quality result, in control/candidate order."""
+    where = Path(result_dir)
+    if not where.is_dir():
+        raise HistoryError(f"{where}: no such result directory")
+    results = _load_results(where)
+    if not results:
+        raise HistoryError(f"{where}: holds no speed/<arm>.json or quality/<arm>.json")
+    verdicts = load_verdicts(where)
+    _check_verdict_contracts(results, verdicts)
+    the_night = check_night(night) if night is not None else _night_of(results)
+    the_commit = _commit_of(results, commit, where)
+    worst = max((v["verdict"] for v in verdicts.values()), key=VERDICT_RANK.__getitem__, default=None)
+    kept = {k: {x: v[x] for x in ("verdict", "reasons", "contract_sha256")} for k, v in verdicts.items()}
+    gate = (verdicts.get("speed") or {}).get("min_decode_tok_s")
+    rows = []
+    for arm in ARMS:
+        arm_results = {kind: results[kind][arm] for kind in KINDS if arm in results.get(kind, {})}
+        if not arm_results:
+            continue
+        row: dict[str, Any] = dict.fromkeys(COLUMN_NAMES)
+        row.update(night=the_night, arm=arm, commit_sha=the_commit, source=str(where.resolve()))
+        if "speed" in arm_results:
+            row.update(speed_figures(arm_results["speed"]), gate_min_decode_tok_s=_num(gate))
+        if "quality" in arm_results:
+            row.update(quality_figures(arm_results["quality"]))
+        row.update(verdict=worst, verdicts=json.dumps(kept, sort_keys=True))
+        row["fingerprint"] = _fingerprint(arm_results)
+        row["content_sha256"] = content_sha256(row)
+        rows.append(row)
+    return rows
