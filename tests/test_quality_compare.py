@@ -8,9 +8,16 @@ from qgate.contract import load_contract
 from qgate.quality.compare import compare_quality, miss_table
 from qgate.quality.gates import new_misses, summarize, weighted_decode_tok_s
 from qgate.quality.scoring import score_output
+from qgate.report.quality import render_quality
 
 CONTRACT = Path(__file__).resolve().parents[1] / "contracts" / "quality-cpu.yaml"
 FORMATS = ["hash", "boxed", "final_answer"]
+
+
+def _md(out: dict) -> str:
+    """The report's quality section, rendered from the comparison's data (the record holds no markdown)."""
+    assert "markdown" not in out
+    return render_quality(out, out["gates"])
 
 
 def _item(index: int, gold: str, text: str, finish: str = "stop", tokens: int = 20) -> dict:
@@ -62,7 +69,7 @@ def test_all_correct_passes_every_gate() -> None:
     # One seed cannot show the power to catch 2 broken items: everything passes but the paired test
     assert [(g["name"], g["severity"]) for g in failed] == [("paired test", "inconclusive")]
     assert "1 seed(s) cannot tell; 3 seeds would give that power" in failed[0]["detail"]
-    assert out["misses"] == [] and "No misses in either arm." in out["markdown"]
+    assert out["misses"] == [] and "No misses in either arm." in _md(out)
     assert out["figures"]["candidate"]["raw_correct"] == 16
     assert abs(out["figures"]["candidate"]["decode_tok_s"] - 100.0) < 1e-9
 
@@ -92,11 +99,11 @@ def test_a_broken_candidate_fails_with_reasons() -> None:
     assert detail.startswith("2 candidate-only and 0 control-only misses over 16 item-seed pairs")
     assert "p = 0.25 >= alpha 0.05" in detail and "likely real regressions" not in detail
     assert [f["finding"] for f in out["paired_test"]["findings"]] == ["new miss (one seed: cannot tell)"] * 2
-    assert "What one seed cannot tell." in out["markdown"] and out["caveat"]
+    assert "What one seed cannot tell." in _md(out) and out["caveat"]
     assert g["candidate same-token run"]["passed"] and g["same items and prompts"]["passed"]
     rows = {r["index"]: r for r in out["misses"]}
     assert set(rows) == {12, 13} and rows[12]["candidate_raw"] == "7" and rows[12]["new_miss"]
-    assert "| 12 | 12 | 12 | 12 | 7 | 7 | stop (20 tok) | **yes** |" in out["markdown"]
+    assert "| 12 | 12 | 12 | 12 | 7 | 7 | stop (20 tok) | **yes** |" in _md(out)
 
 
 def test_reference_misses_are_not_new_misses() -> None:
@@ -157,7 +164,7 @@ def test_three_seeds_all_correct_pass_with_per_item_rates() -> None:
     assert g["candidate natural stops"]["detail"].startswith("48/48")  # health: every output
     assert g["candidate raw correct (seed 20260828)"]["detail"].startswith("16/16")  # floors: frozen seed
     assert out["paired_test"]["power"] == 1.0 and out["paired_test"]["verdict"] == "no regression"
-    assert "| 12 |  | 3/3 | 3/3 |  |" in out["markdown"]
+    assert "| 12 |  | 3/3 | 3/3 |  |" in _md(out)
     assert out["figures"]["candidate"]["decode_tok_s"] > 0 and out["caveat"] is None
 
 
@@ -172,8 +179,8 @@ def test_three_seeds_two_broken_items_fail_and_are_flagged() -> None:
     assert abs(t["p_one_sided"] - 0.5**5) < 1e-12
     found = {f["index"]: f["finding"] for f in t["findings"]}
     assert found == {12: "likely regression", 20: "control misses too"}
-    assert "| 12 | 12 | 3/3 | 0/3 | **likely regression** |" in out["markdown"]
-    assert "| 20 | 20 | 2/3 | 0/3 | control misses too |" in out["markdown"]
+    assert "| 12 | 12 | 3/3 | 0/3 | **likely regression** |" in _md(out)
+    assert "| 20 | 20 | 2/3 | 0/3 | control misses too |" in _md(out)
     assert "likely real regressions (the control answered every seed): items 12 (control 3/3" in g["detail"]
 
 

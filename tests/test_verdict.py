@@ -366,10 +366,7 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
 
     def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
         seen["contract"] = contract
-        return {
-            "gates": [vd.Gate("matched misses", False, "item 12: 14 vs 13")],
-            "markdown": "| item | predicted | expected |\n|---|---|---|\n| 12 | 14 | 13 |",
-        }
+        return {"gates": [vd.Gate("matched misses", False, "item 12: 14 vs 13")], "misses": [12]}
 
     monkeypatch.setattr(compare_mod, "compare_quality", compare_quality)
     control, candidate = support.load_pair()
@@ -383,11 +380,15 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
     assert seen["contract"] is loaded.contract
     assert rec["verdict"] == "FAIL" and rec["reasons"] == ["quality: matched misses: item 12: 14 vs 13"]
     assert gate(rec, "quality: comparable arms")["passed"]
-    assert rec["quality"]["markdown"].startswith("| item |")
+    # The record holds the comparer's data, not markdown; the report renders the section from it.
+    assert rec["quality"]["misses"] == [12] and "markdown" not in rec["quality"]
+    assert rec["quality"]["quality_gates"] == [
+        vd.Gate("matched misses", False, "item 12: 14 vs 13").to_dict()
+    ]
     from qgate.report import render_markdown
 
     text = render_markdown(rec)
-    assert "## Quality" in text and "| 12 | 14 | 13 |" in text
+    assert "## Quality" in text and "| matched misses | FAIL | item 12: 14 vs 13 |" in text
 
 
 @pytest.mark.parametrize(
@@ -400,7 +401,7 @@ def test_quality_gate_severity_is_carried_through(
     def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
         # One gate type: an unknown severity is decide()'s ERROR, no longer converted to fail here.
         g = vd.Gate("accuracy", False, "CI too wide", severity)
-        return {"gates": [g], "markdown": ""}
+        return {"gates": [g]}
 
     monkeypatch.setattr(compare_mod, "compare_quality", compare_quality)
     control, candidate = support.load_pair()
@@ -423,7 +424,7 @@ def test_a_kind_on_one_side_only_is_error() -> None:
 
 def test_a_quality_comparison_that_fails_is_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
-        return {"gates": [], "markdown": "", "figures": control["summary"]}  # KeyError: no summary
+        return {"gates": [], "figures": control["summary"]}  # KeyError: no summary
 
     monkeypatch.setattr(compare_mod, "compare_quality", compare_quality)
     control, candidate = support.load_pair()

@@ -262,8 +262,9 @@ def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
         out = dict(compare_quality(pair.control, pair.candidate, loaded.contract))
     except (KeyError, TypeError, ValueError) as exc:
         # A quality result it cannot read is an ERROR verdict with the reason, never a pass.
-        out = {"gates": [], "markdown": f"The quality comparison failed: {type(exc).__name__}: {exc}"}
+        out = {"gates": [], "error": f"The quality comparison failed: {type(exc).__name__}: {exc}"}
         gates.append(Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR))
+    out["quality_gates"] = [g.to_dict() for g in out["gates"]]  # the record's copy: the report's table
     gates += out["gates"]
     out.update(gates=[g.prefixed("quality: ") for g in gates])
     out.update(differences=diffs, notes=vd.notes(pair.control, pair.candidate))

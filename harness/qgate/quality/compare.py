@@ -12,7 +12,7 @@ from typing import Any
 
 from qgate.gate import SEV_ERROR, Gate
 from qgate.quality.gates import arm_gates, make_gate, paired_gate, summarize
-from qgate.quality.paired import LIKELY_REGRESSION, PairedTest, seed_of, single_seed_caveat
+from qgate.quality.paired import seed_of, single_seed_caveat
 from qgate.quality.schema import Quality
 
 
@@ -82,143 +82,9 @@ def miss_table(
     return rows
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value).replace("|", "\\|")
-
-
-def _figures(seed: int, outputs: int) -> tuple[tuple[str, str, int | None], ...]:
-    """(label, summary key, denominator or None) of the figures table."""
-    return (
-        (f"raw correct (frozen seed {seed})", "raw_correct", None),
-        (f"strict correct (frozen seed {seed})", "strict_correct", None),
-        ("correct outputs, every seed (raw and strict)", "correct_outputs", outputs),
-        ("natural stops", "natural_stops", outputs),
-        ("closed thinking", "closed_thinking", outputs),
-        ("length caps", "length_caps", None),
-        ("structurally invalid", "invalid", None),
-        ("U+FFFD characters", "fffd_total", None),
-        ("highest 50-char window count", "max_window_repeats", None),
-        ("longest same-token run", "max_token_run", None),
-        ("output tokens", "output_tokens", None),
-        ("decode tok/s (token-weighted, every output)", "decode_tok_s", None),
-    )
-
-
-def _paired_lines(t: PairedTest, n_seeds: int) -> list[str]:
-    pct = lambda x: "—" if x is None else f"{100 * x:.0f} %"  # noqa: E731
-    seeds_pw = t.seeds_for_power if t.seeds_for_power is not None else "—"
-    seeds_obs = t.seeds_for_observed if t.seeds_for_observed is not None else "—"
-    lines = [
-        "### Paired test (every item under every seed)",
-        "",
-        "| figure | value |",
-        "| --- | ---: |",
-        f"| item-seed pairs | {t.pairs} |",
-        f"| candidate-only misses (b) | {t.b_candidate_only_misses} |",
-        f"| control-only misses (c) | {t.c_control_only_misses} |",
-        f"| one-sided exact sign test p | {_fmt_p(t.p_one_sided)} |",
-        f"| alpha | {t.alpha} |",
-        f"| power against {t.detect_broken_items} broken items (control's rates) | {pct(t.power)} |",
-        f"| seeds for {pct(t.min_power)} power | {seeds_pw} |",
-        f"| seeds at which the observed discordance reaches alpha | {seeds_obs} |",
-        f"| outcome | {t.verdict} |",
-        "",
-        f"{t.reason}.",
-        "",
-    ]
-    if n_seeds == 1:
-        lines += [f"**What one seed cannot tell.** {single_seed_caveat(t.alpha)}", ""]
-    return lines
-
-
-def _fmt_p(p: float | None) -> str:
-    return "—" if p is None else f"{p:.4g}"
-
-
-def _rates_lines(sums: dict[str, dict], t: PairedTest) -> list[str]:
-    """Per-item correct rates of both arms (raw and strict right), with the finding per item."""
-    ctrl = {r["index"]: r for r in sums["control"]["item_rates"]}
-    cand = {r["index"]: r for r in sums["candidate"]["item_rates"]}
-    found = {f.index: f for f in t.findings}
-    lines = [
-        "### Per-item correct rates (raw and strict right, over the seeds)",
-        "",
-        "| item | expected | control | candidate | finding |",
-        "| ---: | ---: | ---: | ---: | --- |",
-    ]
-    for index in sorted(set(ctrl) | set(cand)):
-        a, b = ctrl.get(index), cand.get(index)
-        f = found.get(index)
-        finding = ""
-        if f is not None:
-            finding = "**likely regression**" if f.finding == LIKELY_REGRESSION else f.finding
-        gold = f.gold if f is not None else ""
-        cells = [index, gold or "", f"{a['correct']}/{a['runs']}" if a else "—",
-                 f"{b['correct']}/{b['runs']}" if b else "—", finding]  # fmt: skip
-        lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    return [*lines, ""]
-
-
-def render_markdown(
-    q: Quality, sums: dict[str, dict], misses: list[dict], gates: list[dict], test: PairedTest | None
-) -> str:
-    n, sp, seeds = q.n_items, q.sampling, q.run_seeds
-    outputs = n * len(seeds)
-    seed_line = (
-        f"seed {sp.seed}"
-        if len(seeds) == 1
-        else f"{len(seeds)} seeds ({', '.join(map(str, seeds))}; frozen seed {seeds[0]})"
-    )
-    lines = [
-        f"**GSM8K {q.split} items {q.first_index}-{q.last_index} ({n} items)**",
-        "",
-        f"Sampling: temperature {sp.temperature}, top_p {sp.top_p}, top_k {sp.top_k}, "
-        f"{seed_line}, max_tokens {sp.max_tokens}; strict formats: "
-        f"{', '.join(q.strict_formats)}.",
-        "",
-        "| figure | control | candidate |",
-        "| --- | ---: | ---: |",
-    ]
-    for label, key, denom in _figures(seeds[0], outputs):
-        cells = [_fmt(sums[arm][key]) + (f"/{denom}" if denom else "") for arm in ("control", "candidate")]
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
-    lines.append("")
-    if test is not None:
-        lines += _paired_lines(test, len(seeds))
-        if len(seeds) > 1:
-            lines += _rates_lines(sums, test)
-    frozen = f" on the frozen seed's run ({seeds[0]})" if len(seeds) > 1 else ""
-    lines += [f"### Misses{frozen} (predicted vs expected)", ""]
-    if misses:
-        lines += [
-            "| item | expected | control raw | control strict | candidate raw | candidate strict "
-            "| candidate finish | new miss |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
-        ]
-        for m in misses:
-            cells = [m["index"], m["gold"], m["control_raw"], m["control_strict"], m["candidate_raw"],
-                     m["candidate_strict"], f"{m['candidate_finish']} ({m['candidate_tokens']} tok)",
-                     "**yes**" if m["new_miss"] else "no"]  # fmt: skip
-            lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
-    else:
-        lines.append("No misses in either arm.")
-    lines += ["", "### Quality gates", "", "| gate | result | detail |", "| --- | --- | --- |"]
-    for g in gates:
-        result = (
-            "pass"
-            if g["passed"]
-            else {"error": "ERROR", "inconclusive": "INCONCLUSIVE"}.get(g["severity"], "FAIL")
-        )
-        lines.append(f"| {g['name']} | {result} | {_fmt(g['detail'])} |")
-    return "\n".join(lines) + "\n"
-
-
 def compare_quality(control: dict[str, Any], candidate: dict[str, Any], contract: Any) -> dict[str, Any]:
-    """Gates (qgate.gate.Gate), the miss table, figures and a markdown section."""
+    """Gates (qgate.gate.Gate) and the data the report shows: settings, miss table, figures, the paired
+    test. Data only: qgate.report.quality renders it."""
     q = _quality_section(contract, candidate)
     seeds = q.run_seeds
     # Recounted from the item records: the saved summary is derived data.
@@ -235,13 +101,26 @@ def compare_quality(control: dict[str, Any], candidate: dict[str, Any], contract
     if q.gates.matched_misses:
         gate, test = paired_gate(ctrl, cand, seeds, q.gates)
         gates.append(gate)
-    misses = miss_table(control, candidate, seeds[0])
     return {
         "gates": gates,
-        "misses": misses,
+        "settings": _settings(q),
+        "misses": miss_table(control, candidate, seeds[0]),
         "figures": sums,
         "seeds": seeds,
         "paired_test": test.to_dict() if test is not None else None,
         "caveat": single_seed_caveat(q.gates.alpha) if len(seeds) == 1 else None,
-        "markdown": render_markdown(q, sums, misses, gates, test),
+    }
+
+
+def _settings(q: Quality) -> dict[str, Any]:
+    """What the report says about the run: the items, the sampling and the strict formats."""
+    sp = q.sampling
+    return {
+        "split": q.split,
+        "first_index": q.first_index,
+        "last_index": q.last_index,
+        "n_items": q.n_items,
+        "run_seeds": list(q.run_seeds),
+        "sampling": {k: getattr(sp, k) for k in ("temperature", "top_p", "top_k", "seed", "max_tokens")},
+        "strict_formats": list(q.strict_formats),
     }

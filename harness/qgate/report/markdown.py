@@ -12,6 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from qgate.report.quality import render_quality
+
 _MARK = {True: "pass", False: "FAIL"}
 _ON_FAILURE = {"error": "ERROR", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
 
@@ -349,7 +351,7 @@ def render_markdown(record: dict[str, Any]) -> str:
         lines += _speed(record)
     if "quality" in record:
         q = record["quality"]
-        lines += ["## Quality", "", str(q.get("markdown", "")).strip(), ""]
+        lines += ["## Quality", "", render_quality(q, q.get("quality_gates", [])).strip(), ""]
         lines += _list("### Refused: the arms differ in more than their env", q.get("differences", []))
     lines += _gates(record)
     section = record.get("speed") or record.get("quality")
