@@ -48,13 +48,14 @@ from typing import Any
 
 from qgate import routes
 from qgate import verdict as vd
-from qgate.compare import SPEED_EXTRA_KEYS, refuse_overwrite
+from qgate.compare import refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError
 from qgate.gate import PASS, SEV_ERROR, Gate, decide
 from qgate.quality.runner import run_quality
 from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
+from qgate.speed.compare import SPEED_EXTRA_KEYS
 from qgate.speed.run import arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import StatsConfig, arm_units, bootstrap_estimate, compare_samples

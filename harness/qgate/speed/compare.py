@@ -1,0 +1,126 @@
+"""The speed comparison: two speed results -> statistics (qgate.stats), figures and gates (qgate.verdict).
+
+`compare_speed(control, candidate, loaded)` is what `qgate compare` calls for `kind: speed` results
+(qgate.compare.COMPARERS); the decision over its gates is qgate.gate.decide.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from qgate import verdict as vd
+from qgate.contract import LoadedContract
+from qgate.stats import (
+    LaunchDataError,
+    MetricStats,
+    StatsConfig,
+    arm_figures,
+    compare_samples,
+    error_record,
+    group_by_launch,
+    rep_values,
+    result_launches,
+)
+
+# Dotted keys a speed result adds to the refuse-to-compare check (qgate.verdict.differences).
+SPEED_EXTRA_KEYS = (
+    "prompt.sha256",
+    "prompt.input_tokens",
+    "prompt.seed",
+    *(
+        f"workload.{k}"
+        for k in (
+            "output_tokens",
+            "greedy",
+            "ignore_eos",
+            "warmup",
+            "repetitions",
+            "reset_prefix_cache",
+            "launches",
+        )
+    ),
+)
+
+
+def _rep_problem(result: dict[str, Any], field: str) -> str | None:
+    """One line naming the first rep whose value is not a finite positive number, or None."""
+    for i, rep in enumerate(result.get("reps") or []):
+        v = rep.get(field) if isinstance(rep, dict) else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"rep {i} {field} = {v!r}: expected a finite number"
+    return None
+
+
+def _arm_samples(result: dict[str, Any], field: str, name: str) -> tuple[np.ndarray | None, str | None]:
+    """An arm's reps of one field, launch-major (stats.group_by_launch); or None and a one-line reason."""
+    problem = _rep_problem(result, field)
+    if problem is not None:
+        return None, f"{name} {problem}"
+    reps = [rep for rep in result.get("reps") or [] if isinstance(rep, dict)]
+    try:
+        ids = [rep.get("launch") for rep in reps]
+        return group_by_launch(rep_values(result, field), ids, result_launches(result)), None
+    except LaunchDataError as exc:
+        return None, f"{name} reps: {exc}"
+
+
+def _compare_field(
+    control: dict[str, Any], candidate: dict[str, Any], field: str, cfg: StatsConfig, higher: bool
+) -> MetricStats:
+    launches = result_launches(control)
+    c, why_c = _arm_samples(control, field, "control")
+    t, why_t = _arm_samples(candidate, field, "candidate")
+    if c is None or t is None:
+        reason = str(why_c or why_t)
+        return error_record(field, reason, higher, "launch" if launches > 1 else "rep")
+    return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches)
+
+
+def _change(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old == 0:
+        return None
+    change = 100.0 * (new / old - 1.0)
+    return float(change) if np.isfinite(change) else None
+
+
+def compare_speed(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract
+) -> dict[str, Any]:
+    """Statistics, figures and gates (qgate.gate.Gate) for two speed results."""
+    assert loaded.contract.speed is not None
+    cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
+    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True)
+    ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
+    figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
+    c, t = figs["control"], figs["candidate"]
+    figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
+    figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])
+    figs["ttft_median_change_pct"] = _change(t["ttft_ms_median"], c["ttft_ms_median"])
+    figs["min_decode_tok_s"] = loaded.contract.speed.gates.min_decode_tok_s
+    ni = vd.non_inferiority(decode, loaded.contract.speed.gates.max_decode_regression_pct)
+    figs["non_inferiority"] = {**ni, "sample_size": vd.sample_size_text(ni) or None}
+    figs["variance_components"] = {
+        arm: (None if comp is None else comp.__dict__.copy())
+        for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
+    }
+    tokens = vd.token_summary(control, candidate)
+    diffs = vd.differences(control, candidate, loaded, SPEED_EXTRA_KEYS)
+    gates = [
+        vd.comparable_gate(diffs),
+        vd.completeness_gate(control, "control"),
+        vd.completeness_gate(candidate, "candidate"),
+        *vd.attestation(control, candidate),
+        *vd.statistics_gates(decode, ttft),
+        *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens),
+    ]
+    return {
+        "gates": gates,
+        "stats": {"decode_tok_s": decode.to_dict(), "ttft_ms": ttft.to_dict()},
+        "figures": figs,
+        "tokens": tokens,
+        "differences": diffs,
+        "notes": vd.notes(control, candidate),
+    }
