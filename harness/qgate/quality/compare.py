@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from qgate.gate import SEV_ERROR, Gate
-from qgate.quality.gates import arm_gates, make_gate, paired_gate, summarize
+from qgate.quality.gates import arm_gates, paired_gate, summarize
 from qgate.quality.paired import seed_of, single_seed_caveat
 from qgate.quality.schema import Quality
 
@@ -39,10 +39,8 @@ def same_inputs_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate
     if differing:
         problems.append(f"prompt token ids differ for items {differing}")
     if problems:
-        return make_gate(
-            "same items and prompts", False, "refuse to compare: " + "; ".join(problems), SEV_ERROR
-        )
-    return make_gate("same items and prompts", True, "same items, sampling and prompt token ids", SEV_ERROR)
+        return Gate("same items and prompts", False, "refuse to compare: " + "; ".join(problems), SEV_ERROR)
+    return Gate("same items and prompts", True, "same items, sampling and prompt token ids", SEV_ERROR)
 
 
 def _frozen_run(items: list[dict[str, Any]], frozen_seed: int | None) -> list[dict[str, Any]]:

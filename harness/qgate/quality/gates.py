@@ -32,10 +32,6 @@ from qgate.quality.schema import QualityGates
 LIST_AT_MOST = 8  # items named in a gate's detail; the report's tables list them all
 
 
-def make_gate(name: str, passed: bool, detail: str, severity: str = SEV_FAIL) -> Gate:
-    return Gate(name, bool(passed), detail, severity)
-
-
 def weighted_decode_tok_s(items: list[dict[str, Any]]) -> float | None:
     """Pure decode tok/s over all items, weighted by tokens: sum(n - 1) / sum(decode seconds)."""
     tokens = sum(r["output_tokens"] - 1 for r in items if r["output_tokens"] >= 2 and r["decode_s"] > 0)
@@ -81,11 +77,11 @@ def summarize(items: list[dict[str, Any]], n_items: int, seeds: list[int] | None
 
 
 def _at_least(name: str, got: int, want: int, total: int) -> Gate:
-    return make_gate(name, got >= want, f"{got}/{total}, contract asks >= {want}")
+    return Gate(name, got >= want, f"{got}/{total}, contract asks >= {want}")
 
 
 def _at_most(name: str, got: int, limit: int) -> Gate:
-    return make_gate(name, got <= limit, f"{got}, contract allows <= {limit}")
+    return Gate(name, got <= limit, f"{got}, contract allows <= {limit}")
 
 
 def _items_where(items: list[dict[str, Any]], pred: Any) -> str:
@@ -103,7 +99,7 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     items = result["items"]
     seed_txt = f" (seed {s['frozen_seed']})" if s.get("n_seeds", 1) > 1 else ""
     gates = [
-        make_gate(
+        Gate(
             f"{label} result complete",
             result.get("complete") is True and s["n_done"] == outputs,
             f"{s['n_done']}/{outputs} outputs ({n} items x {s.get('n_seeds', 1)} seed(s)), "
@@ -128,14 +124,14 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     gates.append(replace(gate, detail=gate.detail + invalid))
     gates.append(_at_most(f"{label} U+FFFD characters", s["fffd_total"], g.max_fffd))
     gates.append(
-        make_gate(
+        Gate(
             f"{label} repeated 50-char window",
             s["max_window_repeats"] < g.repeated_window_below,
             f"highest count {s['max_window_repeats']}, contract asks < {g.repeated_window_below}",
         )
     )
     gates.append(
-        make_gate(
+        Gate(
             f"{label} same-token run",
             s["max_token_run"] < g.token_run_below,
             f"longest run {s['max_token_run']}, contract asks < {g.token_run_below}",
@@ -178,4 +174,4 @@ def paired_gate(
         more = f" and {len(flagged) - LIST_AT_MOST} more" if len(flagged) > LIST_AT_MOST else ""
         detail += f"; likely real regressions (the control answered every seed): items {listed}{more}"
     severity = {ERROR: SEV_ERROR, INCONCLUSIVE: SEV_INCONCLUSIVE}.get(test.verdict, SEV_FAIL)
-    return make_gate("paired test", test.verdict == NO_REGRESSION, detail, severity), test
+    return Gate("paired test", test.verdict == NO_REGRESSION, detail, severity), test
