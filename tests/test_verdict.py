@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from qgate import compare as compare_mod
+from qgate import gate as gate_mod
 from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
+from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
 from qgate.stats import StatsConfig, compare_samples
 
 _spec = importlib.util.spec_from_file_location(
@@ -42,25 +44,25 @@ def gate(record: dict, prefix: str) -> dict:
 
 def test_decide_orders_error_over_fail() -> None:
     ok, bad, broken = (
-        vd.Gate("a", True, ""),
-        vd.Gate("b", False, "slow"),
-        vd.Gate("c", False, "x", vd.SEV_ERROR),
+        Gate("a", True, ""),
+        Gate("b", False, "slow"),
+        Gate("c", False, "x", SEV_ERROR),
     )
-    assert vd.decide([ok]) == ("PASS", [])
-    assert vd.decide([ok, bad]) == ("FAIL", ["b: slow"])
-    assert vd.decide([bad, broken]) == ("ERROR", ["c: x", "b: slow"])
-    assert vd.decide([])[0] == "ERROR"
+    assert decide([ok]) == ("PASS", [])
+    assert decide([ok, bad]) == ("FAIL", ["b: slow"])
+    assert decide([bad, broken]) == ("ERROR", ["c: x", "b: slow"])
+    assert decide([])[0] == "ERROR"
 
 
 def test_decide_precedence_error_fail_inconclusive_pass() -> None:
-    ok = vd.Gate("a", True, "")
-    undecided = vd.Gate("u", False, "measure more", vd.SEV_INCONCLUSIVE)
-    bad, broken = vd.Gate("b", False, "slow"), vd.Gate("c", False, "x", vd.SEV_ERROR)
-    assert vd.decide([ok, undecided]) == ("INCONCLUSIVE", ["u: measure more"])
-    assert vd.decide([undecided, bad]) == ("FAIL", ["b: slow", "u: measure more"])
-    assert vd.decide([undecided, bad, broken]) == ("ERROR", ["c: x", "b: slow", "u: measure more"])
-    assert vd.decide([vd.Gate("w", False, "?", "weird")])[0] == "ERROR"  # unknown severity fails closed
-    assert vd.INCONCLUSIVE == "INCONCLUSIVE" and vd.SEV_INCONCLUSIVE == "inconclusive"
+    ok = Gate("a", True, "")
+    undecided = Gate("u", False, "measure more", SEV_INCONCLUSIVE)
+    bad, broken = Gate("b", False, "slow"), Gate("c", False, "x", SEV_ERROR)
+    assert decide([ok, undecided]) == ("INCONCLUSIVE", ["u: measure more"])
+    assert decide([undecided, bad]) == ("FAIL", ["b: slow", "u: measure more"])
+    assert decide([undecided, bad, broken]) == ("ERROR", ["c: x", "b: slow", "u: measure more"])
+    assert decide([Gate("w", False, "?", "weird")])[0] == "ERROR"  # unknown severity fails closed
+    assert gate_mod.INCONCLUSIVE == "INCONCLUSIVE" and SEV_INCONCLUSIVE == "inconclusive"
 
 
 def test_fixture_pair_passes_with_every_gate_listed() -> None:
@@ -309,7 +311,7 @@ def test_missing_or_broken_attestation_is_error(
     assert verdict_of(control, candidate)["verdict"] == "ERROR"  # the stand-in raises KeyError
     gates = vd.attestation(control, candidate)
     assert gates == [
-        vd.Gate("route attestation", False, "cannot attest the routes: KeyError: 'routes'", vd.SEV_ERROR)
+        Gate("route attestation", False, "cannot attest the routes: KeyError: 'routes'", SEV_ERROR)
     ]
     # (qgate.routes is a plain import of qgate.verdict now: "not installed" is no longer a state.)
 
@@ -366,7 +368,7 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
 
     def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
         seen["contract"] = contract
-        return {"gates": [vd.Gate("matched misses", False, "item 12: 14 vs 13")], "misses": [12]}
+        return {"gates": [Gate("matched misses", False, "item 12: 14 vs 13")], "misses": [12]}
 
     monkeypatch.setattr(compare_mod, "compare_quality", compare_quality)
     control, candidate = support.load_pair()
@@ -382,9 +384,7 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
     assert gate(rec, "quality: comparable arms")["passed"]
     # The record holds the comparer's data, not markdown; the report renders the section from it.
     assert rec["quality"]["misses"] == [12] and "markdown" not in rec["quality"]
-    assert rec["quality"]["quality_gates"] == [
-        vd.Gate("matched misses", False, "item 12: 14 vs 13").to_dict()
-    ]
+    assert rec["quality"]["quality_gates"] == [Gate("matched misses", False, "item 12: 14 vs 13").to_dict()]
     from qgate.report import render_markdown
 
     text = render_markdown(rec)
@@ -400,7 +400,7 @@ def test_quality_gate_severity_is_carried_through(
 ) -> None:
     def compare_quality(control: dict, candidate: dict, contract: Any) -> dict:
         # One gate type: an unknown severity is decide()'s ERROR, no longer converted to fail here.
-        g = vd.Gate("accuracy", False, "CI too wide", severity)
+        g = Gate("accuracy", False, "CI too wide", severity)
         return {"gates": [g]}
 
     monkeypatch.setattr(compare_mod, "compare_quality", compare_quality)

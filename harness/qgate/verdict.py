@@ -20,19 +20,7 @@ from typing import Any
 
 from qgate import routes
 from qgate.contract import Contract, LoadedContract
-from qgate.gate import (  # noqa: F401  (re-exported: the verdict names callers read as vd.PASS, ...)
-    ERROR,
-    FAIL,
-    INCONCLUSIVE,
-    PASS,
-    SEV_ERROR,
-    SEV_FAIL,
-    SEV_INCONCLUSIVE,
-    SEVERITIES,
-    VERDICTS,
-    Gate,
-    decide,
-)
+from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.stats import DEFAULT_POWER, IMPROVED, REGRESSED, MetricStats, units_for_non_inferiority
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
