@@ -163,6 +163,10 @@ def test_fixture_pair_passes_with_the_real_route_attestation(
 
 
 # ---- real vLLM on the CPU (tiny model); no mock anywhere -------------------------------------------
+# The first test reads the session's shared run (conftest.speed_run). The three calibration tests need
+# their own engine starts: each has its own candidate env (none, a 1 ms and a 0.03 ms step delay) and so
+# its own contract, and compare refuses results run under another contract (contract.sha256); within a
+# test both arms come from one `qgate run` with interleaved launches, which is what the verdict assumes.
 
 
 def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:

@@ -165,6 +165,7 @@ def test_override_runs_instead_of_the_route_op_and_changes_tokens(candidate: dic
 
 
 def test_broken_override_stops_the_engine_with_its_message(tmp_path: Path) -> None:
+    # Its own engine start: what is tested is that this env makes the start itself fail.
     env = {GEMV: "1", IMPL: "slow_routes:no_such_function"}
     with pytest.raises(routes.RouteError, match="has no attribute 'no_such_function'"):
         routes.check_overrides(env | {"PYTHONPATH": FIXTURES})
@@ -213,6 +214,7 @@ def qwen3_next(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_gdn_route_wires_qwen3_next_and_keeps_vllms_result_on_fallback(
     qwen3_next: Path, tmp_path: Path
 ) -> None:
+    # Its own two engine starts: another model (the only one here with a Gated-DeltaNet layer).
     control = _run_engine(tmp_path / "control", {GDN: "0"}, eager=False, model=qwen3_next)
     routed = _run_engine(tmp_path / "routed", {GDN: "1", GEMV: "1"}, eager=False, model=qwen3_next)
     _ok(control)

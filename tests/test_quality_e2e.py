@@ -85,6 +85,8 @@ def test_existing_result_needs_resume_and_resume_is_a_no_op(passing_run: Path, t
 
 
 def test_faulty_route_candidate_fails_the_quality_gate(tmp_path: Path) -> None:
+    # Its own two engine starts: the faulty candidate env makes another contract, and compare refuses a
+    # control result of the passing run's contract (contract.sha256).
     out = tmp_path / "out"
     contract = _contract(tmp_path, "quality-cpu-faulty", FAULTY_ENV)
     proc = _run(contract, out, env={"PYTHONPATH": FIXTURES})

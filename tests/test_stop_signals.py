@@ -3,7 +3,9 @@
 One output folder is shared by the stages (each a fresh engine start): each starts or resumes the
 run, waits for one more saved rep, stops it one way, then checks that within 10 s no process of the
 run is left, that the saved reps are kept unchanged and what qgate printed. The last stage resumes to
-the end. Run alone, a stage starts its own run, so each stands by itself.
+the end, from one more engine start. Run alone, a stage starts its own run, so each stands by itself.
+A SIGKILL of qgate's whole process group is the "kill" stage: the engine child runs in its own group
+(qgate.engine.launcher), so qgate's group holds qgate alone.
 
 Cost: six engine starts, 525 s for the file on 2 cores at load 10 (58-124 s a test); the processes
 were gone 0.5-1.8 s after each stop.
@@ -42,9 +44,13 @@ def _args(contract: Path, out: Path) -> list[str]:
     return args + (["--resume"] if (out / "speed" / "control.json").exists() else [])
 
 
-def _reps(out: Path) -> list[dict]:
+def _record(out: Path) -> dict:
     path = out / "speed" / "control.json"
-    return json.loads(path.read_text())["reps"] if path.exists() else []
+    return json.loads(path.read_text()) if path.exists() else {"reps": [], "launches": []}
+
+
+def _reps(out: Path) -> list[dict]:
+    return _record(out)["reps"]
 
 
 def _engine_child(out: Path, qgate_pid: int) -> int:
@@ -111,8 +117,10 @@ def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str
     proc, gone_s, kept, err = _stop_once(contract, out, how)
     print(f"{how}: no process of the run left after {gone_s:.2f} s; exit {proc.returncode}; {err.strip()}")
     assert gone_s < GONE_WITHIN_S
-    now = _reps(out)
+    record = _record(out)
+    now = record["reps"]
     assert now[: len(kept)] == kept  # nothing saved was lost or changed
+    assert record["complete"] is False and len(now) < REPS
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("qgate:")]
     if how in ("term", "int"):
@@ -131,10 +139,13 @@ def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str
 
 def test_resume_completes_after_the_stops(run_dir: tuple[Path, Path]) -> None:
     contract, out = run_dir
-    kept = _reps(out)
+    before = _record(out)
+    kept = before["reps"]
     done = qgate(*_args(contract, out))
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads((out / "speed" / "control.json").read_text())
     assert final["complete"] is True
     assert [r["index"] for r in final["reps"]] == list(range(REPS))
     assert final["reps"][: len(kept)] == kept
+    # The stopped starts stay recorded; the resumed reps came from one more engine start.
+    assert len(final["launches"]) == len(before["launches"]) + 1
