@@ -117,7 +117,7 @@ class Workload(Protocol):
     def save(self, plan: ArmPlan, result: dict) -> None: ...
 
     def finish(self, result: dict) -> None:
-        """Set what only the whole run decides (`complete`) before the last save."""
+        """Set what only the arm's whole run decides (`complete`), before its last save."""
         ...
 
 
