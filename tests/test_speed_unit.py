@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
+
+from qgate.contract import load_contract
+from qgate.engine import arms
+from qgate.results import ResultError
+from qgate.speed.run import arm_path, run_speed
 from qgate.speed.workload import SpeedError, ids_sha256, rep_record, run_reps, synthetic_prompt
 
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 SPEC = {
     "input_tokens": 16, "output_tokens": 5, "greedy": True, "ignore_eos": True, "warmup": 1,
     "reset_prefix_cache": True, "prompt_seed": 3, "launch": 0, "rep_indices": [0, 1],
@@ -77,3 +87,47 @@ def test_reps_reset_before_every_generate_and_emit_records() -> None:
 def test_refused_prefix_cache_reset_fails_the_run() -> None:
     with pytest.raises(SpeedError, match="reset_prefix_cache"):
         run_reps(_Adapter(reset_ok=False), SPEC, lambda e: None)
+
+
+class _ScriptedSegments:
+    """Stands in for engine.segment.run_segment: one engine start answers the spec's reps."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[str, int, list[int]]] = []
+
+    def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
+                 save: Any, label: str) -> dict:  # fmt: skip
+        self.starts.append((result["arm"], spec["launch"], list(spec["rep_indices"])))
+        on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
+        on_event({"event": "prompt", "input_tokens": spec["input_tokens"], "sha256": "p"})
+        for i in spec["rep_indices"]:
+            rep = rep_record(_out(), wall_s=0.5, index=i, launch=spec["launch"], reset=True)
+            on_event({"event": "rep", "rep": rep})
+        save(result)
+        return result
+
+
+def test_speed_runs_on_the_spine_launches_interleaved_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
+    data["speed"].update({"repetitions": 4, "launches": 2})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    loaded, out = load_contract(tmp_path / "c.yaml"), tmp_path / "out"
+    segments = _ScriptedSegments()
+    monkeypatch.setattr(arms, "run_segment", segments)
+    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    results = run_speed(loaded, out)
+    assert [(a, n) for a, n, _ in segments.starts] == [
+        ("control", 0), ("candidate", 0), ("control", 1), ("candidate", 1)
+    ]  # fmt: skip
+    assert segments.starts[2][2] == [4, 5, 6, 7]
+    for arm in ("control", "candidate"):
+        saved = json.loads(arm_path(out, arm).read_text())
+        assert saved == results[arm] and saved["complete"]
+        assert [la["launch"] for la in saved["launches"]] == [0, 1]
+        assert [r["index"] for r in saved["reps"]] == list(range(8))
+    with pytest.raises(ResultError, match="pass --resume"):
+        run_speed(loaded, out)
+    run_speed(loaded, out, resume=True)  # complete: no engine start
+    assert len(segments.starts) == 4
