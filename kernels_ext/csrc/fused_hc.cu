@@ -1,5 +1,7 @@
 // Route fused_hc_fp16: Qwen4Exp's GatedResidual HyperConnection (vLLM 0.32,
-// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. Three kernels:
+// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. With QGATE_HC_IMPL=fused
+// one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of shared memory
+// (opt-in: slower than the three kernels on the H200, BENCH.md); by default three kernels:
 //   hc_norm_kernel     one block a stream: the pending combine h_s + c_s o (c_s = 2 sigmoid(inj_s / HC),
 //                      or 1), one fma in float32, rounded (written to h_out), then the grouped Gemma
 //                      RMSNorm in float32: rrms = 1 / sqrt(sum(x^2) / HS + eps), y = x rrms,
@@ -17,6 +19,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "fused_hc_persistent.cuh"
 #include "gemv_rows.cuh"
 #include "launchers.h"
 
@@ -175,12 +181,56 @@ cudaError_t launch_hc_typed(const HcArgs& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+
+// QGATE_HC_IMPL (read once per process): unset or "split" the three kernels (the default: measured
+// faster on the H200, BENCH.md); "fused" the one-launch path with a cooperative launch; "fused_plain"
+// the same kernel, plain launch and its own barrier.
+int hc_impl() {
+  static const int impl = [] {
+    const char* v = std::getenv("QGATE_HC_IMPL");
+    if (v != nullptr && std::strcmp(v, "fused") == 0) return 1;
+    if (v != nullptr && std::strcmp(v, "fused_plain") == 0) return 2;
+    return 0;
+  }();
+  return impl;
+}
+
+template <class T>
+cudaError_t launch_hc_fused(const HcArgs& p, cudaStream_t stream) {
+  const bool coop = hc_impl() == 1;
+  if (p.hc <= 4) return coop ? launch_hc_fused_typed<T, 4, true>(p, stream) : launch_hc_fused_typed<T, 4, false>(p, stream);
+  return coop ? launch_hc_fused_typed<T, 8, true>(p, stream) : launch_hc_fused_typed<T, 8, false>(p, stream);
+}
+
 }  // namespace
+
+int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine) {
+  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * hc_down_groups(hc * hs);
+}
 
 cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
   if (p.hc < 1 || p.hc > kHcMaxStreams || p.rank < 8 || p.rank > kHcMaxRank || p.rank % 8 != 0 || p.hs <= 0 ||
-      p.hs % 8 != 0 || p.hs > 0x7fffffff) {
+      p.hs % 8 != 0 || p.hs > 0x7fffffff || static_cast<int64_t>(p.hc) * p.hs > 0x7fffffff) {
     return cudaErrorInvalidValue;
+  }
+  static const int phase_stop = [] {
+    const char* v = std::getenv("QGATE_HC_PHASE_STOP");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  static const int prefetch = [] {
+    const char* v = std::getenv("QGATE_HC_PREFETCH");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  HcArgs q = p;
+  q.phase_stop = phase_stop;
+  q.prefetch = prefetch;
+  if (phase_stop != 0) {
+    return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
+  }
+  if (hc_impl() != 0 && p.partials != nullptr && hc_fused_smem_bytes(p) <= static_cast<size_t>(kHcFusedMaxSmem)) {
+    const cudaError_t err = p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
+    if (err != cudaErrorNotSupported) return err;
+    (void)cudaGetLastError();  // no resident wave on this device: the three kernels below
   }
   return p.bf16 ? launch_hc_typed<__nv_bfloat16>(p, stream) : launch_hc_typed<__half>(p, stream);
 }

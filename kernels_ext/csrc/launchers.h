@@ -53,10 +53,18 @@ struct HcArgs {
   void* lora_raw;       // [rank] workspace: the down projection before silu
   void* injection_out;  // [hc] (use_combine only)
   void* block_input;    // [hs]
+  float* partials;      // [hc_partial_floats(...)] workspace of the one-launch path (fused_hc_persistent.cuh)
+  int phase_stop;       // diagnosis only (QGATE_HC_PHASE_STOP, tools/hc_phases.py): 0 the whole op, else
+                        // the one-launch kernel returns after that phase (1 inputs and norm, 2 down, 3 barrier)
+  int prefetch;         // one-launch kernel, sm_90 (QGATE_HC_PREFETCH, tuning): 1 bulk L2 prefetch of the weights
+                        // first, 2 the same and the weights loaded into registers only where used, 3 loaded where used
+                        // and no prefetch, 0 loaded into registers at the start (default)
 };
 constexpr int kHcMaxStreams = 8;
 constexpr int kHcMaxRank = 512;
 cudaError_t launch_hc(const HcArgs& args, cudaStream_t stream);
+// Floats of HcArgs::partials: a float32 partial dot per (down row, group of 2048 columns).
+int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine);
 
 // Exact top-k per row (see qsa_topk.cu). The plan fixes the blocks per row and the workspace size;
 // the workspace (empty on the cluster path) must be zero-filled before each launch.

@@ -94,6 +94,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hc_common(const at::Tensor& h, co
   at::Tensor lora_raw = at::empty({rank}, h.options());
   at::Tensor inj_out = at::empty({1, use_combine ? hc : 0}, h.options());
   at::Tensor block_input = at::empty({1, hs}, h.options());
+  at::Tensor partials = at::empty({qgate::hc_partial_floats(static_cast<int>(hc), static_cast<int>(rank), hs, use_combine)},
+                                  h.options().dtype(at::kFloat));
   qgate::HcArgs args{};
   args.h = h.data_ptr();
   args.block_output = block_output != nullptr ? block_output->data_ptr() : nullptr;
@@ -113,6 +115,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hc_common(const at::Tensor& h, co
   args.lora_raw = lora_raw.data_ptr();
   args.injection_out = use_combine ? inj_out.data_ptr() : nullptr;
   args.block_input = block_input.data_ptr();
+  args.partials = partials.data_ptr<float>();
   check_cuda(qgate::launch_hc(args, at::cuda::getCurrentCUDAStream()), "hc");
   return {h_out, block_input, inj_out};
 }
