@@ -344,7 +344,8 @@ def test_cli_refuses_an_out_dir_holding_an_ablation_report(tmp_path: Path) -> No
     out = CliRunner().invoke(_cli(), ["ablate", "--contract", loaded.path, "--out", str(out_dir)])
     assert out.exit_code == 2, out.output
     assert out.output.count("qgate: error:") == 1 and "Traceback" not in out.output
-    assert f"{out_dir}: already holds a report (ablation.json)" in out.output and "--force" in out.output
+    assert f"{out_dir}: already holds a report (ablation.json)" in out.output
+    assert "pass --resume to continue that ablation or --force to overwrite its report" in out.output
     assert (out_dir / "ablation.json").read_text() == "{}"
     with pytest.raises(OutputExists):
         refuse_overwrite(out_dir, ablate.REPORT_FILES, False)

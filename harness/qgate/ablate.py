@@ -245,9 +245,11 @@ def run_ablation(
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Plan, run every arm's speed gate (and quality where possible), analyse, write the report.
 
-    An earlier ablation report in out_dir is refused (OutputExists) unless resume (which continues
-    that ablation and writes its report again) or force."""
-    refuse_overwrite(out_dir, REPORT_FILES, force or resume)
+    An earlier ablation report in out_dir is refused (OutputExists, a ResultError) unless resume (which
+    continues that ablation and writes its report again) or force (which rewrites the report; the arms'
+    results are still refused without resume, by the speed run)."""
+    remedy = "pass --resume to continue that ablation or --force to overwrite its report"
+    refuse_overwrite(out_dir, REPORT_FILES, force or resume, remedy)
     factors, arms = plan_arms(loaded, design)
     engine = loaded.contract.engine_for("control")
     run_speed(

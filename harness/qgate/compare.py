@@ -22,7 +22,6 @@ from typing import Any
 
 from qgate import verdict as vd
 from qgate.contract import ContractError, LoadedContract, load_contract
-from qgate.errors import QgateError
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
 from qgate.results import (
@@ -203,18 +202,19 @@ def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContrac
     return record
 
 
-class OutputExists(QgateError):
-    """The output folder already holds a report; str() is one line naming the folder."""
+class OutputExists(ResultError):
+    """The output folder already holds a report; str() is one line naming the folder and the way on."""
 
 
-def refuse_overwrite(out_dir: str | Path, names: tuple[str, ...], force: bool) -> None:
+def refuse_overwrite(
+    out_dir: str | Path, names: tuple[str, ...], force: bool, remedy: str = "pass --force to overwrite it"
+) -> None:
     """Raise OutputExists when out_dir holds any of `names` and the caller did not pass --force: an
     earlier verdict or ablation is evidence, not scratch space."""
     found = [n for n in names if (Path(out_dir) / n).exists()]
     if found and not force:
         raise OutputExists(
-            f"{out_dir}: already holds a report ({', '.join(found)}); "
-            "pass --force to overwrite it, or choose another --out"
+            f"{out_dir}: already holds a report ({', '.join(found)}); {remedy}, or choose another --out"
         )
 
 
