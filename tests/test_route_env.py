@@ -96,12 +96,6 @@ ENV_WORDS = frozenset(
 # names (files this change did not own: they should import route_env), demo.py's override variable,
 # and the op qgate::qsa_topk, whose name is its route's (an op name, not a copy of the route).
 KNOWN_ELSEWHERE = {
-    ("harness/qgate/demo.py", "literal"),
-    ("harness/qgate/ops/bench.py", "TARGETS"),
-    ("harness/qgate/ops/cases.py", "_BUILDERS"),
-    ("harness/qgate/ops/schema.py", "ALL_ROUTES"),
-    ("harness/qgate/ops/schema.py", "DEFAULT_TOLERANCES"),
-    ("harness/qgate/ops/schema.py", "RouteName"),
     ("kernels_ext/qgate_kernels/__init__.py", "__all__"),
     ("kernels_ext/qgate_kernels/_library.py", "SCHEMAS"),
     ("kernels_ext/qgate_kernels/ops.py", "_CPU_REFERENCE_KERNELS"),

@@ -31,11 +31,12 @@ from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
 from qgate.results import atomic_write_json, atomic_write_text, current_schema
+from qgate.route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
 DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"
 VERDICT_CODES = {"PASS": 0, "FAIL": 1, "ERROR": 3, "INCONCLUSIVE": 4}
-FAULTY_ROUTE_VAR = "QGATE_ROUTE_IMPL_FP16_GEMV"
+FAULTY_ROUTE_VAR = override_var(ROUTE_GEMV)
 FAULTY_IMPL = "slow_routes:perturbed_gemv"
 
 

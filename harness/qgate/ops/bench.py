@@ -25,15 +25,16 @@ from torch import Tensor
 from qgate.ops import BENCH_SCHEMA_VERSION
 from qgate.ops.cases import Case
 from qgate.ops.screen import device_info
+from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 # The targets on the H200 (benchmark figures, never timed tests).
 TARGETS: dict[tuple[str, str], dict[str, float]] = {
-    ("fp16_gemv", "3072x2048"): {"min_tb_s": 3.0, "min_speedup": 1.0},
-    ("fp16_gemv", "4096x4096"): {"min_tb_s": 3.4, "min_speedup": 1.0},
-    ("qsa_topk", "1x131072x2048"): {"max_us": 13.0},
-    ("fused_hc_fp16", "*"): {"min_speedup": 2.0},
-    ("fused_gdn_input_fp16", "*"): {"min_speedup": 1.3},
-    ("fp16_gemv", "*"): {"min_speedup": 1.0},
+    (ROUTE_GEMV, "3072x2048"): {"min_tb_s": 3.0, "min_speedup": 1.0},
+    (ROUTE_GEMV, "4096x4096"): {"min_tb_s": 3.4, "min_speedup": 1.0},
+    (ROUTE_TOPK, "1x131072x2048"): {"max_us": 13.0},
+    (ROUTE_HC, "*"): {"min_speedup": 2.0},
+    (ROUTE_GDN, "*"): {"min_speedup": 1.3},
+    (ROUTE_GEMV, "*"): {"min_speedup": 1.0},
 }
 
 

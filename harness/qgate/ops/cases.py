@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import qgate_kernels
+from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 from qgate_kernels import reference
 
 Inputs = tuple[Any, ...]
@@ -376,10 +377,10 @@ def _topk_input_kind(logits: Tensor, visible: Tensor, k: int) -> str:
 
 
 _BUILDERS: dict[str, Callable[..., Case]] = {
-    "fp16_gemv": gemv_case,
-    "fused_hc_fp16": hc_case,
-    "fused_gdn_input_fp16": gdn_case,
-    "qsa_topk": topk_case,
+    ROUTE_GEMV: gemv_case,
+    ROUTE_HC: hc_case,
+    ROUTE_GDN: gdn_case,
+    ROUTE_TOPK: topk_case,
 }
 
 

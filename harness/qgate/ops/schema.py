@@ -11,8 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-RouteName = Literal["fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk"]
-ALL_ROUTES: tuple[str, ...] = ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16", "qsa_topk")
+from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
+
+# The route names are route_env's (one home); Literal of them so a contract naming another is refused.
+RouteName = Literal[ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK]  # type: ignore[valid-type]
+ALL_ROUTES: tuple[str, ...] = tuple(ROUTES)
 
 
 class _Strict(BaseModel):
@@ -42,10 +45,10 @@ class Tolerance(_Strict):
 # same against vLLM's own Triton kernels, 99.4 % of the elements bitwise). The top-k is exact by
 # definition.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
-    "fp16_gemv": Tolerance(max_ulp=2),
-    "fused_hc_fp16": Tolerance(max_ulp=32),
-    "fused_gdn_input_fp16": Tolerance(max_ulp=2),
-    "qsa_topk": Tolerance(max_ulp=0, max_abs_diff=0.0, min_bitwise_fraction=1.0),
+    ROUTE_GEMV: Tolerance(max_ulp=2),
+    ROUTE_HC: Tolerance(max_ulp=32),
+    ROUTE_GDN: Tolerance(max_ulp=2),
+    ROUTE_TOPK: Tolerance(max_ulp=0, max_abs_diff=0.0, min_bitwise_fraction=1.0),
 }
 
 
