@@ -17,7 +17,7 @@ Designs (arms are deduplicated by their factor set; for k factors):
 - leave-one-out: control, candidate, each factor left out (k + 2).
 - full: the 2^k factorial (k <= MAX_FULL_FACTORS).
 
-All arms run the speed gate through `qgate.speed_run.run_speed(plans=...)`: same prompt, same engine
+All arms run the speed gate through `qgate.speed.run.run_speed(plans=...)`: same prompt, same engine
 args, one engine start per arm per launch, arms interleaved launch by launch, resumable per arm.
 
 Effects (statistics from qgate.stats; a statistic that cannot be computed is an ERROR of the ablation):
