@@ -14,6 +14,15 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
+# vLLM's engine core and worker inside the engine child's own process: one interpreter importing torch
+# and vLLM instead of three and no multi-process teardown, so an engine start of the tiny model takes
+# ~11 s instead of ~28 s on 2 cores (measured back to back, load ~2). Only for tests that time nothing
+# and whose subject is not vLLM's process layout: the Qwen4Exp routes, the plugin's override, broken
+# override and GDN runs, the quality gate. Timed tests (speed, verdict calibration, ablation) keep the
+# default multi-process engine: under load (7-8 on the 2 cores) in-process decode fell to 5-180 tok/s
+# with launches 10x apart, where the multi-process engine kept 200-750 tok/s at load 3-5.
+IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 
 

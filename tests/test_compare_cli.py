@@ -178,7 +178,7 @@ def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, *
     if candidate_env is None:  # A/A: the candidate is the control
         data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
     else:
-        data["arms"]["candidate"]["env"] = candidate_env
+        data["arms"]["candidate"]["env"] = dict(candidate_env)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

