@@ -16,15 +16,13 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from qgate.ops import BENCH_SCHEMA_VERSION
 from qgate.ops.cases import Case
-from qgate.ops.screen import device_info
+from qgate.ops.screen import record_header
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 # The targets on the H200 (benchmark figures, never timed tests).
@@ -231,12 +229,7 @@ def run_bench(
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return {
-        "kind": "ops_bench",
-        "schema_version": BENCH_SCHEMA_VERSION,
-        "contract": contract,
-        "started_at": datetime.now(timezone.utc).isoformat(),
-        "seed": seed,
-        "device": device_info(dev),
+        **record_header("ops_bench", contract, seed, dev),
         "timing": "cuda-graph replay, events" if dev.type == "cuda" else "perf_counter (CPU: code path only)",
         "config": cfg,
         "copy_gb_s": copy_gb_s,

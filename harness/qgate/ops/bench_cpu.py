@@ -23,7 +23,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
@@ -204,7 +203,7 @@ def run_bench_cpu(
     there) is recorded with its error and does not stop the others.
     """
     from qgate.ops.cases import DEFAULT_SHAPES
-    from qgate.ops.screen import device_info
+    from qgate.ops.screen import record_header
 
     seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
     gen = torch.Generator().manual_seed(seed)
@@ -231,12 +230,7 @@ def run_bench_cpu(
         except Exception as exc:  # recorded, not hidden: the table shows the error
             cases.append({"route": case.route, "label": case.label, "error": f"{type(exc).__name__}: {exc}"})
     return {
-        "kind": "ops_bench_cpu",
-        "schema_version": BENCH_CPU_SCHEMA_VERSION,
-        "contract": contract,
-        "started_at": datetime.now(timezone.utc).isoformat(),
-        "seed": seed,
-        "device": device_info(torch.device("cpu")),
+        **record_header("ops_bench_cpu", contract, seed, torch.device("cpu")),
         "cpu": _cpu_info(),
         "load_avg_before": list(load_before),
         "load_avg_after": list(os.getloadavg()),

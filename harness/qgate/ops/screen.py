@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 
 import qgate_kernels
-from qgate.ops import OPS_SCHEMA_VERSION
 from qgate.ops.cases import Case
+from qgate.results import current_schema
 
 
 def ordered_int(t: Tensor) -> Tensor:
@@ -213,6 +213,19 @@ def device_info(dev: torch.device) -> dict[str, Any]:
     return info
 
 
+def record_header(kind: str, contract: dict[str, Any] | None, seed: int, dev: torch.device) -> dict[str, Any]:
+    """The fields every operator record (screen, CUDA bench, CPU bench) starts with; the schema version
+    is the registry's (qgate.results.SCHEMAS), so a record always loads with load_result."""
+    return {
+        "kind": kind,
+        "schema_version": current_schema(kind),
+        "contract": contract,
+        "started_at": datetime.now(timezone.utc).isoformat(),
+        "seed": seed,
+        "device": device_info(dev),
+    }
+
+
 def run_screen(
     cases: list[Case],
     trials: int,
@@ -228,12 +241,7 @@ def run_screen(
     gen.manual_seed(seed)
     results = [_screen_or_error(c, trials, tolerances[c.route], gen, dev) for c in cases]
     return {
-        "kind": "ops",
-        "schema_version": OPS_SCHEMA_VERSION,
-        "contract": contract,
-        "started_at": datetime.now(timezone.utc).isoformat(),
-        "seed": seed,
-        "device": device_info(dev),
+        **record_header("ops", contract, seed, dev),
         "cases": results,
         "passed": bool(results) and all(r["passed"] for r in results),
     }
