@@ -16,11 +16,12 @@
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
 //       others, then waits on its list mbarrier.
-//   local pass: every block counts the next byte over the candidate list in its own shared memory
-//       (the same counts in every block). Those cells order the candidates (a shallow order:
-//       tc_order ranks the candidates in the cells that start below k) unless one holds more than
-//       kTpMaxCell keys; then the remaining passes run locally, the ties are trimmed by index into
-//       the final list of k, and tc_order orders that. Each block writes its 1/C of the ranks.
+//   local passes: every block counts the next byte over the candidate list in its own shared memory
+//       (the same counts in every block) and picks the same byte, down to byte 0: then T, the k-th
+//       largest key, and the ties it needs are known. The output is written in increasing index
+//       order, which is the list's order: one block scan of (keys > T, keys == T) over the list gives
+//       every selected key its position, and each block writes its 1/C of the positions. No value
+//       ordering (the set is what vLLM's readers use; BENCH.md, eighth session).
 // No block reads another block's shared memory, so no cluster barrier is needed after the one that
 // publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
 // BENCH.md has the phase clocks and the variants that were slower.
@@ -35,26 +36,12 @@ constexpr int kTpCap = 12288;     // candidates a block holds for the local pass
 #define QGATE_TP_PER_K 4
 #endif
 constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
-// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key
-// of a cell of several keys, a cell of one key is ranked from the list order; the cell items,
-// k + this many, must fit the 64 KiB of the receive buffers). 4096, not 2048: a row of integers
-// 0..63 at 1 x 131072, k = 2048 has a tie cell of about k keys, which at 2048 half the time took
-// the deep path (two more local passes, trim, full order): 15.8 -> 14.0 us, the other rows
-// unchanged (BENCH.md, sixth session).
-#ifndef QGATE_TP_MAX_CELL  // (tuning: NVCC_APPEND_FLAGS=-DQGATE_TP_MAX_CELL=... builds other values)
-#define QGATE_TP_MAX_CELL 4096
-#endif
-constexpr unsigned int kTpMaxCell = QGATE_TP_MAX_CELL;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
-// Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
-// of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
-// items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
+// Dynamic shared memory: striped histogram, this block's counts of a pass, the row totals [4][256],
+// the receive buffers of the pass counts, the candidate buffer.
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2);
-static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
-static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
-                  8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
-              "final list and cells must fit the receive buffers");
+static_assert(kTpCap < 65536, "tp_trim_out packs two counts into one scan word");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -196,8 +183,8 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
 }
 
 // The counts of one local pass over the candidate list (the same in every block): the candidates
-// that match the prefix above byte `pass`, by that byte, into tot[pass]. Returns the largest bin.
-__device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
+// that match the prefix above byte `pass`, by that byte, into tot[pass].
+__device__ __forceinline__ void tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
                                                        const uint2* cand, unsigned int m, int pass, uint32_t prefix) {
   const int shift = 24 - 8 * pass;
   const unsigned int lane = threadIdx.x & 31;
@@ -208,15 +195,6 @@ __device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, un
   __syncthreads();
   tc_reduce<kTpThreads>(striped, tot + pass * 256);
   __syncthreads();
-  if (threadIdx.x < 32) {
-    unsigned int mx = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) mx = max(mx, tot[pass * 256 + 8 * threadIdx.x + e]);
-    mx = __reduce_max_sync(0xffffffffu, mx);
-    if (threadIdx.x == 0) sh.max_key = mx;
-  }
-  __syncthreads();
-  return sh.max_key;
 }
 
 // Picks the byte of pass `pass` from tot[pass] (every block the same).
@@ -229,12 +207,16 @@ __device__ __forceinline__ void tp_select(const unsigned int* tot, TcShared& sh,
   need -= sh.above;
 }
 
-// The final list from the candidates (index order): keys > thr, then ties by index up to need.
-__device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
-                                        TcShared& sh, uint2* all) {
+// The output from the candidates (index order): keys > thr, then ties by index up to need; exactly
+// k of them, in increasing index order. Each block computes every slot (one block scan) and writes
+// the positions of its 1/C share, [rank k / C, (rank + 1) k / C).
+__device__ __forceinline__ void tp_trim_out(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
+                                            TcShared& sh, int k, uint32_t rank, int csize, int* __restrict__ out) {
   const unsigned int per = (m + kTpThreads - 1) / kTpThreads;  // consecutive candidates a thread
   const unsigned int first = threadIdx.x * per < m ? threadIdx.x * per : m;
   const unsigned int last = first + per < m ? first + per : m;
+  const unsigned int from = static_cast<unsigned int>(k) * rank / static_cast<unsigned int>(csize);
+  const unsigned int to = static_cast<unsigned int>(k) * (rank + 1) / static_cast<unsigned int>(csize);
   unsigned int gt = 0;
   unsigned int eq = 0;
   for (unsigned int i = first; i < last; ++i) {
@@ -247,14 +229,16 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
   unsigned int slot = (excl & 0xffffu) + (seen < need ? seen : need);
   for (unsigned int i = first; i < last; ++i) {
     const uint2 e = cand[i];
-    if (e.x > thr) {
-      all[slot++] = e;
-    } else if (e.x == thr) {
-      if (seen < need) all[slot++] = e;
+    bool take = e.x > thr;
+    if (e.x == thr) {
+      take = seen < need;
       ++seen;
     }
+    if (take) {
+      if (slot >= from && slot < to) out[slot] = static_cast<int>(e.y);
+      ++slot;
+    }
   }
-  __syncthreads();
 }
 #endif  // QGATE_TC_SM90
 
@@ -270,8 +254,6 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [256] this block, one pass
   unsigned int* tot = hist + 256;                                               // [4][256] row totals
   unsigned int* recv = tot + 4 * 256;                                           // [4][16][256] pushed counts
-  uint2* all = reinterpret_cast<uint2*>(recv);                                  // [k] after the offsets
-  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k]
   uint2* cand = reinterpret_cast<uint2*>(recv + kTpRecvWords);                  // [kTpCap]
   TC_GSTAMP(0);
   TC_STAMP(1);
@@ -371,32 +353,20 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   }
   tp_wait(tp_saddr(&sh.bar[4]));
   TC_STAMP(15);
-  // The ordering runs at one call site (the kernel's code is fetched once per launch: its size costs).
-  const uint2* list = cand;  // after pass 3 the candidates are the k keys already (full order)
-  int n = k;
-  int depth = 4;
-  unsigned long long* items = cell_items;
+  // The output is the k selected keys' indices in increasing index order, and the candidate list is
+  // in index order already: the remaining passes run locally (same counts in every block) until T,
+  // the k-th largest key, and the ties it needs are known; the trim then writes this block's 1/C of
+  // the output positions. After pass 3 the candidates are the k keys already.
+  int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
   if (last < 3) {
 #pragma unroll 1
     for (int pass = last + 1; pass < 4; ++pass) {
-      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
-      if (pass == last + 1 && largest <= kTpMaxCell) {
-        // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
-        n = static_cast<int>(m);
-        depth = last + 1;
-        items = reinterpret_cast<unsigned long long*>(recv);
-        break;
-      }
-      tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
-    }
-    if (depth == 4) {
-      tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
-      list = all;
+      tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      tp_select(tot, sh, pass, prefix, need);
     }
   }
   TC_STAMP(16);
-  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize,
-                indices + static_cast<int64_t>(row) * k);
+  tp_trim_out(cand, m, prefix, last < 3 ? need : static_cast<unsigned int>(k), sh, k, rank, csize, out);
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif
