@@ -14,14 +14,16 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
-# vLLM's engine core and worker inside the engine child's own process: one interpreter importing torch
-# and vLLM instead of three and no multi-process teardown, so an engine start of the tiny model takes
-# ~11 s instead of ~28 s on 2 cores (measured back to back, load ~2). Only for tests that time nothing
-# and whose subject is not vLLM's process layout: the Qwen4Exp routes, the plugin's override, broken
-# override and GDN runs, the quality gate. Timed tests (speed, verdict calibration, ablation) keep the
-# default multi-process engine: under load (7-8 on the 2 cores) in-process decode fell to 5-180 tok/s
-# with launches 10x apart, where the multi-process engine kept 200-750 tok/s at load 3-5.
-IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# vLLM's engine core and worker inside the engine child's own process, with one torch thread (what
+# the multi-process engine core sets for serving; in one process vLLM cannot set it after binding its
+# threads): one interpreter importing torch and vLLM instead of three and no multi-process teardown.
+# Measured back to back (A/A, 2 launches x 4 reps per arm, load ~1): 48 s for the run instead of 112 s
+# (an engine start 8 s instead of 20 s), decode 890-1010 tok/s against 690-830; with a busy-loop process
+# on the 2 cores, 910-980 tok/s (multi-process: 265-600; in-process with 2 threads: 8-1040, the OpenMP
+# threads wait on the one that shares its core). For every test whose subject is not vLLM's process
+# layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
+# candidate (which process runs the layers) keep the default multi-process engine.
+IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 

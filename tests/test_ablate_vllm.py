@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, small_contract
+from conftest import IN_PROCESS_ENGINE, REPO, small_contract
 
 from qgate.ablate import run_ablation
 from qgate.contract import load_contract
@@ -40,8 +40,11 @@ def ablation_contract(tmp: Path) -> Path:
     # other processes on a shared 2-core machine do to one engine start (measured: a placebo arm ran
     # 56 % slower than the control with 1 ms). Set in both arms: the base, not a factor; only the slowed
     # implementation reads it.
+    # The in-process engine (conftest) in both arms too: five engine starts, and the subject is the
+    # attribution of a measured slowdown, not vLLM's process layout.
     for arm in ("control", "candidate"):
         data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "5"
+        data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
     # The test is about attributing a ~-90 % effect, not about the CV gate (tested on its own): a
     # hiccup of this 2-core machine once put a fast arm at CV 25.9 % against the smoke contract's 25 %.
