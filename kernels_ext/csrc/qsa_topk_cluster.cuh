@@ -44,6 +44,9 @@ struct TcShared {
   unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
+  // push kernel, tp_resolve: keys of the chosen bin (count, least, largest, the first 32), T and its ties
+  unsigned int rs_n, rs_min, rs_max, rs_t, rs_need;
+  unsigned int rs_keys[32];
 };
 
 #ifdef QGATE_TOPK_PHASES

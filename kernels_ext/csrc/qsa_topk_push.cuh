@@ -207,37 +207,129 @@ __device__ __forceinline__ void tp_select(const unsigned int* tot, TcShared& sh,
   need -= sh.above;
 }
 
+// After the local pass of byte `pass` picked its bin (prefix holds bytes 3..pass, need the keys to
+// take in the bin): if the bin's keys are all equal (a value class of a tie-heavy row), T is that
+// key; if the bin holds at most 32 keys (a continuous row), warp 0 finds T among them. Either way
+// prefix becomes T and need the ties at T to take, and it returns true (every thread alike); else
+// the passes go on. One walk over the list, warp-aggregated, instead of up to three local passes.
+__device__ __forceinline__ bool tp_resolve(const uint2* cand, unsigned int m, int pass, TcShared& sh,
+                                           uint32_t& prefix, unsigned int& need) {
+  const int shift = 24 - 8 * pass;
+  const uint32_t want = prefix >> shift;
+  const unsigned int lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    sh.rs_n = 0;
+    sh.rs_min = 0xffffffffu;
+    sh.rs_max = 0;
+  }
+  __syncthreads();
+  uint32_t mn = 0xffffffffu;
+  uint32_t mx = 0;
+  for (unsigned int b = 0; b < m; b += kTpThreads) {  // uniform bound: every lane takes part
+    const unsigned int i = b + threadIdx.x;
+    const uint32_t key = i < m ? cand[i].x : 0u;
+    const bool in = i < m && (key >> shift) == want;
+    const unsigned int mask = __ballot_sync(0xffffffffu, in);
+    if (mask == 0) continue;
+    if (in) {
+      mn = min(mn, key);
+      mx = max(mx, key);
+    }
+    const int leader = __ffs(mask) - 1;
+    unsigned int base = 0;
+    if (static_cast<int>(lane) == leader) base = atomicAdd(&sh.rs_n, static_cast<unsigned int>(__popc(mask)));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    const unsigned int at = base + __popc(mask & ((1u << lane) - 1u));
+    if (in && at < 32) sh.rs_keys[at] = key;
+  }
+  mn = __reduce_min_sync(0xffffffffu, mn);
+  mx = __reduce_max_sync(0xffffffffu, mx);
+  if (lane == 0 && mx != 0) {
+    atomicMin(&sh.rs_min, mn);
+    atomicMax(&sh.rs_max, mx);
+  }
+  __syncthreads();
+  const unsigned int c = sh.rs_n;
+  if (sh.rs_min == sh.rs_max) {  // every key of the bin is T (c >= need >= 1)
+    prefix = sh.rs_min;
+    return true;
+  }
+  if (c > 32) return false;
+  if (threadIdx.x < 32) {
+    const bool valid = lane < c;
+    const uint32_t x = valid ? sh.rs_keys[lane] : 0u;
+    unsigned int gt = 0;
+    unsigned int ge = 0;
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {
+      const uint32_t y = __shfl_sync(0xffffffffu, x, j);
+      const bool vy = j < static_cast<int>(c);
+      gt += vy && y > x;
+      ge += vy && y >= x;
+    }
+    if (valid && gt < need && need <= ge) {  // lanes of equal keys write the same values
+      sh.rs_t = x;
+      sh.rs_need = need - gt;
+    }
+  }
+  __syncthreads();
+  prefix = sh.rs_t;
+  need = sh.rs_need;
+  return true;
+}
+
 // The output from the candidates (index order): keys > thr, then ties by index up to need; exactly
-// k of them, in increasing index order. Each block computes every slot (one block scan) and writes
-// the positions of its 1/C share, [rank k / C, (rank + 1) k / C).
+// k of them, in increasing index order. Warp w walks the w-th chunk of the list (lanes on
+// consecutive candidates: no bank conflicts); the slot of a candidate is the selected keys before it
+// (ballot counts, a scan of the warp totals). Each block writes the positions of its 1/C share,
+// [rank k / C, (rank + 1) k / C).
 __device__ __forceinline__ void tp_trim_out(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
                                             TcShared& sh, int k, uint32_t rank, int csize, int* __restrict__ out) {
-  const unsigned int per = (m + kTpThreads - 1) / kTpThreads;  // consecutive candidates a thread
-  const unsigned int first = threadIdx.x * per < m ? threadIdx.x * per : m;
-  const unsigned int last = first + per < m ? first + per : m;
+  const unsigned int lane = threadIdx.x & 31;
+  const unsigned int warp = threadIdx.x >> 5;
+  const unsigned int chunk = (m + kTpThreads - 1) / kTpThreads * 32;  // a multiple of 32
+  const unsigned int first = warp * chunk;
+  const unsigned int last = first + chunk < m ? first + chunk : m;
   const unsigned int from = static_cast<unsigned int>(k) * rank / static_cast<unsigned int>(csize);
   const unsigned int to = static_cast<unsigned int>(k) * (rank + 1) / static_cast<unsigned int>(csize);
+  const unsigned int lt = (1u << lane) - 1u;
   unsigned int gt = 0;
   unsigned int eq = 0;
-  for (unsigned int i = first; i < last; ++i) {
-    gt += cand[i].x > thr;
-    eq += cand[i].x == thr;
+  for (unsigned int b = first; b < last; b += 32) {
+    const unsigned int i = b + lane;
+    const uint32_t key = i < last ? cand[i].x : 0u;
+    gt += __popc(__ballot_sync(0xffffffffu, i < last && key > thr));
+    eq += __popc(__ballot_sync(0xffffffffu, i < last && key == thr));
   }
-  unsigned int total = 0;
-  const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // m <= kTpCap < 2^16
-  unsigned int seen = excl >> 16;
-  unsigned int slot = (excl & 0xffffu) + (seen < need ? seen : need);
-  for (unsigned int i = first; i < last; ++i) {
-    const uint2 e = cand[i];
-    bool take = e.x > thr;
-    if (e.x == thr) {
-      take = seen < need;
-      ++seen;
+  if (lane == 0) sh.warp[warp] = gt | (eq << 16);  // m <= kTpCap < 2^16
+  __syncthreads();
+  if (warp == 0) {
+    const unsigned int v = sh.warp[lane];
+    unsigned int incl = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= static_cast<unsigned int>(off)) incl += u;
     }
-    if (take) {
-      if (slot >= from && slot < to) out[slot] = static_cast<int>(e.y);
-      ++slot;
-    }
+    __syncwarp();
+    sh.warp[lane] = incl - v;
+  }
+  __syncthreads();
+  const unsigned int before = sh.warp[warp];
+  unsigned int gt_seen = before & 0xffffu;
+  unsigned int eq_seen = before >> 16;
+  for (unsigned int b = first; b < last; b += 32) {
+    const unsigned int i = b + lane;
+    const uint2 e = i < last ? cand[i] : make_uint2(0u, 0u);
+    const bool g = i < last && e.x > thr;
+    const bool q = i < last && e.x == thr;
+    const unsigned int gm = __ballot_sync(0xffffffffu, g);
+    const unsigned int qm = __ballot_sync(0xffffffffu, q);
+    const unsigned int my_eq = eq_seen + __popc(qm & lt);
+    const unsigned int slot = gt_seen + __popc(gm & lt) + (my_eq < need ? my_eq : need);
+    if ((g || (q && my_eq < need)) && slot >= from && slot < to) out[slot] = static_cast<int>(e.y);
+    gt_seen += __popc(gm);
+    eq_seen += __popc(qm);
   }
 }
 #endif  // QGATE_TC_SM90
@@ -358,11 +450,18 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   // the k-th largest key, and the ties it needs are known; the trim then writes this block's 1/C of
   // the output positions. After pass 3 the candidates are the k keys already.
   int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
-  if (last < 3) {
+  bool resolved = false;
+#ifdef QGATE_TP_RESOLVE_FIRST  // (tuning: the bin of the last cluster pass tried first, before a local pass)
+  if (last < 3) resolved = tp_resolve(cand, m, last, sh, prefix, need);
+#endif
+  if (last < 3 && !resolved) {
 #pragma unroll 1
     for (int pass = last + 1; pass < 4; ++pass) {
       tp_local_count(striped, tot, sh, cand, m, pass, prefix);
       tp_select(tot, sh, pass, prefix, need);
+#ifndef QGATE_TP_NO_RESOLVE  // (tuning: tools/topk_bench.cu builds without it)
+      if (pass < 3 && tp_resolve(cand, m, pass, sh, prefix, need)) break;
+#endif
     }
   }
   TC_STAMP(16);
