@@ -1,10 +1,9 @@
 // Route qsa_topk: Qwen4Exp's QSA block selection (vLLM's `_topk` contract), per row of a batch.
 //
 // Row r holds n = clamp(visible[r], 0, L) eligible fp32 logits at scores + r * stride (the columns past
-// n are never read). Output block_indices [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the indices
-// of the first k of a stable sort by value descending (the k largest; equal values at the k-th value
-// go to the lower index), written in increasing index order (vLLM's readers use the set). NaN of any
-// payload ranks above +inf and all NaNs tie; -0.0 and +0.0 tie.
+// n are never read). Output block_indices [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the first k
+// of a stable sort by value descending (equal values: lower index first). NaN of any payload ranks
+// above +inf and all NaNs tie; -0.0 and +0.0 tie.
 //
 // Method: each float maps to an order-preserving 32-bit key (key_of). G blocks share a row, each
 // owning a contiguous index range, and meet at row barriers (a cooperative launch guarantees they
@@ -19,7 +18,8 @@
 //               and the keys == T it takes, by increasing index, until need_eq are taken.
 // Each thread holds its keys in registers across the passes when the block's range fits one tile.
 //   ordering:   the k candidates carry the composite (key << 32 | ~index), unique per element; each
-//               candidate's output position is the number of candidates with a smaller index.
+//               candidate's output position is the number of candidates with a larger composite,
+//               counted exactly, so the order is the stable sort's on every call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -284,17 +284,15 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
   }
   row_barrier(w.barrier, ++phase * blocks);
 
-  // Ordering (output in increasing index order): position = number of candidates with a smaller
-  // index, i.e. a larger low word (0xffffffff - index).
+  // Ordering: position = number of candidates with a larger composite.
   for (int j = threadIdx.x; j < k; j += kTopkThreads) sh_cand[j] = __ldcg(w.cand + j);
   __syncthreads();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   for (int c = g + blocks * warp; c < k; c += blocks * kTopkWarps) {
     const unsigned long long mine = sh_cand[c];
-    const uint32_t mine_lo = static_cast<uint32_t>(mine);
     unsigned int larger = 0;
-    for (int j = lane; j < k; j += 32) larger += static_cast<uint32_t>(sh_cand[j]) > mine_lo ? 1u : 0u;
+    for (int j = lane; j < k; j += 32) larger += sh_cand[j] > mine ? 1u : 0u;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) larger += __shfl_xor_sync(0xffffffffu, larger, off);
     if (lane == 0) {

@@ -14,9 +14,11 @@
 //   compaction: the block's ties before it (pass-3 counts of the other blocks, already read) and one
 //               block-wide scan of (keys > T, keys == T) per thread give each selected key its slot
 //               in the block's own list, in increasing index order.
-//   output:     the C lists in rank order are the k selected keys in increasing index order, the
-//               output order: block r reads the positions of its 1/C share from the lists
-//               (distributed shared memory) and writes their indices as int32.
+//   ordering:   every block reads the C lists in rank order (all k selected keys of the row), puts
+//               them into the cells that the passes define (exact counts from the pass totals, so
+//               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the
+//               list by counting larger composites (key << 32 | ~index) within their cell, so
+//               the order is the stable sort's; the indices are written as int32.
 // Cluster barriers: one per pass, one after the compaction, and one that keeps every block's shared
 // memory alive until every block has read its list.
 #pragma once
@@ -32,7 +34,8 @@ constexpr int kTcThreads = 1024;  // threads a block (production configuration, 
 constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
 constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
-// Bytes of dynamic shared memory before the pass counts: the striped histogram.
+// Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the cell
+// offsets and fill counters of the ordering afterwards.
 constexpr size_t kTcUnionBytes = kTcStripedBytes;
 constexpr int kTcCells = 4 * 256;
 
@@ -44,9 +47,6 @@ struct TcShared {
   unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
-  // push kernel, tp_resolve: keys of the chosen bin (count, least, largest, the first 32), T and its ties
-  unsigned int rs_n, rs_min, rs_max, rs_t, rs_need;
-  unsigned int rs_keys[32];
 };
 
 #ifdef QGATE_TOPK_PHASES
@@ -213,6 +213,7 @@ __device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* wa
   return before + incl - v;
 }
 
+#include "qsa_topk_order.cuh"
 #endif  // QGATE_TC_SM90
 
 template <int NT, int ITEMS>
@@ -226,6 +227,8 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(TopkRows in, in
   unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [4][256]
   unsigned int* tot = hist + 4 * 256;                                           // [4][256] row totals
   uint2* sel = reinterpret_cast<uint2*>(tot + 4 * 256);                        // [k] this block's list
+  uint2* all = sel + k;                                                         // [k] the row's lists
+  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k] by cell
   TC_GSTAMP(0);
   TC_STAMP(1);
   const uint32_t rank = tc_rank();
@@ -335,16 +338,15 @@ __global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(TopkRows in, in
     if (threadIdx.x <= kTcMaxCluster) sh.off[threadIdx.x] = incl - n;
   }
   __syncthreads();
-  // The row's list (the blocks' lists in rank order) is the k selected keys in increasing index
-  // order, which is the output order: block r writes positions r NT + t, (r + C) NT + t, ...
-  int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
-  for (int p = static_cast<int>(rank) * NT + threadIdx.x; p < k; p += csize * NT) {
+  for (int p = threadIdx.x; p < k; p += NT) {
     int r = 0;
     while (r + 1 < csize && static_cast<int>(sh.off[r + 1]) <= p) ++r;
-    out[p] = static_cast<int>(tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r))->y);
+    all[p] = *tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r));
   }
-  tc_arrive();  // this block has read its lists; it waits for the others before it leaves
+  tc_arrive();  // this block has read every list; it waits for the others before it leaves
   TC_STAMP(16);
+  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize,
+               indices + static_cast<int64_t>(row) * k);
   tc_wait();
   TC_STAMP(19);
   TC_GSTAMP(20);
@@ -373,7 +375,7 @@ inline cudaLaunchConfig_t tc_launch_config(int64_t blocks, int threads, size_t s
 
 // Dynamic shared memory of one block for k.
 inline size_t tc_smem_bytes(int64_t k) {
-  return kTcUnionBytes + 8 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * sizeof(uint2);
+  return kTcUnionBytes + 8 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * 3 * sizeof(uint2);
 }
 
 }  // namespace

@@ -16,12 +16,11 @@
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
 //       others, then waits on its list mbarrier.
-//   local passes: every block counts the next byte over the candidate list in its own shared memory
-//       (the same counts in every block) and picks the same byte, down to byte 0: then T, the k-th
-//       largest key, and the ties it needs are known. The output is written in increasing index
-//       order, which is the list's order: one block scan of (keys > T, keys == T) over the list gives
-//       every selected key its position, and each block writes its 1/C of the positions. No value
-//       ordering (the set is what vLLM's readers use; BENCH.md, eighth session).
+//   local pass: every block counts the next byte over the candidate list in its own shared memory
+//       (the same counts in every block). Those cells order the candidates (a shallow order:
+//       tc_order ranks the candidates in the cells that start below k) unless one holds more than
+//       kTpMaxCell keys; then the remaining passes run locally, the ties are trimmed by index into
+//       the final list of k, and tc_order orders that. Each block writes its 1/C of the ranks.
 // No block reads another block's shared memory, so no cluster barrier is needed after the one that
 // publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
 // BENCH.md has the phase clocks and the variants that were slower.
@@ -36,12 +35,26 @@ constexpr int kTpCap = 12288;     // candidates a block holds for the local pass
 #define QGATE_TP_PER_K 4
 #endif
 constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
+// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key
+// of a cell of several keys, a cell of one key is ranked from the list order; the cell items,
+// k + this many, must fit the 64 KiB of the receive buffers). 4096, not 2048: a row of integers
+// 0..63 at 1 x 131072, k = 2048 has a tie cell of about k keys, which at 2048 half the time took
+// the deep path (two more local passes, trim, full order): 15.8 -> 14.0 us, the other rows
+// unchanged (BENCH.md, sixth session).
+#ifndef QGATE_TP_MAX_CELL  // (tuning: NVCC_APPEND_FLAGS=-DQGATE_TP_MAX_CELL=... builds other values)
+#define QGATE_TP_MAX_CELL 4096
+#endif
+constexpr unsigned int kTpMaxCell = QGATE_TP_MAX_CELL;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
-// Dynamic shared memory: striped histogram, this block's counts of a pass, the row totals [4][256],
-// the receive buffers of the pass counts, the candidate buffer.
+// Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
+// of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
+// items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2);
-static_assert(kTpCap < 65536, "tp_trim_out packs two counts into one scan word");
+static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
+static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
+                  8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
+              "final list and cells must fit the receive buffers");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -183,8 +196,8 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
 }
 
 // The counts of one local pass over the candidate list (the same in every block): the candidates
-// that match the prefix above byte `pass`, by that byte, into tot[pass].
-__device__ __forceinline__ void tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
+// that match the prefix above byte `pass`, by that byte, into tot[pass]. Returns the largest bin.
+__device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
                                                        const uint2* cand, unsigned int m, int pass, uint32_t prefix) {
   const int shift = 24 - 8 * pass;
   const unsigned int lane = threadIdx.x & 31;
@@ -195,6 +208,15 @@ __device__ __forceinline__ void tp_local_count(unsigned int* striped, unsigned i
   __syncthreads();
   tc_reduce<kTpThreads>(striped, tot + pass * 256);
   __syncthreads();
+  if (threadIdx.x < 32) {
+    unsigned int mx = 0;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) mx = max(mx, tot[pass * 256 + 8 * threadIdx.x + e]);
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    if (threadIdx.x == 0) sh.max_key = mx;
+  }
+  __syncthreads();
+  return sh.max_key;
 }
 
 // Picks the byte of pass `pass` from tot[pass] (every block the same).
@@ -207,130 +229,32 @@ __device__ __forceinline__ void tp_select(const unsigned int* tot, TcShared& sh,
   need -= sh.above;
 }
 
-// After the local pass of byte `pass` picked its bin (prefix holds bytes 3..pass, need the keys to
-// take in the bin): if the bin's keys are all equal (a value class of a tie-heavy row), T is that
-// key; if the bin holds at most 32 keys (a continuous row), warp 0 finds T among them. Either way
-// prefix becomes T and need the ties at T to take, and it returns true (every thread alike); else
-// the passes go on. One walk over the list, warp-aggregated, instead of up to three local passes.
-__device__ __forceinline__ bool tp_resolve(const uint2* cand, unsigned int m, int pass, TcShared& sh,
-                                           uint32_t& prefix, unsigned int& need) {
-  const int shift = 24 - 8 * pass;
-  const uint32_t want = prefix >> shift;
-  const unsigned int lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    sh.rs_n = 0;
-    sh.rs_min = 0xffffffffu;
-    sh.rs_max = 0;
-  }
-  __syncthreads();
-  uint32_t mn = 0xffffffffu;
-  uint32_t mx = 0;
-  for (unsigned int b = 0; b < m; b += kTpThreads) {  // uniform bound: every lane takes part
-    const unsigned int i = b + threadIdx.x;
-    const uint32_t key = i < m ? cand[i].x : 0u;
-    const bool in = i < m && (key >> shift) == want;
-    const unsigned int mask = __ballot_sync(0xffffffffu, in);
-    if (mask == 0) continue;
-    if (in) {
-      mn = min(mn, key);
-      mx = max(mx, key);
-    }
-    const int leader = __ffs(mask) - 1;
-    unsigned int base = 0;
-    if (static_cast<int>(lane) == leader) base = atomicAdd(&sh.rs_n, static_cast<unsigned int>(__popc(mask)));
-    base = __shfl_sync(0xffffffffu, base, leader);
-    const unsigned int at = base + __popc(mask & ((1u << lane) - 1u));
-    if (in && at < 32) sh.rs_keys[at] = key;
-  }
-  mn = __reduce_min_sync(0xffffffffu, mn);
-  mx = __reduce_max_sync(0xffffffffu, mx);
-  if (lane == 0 && mx != 0) {
-    atomicMin(&sh.rs_min, mn);
-    atomicMax(&sh.rs_max, mx);
-  }
-  __syncthreads();
-  const unsigned int c = sh.rs_n;
-  if (sh.rs_min == sh.rs_max) {  // every key of the bin is T (c >= need >= 1)
-    prefix = sh.rs_min;
-    return true;
-  }
-  if (c > 32) return false;
-  if (threadIdx.x < 32) {
-    const bool valid = lane < c;
-    const uint32_t x = valid ? sh.rs_keys[lane] : 0u;
-    unsigned int gt = 0;
-    unsigned int ge = 0;
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) {
-      const uint32_t y = __shfl_sync(0xffffffffu, x, j);
-      const bool vy = j < static_cast<int>(c);
-      gt += vy && y > x;
-      ge += vy && y >= x;
-    }
-    if (valid && gt < need && need <= ge) {  // lanes of equal keys write the same values
-      sh.rs_t = x;
-      sh.rs_need = need - gt;
-    }
-  }
-  __syncthreads();
-  prefix = sh.rs_t;
-  need = sh.rs_need;
-  return true;
-}
-
-// The output from the candidates (index order): keys > thr, then ties by index up to need; exactly
-// k of them, in increasing index order. Warp w walks the w-th chunk of the list (lanes on
-// consecutive candidates: no bank conflicts); the slot of a candidate is the selected keys before it
-// (ballot counts, a scan of the warp totals). Each block writes the positions of its 1/C share,
-// [rank k / C, (rank + 1) k / C).
-__device__ __forceinline__ void tp_trim_out(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
-                                            TcShared& sh, int k, uint32_t rank, int csize, int* __restrict__ out) {
-  const unsigned int lane = threadIdx.x & 31;
-  const unsigned int warp = threadIdx.x >> 5;
-  const unsigned int chunk = (m + kTpThreads - 1) / kTpThreads * 32;  // a multiple of 32
-  const unsigned int first = warp * chunk;
-  const unsigned int last = first + chunk < m ? first + chunk : m;
-  const unsigned int from = static_cast<unsigned int>(k) * rank / static_cast<unsigned int>(csize);
-  const unsigned int to = static_cast<unsigned int>(k) * (rank + 1) / static_cast<unsigned int>(csize);
-  const unsigned int lt = (1u << lane) - 1u;
+// The final list from the candidates (index order): keys > thr, then ties by index up to need.
+__device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
+                                        TcShared& sh, uint2* all) {
+  const unsigned int per = (m + kTpThreads - 1) / kTpThreads;  // consecutive candidates a thread
+  const unsigned int first = threadIdx.x * per < m ? threadIdx.x * per : m;
+  const unsigned int last = first + per < m ? first + per : m;
   unsigned int gt = 0;
   unsigned int eq = 0;
-  for (unsigned int b = first; b < last; b += 32) {
-    const unsigned int i = b + lane;
-    const uint32_t key = i < last ? cand[i].x : 0u;
-    gt += __popc(__ballot_sync(0xffffffffu, i < last && key > thr));
-    eq += __popc(__ballot_sync(0xffffffffu, i < last && key == thr));
+  for (unsigned int i = first; i < last; ++i) {
+    gt += cand[i].x > thr;
+    eq += cand[i].x == thr;
   }
-  if (lane == 0) sh.warp[warp] = gt | (eq << 16);  // m <= kTpCap < 2^16
-  __syncthreads();
-  if (warp == 0) {
-    const unsigned int v = sh.warp[lane];
-    unsigned int incl = v;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= static_cast<unsigned int>(off)) incl += u;
+  unsigned int total = 0;
+  const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // m <= kTpCap < 2^16
+  unsigned int seen = excl >> 16;
+  unsigned int slot = (excl & 0xffffu) + (seen < need ? seen : need);
+  for (unsigned int i = first; i < last; ++i) {
+    const uint2 e = cand[i];
+    if (e.x > thr) {
+      all[slot++] = e;
+    } else if (e.x == thr) {
+      if (seen < need) all[slot++] = e;
+      ++seen;
     }
-    __syncwarp();
-    sh.warp[lane] = incl - v;
   }
   __syncthreads();
-  const unsigned int before = sh.warp[warp];
-  unsigned int gt_seen = before & 0xffffu;
-  unsigned int eq_seen = before >> 16;
-  for (unsigned int b = first; b < last; b += 32) {
-    const unsigned int i = b + lane;
-    const uint2 e = i < last ? cand[i] : make_uint2(0u, 0u);
-    const bool g = i < last && e.x > thr;
-    const bool q = i < last && e.x == thr;
-    const unsigned int gm = __ballot_sync(0xffffffffu, g);
-    const unsigned int qm = __ballot_sync(0xffffffffu, q);
-    const unsigned int my_eq = eq_seen + __popc(qm & lt);
-    const unsigned int slot = gt_seen + __popc(gm & lt) + (my_eq < need ? my_eq : need);
-    if ((g || (q && my_eq < need)) && slot >= from && slot < to) out[slot] = static_cast<int>(e.y);
-    gt_seen += __popc(gm);
-    eq_seen += __popc(qm);
-  }
 }
 #endif  // QGATE_TC_SM90
 
@@ -346,6 +270,8 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [256] this block, one pass
   unsigned int* tot = hist + 256;                                               // [4][256] row totals
   unsigned int* recv = tot + 4 * 256;                                           // [4][16][256] pushed counts
+  uint2* all = reinterpret_cast<uint2*>(recv);                                  // [k] after the offsets
+  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k]
   uint2* cand = reinterpret_cast<uint2*>(recv + kTpRecvWords);                  // [kTpCap]
   TC_GSTAMP(0);
   TC_STAMP(1);
@@ -445,27 +371,32 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   }
   tp_wait(tp_saddr(&sh.bar[4]));
   TC_STAMP(15);
-  // The output is the k selected keys' indices in increasing index order, and the candidate list is
-  // in index order already: the remaining passes run locally (same counts in every block) until T,
-  // the k-th largest key, and the ties it needs are known; the trim then writes this block's 1/C of
-  // the output positions. After pass 3 the candidates are the k keys already.
-  int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
-  bool resolved = false;
-#ifdef QGATE_TP_RESOLVE_FIRST  // (tuning: the bin of the last cluster pass tried first, before a local pass)
-  if (last < 3) resolved = tp_resolve(cand, m, last, sh, prefix, need);
-#endif
-  if (last < 3 && !resolved) {
+  // The ordering runs at one call site (the kernel's code is fetched once per launch: its size costs).
+  const uint2* list = cand;  // after pass 3 the candidates are the k keys already (full order)
+  int n = k;
+  int depth = 4;
+  unsigned long long* items = cell_items;
+  if (last < 3) {
 #pragma unroll 1
     for (int pass = last + 1; pass < 4; ++pass) {
-      tp_local_count(striped, tot, sh, cand, m, pass, prefix);
-      tp_select(tot, sh, pass, prefix, need);
-#ifndef QGATE_TP_NO_RESOLVE  // (tuning: tools/topk_bench.cu builds without it)
-      if (pass < 3 && tp_resolve(cand, m, pass, sh, prefix, need)) break;
-#endif
+      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      if (pass == last + 1 && largest <= kTpMaxCell) {
+        // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
+        n = static_cast<int>(m);
+        depth = last + 1;
+        items = reinterpret_cast<unsigned long long*>(recv);
+        break;
+      }
+      tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
+    }
+    if (depth == 4) {
+      tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
+      list = all;
     }
   }
   TC_STAMP(16);
-  tp_trim_out(cand, m, prefix, last < 3 ? need : static_cast<unsigned int>(k), sh, k, rank, csize, out);
+  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize,
+                indices + static_cast<int64_t>(row) * k);
   TC_STAMP(19);
   TC_GSTAMP(20);
 #endif

@@ -239,10 +239,9 @@ def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int) -> Tensor:
     clamped to [0, L]. Only columns 0..n_r-1 of row r are eligible; the rest may hold anything (NaN,
     inf, stale values) and are never read into the result. Returns block_indices [rows, k] int32:
       n_r <= k: 0, 1, ..., n_r - 1, then -1 (increasing index);
-      n_r >  k: the indices of the k largest eligible values (the first k of a stable sort by value
-                descending: ties at the k-th value go to the lower indices), in increasing index
-                order (vLLM's readers use the set). NaN of any payload ranks above +inf and all NaNs
-                tie; -0.0 == +0.0.
+      n_r >  k: the k largest eligible values, ordered by value descending, equal values by
+                increasing index (the first k of a stable sort; ties at the k-th value go to the
+                lower indices). NaN of any payload ranks above +inf and all NaNs tie; -0.0 == +0.0.
     """
     if logits.dim() != 2 or visible_blocks.shape != (logits.shape[0],) or k < 1:
         raise ValueError(
@@ -259,6 +258,5 @@ def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int) -> Tensor:
     out = torch.full((rows, k), -1, dtype=torch.int32, device=logits.device)
     slots = torch.arange(k, device=logits.device).view(1, k)
     short = n <= k  # [rows, 1]: the first n indices in increasing order
-    chosen = order[:, :take].sort(dim=1).values  # the set, in increasing index order
-    out[:, :take] = torch.where(short, cols[:, :take].expand(rows, take), chosen).to(torch.int32)
+    out[:, :take] = torch.where(short, cols[:, :take].expand(rows, take), order[:, :take]).to(torch.int32)
     return torch.where(slots < n, out, torch.full_like(out, -1))

@@ -1,8 +1,8 @@
 // Standalone check and benchmark of the qsa_topk kernels (no torch), on vLLM `_topk`'s contract:
 // logits [rows, L] fp32 at a row stride >= L, visible_blocks [rows] int32 (row r's first
 // n = clamp(visible[r], 0, L) columns are eligible), block_indices [rows, k] int32: n <= k: 0..n-1
-// then -1; n > k: the indices of the first k of a stable sort of the n columns by value descending
-// (equal values: lower index first; NaN above +inf, -0.0 == +0.0), written in increasing index order.
+// then -1; n > k: the first k of a stable sort of the n columns by value descending (equal values:
+// lower index first; NaN above +inf, -0.0 == +0.0).
 //   --check: exactness against a CPU stable sort on fresh random inputs: heavy ties (the k-th value
 //            shared), NaNs of several payloads, both zeros, infinities, integers 0..63, lumpy rows,
 //            n = 0, n < k, n = k, n = k + 1, n = L, n < L on long rows, visible < 0 and > L, k > L,
@@ -151,8 +151,7 @@ bool ranks_above(float a, float b) {
 }
 
 // `_topk` on the host: n <= k: 0..n-1 then -1; n > k: the first k of std::stable_sort of the row's
-// first n columns by ranks_above (equal values keep their index order), in increasing index order.
-// x is [rows, stride].
+// first n columns by ranks_above (equal values keep their index order). x is [rows, stride].
 void reference(const std::vector<float>& x, int64_t rows, int64_t len, int64_t stride, const std::vector<int>& vis,
                int k, std::vector<int>& idx) {
   idx.assign(rows * k, -1);
@@ -169,7 +168,6 @@ void reference(const std::vector<float>& x, int64_t rows, int64_t len, int64_t s
     for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int>(i);
     std::stable_sort(order.begin(), order.end(), [s](int a, int b) { return ranks_above(s[a], s[b]); });
     std::copy(order.begin(), order.begin() + k, out);
-    std::sort(out, out + k);
   }
 }
 
@@ -576,9 +574,9 @@ void run_phases(Runner& run, uint64_t seed, InputKind kind, int rows) {
     CK(cudaMemcpy(h.data(), d, h.size() * 8, cudaMemcpyDeviceToHost));
     int blocks = 0;
     while (blocks < 64 && h[blocks * 32 + 0] != 0) ++blocks;
-    const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19};
+    const int ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
     // push kernel: the passes after pass 0 only when its candidates are too many (none on one row)
-    const int push_ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 14, 15, 16, 19};
+    const int push_ids[] = {1, 21, 2, 3, 4, 5, 6, 7, 14, 15, 16, 17, 18, 19};
     const char* push_labels[] = {"",
                                  "load (keys ready)",
                                  "p0 count+reduce",
@@ -589,18 +587,20 @@ void run_phases(Runner& run, uint64_t seed, InputKind kind, int rows) {
                                  "p1 sum+select",
                                  "offsets+compaction",
                                  "list push+wait",
-                                 "local passes to T",
-                                 "trim+write"};
+                                 "local count",
+                                 "cell bucketing",
+                                 "large cells",
+                                 "rank+write"};
     if (im.kind != kCluster) {
-      print_phases(im.name, h, blocks, push_ids, push_labels, 12);
+      print_phases(im.name, h, blocks, push_ids, push_labels, 14);
       continue;
     }
     const char* labels[] = {"",           "load (keys ready)", "p0 count+reduce", "p0 cluster barrier",
                             "p0 gather+select", "p1 count+reduce", "p1 barrier",      "p1 gather+select",
                             "p2 count+reduce",  "p2 barrier",      "p2 gather+select", "p3 count+reduce",
                             "p3 barrier",       "p3 gather+select+ties", "compaction",  "compaction barrier",
-                            "write own positions", "exit wait"};
-    print_phases(im.name, h, blocks, ids, labels, 18);
+                            "gather all lists", "cell bucketing",  "large cells",     "rank+write+exit wait"};
+    print_phases(im.name, h, blocks, ids, labels, 20);
   }
   CK(cudaFree(d));
   free_sets(s);
