@@ -172,7 +172,7 @@ def record_of(loaded: LoadedContract, factors: list, arms: list, speed: dict) ->
 
 def test_the_slowed_route_takes_the_blame_and_the_placebo_none(two: LoadedContract) -> None:
     rec = record_of(two, *synthetic(two))
-    assert rec["kind"] == "ablation" and rec["schema_version"] == 1
+    assert rec["kind"] == "ablation" and rec["schema_version"] == ablate.ABLATION_SCHEMA_VERSION == 2
     assert rec["status"] == "OK", rec["reasons"]
     eff = rec["effects"]
     for e in (eff["alone"]["fp16_gemv"], eff["leave_one_out"]["fp16_gemv"], eff["candidate"]):

@@ -221,8 +221,8 @@ def test_gates_fail_without_attestation() -> None:
     assert not gates["routes.control_clean"]["passed"] and not gates["routes.fp16_gemv.ran"]["passed"]
 
 
-def test_route_table_rows() -> None:
-    rows = routes.route_table(_result({GEMV: "1"}, fp16_gemv=HIT))
+def test_route_summary_rows_are_data() -> None:
+    rows = routes.route_summary(_result({GEMV: "1"}, fp16_gemv=HIT))
     assert [r["route"] for r in rows] == list(routes.ROUTES)
     assert rows[0] == {
         "route": "fp16_gemv",
@@ -230,10 +230,17 @@ def test_route_table_rows() -> None:
         "switched_on": True,
         "hits": 9,
         "fallbacks": 2,
-        "hits_by_role": "qkv_proj: 9",
-        "fallbacks_by_reason": "batch_not_1: 2",
+        "roles": {"qkv_proj": 9},
+        "fallback_reasons": {"batch_not_1": 2},
     }
-    assert rows[1]["switched_on"] is False and rows[1]["hits_by_role"] == "none"
+    assert rows[1]["switched_on"] is False and rows[1]["roles"] == {}
+
+
+def test_route_rows_render_in_the_report() -> None:
+    from qgate.report.markdown import counts_text
+
+    assert counts_text({"qkv_proj": 9, "o_proj": 1}) == "o_proj: 1, qkv_proj: 9"
+    assert counts_text({}) == "none" and counts_text({}, empty="-") == "-"
 
 
 def test_platform_env_carries_shims_and_sites_and_refuses_unknown_ones() -> None:

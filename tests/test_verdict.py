@@ -15,6 +15,7 @@ from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
 from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
+from qgate.results import current_schema
 from qgate.stats import StatsConfig, compare_samples
 
 _spec = importlib.util.spec_from_file_location(
@@ -68,7 +69,7 @@ def test_decide_precedence_error_fail_inconclusive_pass() -> None:
 def test_fixture_pair_passes_with_every_gate_listed() -> None:
     rec = verdict_of(*support.load_pair())
     assert rec["verdict"] == "PASS", rec["reasons"]
-    assert rec["kind"] == "verdict" and rec["schema_version"] == 1
+    assert rec["kind"] == "verdict" and rec["schema_version"] == current_schema("verdict") == 2
     names = [g["name"] for g in rec["gates"]]
     for want in (
         "comparable arms",

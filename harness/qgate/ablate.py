@@ -527,7 +527,7 @@ def _arm_row(
             "first_diverging_index": tokens["first_diverging_index"],
             "tokens": tokens["candidate_tokens"],
         },
-        "routes": routes.route_table(dict(res)),
+        "routes": routes.route_summary(dict(res)),
         "attested": all(g.passed for g in gates if ": routes." in g.name or "route attestation" in g.name),
         "gates_passed": all(g.passed for g in gates),
     }

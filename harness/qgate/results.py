@@ -23,13 +23,17 @@ from qgate.errors import QgateError
 SCHEMAS: dict[str, tuple[int, ...]] = {
     "speed": (1,),
     "quality": (1, 2),  # 2: repeated seeds (item records carry `seed`), per-item rates
-    "verdict": (1,),
+    # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that
+    # report/quality.py renders, no finished markdown; history reads only top-level fields of either
+    "verdict": (1, 2),
     "ops": (1,),
     # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
     # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
     "ops_bench": (1, 2, 3),
     "ops_bench_cpu": (1,),
-    "ablation": (1,),
+    # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
+    # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
+    "ablation": (2,),
     "demo": (1,),
     "processes": (1,),
 }

@@ -261,23 +261,24 @@ def _gate(name: str, passed: bool, detail: str) -> Gate:
     return Gate(name, passed, detail, SEV_ERROR)
 
 
-def route_table(result: dict) -> list[dict]:
-    """Rows for reports, one per route: route, env var, switched on, hits, fallbacks, by role and reason."""
+def route_summary(result: dict) -> list[dict]:
+    """One row of plain data per route (route, env var, switched on, hits, total fallbacks, hits by
+    role and fallbacks by reason as mappings); report/ renders it. Stored in ablation records."""
     routes = result.get("routes") or {}
     on = switched_on(result.get("env", {}))
     rows = []
     for route, var in ROUTES.items():
         counts = routes.get(route, _empty_route())
-        fallbacks = counts.get("fallbacks", {})
+        fallbacks = {str(k): int(n) for k, n in (counts.get("fallbacks") or {}).items()}
         rows.append(
             {
                 "route": route,
                 "env": var,
                 "switched_on": route in on,
                 "hits": int(counts.get("hits", 0)),
-                "fallbacks": sum(int(n) for n in fallbacks.values()),
-                "hits_by_role": _fmt(counts.get("roles", {})),
-                "fallbacks_by_reason": _fmt(fallbacks),
+                "fallbacks": sum(fallbacks.values()),
+                "roles": {str(k): int(n) for k, n in (counts.get("roles") or {}).items()},
+                "fallback_reasons": fallbacks,
             }
         )
     return rows

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from qgate.report.markdown import table
+from qgate.report.markdown import counts_text, table
 
 
 def _num(value: Any, fmt: str = ".2f") -> str:
@@ -144,8 +144,8 @@ def _routes(record: dict[str, Any]) -> list[str]:
                     "route": r["route"],
                     "switched on": "yes" if r["switched_on"] else "no",
                     "hits": r["hits"],
-                    "hits by role": r["hits_by_role"],
-                    "fallbacks": r["fallbacks_by_reason"],
+                    "hits by role": counts_text(r["roles"]),
+                    "fallbacks": counts_text(r["fallback_reasons"]),
                 }
             )
     if not rows:

@@ -207,11 +207,15 @@ def _tokens(record: dict[str, Any]) -> list[str]:
     ]
 
 
+def counts_text(counts: dict[str, int], empty: str = "none") -> str:
+    """`{"qkv_proj": 3, "o_proj": 1}` -> "o_proj: 1, qkv_proj: 3" (sorted), `empty` when there is none."""
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or empty
+
+
 def _fallbacks(entry: dict[str, Any]) -> str:
     fb = entry.get("fallbacks") or {}
     total = sum(int(v) for v in fb.values())
-    detail = ", ".join(f"{k}: {v}" for k, v in sorted(fb.items()))
-    return f"{total} ({detail})" if detail else "0"
+    return f"{total} ({counts_text(fb)})" if fb else "0"
 
 
 def _routes(record: dict[str, Any]) -> list[str]:
@@ -233,7 +237,7 @@ def _routes(record: dict[str, Any]) -> list[str]:
                 "control fallbacks": _fallbacks(c) if c else "n/a",
                 "candidate hits": t.get("hits", "n/a"),
                 "candidate fallbacks": _fallbacks(t) if t else "n/a",
-                "candidate hits by role": ", ".join(f"{k}: {v}" for k, v in sorted(roles.items())) or "-",
+                "candidate hits by role": counts_text(roles, empty="-"),
             }
         )
     return ["### Routes", "", table(pd.DataFrame(rows)), "", *_shims(arms)]
