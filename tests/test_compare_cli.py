@@ -159,7 +159,9 @@ def test_fixture_pair_passes_with_the_real_route_attestation(tmp_path: Path, con
 # test both arms come from one `qgate run` with interleaved launches, which is what the verdict assumes.
 
 
-def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
+def _real_contract(
+    tmp: Path, name: str, candidate_env: dict[str, str] | None, in_process: bool = True, **speed: object
+) -> Path:
     from conftest import IN_PROCESS_ENGINE, small_contract
 
     path = small_contract(tmp, name, **speed)
@@ -171,7 +173,7 @@ def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, *
         data["arms"]["candidate"]["env"] = dict(candidate_env)
     # 18 engine starts: the in-process engine (conftest) in both arms, the base, not a factor. The
     # subject is the statistics on real decode timings of real engine starts, not vLLM's process layout.
-    for arm in ("control", "candidate"):
+    for arm in ("control", "candidate") if in_process else ():
         data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -225,7 +227,8 @@ def _slow_step_env(delay_ms: float) -> dict[str, str]:
 # overlaps the model step with the output processing of the previous one, so a wait cost less than its
 # length and depended on the load (0.5 ms: -8.7 % quiet to -24 % at load ~4). The in-process engine
 # these tests run (conftest.IN_PROCESS_ENGINE) decodes the tiny model at ~900-1000 tok/s (~1 ms a token)
-# with nothing to overlap: 1.0 ms is "at least 25 %" (about -50 %), 0.03 ms "about 2 %" (about -3 %).
+# with nothing to overlap: 1.0 ms is "at least 25 %" (about -50 %), 0.03 ms about -3 %. The 2 % test
+# runs the multi-process engine (its docstring says why), where 0.03 ms is a slowdown of a few percent.
 STEP_MS_25 = 1.0
 STEP_MS_2 = 0.03
 
@@ -299,9 +302,20 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
 def test_real_2_percent_slowdown_at_a_2_percent_margin_is_inconclusive(tmp_path: Path) -> None:
     """A ~2 % slowdown with the smoke contract's noise, at the production contract's 2 % margin: the data
     can show neither non-inferiority nor a slowdown beyond the margin. INCONCLUSIVE, exit 4, and a
-    sample-size estimate in the report."""
+    sample-size estimate in the report.
+
+    Own multi-process engine starts (about 65 s more than in-process): the premise is the smoke
+    contract's launch noise. The in-process engine is so steady (launch CV 2-4 %) that 2 x 4 reps can
+    settle a 2 % margin either way (a CI run on it: PASS), so that engine would test another question.
+    """
     contract = _real_contract(
-        tmp_path, "slow2-cpu.yaml", _slow_step_env(STEP_MS_2), output_tokens=128, launches=2, repetitions=4
+        tmp_path,
+        "slow2-cpu.yaml",
+        _slow_step_env(STEP_MS_2),
+        in_process=False,
+        output_tokens=128,
+        launches=2,
+        repetitions=4,
     )
     data = yaml.safe_load(contract.read_text())
     data["speed"]["gates"]["max_decode_regression_pct"] = 2

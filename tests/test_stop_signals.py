@@ -28,7 +28,8 @@ from qgate.engine import procs
 
 pytestmark = pytest.mark.vllm
 
-REPS = 8
+# Five stops each save at least one rep (two when a stop lands late): 16 leaves reps for the resume.
+REPS = 16
 GONE_WITHIN_S = 10.0
 
 
