@@ -7,16 +7,7 @@
 # carried with the call.
 set -uo pipefail
 OUT=${OUT:-/tmp/qgate-device-out}
-mkdir -p "$OUT"
-LOG="$OUT/log.txt"
-export PYTHONUNBUFFERED=1
-step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
-
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD/harness${PYTHONPATH:+:$PYTHONPATH}
+source kernels_ext/tools/device_env.sh
 
 step "device"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv

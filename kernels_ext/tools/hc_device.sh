@@ -5,15 +5,7 @@
 # Usage (repository root, carrying .whl and .vllm_src): OUT=... bash kernels_ext/tools/hc_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/hc-out}
-mkdir -p "$OUT"
-LOG="$OUT/log.txt"
-export PYTHONUNBUFFERED=1
-step() { echo "=== $* ($(date -u +%H:%M:%S))" | tee -a "$LOG"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >>"$LOG" 2>&1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD/harness${PYTHONPATH:+:$PYTHONPATH}
+source kernels_ext/tools/device_env.sh
 
 step "build (TORCH_CUDA_ARCH_LIST=9.0, verbose: the compile commands)"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} QGATE_KERNELS_CUDA=1
