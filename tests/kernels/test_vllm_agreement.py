@@ -80,12 +80,15 @@ def test_hc_stages_agree_with_vllm_common(dtype: torch.dtype) -> None:
         xn = reference._hc_norm(h, nw, hc, eps)
         assert _ulp(xn, xn_v).max() <= 1, f"norm, seed {seed}"  # fma vs (1 + w); sum order
         down_v = F.linear(xn_v, m.input_mix_weight_down.weight)
-        assert _ulp(reference.gemv(wd, xn_v)[:, :rank], down_v).max() <= 2, f"down, seed {seed}"
+        # The GEMMs: ULPs at max(|ref|, max|ref| / 1024), as the screen measures (ulp_distance): the
+        # summation order moves an element that cancels to near zero by several of its own ULPs (one
+        # seed of 8192-long fp16 rows: 5), by at most a couple at the terms' magnitude.
+        assert ulp_distance(reference.gemv(wd, xn_v)[:, :rank], down_v) <= 2, f"down, seed {seed}"
         lora_v = F.silu(down_v / hc)
         x = down_v.float() / hc
         assert torch.equal((x * torch.sigmoid(x)).to(dtype), lora_v), f"silu, seed {seed}"
         gate_v = F.linear(lora_v, m.input_mix_weight_up.weight)
-        assert _ulp(reference.gemv(wu, lora_v), gate_v).max() <= 2, f"up, seed {seed}"
+        assert ulp_distance(reference.gemv(wu, lora_v), gate_v) <= 2, f"up, seed {seed}"
 
 
 @pytest.mark.parametrize("per_branch", [True, False])
