@@ -8,8 +8,8 @@ import yaml
 from typer.testing import CliRunner
 
 from qgate.cli import app
-from qgate.ops.bench_cpu import BENCH_CPU_SCHEMA_VERSION, TINY_GEMV_SHAPES, time_interleaved
-from qgate.results import load_result
+from qgate.ops.bench_cpu import TINY_GEMV_SHAPES, time_interleaved
+from qgate.results import current_schema, load_result
 
 
 def test_time_interleaved_gives_reps_per_implementation() -> None:
@@ -45,7 +45,7 @@ def test_bench_ops_cpu_writes_a_versioned_record(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     record = load_result(out / "ops" / "bench-cpu.json", "ops_bench_cpu")
-    assert record["schema_version"] == BENCH_CPU_SCHEMA_VERSION
+    assert record["schema_version"] == current_schema("ops_bench_cpu")
     labels = [c["label"] for c in record["cases"]]
     assert labels == [f"{s['n']}x{s['k']}" for s in TINY_GEMV_SHAPES] + ["64x96"]
     for case in record["cases"]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from qgate import ablate, compare, demo
 from qgate.engine import procs
-from qgate.ops import BENCH_SCHEMA_VERSION, OPS_SCHEMA_VERSION
-from qgate.ops.bench_cpu import BENCH_CPU_SCHEMA_VERSION
+from qgate.ops.screen import record_header
 from qgate.quality.runner import QUALITY_SCHEMA_VERSION
 from qgate.results import SCHEMAS, SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
 
@@ -18,9 +18,11 @@ WRITTEN = {
     "speed": SPEED_SCHEMA_VERSION,
     "quality": QUALITY_SCHEMA_VERSION,
     "verdict": compare.VERDICT_SCHEMA_VERSION,
-    "ops": OPS_SCHEMA_VERSION,
-    "ops_bench": BENCH_SCHEMA_VERSION,
-    "ops_bench_cpu": BENCH_CPU_SCHEMA_VERSION,
+    # the three operator records (screen, CUDA bench, CPU bench) take theirs from one header
+    **{
+        k: record_header(k, None, 0, torch.device("cpu"))["schema_version"]
+        for k in ("ops", "ops_bench", "ops_bench_cpu")
+    },
     "ablation": ablate.ABLATION_SCHEMA_VERSION,
     "demo": demo.DEMO_SCHEMA_VERSION,
     "processes": procs.RECORD_SCHEMA_VERSION,

@@ -29,10 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qgate.results import current_schema
-
-BENCH_CPU_SCHEMA_VERSION = current_schema("ops_bench_cpu")
-
 # The tiny models' projections (qgate.tiny: hidden 128, 4+2+2 heads of 32, intermediate 384, vocab
 # 2048) and the listed decode shapes of qgate.ops.cases.DEFAULT_SHAPES.
 TINY_GEMV_SHAPES: list[dict[str, int]] = [
