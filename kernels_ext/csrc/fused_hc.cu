@@ -1,7 +1,9 @@
 // Route fused_hc_fp16: Qwen4Exp's GatedResidual HyperConnection (vLLM 0.32,
-// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. With QGATE_HC_IMPL=fused
-// one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of shared memory
-// (opt-in: slower than the three kernels on the H200, BENCH.md); by default three kernels:
+// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. With QGATE_HC_IMPL=tma one
+// launch with the weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90); with
+// QGATE_HC_IMPL=fused one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of
+// shared memory (slower than the three kernels on the H200, BENCH.md); QGATE_HC_IMPL=split (and where
+// the others do not apply) three kernels:
 //   hc_norm_kernel     one block a stream: the pending combine h_s + c_s o (c_s = 2 sigmoid(inj_s / HC),
 //                      or 1), one fma in float32, rounded (written to h_out), then the grouped Gemma
 //                      RMSNorm in float32: rrms = 1 / sqrt(sum(x^2) / HS + eps), y = x rrms,
@@ -23,6 +25,7 @@
 #include <cstring>
 
 #include "fused_hc_persistent.cuh"
+#include "fused_hc_tma.cuh"
 #include "gemv_rows.cuh"
 #include "launchers.h"
 
@@ -182,30 +185,38 @@ cudaError_t launch_hc_typed(const HcArgs& p, cudaStream_t stream) {
 }
 
 
-// QGATE_HC_IMPL (read once per process): unset or "split" the three kernels (the default: measured
-// faster on the H200, BENCH.md); "fused" the one-launch path with a cooperative launch; "fused_plain"
-// the same kernel, plain launch and its own barrier.
+// QGATE_HC_IMPL (read once per process): "split" the three kernels above, "fused" the one-launch kernel
+// with weights loaded into registers and a cooperative launch (fused_hc_persistent.cuh), "tma" the
+// one-launch kernel with its weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90).
+// Unset: kHcDefaultImpl. A path that does not apply (arch, shape, alignment) runs the three kernels.
+constexpr int kHcSplit = 0;
+constexpr int kHcFused = 1;
+constexpr int kHcTma = 3;
+constexpr int kHcDefaultImpl = kHcSplit;
+
 int hc_impl() {
   static const int impl = [] {
     const char* v = std::getenv("QGATE_HC_IMPL");
-    if (v != nullptr && std::strcmp(v, "fused") == 0) return 1;
-    if (v != nullptr && std::strcmp(v, "fused_plain") == 0) return 2;
-    return 0;
+    if (v == nullptr || *v == '\0') return kHcDefaultImpl;
+    if (std::strcmp(v, "fused") == 0) return kHcFused;
+    if (std::strcmp(v, "tma") == 0) return kHcTma;
+    return kHcSplit;
   }();
   return impl;
 }
 
 template <class T>
 cudaError_t launch_hc_fused(const HcArgs& p, cudaStream_t stream) {
-  const bool coop = hc_impl() == 1;
-  if (p.hc <= 4) return coop ? launch_hc_fused_typed<T, 4, true>(p, stream) : launch_hc_fused_typed<T, 4, false>(p, stream);
-  return coop ? launch_hc_fused_typed<T, 8, true>(p, stream) : launch_hc_fused_typed<T, 8, false>(p, stream);
+  if (p.hc <= 4) return launch_hc_fused_typed<T, 4, true>(p, stream);
+  return launch_hc_fused_typed<T, 8, true>(p, stream);
 }
 
 }  // namespace
 
 int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine) {
-  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * hc_down_groups(hc * hs);
+  // fused: a float per (row, group of 2048 columns); tma: a float per (row, stream)
+  const int64_t groups = hc_down_groups(hc * hs);
+  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * (groups > hc ? groups : hc);
 }
 
 cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
@@ -224,10 +235,14 @@ cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
   HcArgs q = p;
   q.phase_stop = phase_stop;
   q.prefetch = prefetch;
-  if (phase_stop != 0) {
+  if (hc_impl() == kHcTma) {
+    const cudaError_t err = p.bf16 ? launch_hc_tma_typed<__nv_bfloat16>(q, phase_stop, stream)
+                                   : launch_hc_tma_typed<__half>(q, phase_stop, stream);
+    if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
+  } else if (phase_stop != 0) {
     return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
-  }
-  if (hc_impl() != 0 && p.partials != nullptr && hc_fused_smem_bytes(p) <= static_cast<size_t>(kHcFusedMaxSmem)) {
+  } else if (hc_impl() == kHcFused && p.partials != nullptr &&
+             hc_fused_smem_bytes(p) <= static_cast<size_t>(kHcFusedMaxSmem)) {
     const cudaError_t err = p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
     if (err != cudaErrorNotSupported) return err;
     (void)cudaGetLastError();  // no resident wave on this device: the three kernels below

@@ -15,8 +15,8 @@
 // The operations and roundings are those of the three-kernel path; only the float32 summation order
 // of the down rows differs (group partials summed in order), which the tests' tolerance covers.
 // Barrier: cooperative launch (the driver guarantees residency and gives each launch its own
-// barrier), or with QGATE_HC_IMPL=fused_plain a plain launch of at most one wave and a
-// sense-reversing barrier in global memory (one HC op at a time per device then).
+// barrier). kCoop = false (a plain launch of one wave and a sense-reversing barrier in global memory)
+// is no longer selectable: QGATE_HC_IMPL=fused_plain measured slowest (BENCH.md) and was dropped.
 #pragma once
 
 #include <cooperative_groups.h>

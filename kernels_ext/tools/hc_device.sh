@@ -1,83 +1,77 @@
 #!/usr/bin/env bash
-# One device call for the HC route and the CPU-kernel test's crash: build (compile commands kept),
-# the HC tests under each QGATE_HC_IMPL, vLLM's Triton HC against the route, the HC bench per impl,
-# the symbol and toolchain facts behind test_cpu_kernels.py's crash, then pytest tests/kernels whole.
+# One device call for the HC route: build, the HC tests under each kept QGATE_HC_IMPL (tma, split,
+# fused; run side by side), the HC bench per impl (tma with and without PDL), vLLM's Triton HC against
+# the route (tma), then the phase clocks of the tma kernel (tools/hc_phases.py) while time is left.
 # Usage (repository root, carrying .whl and .vllm_src): OUT=... bash kernels_ext/tools/hc_device.sh
+# HC_DEADLINE (s, default 330): optional steps are skipped once the script has run that long.
 set -uo pipefail
 OUT=${OUT:-/tmp/hc-out}
 source kernels_ext/tools/device_env.sh
+DEADLINE=${HC_DEADLINE:-330}
+IMPLS=${HC_IMPLS:-tma split fused}
+left() { [ "$SECONDS" -lt "$DEADLINE" ] || { echo "skipped (deadline, ${SECONDS}s): $*" | tee -a "$LOG"; return 1; }; }
 
-step "build (TORCH_CUDA_ARCH_LIST=9.0, verbose: the compile commands)"
+step "build (TORCH_CUDA_ARCH_LIST=9.0)"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} QGATE_KERNELS_CUDA=1
-if ! python3 -m pip install -v --no-build-isolation --no-deps --no-index -e kernels_ext >"$OUT/build.log" 2>&1; then
-  tail -n 60 "$OUT/build.log"; echo "BUILD FAILED" | tee -a "$LOG"; exit 1
+if ! python3 -m pip install -v --no-build-isolation --no-deps --no-index -e kernels_ext >/tmp/build.log 2>&1; then
+  tail -n 60 /tmp/build.log; tail -n 200 /tmp/build.log >"$OUT/build_tail.log"; echo "BUILD FAILED" | tee -a "$LOG"; exit 1
 fi
-python3 -c "import qgate_kernels as q; print(q.build_info(), q.cuda_kernels_available())" 2>&1 | tee -a "$LOG"
+echo "build done at ${SECONDS}s" | tee -a "$LOG"
 
-step "which kernels one HC call launches (torch profiler), per impl"
-for impl in fused fused_plain split; do
-  QGATE_HC_IMPL=$impl python3 - <<'PY' 2>&1 | tee -a "$LOG"
-import os, torch, qgate_kernels
-from torch.profiler import ProfilerActivity, profile
-d, hs, r = torch.device("cuda"), 2048, 320
-h = torch.randn(1, 4 * hs, device=d, dtype=torch.bfloat16)
-nw = torch.randn(4 * hs, device=d, dtype=torch.bfloat16)
-wd = torch.randn(336, 4 * hs, device=d, dtype=torch.bfloat16)
-wu = torch.randn(4 * hs, r, device=d, dtype=torch.bfloat16)
-qgate_kernels.hc_mix(h, nw, wd, wu, hc_count=4, lora_rank=r, eps=1e-6)
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    qgate_kernels.hc_mix(h, nw, wd, wu, hc_count=4, lora_rank=r, eps=1e-6)
-    torch.cuda.synchronize()
-names = sorted({e.name.split("(")[0][:60] for e in prof.events() if e.device_type.name == "CUDA"})
-print(os.environ.get("QGATE_HC_IMPL"), "kernels:", names)
+step "HC tests per impl (side by side)"
+for impl in $IMPLS; do
+  QGATE_HC_IMPL=$impl timeout 240 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
+    -k "hc or graphs or opcheck" >/tmp/pytest_hc_$impl.log 2>&1 &
+done
+wait
+for impl in $IMPLS; do
+  echo "tests impl=$impl: $(tail -n 1 /tmp/pytest_hc_$impl.log)" | tee -a "$LOG"
+  grep -m6 -E "^E |^FAILED|Error" /tmp/pytest_hc_$impl.log | cut -c1-300 | tee -a "$LOG"
+  { echo "=== $impl"; cat /tmp/pytest_hc_$impl.log; } >>"$OUT/pytest_hc.log"
+done
+echo "tests done at ${SECONDS}s" | tee -a "$LOG"
+
+step "HC bench per impl (bench_variants, CUDA-graph medians, rotated inputs)"
+bench() {  # tag, then env assignments
+  local tag=$1; shift
+  env "$@" timeout 150 python3 kernels_ext/tools/bench_variants.py --routes fused_hc_fp16 --tag "$tag" \
+    >>"$OUT/bench.jsonl" 2>/tmp/bench_err.log
+  grep -E "fused_hc_fp16|Error|error" /tmp/bench_err.log | cut -c1-200 | tee -a "$LOG"
+}
+bench tma QGATE_HC_IMPL=tma
+bench split QGATE_HC_IMPL=split
+left "bench tma_nopdl" && bench tma_nopdl QGATE_HC_IMPL=tma QGATE_HC_PDL=0
+left "bench fused" && bench fused QGATE_HC_IMPL=fused
+
+step "vLLM Triton HC against the route (tma)"
+if left "vllm triton"; then
+  QGATE_HC_IMPL=tma timeout 150 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py \
+    >"$OUT/vllm_hc_tma.json" 2>>"$LOG"
+  echo "vllm rc=$?" | tee -a "$LOG"
+  python3 - "$OUT/vllm_hc_tma.json" <<'PY' 2>&1 | tee -a "$LOG"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("fallbacks", d["fallbacks"])
+for r in d["results"]:
+    print(r["dtype"], r["op"], r["bitwise"], {k: round(v, 2) for k, v in r["max_ulp"].items()},
+          f"route {r['route_us']:.2f} us  vllm {r['vllm_triton_us']:.2f} us  x{r['speedup']:.2f}")
 PY
+fi
+
+step "phase clocks (tma, QGATE_HC_PDL=0 so that kernel times are the kernel's own; then PDL)"
+for stop in 5 1 2 3 0; do
+  left "phases stop $stop" || break
+  QGATE_HC_IMPL=tma QGATE_HC_PDL=0 QGATE_HC_PHASE_STOP=$stop timeout 60 python3 kernels_ext/tools/hc_phases.py \
+    2>>"$LOG" | tee -a "$OUT/phases.jsonl"
 done
+left "phases pdl" && QGATE_HC_IMPL=tma timeout 60 python3 kernels_ext/tools/hc_phases.py 2>>"$LOG" | tee -a "$OUT/phases.jsonl"
 
-step "HC tests per impl"
-for impl in ${QGATE_HC_TEST_IMPLS:-fused fused fused fused_plain split}; do
-  QGATE_HC_IMPL=$impl timeout 240 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider -x \
-    -k "hc or graphs or opcheck" >/tmp/pytest_hc_$impl.log 2>&1
-  echo "impl=$impl rc=$? $(tail -n 1 /tmp/pytest_hc_$impl.log)" | tee -a "$LOG"
-  grep -m5 -E "^E |Error|assert" /tmp/pytest_hc_$impl.log | tee -a "$LOG"
-  cat /tmp/pytest_hc_$impl.log >>"$OUT/pytest_hc.log"
-done
-
-step "vLLM Triton HC against the route (default impl, then split)"
-for impl in ${QGATE_HC_VLLM_IMPLS:-fused split}; do
-  QGATE_HC_IMPL=$impl timeout 150 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py >"$OUT/vllm_hc_$impl.json" 2>>"$LOG"
-  echo "vllm hc impl=$impl rc=$?" | tee -a "$LOG"
-  cat "$OUT/vllm_hc_$impl.json" | tee -a "$LOG"
-done
-
-step "HC bench per impl"
-for impl in fused fused_plain split; do
-  QGATE_HC_IMPL=$impl timeout 120 python3 kernels_ext/tools/bench_variants.py --routes fused_hc_fp16 --tag "hc=$impl" \
-    2>>"$LOG" | grep -v '^{' | tee -a "$LOG"
-done
-
-step "crash facts: toolchain, torch flags, who defines ostream::_M_insert<long>"
-{
-  g++ --version | head -1; nvcc --version | tail -1
-  python3 -c "import torch; print('abi', torch._C._GLIBCXX_USE_CXX11_ABI); print(torch.__config__.show())"
-  SO=$(python3 -c "import qgate_kernels._C as c; print(c.__file__)")
-  echo "so=$SO"
-  nm -C -D --defined-only "$SO" | grep -E "_M_insert|num_put|locale::id" | head -20
-  echo "--- objects defining _M_insert"
-  for o in $(find kernels_ext/build -name '*.o'); do n=$(nm -C --defined-only "$o" | grep -c "_M_insert"); echo "$o $n"; done
-  readelf -d "$SO" | grep -E "NEEDED|RPATH|RUNPATH|FLAGS"
-  /opt/gcc/bin/g++ --version 2>&1 | head -1; /opt/gcc/bin/g++ -print-file-name=libstdc++.so; /opt/gcc/bin/g++ -print-file-name=libstdc++.a
-  python3 -c "import sysconfig; print('CXX', sysconfig.get_config_var('CXX'), 'LDSHARED', sysconfig.get_config_var('LDSHARED'))"; echo "env CXX=${CXX:-} CC=${CC:-}"
-  echo "--- libstdc++ the process maps"
-  python3 -c "import torch, qgate_kernels._C; print(''.join(l for l in open('/proc/self/maps') if 'stdc++' in l or 'gcc_s' in l))" | awk '{print $6}' | sort -u
-  for l in $(python3 -c "import torch, qgate_kernels._C; print(' '.join(sorted({l.split()[-1] for l in open('/proc/self/maps') if 'stdc++' in l})))"); do
-    echo "$l: $(strings "$l" | grep -E '^GLIBCXX_3\.4\.[0-9]+$' | sort -V | tail -1)"; done
-  grep -E "^\[[0-9]+/[0-9]+\].*(gemv_cpu|ops_cuda|fused_hc)" "$OUT/build.log" | head -3 | cut -c1-1500
-  grep -m3 -E "(g\+\+|c\+\+).*-shared" "$OUT/build.log" | cut -c1-1500
-} >"$OUT/crash_facts.txt" 2>&1
-head -c 6000 "$OUT/crash_facts.txt"
-
-step "pytest tests/kernels (whole)"
-timeout 300 python3 -X faulthandler -m pytest tests/kernels -q -ra -p no:cacheprovider >"$OUT/pytest.log" 2>&1
-echo "pytest rc=$?" | tee -a "$LOG"
-tail -n 15 "$OUT/pytest.log"
-step "done"
+step "summary (${SECONDS}s)"
+grep -E "^tests impl" "$LOG"
+python3 - "$OUT/bench.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+for r in rows:
+    s = r["shape"]
+    print(f"{r['tag']:10} {s['dtype']} {s['op']:16} {r['route_timing']['median_us']:6.2f} us (baseline {r['baseline_timing']['median_us']:.2f})")
+PY

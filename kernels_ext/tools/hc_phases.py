@@ -1,12 +1,17 @@
-"""Where the HC route's time goes on a GPU: one JSON line for this process's QGATE_HC_IMPL and
-QGATE_HC_PHASE_STOP (read once per process; with a stop the one-launch kernel returns after that
-phase and its outputs are meaningless: 1 inputs and norm, 2 down projection, 3 grid barrier).
+"""Where the HC route's time goes on a GPU: one JSON line for this process's QGATE_HC_IMPL,
+QGATE_HC_PDL and QGATE_HC_PHASE_STOP (read once per process; with a stop the one-launch kernel returns
+after that phase and its outputs are meaningless).
 
-The one-launch kernel runs when QGATE_HC_IMPL=fused or a stop is set. Production shape (HC 4,
-hidden 2048, rank 320), combine_and_mix, bf16, 8 weight sets rotated (87 MB, more than the 60 MiB
-L2: the weights come from HBM). Reports the CUDA-graph replay time per call
+Stops: QGATE_HC_IMPL=tma (fused_hc_tma.cuh): 5 the weights' bulk copies alone (issue, wait, return),
+1 inputs, combine and norm (then the weights awaited), 2 down rows, 3 grid barrier. Other impls (the
+register-loading one-launch kernel of fused_hc_persistent.cuh): 1 inputs and norm, 2 down, 3 barrier.
+Kernel times (CUPTI) are the kernel's own only without PDL (QGATE_HC_PDL=0): under PDL a kernel
+starts while the previous one runs, and its span includes that wait.
+
+Production shape (HC 4, hidden 2048, rank 320), combine_and_mix, bf16, 8 weight sets rotated (87 MB,
+more than the 60 MiB L2: the weights come from HBM). Reports the CUDA-graph replay time per call
 (8 calls a graph, median of 30 replays) and the kernels' own durations (torch profiler, CUPTI).
-Usage: QGATE_HC_PHASE_STOP=2 python kernels_ext/tools/hc_phases.py
+Usage: QGATE_HC_IMPL=tma QGATE_HC_PDL=0 QGATE_HC_PHASE_STOP=2 python kernels_ext/tools/hc_phases.py
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ def main() -> None:
             {
                 "impl": os.environ.get("QGATE_HC_IMPL", "split"),
                 "stop": int(os.environ.get("QGATE_HC_PHASE_STOP", "0")),
+                "pdl": os.environ.get("QGATE_HC_PDL", "1"),
                 "graph_us_per_call": round(statistics.median(times), 2),
                 "kernel_us": {k: round(statistics.median(v), 2) for k, v in per_kernel.items()},
             }

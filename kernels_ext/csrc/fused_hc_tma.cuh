@@ -1,0 +1,483 @@
+// The HC route in one launch with its weights staged into shared memory by the bulk-copy engine
+// (QGATE_HC_IMPL=tma; sm_90 only, the other archs and shapes that do not fit take the three kernels).
+//
+// Grid: one block per multiprocessor (G blocks, 256 threads, __launch_bounds__(256, 2) so that the
+// next call's blocks fit beside this call's under programmatic dependent launch). Block b:
+//   down task:  stream s = b / bpg (bpg = G / hc blocks per stream), rows [j rpb, (j + 1) rpb) of the
+//               merged down projection (j = b % bpg), the columns of stream s only (s hs .. s hs + hs):
+//               so the block needs the normalised stream s alone (one norm, one stream's inputs);
+//   up task:    output positions [b ppb, (b + 1) ppb) (ppb = ceil(hs / G)): the hc rows of w_up per
+//               position, the gate mix.
+// 1. At entry thread 0 issues cp.async.bulk copies of the block's down rows (one per row, hs * 2 bytes)
+//    and up rows (one per stream, ppb * rank * 2 bytes) into shared memory, each set on its own
+//    mbarrier (transaction bytes), then lets the next kernel in the stream launch
+//    (griddepcontrol.launch_dependents) and waits for the previous one (griddepcontrol.wait). The
+//    weights are read before that wait: under PDL (QGATE_HC_PDL, default on) they must not be written
+//    by a kernel still running before this one (a model's weights during inference: static).
+// 2. Stream s: the pending combine h_s + c_s o (c_s = 2 sigmoid(inj_s / hc), or 1; rounded), the sum
+//    of squares in a fixed order, rrms, y = x rrms, fma(y, w, y) rounded -> xn_s in shared memory. The
+//    bpg blocks of stream s compute the same bits; each writes its slice of h_out and of xn (xn is
+//    read back by the mix of other blocks).
+// 3. Down rows: a thread per 16-byte vector of the row (fixed order: the thread's vectors in order, the
+//    warp's xor butterfly, the 8 warps in order) -> partials[row * hc + s] (float32, no atomics).
+// 4. Grid barrier: one 64-bit ticket counter per call slot (atom.acq_rel.gpu; every call adds G).
+//    Plain launch: every block must be resident at once (one block per multiprocessor, checked by
+//    the occupancy query), and two HC calls must not run concurrently on one device from different
+//    streams when a block of this kernel does not fit twice on a multiprocessor.
+// 5. Every block: down row r = sum over s in stream order of partials[r * hc + s] (the same bits on
+//    every block), rounded; silu(raw / hc) rounded -> lora in shared memory; block 0 writes the
+//    injection rows. The xn values of the block's positions (all streams) are loaded in the same trip.
+// 6. Up dots from shared memory (8 threads a (position, stream) pair), gate = sigmoid(rounded dot),
+//    block_input[i] = (sum over s in order of fma(gate_s, xn_s, acc)) / hc, rounded.
+// Operations and roundings are those of the three-kernel path (fused_hc.cu); only float32 summation
+// orders differ (sum of squares, the down and up dots), as the tests' tolerances allow.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+
+#include "gemv_rows.cuh"
+#include "launchers.h"
+
+namespace qgate {
+
+constexpr int kHcTmaThreads = 256;
+constexpr int kHcTmaWarps = kHcTmaThreads / 32;
+constexpr int kHcTmaRowChunk = 16;    // down rows reduced together (accumulators a thread)
+constexpr int kHcTmaRowsPerThread = 3;  // post-barrier rows a thread: n_down <= 512 + 8 <= 3 * 256
+constexpr int kHcTmaSlots = 64;
+constexpr int kHcTmaMaxSmem = 200 * 1024;  // dynamic shared memory a block at most (sm_90: 227 KiB)
+
+__device__ unsigned long long g_hc_tma_ticket[kHcTmaSlots];
+
+struct HcTmaPlan {
+  int bpg;     // blocks per stream for the down rows
+  int rpb;     // down rows a block
+  int ppb;     // output positions a block
+  int n_down;  // down rows: rank (+ hc injection rows)
+  int slot;    // ticket counter of this call
+  int stop;    // QGATE_HC_PHASE_STOP (diagnosis): 1 norm, 2 down, 3 barrier, 5 weights only
+  int nw_off, xs_off, lora_off, gate_off, xmix_off, down_off, up_off;  // byte offsets into shared memory
+  int smem;
+};
+
+__device__ __forceinline__ float hc_tma_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t hc_smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void hc_bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void hc_bulk_wait(uint32_t bar) {  // phase 0: each barrier is used once
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(bar), "r"(0u)
+        : "memory");
+  } while (!done);
+}
+// Every block arrives once per call; the counter of a slot grows by gridDim.x per call, so a block's
+// ticket says which multiple of gridDim.x ends its call.
+__device__ __forceinline__ void hc_tma_grid_barrier(unsigned long long* ctr) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned long long n = gridDim.x;
+    unsigned long long old = 0;
+    asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(ctr) : "memory");
+    const unsigned long long target = (old / n + 1) * n;
+    unsigned long long now = old + 1;
+    unsigned long long t0 = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (now < target) {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(ctr) : "memory");
+      unsigned long long t = 0;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if (t - t0 > 5000000000ull) __trap();  // 5 s: a block never came (not resident): fail, not hang
+    }
+  }
+  __syncthreads();
+}
+__device__ __forceinline__ unsigned short hc_ld_cg_u16(const void* p) {
+  return __ldcg(reinterpret_cast<const unsigned short*>(p));
+}
+#endif
+
+template <class T>
+__device__ __forceinline__ float hc_u16_to_float(unsigned short v) {
+  T t;
+  *reinterpret_cast<unsigned short*>(&t) = v;
+  return to_float(t);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTmaPlan plan) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float red[kHcTmaRowChunk][kHcTmaWarps];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int hc = p.hc;
+  const int rank = p.rank;
+  const int hs = static_cast<int>(p.hs);
+  const int64_t d = static_cast<int64_t>(hc) * hs;
+  const int hs_vec = hs / 8;
+  const int r_vec = rank / 8;
+  const int b = blockIdx.x;
+  const int s = b / plan.bpg;  // this block's stream of the down projection (>= hc: none)
+  const int j = b - s * plan.bpg;
+  const bool in_group = s < hc;
+  const int r0 = j * plan.rpb;
+  const int nr = in_group ? max(0, min(plan.n_down, r0 + plan.rpb) - r0) : 0;
+  const int i0 = b * plan.ppb;
+  const int np = max(0, min(hs, i0 + plan.ppb) - i0);
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem);
+  uint4* nws = reinterpret_cast<uint4*>(smem + plan.nw_off);
+  uint4* xs = reinterpret_cast<uint4*>(smem + plan.xs_off);
+  uint4* lora_v = reinterpret_cast<uint4*>(smem + plan.lora_off);
+  T* lora = reinterpret_cast<T*>(lora_v);
+  float* gate = reinterpret_cast<float*>(smem + plan.gate_off);
+  float* xmix = reinterpret_cast<float*>(smem + plan.xmix_off);
+  const uint4* down_v = reinterpret_cast<const uint4*>(smem + plan.down_off);
+  const uint4* up_v = reinterpret_cast<const uint4*>(smem + plan.up_off);
+  const uint32_t bar_down = hc_smem_addr(bars);
+  const uint32_t bar_up = hc_smem_addr(bars + 1);
+
+  // 1. The weights, issued before anything waits (they do not depend on the previous kernel).
+  if (tid == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_down) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_up) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const uint32_t row_bytes = static_cast<uint32_t>(hs) * 2;
+    if (nr > 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_down),
+                   "r"(row_bytes * static_cast<uint32_t>(nr))
+                   : "memory");
+      const T* src = static_cast<const T*>(p.w_down) + static_cast<int64_t>(r0) * d + static_cast<int64_t>(s) * hs;
+      const uint32_t dst = hc_smem_addr(smem + plan.down_off);
+      for (int r = 0; r < nr; ++r) hc_bulk_copy(dst + r * row_bytes, src + r * d, row_bytes, bar_down);
+    }
+    if (np > 0) {
+      const uint32_t bytes = static_cast<uint32_t>(np) * rank * 2;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_up),
+                   "r"(bytes * static_cast<uint32_t>(hc))
+                   : "memory");
+      const uint32_t dst = hc_smem_addr(smem + plan.up_off);
+      const uint32_t stream_bytes = static_cast<uint32_t>(plan.ppb) * rank * 2;
+      for (int t = 0; t < hc; ++t) {
+        const T* src = static_cast<const T*>(p.w_up) + (static_cast<int64_t>(t) * hs + i0) * rank;
+        hc_bulk_copy(dst + t * stream_bytes, src, bytes, bar_up);
+      }
+    }
+  }
+  allow_next_grid();
+  __syncthreads();  // the barriers' initialisation before anyone waits on them
+  if (plan.stop == 5) {
+    if (nr > 0) hc_bulk_wait(bar_down);
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+  wait_for_previous_grid();
+
+  if (in_group) {
+    // 2. Combine and norm of stream s.
+    const T* __restrict__ h = static_cast<const T*>(p.h) + static_cast<int64_t>(s) * hs;
+    const T* __restrict__ o = static_cast<const T*>(p.block_output);
+    const T* __restrict__ inj = static_cast<const T*>(p.injection);
+    const T* __restrict__ nw =
+        static_cast<const T*>(p.norm_weight) + (p.shared_norm_weight ? 0 : static_cast<int64_t>(s) * hs);
+    const bool combine = o != nullptr;
+    const int slice = (hs_vec + plan.bpg - 1) / plan.bpg;  // vectors of h_out and xn this block writes
+    const int v_lo = j * slice;
+    const int v_hi = v_lo + slice;
+    const float inj_s = combine && inj != nullptr ? to_float(inj[s]) : 0.f;
+    float sq = 0.f;
+    for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
+      uint4 raw = load_x16(h + v * 8);
+      uint4 oraw = make_uint4(0, 0, 0, 0);
+      if (combine) oraw = load_x16(o + v * 8);
+      nws[v] = load_x16(nw + v * 8);
+      T* x = reinterpret_cast<T*>(&raw);
+      if (combine) {
+        const float c = inj != nullptr ? 2.0f * hc_tma_sigmoid(inj_s / static_cast<float>(hc)) : 1.0f;
+        const T* ov = reinterpret_cast<const T*>(&oraw);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float xo = to_float(ov[e]);
+          const float xh = to_float(x[e]);
+          x[e] = round_to(inj != nullptr ? fmaf(xo, c, xh) : xh + xo, T());
+        }
+        if (v >= v_lo && v < v_hi) {
+          *reinterpret_cast<uint4*>(static_cast<T*>(p.h_out) + static_cast<int64_t>(s) * hs + v * 8) = raw;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float xf = to_float(x[e]);
+        sq = fmaf(xf, xf, sq);
+      }
+      xs[v] = raw;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
+    if (lane == 0) red[0][warp] = sq;
+    __syncthreads();
+    float total = 0.f;
+#pragma unroll
+    for (int w = 0; w < kHcTmaWarps; ++w) total += red[0][w];
+    const float rrms = 1.0f / sqrtf(total / static_cast<float>(hs) + p.eps);
+    for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
+      uint4 raw = xs[v];
+      const uint4 wraw = nws[v];
+      T* x = reinterpret_cast<T*>(&raw);
+      const T* wv = reinterpret_cast<const T*>(&wraw);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float y = to_float(x[e]) * rrms;
+        x[e] = round_to(fmaf(y, to_float(wv[e]), y), T());
+      }
+      xs[v] = raw;
+      if (v >= v_lo && v < v_hi) {
+        *reinterpret_cast<uint4*>(static_cast<T*>(p.xn) + static_cast<int64_t>(s) * hs + v * 8) = raw;
+      }
+    }
+    __syncthreads();  // xs complete; red[0] read by everyone before the down rows reuse it
+    if (plan.stop == 1) {
+      if (nr > 0) hc_bulk_wait(bar_down);
+      if (np > 0) hc_bulk_wait(bar_up);
+      return;
+    }
+
+    // 3. Down rows of stream s: partials[row * hc + s].
+    if (nr > 0) {
+      hc_bulk_wait(bar_down);
+      for (int c = 0; c < nr; c += kHcTmaRowChunk) {
+        float acc[kHcTmaRowChunk];
+#pragma unroll
+        for (int u = 0; u < kHcTmaRowChunk; ++u) acc[u] = 0.f;
+        for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
+          const uint4 xv = xs[v];
+#pragma unroll
+          for (int u = 0; u < kHcTmaRowChunk; ++u) {
+            if (c + u < nr) acc[u] = dot8_acc(down_v[(c + u) * hs_vec + v], xv, acc[u], T());
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kHcTmaRowChunk; ++u) {
+          if (c + u < nr) {  // uniform over the block
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
+            if (lane == 0) red[u][warp] = acc[u];
+          }
+        }
+        __syncthreads();
+        if (tid < kHcTmaRowChunk && c + tid < nr) {
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kHcTmaWarps; ++w) sum += red[tid][w];
+          __stcg(p.partials + static_cast<int64_t>(r0 + c + tid) * hc + s, sum);
+        }
+        __syncthreads();
+      }
+    }
+  } else if (plan.stop == 1) {
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+  if (plan.stop == 2) {
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+
+  // 4. Every partial and every xn slice written before any block reads them.
+  hc_tma_grid_barrier(g_hc_tma_ticket + plan.slot);
+  if (plan.stop == 3) {
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+
+  // 5. Down rows summed in stream order (the same bits on every block), silu; the xn of the positions.
+  {
+    const int n_rows = b == 0 ? plan.n_down : rank;  // block 0 also writes the injection rows
+    float part[kHcTmaRowsPerThread][kHcMaxStreams];
+#pragma unroll
+    for (int k = 0; k < kHcTmaRowsPerThread; ++k) {
+      const int r = tid + k * kHcTmaThreads;
+#pragma unroll
+      for (int g = 0; g < kHcMaxStreams; ++g) {
+        part[k][g] = r < n_rows && g < hc ? __ldcg(p.partials + static_cast<int64_t>(r) * hc + g) : 0.f;
+      }
+    }
+    const T* xn_g = static_cast<const T*>(p.xn);
+    for (int q = tid; q < np * hc; q += kHcTmaThreads) {
+      const int pp = q / hc;
+      const int t = q - pp * hc;
+      xmix[q] = hc_u16_to_float<T>(hc_ld_cg_u16(xn_g + static_cast<int64_t>(t) * hs + i0 + pp));
+    }
+#pragma unroll
+    for (int k = 0; k < kHcTmaRowsPerThread; ++k) {
+      const int r = tid + k * kHcTmaThreads;
+      if (r < n_rows) {
+        float sum = 0.f;
+#pragma unroll
+        for (int g = 0; g < kHcMaxStreams; ++g) {
+          if (g < hc) sum += part[k][g];
+        }
+        const T raw = round_to(sum, T());
+        if (r < rank) {
+          const float x = to_float(raw) / static_cast<float>(hc);
+          lora[r] = round_to(x * hc_tma_sigmoid(x), T());
+        } else {
+          static_cast<T*>(p.injection_out)[r - rank] = raw;
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // 6. Up dots (8 threads a (position, stream) pair), gates, the mix.
+  if (np > 0) {
+    hc_bulk_wait(bar_up);
+    const int nq = np * hc;
+    const int sub = tid & 7;
+    for (int q0 = 0; q0 < nq; q0 += kHcTmaThreads / 8) {
+      const int q = q0 + (tid >> 3);
+      const bool active = q < nq;
+      float g = 0.f;
+      if (active) {
+        const int pp = q / hc;
+        const int t = q - pp * hc;
+        const uint4* row = up_v + (static_cast<int64_t>(t) * plan.ppb + pp) * r_vec;
+        for (int v = sub; v < r_vec; v += 8) g = dot8_acc(row[v], lora_v[v], g, T());
+      }
+      g += __shfl_xor_sync(0xffffffffu, g, 4);
+      g += __shfl_xor_sync(0xffffffffu, g, 2);
+      g += __shfl_xor_sync(0xffffffffu, g, 1);
+      if (active && sub == 0) gate[q] = hc_tma_sigmoid(to_float(round_to(g, T())));
+    }
+    __syncthreads();
+    for (int pp = tid; pp < np; pp += kHcTmaThreads) {
+      float acc = 0.f;
+      for (int t = 0; t < hc; ++t) acc = fmaf(gate[pp * hc + t], xmix[pp * hc + t], acc);
+      static_cast<T*>(p.block_input)[i0 + pp] = round_to(acc / static_cast<float>(hc), T());
+    }
+  }
+#endif
+}
+
+// The plan for this device's multiprocessor count; false where the path does not apply (then the
+// three kernels run).
+inline bool plan_hc_tma(const HcArgs& p, int sms, HcTmaPlan* plan) {
+  if (sms <= 0 || p.hc < 1 || p.hc > kHcMaxStreams || p.rank > kHcMaxRank) return false;
+  const int hc = p.hc;
+  const int64_t hs = p.hs;
+  const int64_t rank = p.rank;
+  const int n_down = p.rank + (p.use_combine ? hc : 0);
+  if (n_down > kHcTmaRowsPerThread * kHcTmaThreads) return false;
+  const int bpg = sms / hc;
+  if (bpg < 1) return false;
+  const int64_t rpb = (n_down + bpg - 1) / bpg;
+  const int64_t ppb = (hs + sms - 1) / sms;
+  auto up16 = [](int64_t x) { return (x + 15) / 16 * 16; };
+  int64_t off = 128;  // two mbarriers
+  HcTmaPlan q{};
+  q.bpg = bpg;
+  q.rpb = static_cast<int>(rpb);
+  q.ppb = static_cast<int>(ppb);
+  q.n_down = n_down;
+  q.nw_off = static_cast<int>(off);
+  off += up16(hs * 2);
+  q.xs_off = static_cast<int>(off);
+  off += up16(hs * 2);
+  q.lora_off = static_cast<int>(off);
+  off += up16(rank * 2);
+  q.gate_off = static_cast<int>(off);
+  off += up16(ppb * hc * 4);
+  q.xmix_off = static_cast<int>(off);
+  off += up16(ppb * hc * 4);
+  off = (off + 127) / 128 * 128;
+  q.down_off = static_cast<int>(off);
+  off += rpb * hs * 2;
+  q.up_off = static_cast<int>(off);
+  off += ppb * hc * rank * 2;
+  if (off > kHcTmaMaxSmem) return false;
+  q.smem = static_cast<int>(off);
+  *plan = q;
+  return true;
+}
+
+// QGATE_HC_PDL (read once per process): 0 launches without programmatic dependent launch.
+inline bool hc_tma_pdl() {
+  static const bool pdl = [] {
+    const char* v = std::getenv("QGATE_HC_PDL");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return pdl;
+}
+
+// cudaErrorNotSupported where the path does not apply (not sm_90+, weights not 16-byte aligned,
+// shared memory over kHcTmaMaxSmem, no resident block): the caller runs the three kernels then.
+template <class T>
+cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) {
+  struct DeviceInfo {
+    int sms = -1;  // -1 unknown, 0 path unavailable
+  };
+  static DeviceInfo info[64];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= 64) return cudaErrorNotSupported;
+  if (info[device].sms < 0) {
+    int major = 0;
+    int sms = 0;
+    int per_sm = 0;
+    if ((err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess) return err;
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
+    if (major >= 9) {
+      if ((err = cudaFuncSetAttribute(hc_tma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      kHcTmaMaxSmem)) != cudaSuccess) {
+        return err;
+      }
+      // Residency at the largest shared memory this path takes, so that it holds for every call.
+      if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hc_tma_kernel<T>, kHcTmaThreads,
+                                                               static_cast<size_t>(kHcTmaMaxSmem))) != cudaSuccess) {
+        return err;
+      }
+    }
+    info[device].sms = major >= 9 && per_sm >= 1 ? sms : 0;
+  }
+  const int sms = info[device].sms;
+  if (sms <= 0 || reinterpret_cast<uintptr_t>(p.w_down) % 16 != 0 || reinterpret_cast<uintptr_t>(p.w_up) % 16 != 0 ||
+      p.partials == nullptr) {
+    return cudaErrorNotSupported;
+  }
+  HcTmaPlan plan{};
+  if (!plan_hc_tma(p, sms, &plan)) return cudaErrorNotSupported;
+  static std::atomic<unsigned> next_slot{0};
+  plan.slot = static_cast<int>(next_slot.fetch_add(1, std::memory_order_relaxed) % kHcTmaSlots);
+  plan.stop = stop;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(sms));
+  config.blockDim = dim3(kHcTmaThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(plan.smem);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = hc_tma_pdl() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, hc_tma_kernel<T>, p, plan);
+}
+
+}  // namespace qgate
