@@ -187,12 +187,14 @@ cudaError_t launch_hc_typed(const HcArgs& p, cudaStream_t stream) {
 
 // QGATE_HC_IMPL (read once per process): "split" the three kernels above, "fused" the one-launch kernel
 // with weights loaded into registers and a cooperative launch (fused_hc_persistent.cuh), "tma" the
-// one-launch kernel with its weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90).
+// one-launch kernel with its weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90;
+// "tma_v1" its first version, kept for comparison).
 // Unset: kHcDefaultImpl. A path that does not apply (arch, shape, alignment) runs the three kernels.
 constexpr int kHcSplit = 0;
 constexpr int kHcFused = 1;
+constexpr int kHcTmaV1 = 2;
 constexpr int kHcTma = 3;
-constexpr int kHcDefaultImpl = kHcSplit;
+constexpr int kHcDefaultImpl = kHcTma;  // measured fastest and exact on the H200 (BENCH.md)
 
 int hc_impl() {
   static const int impl = [] {
@@ -200,6 +202,7 @@ int hc_impl() {
     if (v == nullptr || *v == '\0') return kHcDefaultImpl;
     if (std::strcmp(v, "fused") == 0) return kHcFused;
     if (std::strcmp(v, "tma") == 0) return kHcTma;
+    if (std::strcmp(v, "tma_v1") == 0) return kHcTmaV1;
     return kHcSplit;
   }();
   return impl;
@@ -214,9 +217,10 @@ cudaError_t launch_hc_fused(const HcArgs& p, cudaStream_t stream) {
 }  // namespace
 
 int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine) {
-  // fused: a float per (row, group of 2048 columns); tma: a float per (row, stream)
+  // fused: a float per (row, group of 2048 columns); tma_v1: a float per (row, stream); tma: 8 a row
   const int64_t groups = hc_down_groups(hc * hs);
-  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * (groups > hc ? groups : hc);
+  const int64_t per_row = groups > kHcTmaPartialStride ? groups : kHcTmaPartialStride;  // >= hc too
+  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * per_row;
 }
 
 cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
@@ -235,9 +239,13 @@ cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
   HcArgs q = p;
   q.phase_stop = phase_stop;
   q.prefetch = prefetch;
-  if (hc_impl() == kHcTma) {
-    const cudaError_t err = p.bf16 ? launch_hc_tma_typed<__nv_bfloat16>(q, phase_stop, stream)
-                                   : launch_hc_tma_typed<__half>(q, phase_stop, stream);
+  if (hc_impl() == kHcTma || hc_impl() == kHcTmaV1) {
+    const bool v2 = hc_impl() == kHcTma;
+    const cudaError_t err =
+        p.bf16 ? (v2 ? launch_hc_tma_typed<__nv_bfloat16, true>(q, phase_stop, stream)
+                     : launch_hc_tma_typed<__nv_bfloat16, false>(q, phase_stop, stream))
+               : (v2 ? launch_hc_tma_typed<__half, true>(q, phase_stop, stream)
+                     : launch_hc_tma_typed<__half, false>(q, phase_stop, stream));
     if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
   } else if (phase_stop != 0) {
     return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);

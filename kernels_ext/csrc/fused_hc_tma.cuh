@@ -53,7 +53,9 @@ constexpr int kHcTmaRowsPerThread = 3;  // post-barrier rows a thread: n_down <=
 constexpr int kHcTmaSlots = 64;
 constexpr int kHcTmaMaxSmem = 200 * 1024;  // dynamic shared memory a block at most (sm_90: 227 KiB)
 
-__device__ unsigned long long g_hc_tma_ticket[kHcTmaSlots];
+constexpr int kHcTmaPartialStride = 8;  // v2: floats a down row in `partials` (two 16-byte loads at most)
+
+__device__ unsigned long long g_hc_tma_ticket[2][kHcTmaSlots];  // [v1, v2][slot]
 
 struct HcTmaPlan {
   int bpg;     // blocks per stream for the down rows
@@ -62,6 +64,7 @@ struct HcTmaPlan {
   int n_down;  // down rows: rank (+ hc injection rows)
   int slot;    // ticket counter of this call
   int stop;    // QGATE_HC_PHASE_STOP (diagnosis): 1 norm, 2 down, 3 barrier, 5 weights only
+  int pstride;  // floats a down row in `partials`: hc (v1) or kHcTmaPartialStride (v2)
   int nw_off, xs_off, lora_off, gate_off, xmix_off, down_off, up_off;  // byte offsets into shared memory
   int smem;
 };
@@ -108,6 +111,27 @@ __device__ __forceinline__ void hc_tma_grid_barrier(unsigned long long* ctr) {
   }
   __syncthreads();
 }
+// v2: each block took a ticket (atomicAdd, returned) right after griddepcontrol.wait and adds 1 more
+// here without a return (red.release): a call adds 2 gridDim.x, and the ticket (in [2 G k, 2 G k + 2 G))
+// names the multiple of 2 G that ends call k. One round trip less than v1 (no returned atomic here).
+__device__ __forceinline__ void hc_tma_grid_barrier_v2(unsigned long long* ctr, unsigned long long ticket) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned long long n2 = 2ull * gridDim.x;
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(ctr) : "memory");
+    const unsigned long long target = (ticket / n2 + 1) * n2;
+    unsigned long long now = 0;
+    unsigned long long t0 = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(now) : "l"(ctr) : "memory");
+      unsigned long long t = 0;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if (t - t0 > 5000000000ull) __trap();
+    } while (now < target);
+  }
+  __syncthreads();
+}
 __device__ __forceinline__ unsigned short hc_ld_cg_u16(const void* p) {
   return __ldcg(reinterpret_cast<const unsigned short*>(p));
 }
@@ -120,7 +144,16 @@ __device__ __forceinline__ float hc_u16_to_float(unsigned short v) {
   return to_float(t);
 }
 
-template <class T>
+// kV2 (QGATE_HC_IMPL=tma; v1 is QGATE_HC_IMPL=tma_v1, the first version, kept for comparison):
+//   - only the down rows are copied before griddepcontrol.wait; the up rows once the block's inputs
+//     have arrived (so the inputs' loads do not queue behind 40 KB a multiprocessor of up rows);
+//   - the next kernel is let launch after the norm (not at entry), so that its weight copies do not
+//     delay this call's inputs either but still stream during this call's down rows, barrier and tail;
+//   - down rows: all 16 rows of a chunk computed without branches (rows past the block's clamped to
+//     its last), reduced in a warp by one reduce-scatter (16 shuffles, not 5 a row);
+//   - partials at a stride of 8 floats (16-byte loads), the barrier with the ticket taken early;
+//   - up dots: two (position, stream) pairs a thread at once.
+template <class T, bool kV2>
 __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTmaPlan plan) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
@@ -168,6 +201,8 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
       const uint32_t dst = hc_smem_addr(smem + plan.down_off);
       for (int r = 0; r < nr; ++r) hc_bulk_copy(dst + r * row_bytes, src + r * d, row_bytes, bar_down);
     }
+  }
+  auto issue_up = [&]() {  // thread 0
     if (np > 0) {
       const uint32_t bytes = static_cast<uint32_t>(np) * rank * 2;
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_up),
@@ -180,8 +215,10 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
         hc_bulk_copy(dst + t * stream_bytes, src, bytes, bar_up);
       }
     }
-  }
-  allow_next_grid();
+  };
+  const bool up_early = !kV2 || !in_group || plan.stop == 5;
+  if (tid == 0 && up_early) issue_up();
+  if (!kV2) allow_next_grid();
   __syncthreads();  // the barriers' initialisation before anyone waits on them
   if (plan.stop == 5) {
     if (nr > 0) hc_bulk_wait(bar_down);
@@ -189,6 +226,11 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     return;
   }
   wait_for_previous_grid();
+  unsigned long long ticket = 0;  // v2, thread 0
+  if constexpr (kV2) {
+    if (tid == 0 && (plan.stop == 0 || plan.stop == 3)) ticket = atomicAdd(&g_hc_tma_ticket[1][plan.slot], 1ull);
+    if (!in_group) allow_next_grid();
+  }
 
   if (in_group) {
     // 2. Combine and norm of stream s.
@@ -232,7 +274,8 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off);
     if (lane == 0) red[0][warp] = sq;
-    __syncthreads();
+    __syncthreads();  // every thread's inputs have arrived
+    if (kV2 && tid == 0) issue_up();
     float total = 0.f;
 #pragma unroll
     for (int w = 0; w < kHcTmaWarps; ++w) total += red[0][w];
@@ -253,6 +296,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
       }
     }
     __syncthreads();  // xs complete; red[0] read by everyone before the down rows reuse it
+    if (kV2) allow_next_grid();
     if (plan.stop == 1) {
       if (nr > 0) hc_bulk_wait(bar_down);
       if (np > 0) hc_bulk_wait(bar_up);
@@ -262,7 +306,57 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     // 3. Down rows of stream s: partials[row * hc + s].
     if (nr > 0) {
       hc_bulk_wait(bar_down);
-      for (int c = 0; c < nr; c += kHcTmaRowChunk) {
+      for (int c = 0; kV2 && c < nr; c += kHcTmaRowChunk) {
+        float acc[kHcTmaRowChunk];
+#pragma unroll
+        for (int u = 0; u < kHcTmaRowChunk; ++u) acc[u] = 0.f;
+        for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
+          const uint4 xv = xs[v];
+#pragma unroll
+          for (int u = 0; u < kHcTmaRowChunk; ++u) {
+            const int row = min(c + u, nr - 1);  // rows past the block's: computed, never stored
+            acc[u] = dot8_acc(down_v[row * hs_vec + v], xv, acc[u], T());
+          }
+        }
+        // Reduce-scatter over the warp: after it lane l holds the warp's sum of row (l >> 1).
+        float a8[8];
+        const bool b4 = (lane >> 4) & 1;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float keep = b4 ? acc[k + 8] : acc[k];
+          const float send = b4 ? acc[k] : acc[k + 8];
+          a8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+        }
+        float a4[4];
+        const bool b3 = (lane >> 3) & 1;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float keep = b3 ? a8[k + 4] : a8[k];
+          const float send = b3 ? a8[k] : a8[k + 4];
+          a4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+        }
+        float a2[2];
+        const bool b2 = (lane >> 2) & 1;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const float keep = b2 ? a4[k + 2] : a4[k];
+          const float send = b2 ? a4[k] : a4[k + 2];
+          a2[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+        }
+        const bool b1 = (lane >> 1) & 1;
+        float a1 = (b1 ? a2[1] : a2[0]) + __shfl_xor_sync(0xffffffffu, b1 ? a2[0] : a2[1], 2);
+        a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
+        if ((lane & 1) == 0) red[lane >> 1][warp] = a1;
+        __syncthreads();
+        if (tid < kHcTmaRowChunk && c + tid < nr) {
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kHcTmaWarps; ++w) sum += red[tid][w];
+          __stcg(p.partials + static_cast<int64_t>(r0 + c + tid) * plan.pstride + s, sum);
+        }
+        __syncthreads();
+      }
+      for (int c = 0; !kV2 && c < nr; c += kHcTmaRowChunk) {
         float acc[kHcTmaRowChunk];
 #pragma unroll
         for (int u = 0; u < kHcTmaRowChunk; ++u) acc[u] = 0.f;
@@ -286,7 +380,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
           float sum = 0.f;
 #pragma unroll
           for (int w = 0; w < kHcTmaWarps; ++w) sum += red[tid][w];
-          __stcg(p.partials + static_cast<int64_t>(r0 + c + tid) * hc + s, sum);
+          __stcg(p.partials + static_cast<int64_t>(r0 + c + tid) * plan.pstride + s, sum);
         }
         __syncthreads();
       }
@@ -301,7 +395,11 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
   }
 
   // 4. Every partial and every xn slice written before any block reads them.
-  hc_tma_grid_barrier(g_hc_tma_ticket + plan.slot);
+  if constexpr (kV2) {
+    hc_tma_grid_barrier_v2(&g_hc_tma_ticket[1][plan.slot], ticket);
+  } else {
+    hc_tma_grid_barrier(&g_hc_tma_ticket[0][plan.slot]);
+  }
   if (plan.stop == 3) {
     if (np > 0) hc_bulk_wait(bar_up);
     return;
@@ -314,9 +412,19 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
 #pragma unroll
     for (int k = 0; k < kHcTmaRowsPerThread; ++k) {
       const int r = tid + k * kHcTmaThreads;
+      if constexpr (kV2) {
+        if (r < n_rows) {
+          const float4* src = reinterpret_cast<const float4*>(p.partials + static_cast<int64_t>(r) * kHcTmaPartialStride);
+          const float4 lo = __ldcg(src);
+          const float4 hi = hc > 4 ? __ldcg(src + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+          part[k][0] = lo.x, part[k][1] = lo.y, part[k][2] = lo.z, part[k][3] = lo.w;
+          part[k][4] = hi.x, part[k][5] = hi.y, part[k][6] = hi.z, part[k][7] = hi.w;
+        }
+      } else {
 #pragma unroll
-      for (int g = 0; g < kHcMaxStreams; ++g) {
-        part[k][g] = r < n_rows && g < hc ? __ldcg(p.partials + static_cast<int64_t>(r) * hc + g) : 0.f;
+        for (int g = 0; g < kHcMaxStreams; ++g) {
+          part[k][g] = r < n_rows && g < hc ? __ldcg(p.partials + static_cast<int64_t>(r) * hc + g) : 0.f;
+        }
       }
     }
     const T* xn_g = static_cast<const T*>(p.xn);
@@ -351,7 +459,29 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     hc_bulk_wait(bar_up);
     const int nq = np * hc;
     const int sub = tid & 7;
-    for (int q0 = 0; q0 < nq; q0 += kHcTmaThreads / 8) {
+    for (int q0 = 0; kV2 && q0 < nq; q0 += kHcTmaThreads / 4) {
+      const int qa = q0 + (tid >> 3);
+      const int qb = qa + kHcTmaThreads / 8;
+      const int ca = qa < nq ? qa : 0;  // an idle pair computes pair 0 and stores nothing
+      const int cb = qb < nq ? qb : 0;
+      const uint4* row_a = up_v + (static_cast<int64_t>(ca % hc) * plan.ppb + ca / hc) * r_vec;
+      const uint4* row_b = up_v + (static_cast<int64_t>(cb % hc) * plan.ppb + cb / hc) * r_vec;
+      float ga = 0.f;
+      float gb = 0.f;
+      for (int v = sub; v < r_vec; v += 8) {
+        const uint4 lv = lora_v[v];
+        ga = dot8_acc(row_a[v], lv, ga, T());
+        gb = dot8_acc(row_b[v], lv, gb, T());
+      }
+#pragma unroll
+      for (int off = 4; off > 0; off >>= 1) {
+        ga += __shfl_xor_sync(0xffffffffu, ga, off);
+        gb += __shfl_xor_sync(0xffffffffu, gb, off);
+      }
+      if (sub == 0 && qa < nq) gate[qa] = hc_tma_sigmoid(to_float(round_to(ga, T())));
+      if (sub == 0 && qb < nq) gate[qb] = hc_tma_sigmoid(to_float(round_to(gb, T())));
+    }
+    for (int q0 = 0; !kV2 && q0 < nq; q0 += kHcTmaThreads / 8) {
       const int q = q0 + (tid >> 3);
       const bool active = q < nq;
       float g = 0.f;
@@ -378,7 +508,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
 
 // The plan for this device's multiprocessor count; false where the path does not apply (then the
 // three kernels run).
-inline bool plan_hc_tma(const HcArgs& p, int sms, HcTmaPlan* plan) {
+inline bool plan_hc_tma(const HcArgs& p, int sms, bool v2, HcTmaPlan* plan) {
   if (sms <= 0 || p.hc < 1 || p.hc > kHcMaxStreams || p.rank > kHcMaxRank) return false;
   const int hc = p.hc;
   const int64_t hs = p.hs;
@@ -396,6 +526,7 @@ inline bool plan_hc_tma(const HcArgs& p, int sms, HcTmaPlan* plan) {
   q.rpb = static_cast<int>(rpb);
   q.ppb = static_cast<int>(ppb);
   q.n_down = n_down;
+  q.pstride = v2 ? kHcTmaPartialStride : hc;
   q.nw_off = static_cast<int>(off);
   off += up16(hs * 2);
   q.xs_off = static_cast<int>(off);
@@ -428,7 +559,7 @@ inline bool hc_tma_pdl() {
 
 // cudaErrorNotSupported where the path does not apply (not sm_90+, weights not 16-byte aligned,
 // shared memory over kHcTmaMaxSmem, no resident block): the caller runs the three kernels then.
-template <class T>
+template <class T, bool kV2>
 cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) {
   struct DeviceInfo {
     int sms = -1;  // -1 unknown, 0 path unavailable
@@ -445,12 +576,12 @@ cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) 
     if ((err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device)) != cudaSuccess) return err;
     if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
     if (major >= 9) {
-      if ((err = cudaFuncSetAttribute(hc_tma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      if ((err = cudaFuncSetAttribute(hc_tma_kernel<T, kV2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       kHcTmaMaxSmem)) != cudaSuccess) {
         return err;
       }
       // Residency at the largest shared memory this path takes, so that it holds for every call.
-      if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hc_tma_kernel<T>, kHcTmaThreads,
+      if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hc_tma_kernel<T, kV2>, kHcTmaThreads,
                                                                static_cast<size_t>(kHcTmaMaxSmem))) != cudaSuccess) {
         return err;
       }
@@ -463,7 +594,7 @@ cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) 
     return cudaErrorNotSupported;
   }
   HcTmaPlan plan{};
-  if (!plan_hc_tma(p, sms, &plan)) return cudaErrorNotSupported;
+  if (!plan_hc_tma(p, sms, kV2, &plan)) return cudaErrorNotSupported;
   static std::atomic<unsigned> next_slot{0};
   plan.slot = static_cast<int>(next_slot.fetch_add(1, std::memory_order_relaxed) % kHcTmaSlots);
   plan.stop = stop;
@@ -477,7 +608,7 @@ cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = hc_tma_pdl() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, hc_tma_kernel<T>, p, plan);
+  return cudaLaunchKernelEx(&config, hc_tma_kernel<T, kV2>, p, plan);
 }
 
 }  // namespace qgate
