@@ -17,7 +17,7 @@
 // Build (repository root), [-DQGATE_TOPK_PHASES] for the phase table:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -lineinfo -I kernels_ext/csrc kernels_ext/tools/topk_bench.cu -o topk_bench
 // (kernels_ext/tools/topk_device.sh builds both; tools/compile_check.py compiles both for sm_90.)
-// Run: ./topk_bench [--check] [--time] [--phases] [--reps N]   (default: all three)
+// Run: ./topk_bench [--check] [--time] [--phases] [--reps N] [--only IMPL]   (default: all three, every impl)
 // Exit status 1 on any mismatch or CUDA error.
 #include "../csrc/qsa_topk.cu"
 
@@ -220,6 +220,10 @@ std::vector<float> make_input(const std::string& dist, int64_t rows, int64_t len
       }
       v = from_bits(bits);
     }
+  } else if (dist == "int4") {  // 0..3: the second histogram of pass 0 applies, then two more passes
+    for (auto& v : x) v = static_cast<float>(rng() % 4);
+  } else if (dist == "plateau") {  // one value, about 6000 of 131072, above the rest: a bin of one key
+    for (auto& v : x) v = rng() % 131072 < 6000 ? 5.0f : std::max(-1.9f, std::min(1.9f, 0.4f * v));
   } else if (dist == "narrow") {  // one value of the top 16 key bits: the passes split late
     std::uniform_real_distribution<float> ud(0.f, 1.f);
     for (auto& v : x) v = 1.0f + ud(rng) / 256.f;
@@ -296,8 +300,14 @@ const Case kCases[] = {
     {1, 131072, 64, 2048, "integers", kAll},   {4, 65536, 64, 2048, "integers", kDrawn},
     {10, 32768, 64, 1024, "integers", kEdge},  {1, 131072, 0, 2048, "narrow", kAll},
     {2, 65536, 0, 3000, "narrow", kAll},       {1, 131072, 64, 2048, "lumpy", kAll},
-    {3, 65536, 64, 1500, "lumpy", kEdge},
+    {3, 65536, 64, 1500, "lumpy", kEdge},      {1, 131072, 0, 2048, "plateau", kAll},
+    {2, 131072, 64, 4096, "plateau", kShort},  {2, 131072, 64, 2048, "int4", kAll},
+    {1, 131072, 0, 64, "integers", kAll},
 };
+
+// --only NAME: the implementation checked, timed and clocked (default: all).
+const char* g_only = nullptr;
+bool skip(const Impl& im) { return g_only != nullptr && std::strcmp(im.name, g_only) != 0; }
 
 const char* vis_name(Vis v) {
   return v == kAll ? "n=L" : v == kShort ? "k<n<L" : v == kEdge ? "edges" : "drawn";
@@ -326,6 +336,7 @@ int run_checks(Runner& run, std::mt19937_64& rng) {
     std::printf("check %5" PRId64 " x %-8" PRId64 " +%-2" PRId64 " k=%-5d %-10s %-6s", c.rows, c.len, c.pad, c.k,
                 c.dist, vis_name(c.vis));
     for (const Impl& im : kImpls) {
+      if (skip(im)) continue;
       const int bad_before = bad;
       for (int rep = 0; rep < 2; ++rep) {  // twice: the same output on every call
         CK(cudaMemset(d_i, 0x7f, c.rows * c.k * 4));  // poison (0x7f7f7f7f, no index): every element is written
@@ -475,6 +486,7 @@ void run_timing(Runner& run, int reps, uint64_t seed) {
                   kKindNames[kind], s.n, s.n * s.rows * s.stride * 4.0 / (1 << 20));
       for (int rep = 0; rep < 2; ++rep) {  // every version twice: the spread between the two is the noise
         for (const Impl& im : kImpls) {
+          if (skip(im)) continue;
           const Timing t = time_graph([&](int i, cudaStream_t st) { run.call(im, s.in(i), s.rows, s.k, s.out(i), st); },
                                       s.n, reps);
           std::printf("  %-14s median %7.2f us  min %7.2f us\n", im.name, t.median_us, t.min_us);
@@ -562,7 +574,7 @@ void run_phases(Runner& run, uint64_t seed, InputKind kind, int rows) {
   CK(cudaMalloc(&d, 4096 * 32 * 8));
   std::vector<unsigned long long> h(64 * 32);
   for (const Impl& im : kImpls) {
-    if (im.kind == kGrid) continue;
+    if (im.kind == kGrid || skip(im)) continue;
     CK(cudaMemcpyToSymbol(qgate::g_tc_phase, &d, sizeof(d)));
     for (int rep = 0; rep < 3; ++rep) {  // the last call's stamps remain; every call reads cold rows
       if (rep == 2) CK(cudaMemset(d, 0, 4096 * 32 * 8));
@@ -618,6 +630,7 @@ int main(int argc, char** argv) {
     if (a == "--time") do_time = true;
     if (a == "--phases") do_phases = true;
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (a == "--only" && i + 1 < argc) g_only = argv[++i];
   }
   if (!do_check && !do_time && !do_phases) do_check = do_time = do_phases = true;
   setenv("QGATE_TOPK_IMPL", "grid", 1);  // plan_qsa_topk: the grid path; cluster kernels are launched here
