@@ -37,7 +37,23 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     _kernels_compile(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
     # --durations=25: every engine-starting test shows its time (issue 18: under 10 min on 2 cores).
-    session.run("pytest", "-ra", "--durations=25", *session.posargs)
+    session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
+
+
+def _workers(posargs: list[str]) -> list[str]:
+    """Two xdist workers unless the caller picks (`nox -s tests -- -n 0` runs in one process).
+
+    Two, not one per core: the engine-starting tests take ~90 % of the suite and each keeps about one
+    core busy, and the speed tests' premises (tests/test_compare_cli.py) hold for the noise of one
+    neighbour on a 2-core machine, not of many. loadgroup keeps the tests of one shared engine run on
+    one worker (tests/conftest.py marks them).
+    """
+    if any(
+        a == "-n" or a.startswith(("--numprocesses", "-n=")) or a[:2] == "-n" and a[2:].isdigit()
+        for a in posargs
+    ):
+        return []
+    return ["-n", "2", "--dist", "loadgroup"]
 
 
 # Set to 1 on a disposable machine that installed the toolkits (.ci/run does): a missing toolkit

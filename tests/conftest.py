@@ -1,7 +1,9 @@
-"""Shared fixtures. Real-vLLM runs are expensive (an engine start is ~30 s on 2 cores): tests share them."""
+"""Shared fixtures and the xdist layout. Real-vLLM runs are expensive (an engine start is 9-12 s in
+process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests` runs two workers."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -12,6 +14,34 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
+TESTS = REPO / "tests"
+
+
+def _shared_run_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that reads a run shared through one of our fixtures wider than a test:
+    the module for a module-scoped fixture (test_stop_signals' stages also run in file order on one
+    worker), the fixture's name for a session one (conftest.speed_run); None for a test on its own.
+    Found from the fixtures the test uses, so that a new shared fixture needs no marker to be shared."""
+    for name in item.fixturenames:
+        for fixturedef in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            source = inspect.getsourcefile(fixturedef.func)
+            if fixturedef.scope == "function" or source is None or TESTS not in Path(source).parents:
+                continue  # pytest's own session fixtures (tmp_path_factory, ...) share nothing
+            return name if fixturedef.scope == "session" else item.module.__name__
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the xdist_group markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `pytest -n 2 --dist loadgroup` (nox -s tests): the tests of one shared run on one worker
+    (one engine start, not one per worker), and the engine-starting tests first, so that a long one is
+    not the last to start while the other worker idles. Without xdist the markers do nothing, and the
+    order is the file order with the vLLM tests first."""
+    for item in items:
+        group = _shared_run_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)  # stable: file order kept
 
 
 # vLLM's engine core and worker inside the engine child's own process, with one torch thread (what

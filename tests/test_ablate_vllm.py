@@ -33,17 +33,19 @@ CANDIDATE_ENV = {
 
 def ablation_contract(tmp: Path) -> Path:
     # 5 reps, not 3: 3 v 3 samples can never reach alpha 0.05 (smallest exact Mann-Whitney p is 0.1).
-    path = small_contract(tmp, "ablate-cpu.yaml", output_tokens=64, repetitions=5)
+    path = small_contract(tmp, "ablate-cpu.yaml", output_tokens=32, repetitions=5)
     data = yaml.safe_load(path.read_text())
     data["name"] = "ablate-cpu"
-    # A 5 ms sleep per GEMV call (~45 ms per token on the tiny model's 9 routed layers) dwarfs what
-    # other processes on a shared 2-core machine do to one engine start (measured: a placebo arm ran
-    # 56 % slower than the control with 1 ms). Set in both arms: the base, not a factor; only the slowed
-    # implementation reads it.
+    # A 2 ms sleep per GEMV call (~18 ms more per token on the tiny model's 9 routed layers, against
+    # ~1-3 ms a token for the in-process engine with or without load) dwarfs what other processes on a
+    # shared 2-core machine do to one engine start (measured with the multi-process engine: a placebo
+    # arm ran 56 % slower than the control, ~1.5 ms a token, with 1 ms). 5 ms and 64 tokens cost 17 s of
+    # sleep per slowed arm, three of them per test. Set in both arms: the base, not a factor; only the
+    # slowed implementation reads it.
     # The in-process engine (conftest) in both arms too: five engine starts, and the subject is the
     # attribution of a measured slowdown, not vLLM's process layout.
     for arm in ("control", "candidate"):
-        data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "5"
+        data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "2"
         data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
     # The test is about attributing a ~-90 % effect, not about the CV gate (tested on its own): a

@@ -8,9 +8,11 @@ pipe (vLLM's own logging goes to stdout/stderr, which the launcher saves to a lo
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -123,5 +125,22 @@ def main() -> int:
     return 0
 
 
+def exit_without_finalizing(code: int) -> None:
+    """Exit after the cleanup a normal exit runs, without the interpreter's teardown of its modules.
+
+    atexit runs vLLM's engine shutdown (in the multi-process engine it waits for the engine core, whose
+    own exit writes the route counters of the layers it ran), the plugin's last counter write and
+    logging's flush; what is skipped is freeing thousands of modules one by one, about 1.5 s of the
+    2.8 s an in-process engine child took after its last record (2 cores). With a non-daemon thread
+    still running a normal exit would wait for it, so then the exit is the normal one.
+    """
+    if any(t is not threading.main_thread() and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_finalizing(main())
