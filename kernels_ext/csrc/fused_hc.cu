@@ -1,6 +1,7 @@
 // Route fused_hc_fp16: Qwen4Exp's GatedResidual HyperConnection (vLLM 0.32,
-// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. With QGATE_HC_IMPL=tma one
-// launch with the weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90); with
+// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. By default (QGATE_HC_IMPL
+// unset or tma) one launch with the weights staged into shared memory by bulk copies (fused_hc_tma.cuh,
+// sm_90: 7.4-8.8 us on the H200 against 11.2-11.5 us for the three kernels, BENCH.md); with
 // QGATE_HC_IMPL=fused one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of
 // shared memory (slower than the three kernels on the H200, BENCH.md); QGATE_HC_IMPL=split (and where
 // the others do not apply) three kernels:

@@ -1,5 +1,6 @@
 // The HC route in one launch with its weights staged into shared memory by the bulk-copy engine
-// (QGATE_HC_IMPL=tma; sm_90 only, the other archs and shapes that do not fit take the three kernels).
+// (QGATE_HC_IMPL=tma, the default; sm_90 only: other archs, shapes over kHcTmaMaxSmem of shared memory
+// a block and weights not 16-byte aligned take the three kernels of fused_hc.cu).
 //
 // Grid: one block per multiprocessor (G blocks, 256 threads, __launch_bounds__(256, 2) so that the
 // next call's blocks fit beside this call's under programmatic dependent launch). Block b:
