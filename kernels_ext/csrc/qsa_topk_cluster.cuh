@@ -41,18 +41,13 @@ constexpr int kTcCells = 4 * 256;
 
 // Small per-block state, in static shared memory.
 struct TcShared {
-  // push path (qsa_topk_push.cuh): one mbarrier per pass, one for the lists, one for the second
-  // histogram of pass 0
-  unsigned long long bar[6];
+  unsigned long long bar[5];  // push path (qsa_topk_push.cuh): one mbarrier per pass, one for the lists
   unsigned int bin, above, eq_before, nsel, max_key, cand, queued, mixed;
-  unsigned int bin1, above1, umin, umax;  // push path: pass 1 from pass 0's second histogram; bin min/max
   unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
-  unsigned int top_warp[32];               // push path: each warp's largest top key byte
-  unsigned int top_src[kTcMaxCluster];     // push path: each block's largest top key byte (pushed)
-  uint2 bin_mm[kTcMaxCluster];             // push path: each block's least and largest key of the bin (pushed)
+  unsigned int top_warp[32];  // push path, QGATE_TP_SPEC: each warp's largest top key byte
 };
 
 #ifdef QGATE_TOPK_PHASES

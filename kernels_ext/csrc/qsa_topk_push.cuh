@@ -46,32 +46,24 @@ constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
 #endif
 constexpr unsigned int kTpMaxCell = QGATE_TP_MAX_CELL;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
-// Second histogram of pass 0 (tuning switch; BENCH.md): each block also counts byte 2 of its keys whose
-// top byte is its largest (a lane-striped histogram of 8 lanes, key 0 excluded) and pushes it with its
-// largest top byte. If the chosen byte of pass 0 is the row's largest top byte, every block whose
-// largest top byte is that one counted exactly its pass-1 counts, and the others have no key in the
-// bin (their pass-1 counts are zero): pass 1 needs no count, push or wait. 1: reduced and pushed after
-// pass 0's push, waited only when pass 1 is needed; 2: reduced and pushed with pass 0's counts, pass 1
-// selected beside pass 0 (the rows that need pass 1, e.g. integers 0..63, save the whole pass).
+// Second histogram of pass 0 (BENCH.md): each block also counts byte 2 of its keys whose top byte is
+// its largest (lane-striped over 8 lanes). When pass 0 picks the row's largest top byte (nothing
+// above the bin) and pass 1 is needed, a block's pass-1 counts are that histogram if its largest top
+// byte is the bin, else zero: pass 1 is not counted (rows of few values, e.g. integers 0..63).
 #ifndef QGATE_TP_SPEC
-#define QGATE_TP_SPEC 2
+#define QGATE_TP_SPEC 1
 #endif
-// Uniform bin (tuning switch): every block pushes the least and largest key of its candidates in the
-// chosen bin with its list; when they are equal over the row (the bin holds one key: a tie class) the
-// local passes are not counted (their counts follow: the bin's count at the key's byte).
-#ifndef QGATE_TP_UNIFORM
-#define QGATE_TP_UNIFORM 1
+// Pass counts pushed as 16-bit pairs (half the bytes) when a block holds at most 65535 keys.
+#ifndef QGATE_TP_PACK
+#define QGATE_TP_PACK 1
 #endif
-constexpr size_t kTpSpecLanes = 8;
-constexpr size_t kTpSpecBytes =
-    QGATE_TP_SPEC ? (kTcMaxCluster * 256 + 256 * kTpSpecLanes + 256) * sizeof(unsigned int) : 0;
+constexpr unsigned int kTpSpecLanes = 8;
+constexpr size_t kTpSpecBytes = QGATE_TP_SPEC ? 256 * kTpSpecLanes * sizeof(unsigned int) : 0;
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
 // of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
 // items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
-// With QGATE_TP_SPEC, after the candidate buffer: the pushed second histograms [source block][bin],
-// the lane-striped second histogram [bin][8], this block's second histogram [bin].
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
-                                static_cast<size_t>(kTpCap) * sizeof(uint2) + kTpSpecBytes;
+                                static_cast<size_t>(kTpCap) * sizeof(uint2) + kTpSpecBytes;  // + [256][8] (*)
 static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
 static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
                   8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
@@ -116,69 +108,64 @@ __device__ __forceinline__ void tp_push2(uint32_t dst, uint2 v, uint32_t bar) {
                : "memory");
 }
 
-__device__ __forceinline__ void tp_push1(uint32_t dst, uint32_t v, uint32_t bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst), "r"(v),
-               "r"(bar)
-               : "memory");
+// A block's counts of a pass as pushed: 256 words, or (packed) 128 words of two 16-bit counts.
+// Bins b0 .. b0 + 3 (b0 a multiple of 4), and bin b alone.
+__device__ __forceinline__ uint4 tp_counts4(const unsigned int* row, unsigned int b0, bool packed) {
+  if (!packed) return reinterpret_cast<const uint4*>(row)[b0 / 4];
+  const uint2 w = reinterpret_cast<const uint2*>(row)[b0 / 4];
+  return make_uint4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16);
 }
-
-// select_bin for any one warp (the whole warp calls it): the bin holding the need-th largest key of
-// hist and the count above it. Needs need <= the histogram's total (else nothing is written).
-__device__ __forceinline__ void tp_select_warp(const unsigned int* hist, unsigned int need, unsigned int* bin,
-                                               unsigned int* above) {
-  const int lane = threadIdx.x & 31;
-  unsigned int c[8];
-  unsigned int mine = 0;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {  // lane l holds bins 255 - 8 l - e, highest first
-    c[e] = hist[255 - 8 * lane - e];
-    mine += c[e];
+__device__ __forceinline__ unsigned int tp_count1(const unsigned int* row, unsigned int b, bool packed) {
+  return packed ? (row[b >> 1] >> (16 * (b & 1u))) & 0xffffu : row[b];
+}
+// The count of bin threadIdx.x / 4 (held by its 4 threads, consecutive lanes) into hist, as pushed.
+__device__ __forceinline__ void tp_put_bin(unsigned int sum, unsigned int* hist, bool packed) {
+  const unsigned int odd = __shfl_down_sync(0xffffffffu, sum, 4);  // bin + 1 (packed: same warp)
+  if (!packed) {
+    if ((threadIdx.x & 3) == 0) hist[threadIdx.x >> 2] = sum;
+  } else if ((threadIdx.x & 7) == 0) {
+    hist[threadIdx.x >> 3] = sum | (odd << 16);
   }
-  unsigned int incl = mine;
+}
+// tc_reduce for the push kernel (1024 threads: 4 a bin), output as pushed.
+__device__ __forceinline__ void tp_reduce(unsigned int* striped, unsigned int* hist, bool packed) {
+  const int bin = threadIdx.x >> 2;
+  const int part = threadIdx.x & 3;
+  unsigned int sum = 0;
 #pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const unsigned int v = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += v;
+  for (int i = 0; i < 8; ++i) {
+    unsigned int* p = striped + bin * 32 + part * 8 + ((i + bin) & 7);
+    sum += *p;
+    *p = 0;
   }
-  const unsigned int hit = __ballot_sync(0xffffffffu, incl >= need);
-  const int first = __ffs(hit) - 1;
-  if (lane == first) {
-    unsigned int run = incl - mine;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      if (run + c[e] >= need) {
-        *bin = 255 - 8 * lane - e;
-        *above = run;
-        break;
-      }
-      run += c[e];
-    }
-  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  tp_put_bin(sum, hist, packed);
 }
 
 #if QGATE_TP_SPEC
 // Pass 0's counts (top byte) and the second histogram: byte 2 of the keys whose top byte is `top`.
 template <int ITEMS>
-__device__ __forceinline__ void tp_count0(unsigned int* striped, unsigned int* spec_striped,
-                                          const uint32_t (&keys)[ITEMS], uint32_t top) {
+__device__ __forceinline__ void tp_count0(unsigned int* striped, unsigned int* spec, const uint32_t (&keys)[ITEMS],
+                                          uint32_t top) {
   const unsigned int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     const uint32_t key = keys[j];
     if (key != 0) {
       atomicAdd(striped + (key >> 24) * 32 + lane, 1u);
-      if ((key >> 24) == top) atomicAdd(spec_striped + ((key >> 16) & 255u) * kTpSpecLanes + (lane & 7u), 1u);
+      if ((key >> 24) == top) atomicAdd(spec + ((key >> 16) & 255u) * kTpSpecLanes + (lane & 7u), 1u);
     }
   }
 }
-// spec_hist[b] = the 8 lane words of bin b (4 threads a bin, 2 words each: one 64-bit load).
-__device__ __forceinline__ void tp_spec_reduce(const unsigned int* spec_striped, unsigned int* spec_hist) {
+// Pass 1's counts from the second histogram (take), or zero (the block has no key in the bin).
+__device__ __forceinline__ void tp_spec_reduce(const unsigned int* spec, unsigned int* hist, bool take, bool packed) {
   static_assert(kTpSpecLanes == 8 && kTpThreads == 1024, "4 threads a bin, 2 lane words each");
-  const uint2 w = reinterpret_cast<const uint2*>(spec_striped)[threadIdx.x];
-  unsigned int sum = w.x + w.y;
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const uint2 w = reinterpret_cast<const uint2*>(spec)[threadIdx.x];
+  unsigned int sum = take ? w.x + w.y : 0u;
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-  if ((threadIdx.x & 3) == 0) spec_hist[threadIdx.x >> 2] = sum;
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  tp_put_bin(sum, hist, packed);
 }
 #endif
 
@@ -187,22 +174,15 @@ __device__ __forceinline__ void tp_spec_reduce(const unsigned int* spec_striped,
 // (before pass 3) or the ties each block takes (pass 3: by index, blocks in rank order). Sets
 // sh.off[r] (exclusive, rank order), sh.cand (the row's list length) and sh.eq_before (ties in the
 // blocks before this one). Three block barriers.
-// Pass 1's per-block counts are q1[src][bin] for the blocks src in q1_mask (zero for the others).
 __device__ __forceinline__ void tp_offsets(const unsigned int* recv, TcShared& sh, int last, unsigned int need,
-                                           int csize, uint32_t rank, const unsigned int* q1, unsigned int q1_mask) {
-  if (threadIdx.x == 0) {
-    sh.umin = 0xffffffffu;
-    sh.umax = 0;
-  }
+                                           int csize, uint32_t rank, bool packed) {
   __syncthreads();  // sh.pass_bin[last], written by thread 0 after the last pass's barrier
   const int src = threadIdx.x >> 6;  // 64 threads a source block, 4 bins each
   const unsigned int b0 = 4 * (threadIdx.x & 63);
   unsigned int c = 0;
   if (src < csize) {
     for (int q = 0; q <= last; ++q) {
-      const unsigned int* row = q == 1 ? q1 + src * 256 : recv + (q * kTcMaxCluster + src) * 256;
-      uint4 v = reinterpret_cast<const uint4*>(row)[b0 / 4];
-      if (q == 1 && ((q1_mask >> src) & 1u) == 0) v = make_uint4(0u, 0u, 0u, 0u);
+      const uint4 v = tp_counts4(recv + (q * kTcMaxCluster + src) * 256, b0, packed);
       const unsigned int pb = sh.pass_bin[q];
       const bool in_bin = q == last && last < 3;  // the chosen bin itself is a candidate bin
       c += (b0 > pb || (in_bin && b0 == pb)) ? v.x : 0u;
@@ -218,7 +198,7 @@ __device__ __forceinline__ void tp_offsets(const unsigned int* recv, TcShared& s
     const int lane = threadIdx.x;
     unsigned int n = lane < csize ? sh.part[2 * lane] + sh.part[2 * lane + 1] : 0u;
     if (last == 3) {  // ties: block r takes min(its ties, need - ties before it) by index
-      const unsigned int e = lane < csize ? recv[(3 * kTcMaxCluster + lane) * 256 + sh.pass_bin[3]] : 0u;
+      const unsigned int e = lane < csize ? tp_count1(recv + (3 * kTcMaxCluster + lane) * 256, sh.pass_bin[3], packed) : 0u;
       unsigned int incl = e;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
@@ -257,10 +237,6 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
   unsigned int eq_before = kTies ? sh.eq_before : 0u;
   unsigned int nsel = 0;
   const unsigned int base_slot = sh.off[rank];
-#if QGATE_TP_UNIFORM
-  unsigned int umin = 0xffffffffu;  // least and largest key in the chosen bin (before pass 3)
-  unsigned int umax = 0;
-#endif
   for (int64_t base = lo; base < hi; base += kTile) {
     if (!one_tile) tc_load(keys, s, base + mine, hi);
     unsigned int gt = 0;
@@ -269,13 +245,6 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
     for (int j = 0; j < ITEMS; ++j) {
       gt += kTies ? keys[j] > prefix : (keys[j] != 0 && (keys[j] >> shift) >= lowest);
       eq += kTies && keys[j] == prefix;
-#if QGATE_TP_UNIFORM
-      if (!kTies) {
-        const bool in_bin = keys[j] != 0 && (keys[j] >> shift) == lowest;
-        umin = min(umin, in_bin ? keys[j] : 0xffffffffu);
-        umax = max(umax, in_bin ? keys[j] : 0u);
-      }
-#endif
     }
     unsigned int total = 0;
     const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // tile <= 2^16 keys
@@ -297,16 +266,6 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
     nsel += (total & 0xffffu) + (eq_tot < rem ? eq_tot : rem);
     eq_before += eq_tot;
   }
-#if QGATE_TP_UNIFORM
-  if (!kTies) {  // sh.umin / sh.umax: set in tp_offsets, read after the caller's block barrier
-    umin = __reduce_min_sync(0xffffffffu, umin);
-    umax = __reduce_max_sync(0xffffffffu, umax);
-    if ((threadIdx.x & 31) == 0) {
-      atomicMin(&sh.umin, umin);
-      atomicMax(&sh.umax, umax);
-    }
-  }
-#endif
   return nsel;
 }
 
@@ -388,12 +347,8 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   uint2* all = reinterpret_cast<uint2*>(recv);                                  // [k] after the offsets
   unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k]
   uint2* cand = reinterpret_cast<uint2*>(recv + kTpRecvWords);                  // [kTpCap]
-  const unsigned int* q1 = recv + kTcMaxCluster * 256;  // pass 1's per-block counts
-  unsigned int q1_mask = 0xffffffffu;
 #if QGATE_TP_SPEC
-  unsigned int* spec_recv = reinterpret_cast<unsigned int*>(cand + kTpCap);  // [16][256] pushed second histograms
-  unsigned int* spec_striped = spec_recv + kTcMaxCluster * 256;              // [256][8]
-  unsigned int* spec_hist = spec_striped + 256 * kTpSpecLanes;                // [256]
+  unsigned int* spec = reinterpret_cast<unsigned int*>(cand + kTpCap);  // [256][8] (*) second histogram
 #endif
   TC_GSTAMP(0);
   TC_STAMP(1);
@@ -401,9 +356,6 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const int row = blockIdx.x / csize;
   const float* __restrict__ s = in.scores + static_cast<int64_t>(row) * in.stride;
   const int64_t mine = threadIdx.x * ITEMS;
-#if QGATE_TP_SPEC || QGATE_TP_UNIFORM
-  const int lane = threadIdx.x & 31;
-#endif
   // Launched with programmatic dependent launch (PDL, sm_90): the next kernel may start its own
   // set-up now; this one reads nothing the previous kernel may write (visible, the scores) before
   // griddepcontrol.wait, which returns when that kernel has finished and its writes are visible.
@@ -411,17 +363,12 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int i = 0; i < 6; ++i) tp_bar_init(tp_saddr(&sh.bar[i]));
+    for (int i = 0; i < 5; ++i) tp_bar_init(tp_saddr(&sh.bar[i]));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < 4; ++i) tp_expect(tp_saddr(&sh.bar[i]), static_cast<uint32_t>(csize) * 256 * 4);
-#if QGATE_TP_SPEC
-    tp_expect(tp_saddr(&sh.bar[5]), static_cast<uint32_t>(csize) * (256 + 1) * 4);
-#endif
   }
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
 #if QGATE_TP_SPEC
-  for (int i = threadIdx.x; i < 256 * static_cast<int>(kTpSpecLanes); i += kNT) spec_striped[i] = 0;
+  for (int i = threadIdx.x; i < 256 * static_cast<int>(kTpSpecLanes); i += kNT) spec[i] = 0;
 #endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t len = topk_row_len(in, row);
@@ -433,16 +380,22 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const bool one_tile = hi - lo <= kTile;
   uint32_t keys[ITEMS];
   if (one_tile) tc_load(keys, s, lo + mine, hi);
+  // Pass counts as 16-bit pairs when no block holds more than 65535 keys (the same in every block).
+  const bool packed = QGATE_TP_PACK && (len + csize - 1) / csize + ITEMS <= 65535;
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = static_cast<uint32_t>(csize) * (packed ? 128 : 256) * 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) tp_expect(tp_saddr(&sh.bar[i]), bytes);
+  }
 #if QGATE_TP_SPEC
-  // This block's largest top byte (256: none, a range of several tiles).
-  {
-    uint32_t top = 0;
+  {  // this block's largest top byte
+    uint32_t t = 0;
     if (one_tile) {
 #pragma unroll
-      for (int j = 0; j < ITEMS; ++j) top = max(top, keys[j] >> 24);
+      for (int j = 0; j < ITEMS; ++j) t = max(t, keys[j] >> 24);
     }
-    top = __reduce_max_sync(0xffffffffu, top);
-    if (lane == 0) sh.top_warp[threadIdx.x >> 5] = one_tile ? top : 256u;
+    t = __reduce_max_sync(0xffffffffu, t);
+    if ((threadIdx.x & 31) == 0) sh.top_warp[threadIdx.x >> 5] = t;
   }
 #endif
   __syncthreads();
@@ -450,8 +403,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   // Publishes the barrier initialisation; the matching wait comes before the first push.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #if QGATE_TP_SPEC
-  const uint32_t top = __reduce_max_sync(0xffffffffu, sh.top_warp[lane]);
-  uint32_t row_top = 0;  // the row's largest top byte (from the pushed ones)
+  const uint32_t top = __reduce_max_sync(0xffffffffu, sh.top_warp[threadIdx.x & 31]);
 #endif
 
   // Candidates exchanged when the passes stop: at most kTpCap, and at most kTpPerK k (a longer list
@@ -464,77 +416,44 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   for (int pass = 0; pass < 4; ++pass) {
     const int shift = 24 - 8 * pass;
 #if QGATE_TP_SPEC
+    // Pass 1 after a pass 0 with nothing above its bin (need still k): the second histogram.
+    const bool from_spec = pass == 1 && one_tile && need == static_cast<unsigned int>(k);
     if (pass == 0 && one_tile) {
-      tp_count0(striped, spec_striped, keys, top);
-    } else {
+      tp_count0(striped, spec, keys, top);
+    } else if (!from_spec) {
       tc_count_range<kNT>(striped, keys, s, lo, hi, one_tile, shift, prefix, pass == 0);
+    }
+    __syncthreads();
+    if (from_spec) {
+      tp_spec_reduce(spec, hist, top == (prefix >> 24), packed);
+    } else {
+      tp_reduce(striped, hist, packed);
     }
 #else
     tc_count_range<kNT>(striped, keys, s, lo, hi, one_tile, shift, prefix, pass == 0);
-#endif
     __syncthreads();
-    tc_reduce<kNT>(striped, hist);
-#if QGATE_TP_SPEC == 2
-    if (pass == 0) tp_spec_reduce(spec_striped, spec_hist);
+    tp_reduce(striped, hist, packed);
 #endif
     __syncthreads();
     TC_STAMP(2 + 3 * pass);
     if (pass == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-    if (threadIdx.x < 64 * csize) {  // 64 threads a destination, 4 counts each
-      const uint32_t dst_rank = threadIdx.x >> 6;
-      const uint32_t chunk = threadIdx.x & 63;
+    const int lgt = packed ? 5 : 6;  // threads a destination: 64 (32 packed), 4 words each
+    if (threadIdx.x < (csize << lgt)) {
+      const uint32_t dst_rank = threadIdx.x >> lgt;
+      const uint32_t chunk = threadIdx.x & ((1u << lgt) - 1u);
       const uint4 v = reinterpret_cast<const uint4*>(hist)[chunk];
       const uint32_t dst = tp_mapa(tp_saddr(recv + (pass * kTcMaxCluster + rank) * 256 + 4 * chunk), dst_rank);
       tp_push4(dst, v, tp_mapa(tp_saddr(&sh.bar[pass]), dst_rank));
-#if QGATE_TP_SPEC == 2
-      if (pass == 0) {
-        const uint32_t bar5 = tp_mapa(tp_saddr(&sh.bar[5]), dst_rank);
-        const uint4 w = reinterpret_cast<const uint4*>(spec_hist)[chunk];
-        tp_push4(tp_mapa(tp_saddr(spec_recv + rank * 256 + 4 * chunk), dst_rank), w, bar5);
-        if (chunk == 0) tp_push1(tp_mapa(tp_saddr(&sh.top_src[rank]), dst_rank), top, bar5);
-      }
-#endif
     }
-#if QGATE_TP_SPEC == 1
-    if (pass == 0) {  // the second histogram while the other blocks' counts travel
-      tp_spec_reduce(spec_striped, spec_hist);
-      __syncthreads();
-      if (threadIdx.x < 64 * csize) {
-        const uint32_t dst_rank = threadIdx.x >> 6;
-        const uint32_t chunk = threadIdx.x & 63;
-        const uint32_t bar5 = tp_mapa(tp_saddr(&sh.bar[5]), dst_rank);
-        const uint4 w = reinterpret_cast<const uint4*>(spec_hist)[chunk];
-        tp_push4(tp_mapa(tp_saddr(spec_recv + rank * 256 + 4 * chunk), dst_rank), w, bar5);
-        if (chunk == 0) tp_push1(tp_mapa(tp_saddr(&sh.top_src[rank]), dst_rank), top, bar5);
-      }
-    }
-#endif
     tp_wait(tp_saddr(&sh.bar[pass]));
-#if QGATE_TP_SPEC == 2
-    if (pass == 0) {
-      tp_wait(tp_saddr(&sh.bar[5]));
-      row_top = __reduce_max_sync(0xffffffffu, lane < csize ? sh.top_src[lane] : 0u);
-    }
-#endif
     TC_STAMP(3 + 3 * pass);
     if (threadIdx.x < 256) {
       unsigned int total = 0;
-      for (int r = 0; r < csize; ++r) total += recv[(pass * kTcMaxCluster + r) * 256 + threadIdx.x];
+      for (int r = 0; r < csize; ++r) total += tp_count1(recv + (pass * kTcMaxCluster + r) * 256, threadIdx.x, packed);
       tot[pass * 256 + threadIdx.x] = total;
     }
-#if QGATE_TP_SPEC == 2
-    else if (pass == 0 && threadIdx.x < 512) {  // pass 1's totals if pass 0 picks the row's largest top byte
-      const unsigned int b = threadIdx.x - 256;
-      unsigned int total = 0;
-      for (int r = 0; r < csize; ++r) total += sh.top_src[r] == row_top ? spec_recv[r * 256 + b] : 0u;
-      tot[256 + b] = total;
-    }
-#endif
     __syncthreads();
     select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
-#if QGATE_TP_SPEC == 2
-    if (pass == 0 && (threadIdx.x >> 5) == 1 && row_top < 256u) tp_select_warp(tot + 256, need, &sh.bin1, &sh.above1);
-#endif
     __syncthreads();
     const unsigned int bin = sh.bin;
     if (threadIdx.x == 0) sh.pass_bin[pass] = bin;
@@ -545,50 +464,13 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
       last = pass;
       break;
     }
-#if QGATE_TP_SPEC
-    if (pass == 0) {  // (row_top is 256 when a block's range is several tiles: never the bin)
-#if QGATE_TP_SPEC == 1
-      tp_wait(tp_saddr(&sh.bar[5]));
-      row_top = __reduce_max_sync(0xffffffffu, lane < csize ? sh.top_src[lane] : 0u);
-#endif
-      if (bin == row_top) {  // pass 1 from the second histograms (need is k: no key above the bin)
-#if QGATE_TP_SPEC == 1
-        if (threadIdx.x < 256) {
-          unsigned int total = 0;
-          for (int r = 0; r < csize; ++r) total += sh.top_src[r] == row_top ? spec_recv[r * 256 + threadIdx.x] : 0u;
-          tot[256 + threadIdx.x] = total;
-        }
-        __syncthreads();
-        if (threadIdx.x < 32) tp_select_warp(tot + 256, need, &sh.bin1, &sh.above1);
-        __syncthreads();
-#endif
-        const unsigned int bin1 = sh.bin1;
-        if (threadIdx.x == 0) sh.pass_bin[1] = bin1;
-        prefix |= bin1 << 16;
-        need -= sh.above1;
-        q1 = spec_recv;
-        q1_mask = __ballot_sync(0xffffffffu, lane < csize && sh.top_src[lane] == row_top);
-        pass = 1;
-        if ((static_cast<unsigned int>(k) - need) + tot[256 + bin1] <= list_cap) {
-          last = 1;
-          break;
-        }
-      }
-    }
-#endif
   }
 
-  tp_offsets(recv, sh, last, need, csize, rank, q1, q1_mask);
+  tp_offsets(recv, sh, last, need, csize, rank, packed);
   const unsigned int m = sh.cand;
   const unsigned int own = last == 3 ? tp_compact<true>(keys, s, lo, hi, one_tile, sh, prefix, need, cand, rank, last)
                                      : tp_compact<false>(keys, s, lo, hi, one_tile, sh, prefix, need, cand, rank, last);
-  if (threadIdx.x == 0) {
-    uint32_t bytes = (m - own) * static_cast<uint32_t>(sizeof(uint2));
-#if QGATE_TP_UNIFORM
-    if (last < 3) bytes += static_cast<uint32_t>(csize - 1) * static_cast<uint32_t>(sizeof(uint2));
-#endif
-    tp_expect(tp_saddr(&sh.bar[4]), bytes);
-  }
+  if (threadIdx.x == 0) tp_expect(tp_saddr(&sh.bar[4]), (m - own) * static_cast<uint32_t>(sizeof(uint2)));
   __syncthreads();  // this block's candidates are in its buffer
   TC_STAMP(14);
   {
@@ -601,17 +483,9 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
       for (unsigned int e = threadIdx.x & 63; e < own; e += 64) {
         tp_push2(dst0 + e * static_cast<uint32_t>(sizeof(uint2)), cand[base + e], bar);
       }
-#if QGATE_TP_UNIFORM
-      if (last < 3 && (threadIdx.x & 63) == 0) {
-        tp_push2(tp_mapa(tp_saddr(&sh.bin_mm[rank]), d), make_uint2(sh.umin, sh.umax), bar);
-      }
-#endif
     }
   }
   tp_wait(tp_saddr(&sh.bar[4]));
-#if QGATE_TP_SPEC == 1
-  tp_wait(tp_saddr(&sh.bar[5]));  // (no push may land after the block has left)
-#endif
   TC_STAMP(15);
   // The ordering runs at one call site (the kernel's code is fetched once per launch: its size costs).
   const uint2* list = cand;  // after pass 3 the candidates are the k keys already (full order)
@@ -619,53 +493,21 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   int depth = 4;
   unsigned long long* items = cell_items;
   if (last < 3) {
-#if QGATE_TP_UNIFORM
-    // The bin's least and largest key over the row: equal, the bin holds one key T (ties).
-    const bool own_lane = lane == static_cast<int>(rank);
-    const uint2 mm = lane < csize ? (own_lane ? make_uint2(sh.umin, sh.umax) : sh.bin_mm[lane])
-                                  : make_uint2(0xffffffffu, 0u);
-    const uint32_t t_lo = __reduce_min_sync(0xffffffffu, mm.x);
-    const uint32_t t_hi = __reduce_max_sync(0xffffffffu, mm.y);
-    if (t_lo == t_hi) {
-      // The local passes' counts: the bin's count at T's byte, nothing else; pass by pass the
-      // chosen byte is T's with nothing above it (need unchanged).
-      const unsigned int count = tot[last * 256 + sh.pass_bin[last]];
-      const bool shallow = count <= kTpMaxCell;
-      const int upto = shallow ? last + 1 : 3;
-      for (int pass = last + 1; pass <= upto; ++pass) {
-        const unsigned int tb = (t_lo >> (24 - 8 * pass)) & 255u;
-        if (threadIdx.x < 256) tot[pass * 256 + threadIdx.x] = threadIdx.x == tb ? count : 0u;
-        if (threadIdx.x == 0) sh.pass_bin[pass] = tb;
-      }
-      __syncthreads();
-      if (shallow) {
+#pragma unroll 1
+    for (int pass = last + 1; pass < 4; ++pass) {
+      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      if (pass == last + 1 && largest <= kTpMaxCell) {
+        // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
         n = static_cast<int>(m);
         depth = last + 1;
         items = reinterpret_cast<unsigned long long*>(recv);
-      } else {
-        prefix = t_lo;
-        tp_trim(cand, m, prefix, need, sh, all);
-        list = all;
+        break;
       }
-    } else
-#endif
-    {
-#pragma unroll 1
-      for (int pass = last + 1; pass < 4; ++pass) {
-        const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
-        if (pass == last + 1 && largest <= kTpMaxCell) {
-          // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
-          n = static_cast<int>(m);
-          depth = last + 1;
-          items = reinterpret_cast<unsigned long long*>(recv);
-          break;
-        }
-        tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
-      }
-      if (depth == 4) {
-        tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
-        list = all;
-      }
+      tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
+    }
+    if (depth == 4) {
+      tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
+      list = all;
     }
   }
   TC_STAMP(16);

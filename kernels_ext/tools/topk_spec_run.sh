@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Device call of the top-k pass-0 second histogram / uniform-bin work (notes: /tmp/notes_topk.md, BENCH.md):
-# harness binaries built on the CPU machine (CUDA 13, sm_90) and carried in .topkbin/:
-#   tb   default sources (QGATE_TP_SPEC=2, QGATE_TP_UNIFORM=1)     tbp  the same with phase clocks
-#   tb0  the sources of HEAD before this work (value-order kernel)  tbp0 the same with phase clocks
-#   tbU  -DQGATE_TP_SPEC=0 (uniform-bin check only)   tbA -DQGATE_TP_SPEC=1 (second histogram, lazy)
-#   tbB0 -DQGATE_TP_UNIFORM=0 (second histogram only)
-# then the extension (default sources), the top-k CUDA tests and the op as `qgate bench ops` times it.
+# Device call of the top-k switches QGATE_TP_SPEC (pass 1 from pass 0's second histogram) and
+# QGATE_TP_PACK (pass counts pushed as 16-bit pairs); notes in BENCH.md. Harness binaries built on
+# the CPU machine (CUDA 13, sm_90) and carried in .topkbin/:
+#   tb   default sources (SPEC=1 PACK=1)   tbp  the same with phase clocks
+#   tbS  -DQGATE_TP_PACK=0                 tbP  -DQGATE_TP_SPEC=0
+#   tb0  the value-order kernel before this work (commit 2b194a8's sources, this harness)
+# then, for each setting (NVCC_APPEND_FLAGS, the same code as the sources with those defaults): the
+# extension, the top-k CUDA tests, and the op as `qgate bench ops` times it (by input kind).
 # Usage (repository root, .topkbin and .whl carried): OUT=$OUT bash kernels_ext/tools/topk_spec_run.sh
 set -u
 T0=$(date +%s)
@@ -14,37 +15,36 @@ chmod +x .topkbin/tb*
 el() { echo "t=$(( $(date +%s) - T0 ))s"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 P=push1024x8pdl
-summ() { python3 kernels_ext/tools/topk_summary.py time "$1"; }
-timeout 150 .topkbin/tb --check >$OUT/tb_check.txt 2>&1; echo "tb check rc=$? $(tail -1 $OUT/tb_check.txt)"
+timeout 100 .topkbin/tb --check >$OUT/tb_check.txt 2>&1; echo "tb check (all impls) rc=$? $(tail -1 $OUT/tb_check.txt)"
 grep -E "MISMATCH" $OUT/tb_check.txt | head -5
-timeout 80 .topkbin/tb --time --only $P >$OUT/tb.txt 2>&1; echo "tb rc=$? $(grep -c MISMATCH $OUT/tb.txt) mismatch lines; $(tail -1 $OUT/tb.txt)"; el
-grep -E "MISMATCH" $OUT/tb.txt | head -5
-summ $OUT/tb.txt
-for b in tb0 tbU tbA tbB0; do
-  chk=--check; [ $b = tb0 ] && chk=
-  timeout 80 .topkbin/$b $chk --time --only $P >$OUT/$b.txt 2>&1; echo "$b rc=$? $(tail -1 $OUT/$b.txt)"
-  grep -E "MISMATCH" $OUT/$b.txt | head -3
-  summ $OUT/$b.txt
+for b in tbS tbP; do
+  timeout 60 .topkbin/$b --check --only $P >$OUT/${b}_check.txt 2>&1; echo "$b check rc=$? $(tail -1 $OUT/${b}_check.txt)"
+  grep -E "MISMATCH" $OUT/${b}_check.txt | head -3
 done
 el
-for b in tbp tbp0; do
-  timeout 40 .topkbin/$b --phases --only $P >$OUT/$b.txt 2>&1; echo "$b rc=$?"
-done
+for b in tb0 tb tbS tbP; do timeout 60 .topkbin/$b --time --only $P >$OUT/$b.txt 2>&1 || echo "$b rc=$?"; done
+timeout 60 .topkbin/tb0 --time --only $P >$OUT/tb0b.txt 2>&1
+python3 kernels_ext/tools/topk_summary.py time $OUT/tb0.txt $OUT/tb.txt $OUT/tbS.txt $OUT/tbP.txt $OUT/tb0b.txt
+timeout 40 .topkbin/tbp --phases --only $P >$OUT/tbp.txt 2>&1; echo "tbp rc=$?"
 el
-step build
-TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 QGATE_KERNELS_CUDA=1 timeout 200 python3 -m pip install --no-build-isolation \
-  --no-deps --no-index -e kernels_ext >$OUT/build.log 2>&1; echo "build rc=$?"; el
-timeout 120 python3 -m pytest tests/kernels -q -p no:cacheprovider -k "topk or graphs or opcheck" >$OUT/pytest.txt 2>&1
-echo "pytest rc=$?"; tail -n 3 $OUT/pytest.txt; el
-timeout 90 python3 kernels_ext/tools/bench_variants.py --routes qsa_topk --tag default >$OUT/variants.jsonl 2>$OUT/variants.txt
-echo "bench rc=$?"; grep -E "qsa_topk" $OUT/variants.txt | cut -c1-150
-python3 - "$OUT/variants.jsonl" <<'PY'
+n=0
+for flags in "" "-DQGATE_TP_PACK=0" "-DQGATE_TP_SPEC=0" "-DQGATE_TP_SPEC=0 -DQGATE_TP_PACK=0"; do
+  n=$((n + 1))
+  step "extension $n: NVCC_APPEND_FLAGS='$flags'"
+  find kernels_ext -name 'qsa_topk*.o' -delete 2>/dev/null; touch kernels_ext/csrc/qsa_topk.cu
+  NVCC_APPEND_FLAGS="$flags" TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 QGATE_KERNELS_CUDA=1 timeout 150 python3 -m pip install \
+    --no-build-isolation --no-deps --no-index -e kernels_ext >$OUT/build$n.log 2>&1 || { echo "build rc=$?"; tail -5 $OUT/build$n.log; continue; }
+  timeout 100 python3 -m pytest tests/kernels -q -p no:cacheprovider -k "topk or graphs or opcheck" >$OUT/pytest$n.txt 2>&1
+  echo "pytest rc=$? $(tail -n 1 $OUT/pytest$n.txt)"
+  timeout 60 python3 kernels_ext/tools/bench_variants.py --routes qsa_topk --tag "ext$n" >$OUT/variants$n.jsonl 2>/dev/null
+  python3 - "$OUT/variants$n.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)
-    by = {k: round(v["median_us"], 2) for k, v in d.get("by_input", {}).items()}
-    print(d.get("label"), "all", round(d["route_timing"]["median_us"], 2), "by input", by)
+    by = " ".join(f"{k} {v['median_us']:.2f}" for k, v in d.get("by_input", {}).items())
+    print(f"  {d.get('label'):15} all {d['route_timing']['median_us']:.2f} | {by} | torch {d['baseline_timing']['median_us']:.1f}")
 PY
-el
-python3 kernels_ext/tools/topk_summary.py phases $OUT/tbp0.txt $OUT/tbp.txt
+  el
+done
+python3 kernels_ext/tools/topk_summary.py phases $OUT/tbp.txt
 cd $OUT && tar czf all.tgz --remove-files *.txt *.log *.jsonl 2>/dev/null; ls $OUT
