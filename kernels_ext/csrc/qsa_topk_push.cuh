@@ -6,7 +6,8 @@
 //
 // C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per) as in the cluster path.
 //   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
-//       histogram), pushes its 256 counts into slot r of every block's receive buffer for pass p,
+//       histogram), pushes its 256 counts (as 16-bit pairs when a block holds at most 65535 keys)
+//       into slot r of every block's receive buffer for pass p,
 //       waits on its own mbarrier of pass p (all C pushes landed), sums the C rows and picks the
 //       same byte. After pass p the keys whose bytes down to p are >= the prefix are the candidates:
 //       (k - need) above it and the ones in the chosen bin. When they are at most 4 k (and fit
@@ -46,14 +47,20 @@ constexpr unsigned int kTpPerK = QGATE_TP_PER_K;
 #endif
 constexpr unsigned int kTpMaxCell = QGATE_TP_MAX_CELL;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
-// Second histogram of pass 0 (BENCH.md): each block also counts byte 2 of its keys whose top byte is
-// its largest (lane-striped over 8 lanes). When pass 0 picks the row's largest top byte (nothing
-// above the bin) and pass 1 is needed, a block's pass-1 counts are that histogram if its largest top
-// byte is the bin, else zero: pass 1 is not counted (rows of few values, e.g. integers 0..63).
+// Second histogram of pass 0 (tuning switch, off: BENCH.md, ninth session): each block also counts
+// byte 2 of its keys whose top byte is its largest (lane-striped over 8 lanes). When pass 0 picks the
+// row's largest top byte (nothing above the bin) and pass 1 is needed, a block's pass-1 counts are
+// that histogram if its largest top byte is the bin, else zero: pass 1 is not counted. Measured on
+// the H200 (harness, PDL, 1 x 131072, k 2048, with QGATE_TP_PACK): integers 0..63 13.56 -> 13.07 us,
+// but continuous 11.51 -> 12.01 and steps of 0.25 12.53 -> 12.98 (the extra counting, the top-byte
+// reduction and the larger code cost every row), so it stays off.
 #ifndef QGATE_TP_SPEC
-#define QGATE_TP_SPEC 1
+#define QGATE_TP_SPEC 0
 #endif
-// Pass counts pushed as 16-bit pairs (half the bytes) when a block holds at most 65535 keys.
+// Pass counts pushed as 16-bit pairs (half the bytes, half the st.async) when no block holds more
+// than 65535 keys; else 32-bit words. Measured: 1 x 131072 k 2048 11.67 / 12.63 / 13.78 -> 11.51 /
+// 12.53 / 13.56 us (continuous / steps of 0.25 / integers), 8 x 32768 k 1024 17.05 / 19.38 / 13.31 ->
+// 16.97 / 19.10 / 13.24 us.
 #ifndef QGATE_TP_PACK
 #define QGATE_TP_PACK 1
 #endif

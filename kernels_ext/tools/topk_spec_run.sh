@@ -2,11 +2,13 @@
 # Device call of the top-k switches QGATE_TP_SPEC (pass 1 from pass 0's second histogram) and
 # QGATE_TP_PACK (pass counts pushed as 16-bit pairs); notes in BENCH.md. Harness binaries built on
 # the CPU machine (CUDA 13, sm_90) and carried in .topkbin/:
-#   tb   default sources (SPEC=1 PACK=1)   tbp  the same with phase clocks
-#   tbS  -DQGATE_TP_PACK=0                 tbP  -DQGATE_TP_SPEC=0
+#   tb   -DQGATE_TP_SPEC=1 (SPEC=1 PACK=1)   tbp  the same with phase clocks
+#   tbS  -DQGATE_TP_SPEC=1 -DQGATE_TP_PACK=0  tbP  the default sources (SPEC=0 PACK=1)
 #   tb0  the value-order kernel before this work (commit 2b194a8's sources, this harness)
 # then, for each setting (NVCC_APPEND_FLAGS, the same code as the sources with those defaults): the
 # extension, the top-k CUDA tests, and the op as `qgate bench ops` times it (by input kind).
+# (Run as device call 2 of the ninth session's top-k helper when the sources' defaults were SPEC=1 PACK=1;
+# the settings below are written for today's defaults, SPEC=0 PACK=1: the same four builds.)
 # Usage (repository root, .topkbin and .whl carried): OUT=$OUT bash kernels_ext/tools/topk_spec_run.sh
 set -u
 T0=$(date +%s)
@@ -28,7 +30,7 @@ python3 kernels_ext/tools/topk_summary.py time $OUT/tb0.txt $OUT/tb.txt $OUT/tbS
 timeout 40 .topkbin/tbp --phases --only $P >$OUT/tbp.txt 2>&1; echo "tbp rc=$?"
 el
 n=0
-for flags in "" "-DQGATE_TP_PACK=0" "-DQGATE_TP_SPEC=0" "-DQGATE_TP_SPEC=0 -DQGATE_TP_PACK=0"; do
+for flags in "-DQGATE_TP_SPEC=1" "-DQGATE_TP_SPEC=1 -DQGATE_TP_PACK=0" "" "-DQGATE_TP_PACK=0"; do
   n=$((n + 1))
   step "extension $n: NVCC_APPEND_FLAGS='$flags'"
   find kernels_ext -name 'qsa_topk*.o' -delete 2>/dev/null; touch kernels_ext/csrc/qsa_topk.cu
