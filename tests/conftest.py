@@ -3,7 +3,6 @@ process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests
 
 from __future__ import annotations
 
-import inspect
 import os
 import subprocess
 import sys
@@ -14,46 +13,18 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
-TESTS = REPO / "tests"
 
 
-def _shared_run_group(item: pytest.Item) -> str | None:
-    """The xdist group of a test that reads a run shared through one of our fixtures wider than a test:
-    the module for a module-scoped fixture (test_stop_signals' stages also run in file order on one
-    worker), the fixture's name for a session one (conftest.speed_run); None for a test on its own.
-    Found from the fixtures the test uses, so that a new shared fixture needs no marker to be shared."""
-    for name in item.fixturenames:
-        for fixturedef in item._fixtureinfo.name2fixturedefs.get(name, ()):
-            source = inspect.getsourcefile(fixturedef.func)
-            if fixturedef.scope == "function" or source is None or TESTS not in Path(source).parents:
-                continue  # pytest's own session fixtures (tmp_path_factory, ...) share nothing
-            return name if fixturedef.scope == "session" else item.module.__name__
-    return None
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's hook, which reads the xdist_group markers
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `pytest -n 2 --dist loadgroup` (nox -s tests): the tests of one shared run on one worker
-    (one engine start, not one per worker), and the engine-starting tests first, so that a long one is
-    not the last to start while the other worker idles. Without xdist the markers do nothing, and the
-    order is the file order with the vLLM tests first."""
-    for item in items:
-        group = _shared_run_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)  # stable: file order kept
+    """The engine-starting tests first (stable: file order kept). Under `pytest -n 2 --dist loadscope`
+    (nox -s tests) a module is one unit of work, sent to the workers in this order, so a long module
+    does not start last while the other worker idles, and a module's shared run (its module-scoped
+    fixtures; test_stop_signals' stages in file order) is made once, on one worker. loadscope, not
+    xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer reads
+    (measured: a marked group's fixture was set up on both workers)."""
+    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
 
-
-# vLLM's engine core and worker inside the engine child's own process, with one torch thread (what
-# the multi-process engine core sets for serving; in one process vLLM cannot set it after binding its
-# threads): one interpreter importing torch and vLLM instead of three and no multi-process teardown.
-# Measured back to back (A/A, 2 launches x 4 reps per arm, load ~1): 48 s for the run instead of 112 s
-# (an engine start 8 s instead of 20 s), decode 890-1010 tok/s against 690-830; with a busy-loop process
-# on the 2 cores, 910-980 tok/s (multi-process: 265-600; in-process with 2 threads: 8-1040, the OpenMP
-# threads wait on the one that shares its core). For every test whose subject is not vLLM's process
-# layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
-# candidate (which process runs the layers) keep the default multi-process engine.
-IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 

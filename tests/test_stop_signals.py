@@ -128,7 +128,8 @@ def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str
         name, code = ("SIGTERM", 143) if how == "term" else ("SIGINT", 130)
         assert proc.returncode == code
         assert lines == [
-            f"qgate: stopped by {name}; kept control {len(now)} reps in {out / 'speed'}; "
+            f"qgate: stopped by {name}; kept control {len(now)} rep{'' if len(now) == 1 else 's'} in "
+            f"{out / 'speed'}; "
             "to continue, run the same command with --resume"
         ]
     elif how == "kill-child":
