@@ -227,10 +227,13 @@ def _print_figures(label: str, record: dict) -> None:
 
 
 @pytest.mark.vllm
-@pytest.mark.timing
 def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) -> None:
     """The same env in both arms, two interleaved engine starts each: never improved or regressed, never
-    FAIL; the variance components of both arms are reported."""
+    FAIL; the variance components of both arms are reported.
+
+    Not marked `timing`: it runs beside the other xdist worker's engines, the kind of load whose launch
+    offsets the launch as the unit is there for (df ~1-2 per arm: a false change needs |t| > 4.3).
+    """
     contract = _real_contract(tmp_path, "aa-cpu.yaml", None, output_tokens=128, launches=2, repetitions=4)
     code, record, stdout = _run_and_compare(tmp_path, contract)
     _print_figures("real A/A, 2 x 4", record)
@@ -246,7 +249,6 @@ def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) ->
 
 
 @pytest.mark.vllm
-@pytest.mark.timing
 def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
     """Known effect: at least a 25 % decode slowdown (a busy wait before every model step); three starts
     per arm.
@@ -256,8 +258,9 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
     the effect over 6 standard errors at a launch CV of 10 %). docs/compare.md's simulation (L = 3
     finds a 25 % slowdown at CV 15 % in about three quarters of the runs) is the harder case. So the
     test asks for FAIL when the run's launch offsets are within 8 %; when another job on the machine
-    (or the other xdist worker) shifts whole engine starts by more, an honest INCONCLUSIVE with its
-    sample size is what it must say. Never PASS, never ERROR.
+    (or the other xdist worker: this test runs beside it, measured there FAIL at CI [0.46, 0.50]) shifts
+    whole engine starts by more, an honest INCONCLUSIVE with its sample size is what it must say. Never
+    PASS, never ERROR.
     """
     contract = _real_contract(
         tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=3, repetitions=3
