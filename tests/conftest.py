@@ -26,6 +26,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
 
 
+# vLLM's engine core and worker inside the engine child's own process, with one torch thread (what
+# the multi-process engine core sets for serving; in one process vLLM cannot set it after binding its
+# threads): one interpreter importing torch and vLLM instead of three and no multi-process teardown.
+# Measured back to back (A/A, 2 launches x 4 reps per arm, load ~1): 48 s for the run instead of 112 s
+# (an engine start 8 s instead of 20 s), decode 890-1010 tok/s against 690-830; with a busy-loop process
+# on the 2 cores, 910-980 tok/s (multi-process: 265-600; in-process with 2 threads: 8-1040, the OpenMP
+# threads wait on the one that shares its core). For every test whose subject is not vLLM's process
+# layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
+# candidate (which process runs the layers) keep the default multi-process engine.
+IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 
 
