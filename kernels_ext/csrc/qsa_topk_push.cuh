@@ -64,6 +64,25 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 #ifndef QGATE_TP_PACK
 #define QGATE_TP_PACK 1
 #endif
+// Round-2 switches (tenth session; BENCH notes /tmp/notes_topk.md "Round 2"):
+// QGATE_TP_UNI: a local pass first checks whether the candidates in the chosen bin are one key
+// (least == largest; no atomics); then its counts follow from the previous pass's bin count (one
+// bin) and the lane-striped count, its reduce and barriers are skipped. 1: only for the local
+// passes after a second cluster pass (pass >= 2: tie-heavy rows such as integers 0..63), 2: every
+// local pass.
+#ifndef QGATE_TP_UNI
+#define QGATE_TP_UNI 1
+#endif
+// QGATE_TP_FSEL: a cluster pass's sums over the C pushed rows and the bin choice in one warp (lane l
+// sums bins 248 - 8 l .. 255 - 8 l with one 16-byte load a source): one block barrier less a pass.
+#ifndef QGATE_TP_FSEL
+#define QGATE_TP_FSEL 1
+#endif
+// QGATE_TP_ZW: the cluster passes' striped histogram is zeroed while the block waits for the pushed
+// counts instead of in the reduce (the reduce then only reads).
+#ifndef QGATE_TP_ZW
+#define QGATE_TP_ZW 1
+#endif
 constexpr unsigned int kTpSpecLanes = 8;
 constexpr size_t kTpSpecBytes = QGATE_TP_SPEC ? 256 * kTpSpecLanes * sizeof(unsigned int) : 0;
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
@@ -143,12 +162,78 @@ __device__ __forceinline__ void tp_reduce(unsigned int* striped, unsigned int* h
   for (int i = 0; i < 8; ++i) {
     unsigned int* p = striped + bin * 32 + part * 8 + ((i + bin) & 7);
     sum += *p;
-    *p = 0;
+    if (!QGATE_TP_ZW) *p = 0;
   }
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   tp_put_bin(sum, hist, packed);
 }
+
+#if QGATE_TP_FSEL
+// Warp 0: the row totals of one cluster pass from the C pushed rows (src: [C][256] words as pushed)
+// into tot, and the bin that holds the need-th largest key (select_bin's choice: sh.bin, sh.above).
+__device__ __forceinline__ void tp_sum_select(const unsigned int* src, unsigned int* tot, int csize, bool packed,
+                                              unsigned int need, TcShared& sh) {
+  const int lane = threadIdx.x & 31;
+  const int b0 = 248 - 8 * lane;  // this lane's bins b0 .. b0 + 7; c[e] is bin b0 + 7 - e
+  unsigned int c[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) c[e] = 0;
+#pragma unroll
+  for (int r = 0; r < kTcMaxCluster; ++r) {
+    if (r < csize) {
+      const uint4* row = reinterpret_cast<const uint4*>(src + r * 256);
+      if (packed) {
+        const uint4 w = row[b0 / 8];  // words b0 / 2 .. b0 / 2 + 3: bins b0, b0 + 1 | b0 + 2, b0 + 3 | ...
+        c[7] += w.x & 0xffffu;
+        c[6] += w.x >> 16;
+        c[5] += w.y & 0xffffu;
+        c[4] += w.y >> 16;
+        c[3] += w.z & 0xffffu;
+        c[2] += w.z >> 16;
+        c[1] += w.w & 0xffffu;
+        c[0] += w.w >> 16;
+      } else {
+        const uint4 a = row[b0 / 4];
+        const uint4 b = row[b0 / 4 + 1];
+        c[7] += a.x;
+        c[6] += a.y;
+        c[5] += a.z;
+        c[4] += a.w;
+        c[3] += b.x;
+        c[2] += b.y;
+        c[1] += b.z;
+        c[0] += b.w;
+      }
+    }
+  }
+  reinterpret_cast<uint4*>(tot)[b0 / 4] = make_uint4(c[7], c[6], c[5], c[4]);
+  reinterpret_cast<uint4*>(tot)[b0 / 4 + 1] = make_uint4(c[3], c[2], c[1], c[0]);
+  unsigned int mine = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) mine += c[e];
+  unsigned int incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned int v = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  const unsigned int hit = __ballot_sync(0xffffffffu, incl >= need);
+  const int first = __ffs(hit) - 1;  // need <= row total, so some lane hits
+  if (lane == first) {
+    unsigned int run = incl - mine;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (run + c[e] >= need) {
+        sh.bin = 255 - 8 * lane - e;
+        sh.above = run;
+        break;
+      }
+      run += c[e];
+    }
+  }
+}
+#endif
 
 #if QGATE_TP_SPEC
 // Pass 0's counts (top byte) and the second histogram: byte 2 of the keys whose top byte is `top`.
@@ -278,10 +363,42 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
 
 // The counts of one local pass over the candidate list (the same in every block): the candidates
 // that match the prefix above byte `pass`, by that byte, into tot[pass]. Returns the largest bin.
+// QGATE_TP_UNI (check): first the least and largest candidate that matches the prefix; one key ->
+// its count is the previous pass's count of the chosen bin, all in one bin, nothing counted.
 __device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
-                                                       const uint2* cand, unsigned int m, int pass, uint32_t prefix) {
+                                                       const uint2* cand, unsigned int m, int pass, uint32_t prefix,
+                                                       bool check) {
   const int shift = 24 - 8 * pass;
   const unsigned int lane = threadIdx.x & 31;
+#if QGATE_TP_UNI
+  if (check) {
+    uint32_t lo = 0xffffffffu;
+    uint32_t hi = 0;
+    for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
+      const uint32_t key = cand[i].x;
+      if (((key ^ prefix) >> (shift + 8)) == 0) {
+        lo = min(lo, key);
+        hi = max(hi, key);
+      }
+    }
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0) {
+      sh.warp[threadIdx.x >> 5] = lo;
+      sh.top_warp[threadIdx.x >> 5] = hi;
+    }
+    __syncthreads();
+    static_assert(kTpThreads == 1024, "32 warps: a lane a warp");
+    lo = __reduce_min_sync(0xffffffffu, sh.warp[lane]);
+    hi = __reduce_max_sync(0xffffffffu, sh.top_warp[lane]);
+    if (lo == hi) {  // (no match: lo > hi) every matching candidate is the key lo
+      const unsigned int count = tot[(pass - 1) * 256 + sh.pass_bin[pass - 1]];
+      if (threadIdx.x < 256) tot[pass * 256 + threadIdx.x] = threadIdx.x == ((lo >> shift) & 255u) ? count : 0u;
+      __syncthreads();  // (also: every read of sh.warp above before its next writer)
+      return count;
+    }
+  }
+#endif
   for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
     const uint32_t key = cand[i].x;
     if (((key ^ prefix) >> (shift + 8)) == 0) atomicAdd(striped + ((key >> shift) & 255u) * 32 + lane, 1u);
@@ -452,8 +569,20 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
       const uint32_t dst = tp_mapa(tp_saddr(recv + (pass * kTcMaxCluster + rank) * 256 + 4 * chunk), dst_rank);
       tp_push4(dst, v, tp_mapa(tp_saddr(&sh.bar[pass]), dst_rank));
     }
+#if QGATE_TP_ZW
+    {  // the striped histogram back to zero (every thread read its words before the barrier above)
+      uint4* z = reinterpret_cast<uint4*>(striped);
+      static_assert(256 * 32 == 8 * kTpThreads, "two 16-byte stores a thread");
+      z[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+      z[threadIdx.x + kTpThreads] = make_uint4(0u, 0u, 0u, 0u);
+    }
+#endif
     tp_wait(tp_saddr(&sh.bar[pass]));
     TC_STAMP(3 + 3 * pass);
+#if QGATE_TP_FSEL
+    if (threadIdx.x < 32) tp_sum_select(recv + pass * kTcMaxCluster * 256, tot + pass * 256, csize, packed, need, sh);
+    __syncthreads();
+#else
     if (threadIdx.x < 256) {
       unsigned int total = 0;
       for (int r = 0; r < csize; ++r) total += tp_count1(recv + (pass * kTcMaxCluster + r) * 256, threadIdx.x, packed);
@@ -462,6 +591,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
     __syncthreads();
     select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
     __syncthreads();
+#endif
     const unsigned int bin = sh.bin;
     if (threadIdx.x == 0) sh.pass_bin[pass] = bin;
     prefix |= bin << shift;
@@ -502,7 +632,8 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   if (last < 3) {
 #pragma unroll 1
     for (int pass = last + 1; pass < 4; ++pass) {
-      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
+      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix,
+                                                  QGATE_TP_UNI == 2 || (QGATE_TP_UNI == 1 && pass >= 2));
       if (pass == last + 1 && largest <= kTpMaxCell) {
         // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
         n = static_cast<int>(m);
