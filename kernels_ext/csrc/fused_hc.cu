@@ -195,6 +195,8 @@ constexpr int kHcSplit = 0;
 constexpr int kHcFused = 1;
 constexpr int kHcTmaV1 = 2;
 constexpr int kHcTma = 3;
+constexpr int kHcTma3 = 4;
+constexpr int kHcTma4 = 5;
 constexpr int kHcDefaultImpl = kHcTma;  // measured fastest and exact on the H200 (BENCH.md)
 
 int hc_impl() {
@@ -204,6 +206,8 @@ int hc_impl() {
     if (std::strcmp(v, "fused") == 0) return kHcFused;
     if (std::strcmp(v, "tma") == 0) return kHcTma;
     if (std::strcmp(v, "tma_v1") == 0) return kHcTmaV1;
+    if (std::strcmp(v, "tma3") == 0) return kHcTma3;
+    if (std::strcmp(v, "tma4") == 0) return kHcTma4;
     return kHcSplit;
   }();
   return impl;
@@ -240,13 +244,20 @@ cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
   HcArgs q = p;
   q.phase_stop = phase_stop;
   q.prefetch = prefetch;
-  if (hc_impl() == kHcTma || hc_impl() == kHcTmaV1) {
-    const bool v2 = hc_impl() == kHcTma;
-    const cudaError_t err =
-        p.bf16 ? (v2 ? launch_hc_tma_typed<__nv_bfloat16, true>(q, phase_stop, stream)
-                     : launch_hc_tma_typed<__nv_bfloat16, false>(q, phase_stop, stream))
-               : (v2 ? launch_hc_tma_typed<__half, true>(q, phase_stop, stream)
-                     : launch_hc_tma_typed<__half, false>(q, phase_stop, stream));
+  if (hc_impl() == kHcTma || hc_impl() == kHcTmaV1 || hc_impl() == kHcTma3 || hc_impl() == kHcTma4) {
+    const int ver = hc_impl() == kHcTma4 ? 4 : hc_impl() == kHcTma3 ? 3 : hc_impl() == kHcTma ? 2 : 1;
+    cudaError_t err = cudaErrorNotSupported;
+    if (p.bf16) {
+      err = ver == 4   ? launch_hc_tma_typed<__nv_bfloat16, 4>(q, phase_stop, stream)
+            : ver == 3 ? launch_hc_tma_typed<__nv_bfloat16, 3>(q, phase_stop, stream)
+            : ver == 2 ? launch_hc_tma_typed<__nv_bfloat16, 2>(q, phase_stop, stream)
+                       : launch_hc_tma_typed<__nv_bfloat16, 1>(q, phase_stop, stream);
+    } else {
+      err = ver == 4   ? launch_hc_tma_typed<__half, 4>(q, phase_stop, stream)
+            : ver == 3 ? launch_hc_tma_typed<__half, 3>(q, phase_stop, stream)
+            : ver == 2 ? launch_hc_tma_typed<__half, 2>(q, phase_stop, stream)
+                       : launch_hc_tma_typed<__half, 1>(q, phase_stop, stream);
+    }
     if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
   } else if (phase_stop != 0) {
     return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
