@@ -641,15 +641,24 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     float part[kHcTmaRowsPerThread][kHcMaxStreams];
     const T* xn_g = static_cast<const T*>(p.xn);
     if constexpr (kV4) {
-      // Spin on the tagged words this thread needs (its rows' hc partials, then its xn values).
+      // Spin on the tagged words this thread needs (its rows' hc partials and its first xn value in
+      // one pass, so that both are one round trip; xn values past the first, if any, after).
       const unsigned long long ep = ep_s;
       const unsigned long long t0 = hc_globaltimer();
+      constexpr unsigned kXBit = 1u << kHcTmaRowsPerThread;
       unsigned pending = 0;
 #pragma unroll
       for (int k = 0; k < kHcTmaRowsPerThread; ++k) {
         if (tid + k * kHcTmaThreads < n_rows) pending |= 1u << k;
       }
+      const unsigned long long* xsrc = nullptr;
+      if (tid < np * hc) {
+        const int pp = tid / hc;
+        xsrc = g_hc_tag_xn[plan.slot] + static_cast<int64_t>(tid - pp * hc) * hs + i0 + pp;
+        pending |= kXBit;
+      }
       while (pending != 0) {
+        const unsigned long long xw = (pending & kXBit) ? hc_tag_ld(xsrc) : 0ull;
         unsigned long long w[kHcTmaRowsPerThread][kHcMaxStreams];
 #pragma unroll
         for (int k = 0; k < kHcTmaRowsPerThread; ++k) {
@@ -673,9 +682,16 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
             if (ok) pending &= ~(1u << k);
           }
         }
-        if (pending != 0 && hc_globaltimer() - t0 > 5000000000ull) __trap();
+        if ((pending & kXBit) && (xw >> 32) == ep) {
+          xmix[tid] = hc_u16_to_float<T>(static_cast<unsigned short>(xw & 0xffffu));
+          pending &= ~kXBit;
+        }
+        if (pending != 0) {
+          if (hc_globaltimer() - t0 > 5000000000ull) __trap();
+          __nanosleep(32);  // a little less L2 traffic from 132 x 256 pollers while weights still stream
+        }
       }
-      for (int q = tid; q < np * hc; q += kHcTmaThreads) {
+      for (int q = tid + kHcTmaThreads; q < np * hc; q += kHcTmaThreads) {
         const int pp = q / hc;
         const int t = q - pp * hc;
         const unsigned long long* src = g_hc_tag_xn[plan.slot] + static_cast<int64_t>(t) * hs + i0 + pp;
