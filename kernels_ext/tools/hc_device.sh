@@ -23,11 +23,11 @@ echo "build done at ${SECONDS}s" | tee -a "$LOG"
 
 step "tests: tests/kernels whole per candidate, HC tests per other impl (side by side)"
 for impl in $FULL; do
-  QGATE_HC_IMPL=$impl timeout 170 python3 -X faulthandler -m pytest tests/kernels -q -p no:cacheprovider \
+  QGATE_HC_IMPL=$impl timeout 110 python3 -X faulthandler -m pytest tests/kernels -q -p no:cacheprovider \
     >/tmp/pytest_$impl.log 2>&1 &
 done
 for impl in $IMPLS; do
-  QGATE_HC_IMPL=$impl timeout 170 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
+  QGATE_HC_IMPL=$impl timeout 110 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
     -k "hc or graphs or opcheck" >/tmp/pytest_$impl.log 2>&1 &
 done
 wait
