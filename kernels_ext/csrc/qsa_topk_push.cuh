@@ -64,22 +64,26 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 #ifndef QGATE_TP_PACK
 #define QGATE_TP_PACK 1
 #endif
-// Round-2 switches (tenth session; BENCH notes /tmp/notes_topk.md "Round 2"):
-// QGATE_TP_UNI: a local pass first checks whether the candidates in the chosen bin are one key
-// (least == largest; no atomics); then its counts follow from the previous pass's bin count (one
-// bin) and the lane-striped count, its reduce and barriers are skipped. 1: only for the local
-// passes after a second cluster pass (pass >= 2: tie-heavy rows such as integers 0..63), 2: every
-// local pass.
+// Tenth-session switches (BENCH.md; one device call, harness PDL, 1 x 131072 k 2048 continuous /
+// steps of 0.25 / integers 0..63 and 8 x 32768 k 1024; all exact: harness --check 0 mismatches):
+// QGATE_TP_UNI (off): a local pass first checks whether the candidates in the chosen bin are one key
+// (least == largest, no atomics); then its counts follow from the previous pass's bin count and the
+// count, its reduce and barriers are skipped. 1: only the local passes after a second cluster pass
+// (pass >= 2), 2: every local pass. Measured: 1: integers 13.54 -> 13.40 us but 8 x 32768 continuous
+// 16.9 -> 17.45; 2: continuous 11.49 -> 12.04. The local count phase of integer rows hardly changed
+// (0.95 -> 0.90 us): what it costs there is not the counting.
 #ifndef QGATE_TP_UNI
-#define QGATE_TP_UNI 1
+#define QGATE_TP_UNI 0
 #endif
-// QGATE_TP_FSEL: a cluster pass's sums over the C pushed rows and the bin choice in one warp (lane l
-// sums bins 248 - 8 l .. 255 - 8 l with one 16-byte load a source): one block barrier less a pass.
+// QGATE_TP_FSEL (off): a cluster pass's sums over the C pushed rows and the bin choice in one warp
+// (lane l sums bins 248 - 8 l .. 255 - 8 l, a 16-byte load a source), one block barrier less.
+// Measured slower: 11.93 / 12.89 / 14.31 us (sum+select phase 0.76 -> 1.13 us a pass).
 #ifndef QGATE_TP_FSEL
-#define QGATE_TP_FSEL 1
+#define QGATE_TP_FSEL 0
 #endif
-// QGATE_TP_ZW: the cluster passes' striped histogram is zeroed while the block waits for the pushed
-// counts instead of in the reduce (the reduce then only reads).
+// QGATE_TP_ZW (on): the cluster passes' striped histogram is zeroed while the block waits for the
+// pushed counts instead of in the reduce (the reduce only reads). Measured: 11.49 / 12.51 / 13.54 ->
+// 11.43 / 12.42 / 13.38 us; 8 x 32768: 16.89-17.00 / 19.01-19.14 / 13.26 -> 16.84 / 19.07 / 13.20 us.
 #ifndef QGATE_TP_ZW
 #define QGATE_TP_ZW 1
 #endif

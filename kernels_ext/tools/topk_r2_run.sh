@@ -6,6 +6,8 @@
 #   tbU   UNI=1 only   tbU2  UNI=2 only   tbF  FSEL=1 only   tbZ  ZW=1 only   tbUF  UNI=1 FSEL=1
 # Extension A: the sources' defaults; B: -DQGATE_TP_FSEL=0 -DQGATE_TP_ZW=0 (UNI only); C (if time is
 # left): the previous default (all three off). Each: top-k CUDA tests and the op (bench_variants).
+# Run as the tenth session's top-k device call on 683902a (its defaults UNI=1 FSEL=1 ZW=1; the default
+# since is ZW only, whose push kernel is byte-identical to tbZ's).
 # Usage (repository root, .topkbin and .whl carried): OUT=$OUT bash kernels_ext/tools/topk_r2_run.sh
 set -u
 T0=$(date +%s)
