@@ -1,7 +1,8 @@
 // Route fused_hc_fp16: Qwen4Exp's GatedResidual HyperConnection (vLLM 0.32,
 // models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. By default (QGATE_HC_IMPL
-// unset or tma) one launch with the weights staged into shared memory by bulk copies (fused_hc_tma.cuh,
-// sm_90: 7.4-8.8 us on the H200 against 11.2-11.5 us for the three kernels, BENCH.md); with
+// unset or tma4) one launch with the weights staged into shared memory by bulk copies and no grid
+// barrier (fused_hc_tma.cuh, sm_90: 6.9-7.3 us on the H200, tma 7.4-8.8 us, the three kernels
+// 11.2-11.5 us; BENCH.md); QGATE_HC_IMPL=tma / tma_v1 / tma3 its earlier versions; with
 // QGATE_HC_IMPL=fused one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of
 // shared memory (slower than the three kernels on the H200, BENCH.md); QGATE_HC_IMPL=split (and where
 // the others do not apply) three kernels:
@@ -189,7 +190,9 @@ cudaError_t launch_hc_typed(const HcArgs& p, cudaStream_t stream) {
 // QGATE_HC_IMPL (read once per process): "split" the three kernels above, "fused" the one-launch kernel
 // with weights loaded into registers and a cooperative launch (fused_hc_persistent.cuh), "tma" the
 // one-launch kernel with its weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90;
-// "tma_v1" its first version, kept for comparison).
+// "tma_v1" its first version, "tma3" fp16 16-byte shared loads + earlier up rows, "tma4" (the default)
+// tma3 with tagged partials instead of the grid barrier; where tma4 does not apply (hc * hs over
+// kHcTagXn) tma runs).
 // Unset: kHcDefaultImpl. A path that does not apply (arch, shape, alignment) runs the three kernels.
 constexpr int kHcSplit = 0;
 constexpr int kHcFused = 1;
@@ -197,7 +200,7 @@ constexpr int kHcTmaV1 = 2;
 constexpr int kHcTma = 3;
 constexpr int kHcTma3 = 4;
 constexpr int kHcTma4 = 5;
-constexpr int kHcDefaultImpl = kHcTma;  // measured fastest and exact on the H200 (BENCH.md)
+constexpr int kHcDefaultImpl = kHcTma4;  // measured fastest and exact on the H200 (round 2 notes, BENCH.md)
 
 int hc_impl() {
   static const int impl = [] {
@@ -259,6 +262,11 @@ cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
                        : launch_hc_tma_typed<__half, 1>(q, phase_stop, stream);
     }
     if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
+    if (ver == 4) {  // tma4's tagged buffers hold hc * hs <= kHcTagXn: tma (v2) for larger streams
+      const cudaError_t err2 = p.bf16 ? launch_hc_tma_typed<__nv_bfloat16, 2>(q, phase_stop, stream)
+                                      : launch_hc_tma_typed<__half, 2>(q, phase_stop, stream);
+      if (err2 != cudaErrorNotSupported) return err2;
+    }
   } else if (phase_stop != 0) {
     return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
   } else if (hc_impl() == kHcFused && p.partials != nullptr &&

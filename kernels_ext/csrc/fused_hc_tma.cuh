@@ -1,6 +1,8 @@
 // The HC route in one launch with its weights staged into shared memory by the bulk-copy engine
-// (QGATE_HC_IMPL=tma, the default; sm_90 only: other archs, shapes over kHcTmaMaxSmem of shared memory
-// a block and weights not 16-byte aligned take the three kernels of fused_hc.cu).
+// (QGATE_HC_IMPL=tma4, the default, and its earlier versions tma, tma_v1, tma3; sm_90 only: other archs,
+// shapes over kHcTmaMaxSmem of shared memory a block and weights not 16-byte aligned take the three
+// kernels of fused_hc.cu). The steps below are tma's (v2); tma3 and tma4 change them as their comments
+// at hc_tma_kernel and g_hc_tag_part say (tma4: step 4 is gone, step 5 spins on tagged words).
 //
 // Grid: one block per multiprocessor (G blocks, 256 threads, __launch_bounds__(256, 2) so that the
 // next call's blocks fit beside this call's under programmatic dependent launch). Block b:

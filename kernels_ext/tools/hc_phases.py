@@ -5,6 +5,11 @@ after that phase and its outputs are meaningless).
 Stops: QGATE_HC_IMPL=tma (fused_hc_tma.cuh): 5 the weights' bulk copies alone (issue, wait, return),
 1 inputs, combine and norm (then the weights awaited), 2 down rows, 3 grid barrier. Other impls (the
 register-loading one-launch kernel of fused_hc_persistent.cuh): 1 inputs and norm, 2 down, 3 barrier.
+QGATE_HC_CLOCKS=1 (tma3, tma4): the kernel also records clock64() cycles since each block's entry at
+8 points (0 griddepcontrol.wait returned, 1 inputs arrived, 2 norm done, 3 down rows arrived, 4 down
+rows done, 5 barrier passed, 6 partials + xn loaded and silu, 7 up dots done), max and min over blocks,
+printed as "HCCLK" lines after the calls on slots 0, 8, 16, ... (a one-thread kernel; its line is one
+call's figures; a slot's first line has min 0).
 Kernel times (CUPTI) are the kernel's own only without PDL (QGATE_HC_PDL=0): under PDL a kernel
 starts while the previous one runs, and its span includes that wait.
 
