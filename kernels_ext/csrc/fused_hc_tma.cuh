@@ -242,26 +242,10 @@ __device__ __forceinline__ float hc_dot8f(const uint4 w, const float4 x0, const 
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// v3: down rows [c, c + C) of the block (C <= 16; rows past nr clamped to its last, computed, never
-// stored) against xs; the v2 reduce-scatter (rows >= C are zeros in it), the warps in order.
-template <class T, int C>
-__device__ __forceinline__ void hc_tma_down_chunk(const uint4* down_v, const uint4* xs, int c, int nr, int hs_vec,
-                                                  float (*red)[kHcTmaWarps], float* out, int pstride,
-                                                  unsigned long long* tag_out, unsigned long long ep) {
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5;
-  const int lane = tid & 31;
-  float acc[kHcTmaRowChunk];
-#pragma unroll
-  for (int u = 0; u < kHcTmaRowChunk; ++u) acc[u] = 0.f;
-  for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
-    const uint4 xv = xs[v];
-#pragma unroll
-    for (int u = 0; u < C; ++u) {
-      const int row = min(c + u, nr - 1);
-      acc[u] = hc_dot8<T>(down_v[row * hs_vec + v], xv, acc[u]);
-    }
-  }
+// Reduce-scatter of 16 per-thread row sums over a warp (16 shuffles, not 5 a row): after it lane l
+// holds the warp's sum of row (l >> 1); the same additions in the same order on every lane pair.
+// Written out stage by stage: a generic halving template moved instructions in the tma4 kernel.
+__device__ __forceinline__ float hc_warp_reduce_scatter16(const float (&acc)[16], int lane) {
   float a8[8];
   const bool b4 = (lane >> 4) & 1;
 #pragma unroll
@@ -289,6 +273,30 @@ __device__ __forceinline__ void hc_tma_down_chunk(const uint4* down_v, const uin
   const bool b1 = (lane >> 1) & 1;
   float a1 = (b1 ? a2[1] : a2[0]) + __shfl_xor_sync(0xffffffffu, b1 ? a2[0] : a2[1], 2);
   a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
+  return a1;
+}
+
+// v3: down rows [c, c + C) of the block (C <= 16; rows past nr clamped to its last, computed, never
+// stored) against xs; the v2 reduce-scatter (rows >= C are zeros in it), the warps in order.
+template <class T, int C>
+__device__ __forceinline__ void hc_tma_down_chunk(const uint4* down_v, const uint4* xs, int c, int nr, int hs_vec,
+                                                  float (*red)[kHcTmaWarps], float* out, int pstride,
+                                                  unsigned long long* tag_out, unsigned long long ep) {
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  float acc[kHcTmaRowChunk];
+#pragma unroll
+  for (int u = 0; u < kHcTmaRowChunk; ++u) acc[u] = 0.f;
+  for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
+    const uint4 xv = xs[v];
+#pragma unroll
+    for (int u = 0; u < C; ++u) {
+      const int row = min(c + u, nr - 1);
+      acc[u] = hc_dot8<T>(down_v[row * hs_vec + v], xv, acc[u]);
+    }
+  }
+  const float a1 = hc_warp_reduce_scatter16(acc, lane);
   if ((lane & 1) == 0) red[lane >> 1][warp] = a1;
   __syncthreads();
   if (tid < C && c + tid < nr) {
@@ -547,33 +555,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
           }
         }
         // Reduce-scatter over the warp: after it lane l holds the warp's sum of row (l >> 1).
-        float a8[8];
-        const bool b4 = (lane >> 4) & 1;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const float keep = b4 ? acc[k + 8] : acc[k];
-          const float send = b4 ? acc[k] : acc[k + 8];
-          a8[k] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-        }
-        float a4[4];
-        const bool b3 = (lane >> 3) & 1;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float keep = b3 ? a8[k + 4] : a8[k];
-          const float send = b3 ? a8[k] : a8[k + 4];
-          a4[k] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-        }
-        float a2[2];
-        const bool b2 = (lane >> 2) & 1;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const float keep = b2 ? a4[k + 2] : a4[k];
-          const float send = b2 ? a4[k] : a4[k + 2];
-          a2[k] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-        }
-        const bool b1 = (lane >> 1) & 1;
-        float a1 = (b1 ? a2[1] : a2[0]) + __shfl_xor_sync(0xffffffffu, b1 ? a2[0] : a2[1], 2);
-        a1 += __shfl_xor_sync(0xffffffffu, a1, 1);
+        const float a1 = hc_warp_reduce_scatter16(acc, lane);
         if ((lane & 1) == 0) red[lane >> 1][warp] = a1;
         __syncthreads();
         if (tid < kHcTmaRowChunk && c + tid < nr) {
