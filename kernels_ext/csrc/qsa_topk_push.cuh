@@ -87,6 +87,23 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 #ifndef QGATE_TP_ZW
 #define QGATE_TP_ZW 1
 #endif
+// QGATE_TP_WAIT (round 3 experiment): how a block waits for pushed data (the mbarrier's phase).
+// 0: every thread loops on mbarrier.try_wait (may suspend the warp; the system's time limit);
+// 1: every thread spins on mbarrier.test_wait (never suspends);
+// 2: every thread loops on try_wait with suspendTimeHint QGATE_TP_WAIT_NS nanoseconds;
+// 3: warp 0 spins on test_wait (acquire, cluster scope), then a block barrier releases the others
+//    (bar.sync orders warp 0's acquire before every thread's reads of the pushed data).
+// 4: every thread loops on try_wait with acquire at CTA scope (the cluster-scope acquire compiles to
+//    an L1 invalidation, CCTL.IVALL, in each of the 32 warps at each wait; the pushed data is in
+//    this block's shared memory and nothing read after the waits was written by another block in
+//    global memory; CUTLASS's ClusterBarrier::wait waits the same way for remote arrivals).
+// 5: every thread spins on test_wait with acquire at CTA scope (1 and 4 together).
+#ifndef QGATE_TP_WAIT
+#define QGATE_TP_WAIT 0
+#endif
+#ifndef QGATE_TP_WAIT_NS
+#define QGATE_TP_WAIT_NS 20
+#endif
 constexpr unsigned int kTpSpecLanes = 8;
 constexpr size_t kTpSpecBytes = QGATE_TP_SPEC ? 256 * kTpSpecLanes * sizeof(unsigned int) : 0;
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
@@ -120,11 +137,43 @@ __device__ __forceinline__ void tp_expect(uint32_t bar, uint32_t bytes) {
 // Every barrier completes one phase per launch: parity 0. Acquire at cluster scope: the stores of
 // the other blocks that completed the phase are visible after it.
 __device__ __forceinline__ void tp_wait(uint32_t bar) {
+#if QGATE_TP_WAIT == 1 || QGATE_TP_WAIT == 3
+#if QGATE_TP_WAIT == 3
+  if (threadIdx.x < 32)
+#endif
+    asm volatile(
+        "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
+        "mbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n\t"
+        "@!done bra TP_WAIT;\n\t}" ::"r"(bar)
+        : "memory");
+#if QGATE_TP_WAIT == 3
+  __syncthreads();
+#endif
+#elif QGATE_TP_WAIT == 5
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
+      "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 done, [%0], 0;\n\t"
+      "@!done bra TP_WAIT;\n\t}" ::"r"(bar)
+      : "memory");
+#elif QGATE_TP_WAIT == 4
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], 0;\n\t"
+      "@!done bra TP_WAIT;\n\t}" ::"r"(bar)
+      : "memory");
+#elif QGATE_TP_WAIT == 2
+  asm volatile(
+      "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0, %1;\n\t"
+      "@!done bra TP_WAIT;\n\t}" ::"r"(bar), "r"(static_cast<uint32_t>(QGATE_TP_WAIT_NS))
+      : "memory");
+#else
   asm volatile(
       "{\n\t.reg .pred done;\n\tTP_WAIT:\n\t"
       "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n\t"
       "@!done bra TP_WAIT;\n\t}" ::"r"(bar)
       : "memory");
+#endif
 }
 __device__ __forceinline__ void tp_push4(uint32_t dst, uint4 v, uint32_t bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.u32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
