@@ -98,6 +98,11 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 //    this block's shared memory and nothing read after the waits was written by another block in
 //    global memory; CUTLASS's ClusterBarrier::wait waits the same way for remote arrivals).
 // 5: every thread spins on test_wait with acquire at CTA scope (1 and 4 together).
+// Measured (H200, one device call, harness PDL 1 x 131072 k 2048, continuous / 0.25 steps / integers,
+// us): 0 11.38 / 12.35 / 13.31 (again 11.36 / 12.37 / 13.31), 1 11.38 / 12.39 / 13.31, 2 11.37 / 12.35 /
+// 13.32, 3 11.29 / 12.30 / 13.29, 4 11.37 / 12.39 / 13.37, 5 11.36 / 12.37 / 13.32: the wake-up is not
+// the cost after a wait. Op (bench_variants, by input): 0 11.55 / 12.53 / 13.43, 4 11.53 / 12.52 / 13.62.
+// With QGATE_TP_SPEC=1: WAIT 4 11.66 / 12.64 / 12.78, WAIT 5 11.64 / 12.62 / 12.74 (harness only).
 #ifndef QGATE_TP_WAIT
 #define QGATE_TP_WAIT 0
 #endif
