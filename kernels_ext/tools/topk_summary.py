@@ -1,4 +1,4 @@
-"""Compact summary of topk_bench outputs (tools/topk_spec_run.sh): per file, the medians of one
+"""Compact summary of topk_bench outputs (tools/topk_r3_run.sh): per file, the medians of one
 implementation by shape and input kind (every version is timed twice), and the phase means by kind.
 
 Usage: python3 kernels_ext/tools/topk_summary.py [--impl push1024x8pdl] time FILE... | phases FILE...
