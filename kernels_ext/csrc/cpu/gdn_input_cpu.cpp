@@ -14,11 +14,13 @@
 #include <tuple>
 #include <vector>
 
+#include "reference_matmul.h"
 #include "row_dot.h"
 
 namespace {
 
 using qgate::cpu::Elem;
+using qgate::cpu::reference_matmul;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 struct Heads {
@@ -48,8 +50,8 @@ Outputs reference_math(const at::Tensor& x, const at::Tensor& w_qkvz, const at::
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});
   const int64_t t = x2.size(0);
   const auto dt = x.scalar_type();
-  at::Tensor qkvz = at::matmul(x2.to(at::kFloat), w_qkvz.to(at::kFloat).t()).to(dt);  // [T, rows]
-  at::Tensor ba = at::matmul(x2.to(at::kFloat), w_ba.to(at::kFloat).t()).to(dt);      // [T, 2 nv]
+  at::Tensor qkvz = reference_matmul(x2, w_qkvz, dt);  // [T, rows]
+  at::Tensor ba = reference_matmul(x2, w_ba, dt);      // [T, 2 nv]
   if (!interleaved) {
     auto parts = qkvz.split_with_sizes({h.mixed(), h.nv * h.dv}, -1);
     auto halves = ba.chunk(2, -1);

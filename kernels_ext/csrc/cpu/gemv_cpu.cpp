@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "reference_matmul.h"
 #include "row_dot.h"
 
 namespace {
 
 using qgate::cpu::Elem;
 using qgate::cpu::Isa;
+using qgate::cpu::reference_matmul;
 
 bool fast_path(const at::Tensor& weight, const at::Tensor& x) {
   const auto dt = weight.scalar_type();
@@ -38,7 +40,7 @@ at::Tensor gemv_on(const at::Tensor& weight, const at::Tensor& x, Isa isa) {
   check_args(weight, x);
   if (!fast_path(weight, x)) {
     // the reference (qgate_kernels/reference.py): float32 matmul, one rounding to x's dtype
-    return at::matmul(x.to(at::kFloat), weight.to(at::kFloat).t()).to(x.scalar_type());
+    return reference_matmul(x, weight, x.scalar_type());
   }
   const at::Tensor w = weight.contiguous();
   const at::Tensor xc = x.contiguous();
