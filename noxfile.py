@@ -54,10 +54,7 @@ def _workers(posargs: list[str]) -> list[str]:
     loadscope keeps a module's tests on one worker, so a module's shared engine run is made once
     (tests/conftest.py orders the modules).
     """
-    if any(
-        a == "-n" or a.startswith(("--numprocesses", "-n=")) or a[:2] == "-n" and a[2:].isdigit()
-        for a in posargs
-    ):
+    if any(a.startswith(("-n", "--numprocesses")) for a in posargs):  # pytest has no other -n option
         return []
     return ["-n", "2", "--dist", "loadscope"]
 

@@ -29,6 +29,7 @@
 #include "fused_hc_persistent.cuh"
 #include "fused_hc_tma.cuh"
 #include "gemv_rows.cuh"
+#include "hc_norm.cuh"
 #include "launchers.h"
 
 namespace qgate {
@@ -90,13 +91,7 @@ __global__ void __launch_bounds__(kHcThreads) hc_norm_kernel(HcArgs p) {
   for (int64_t v = threadIdx.x; v < n_vec; v += kHcThreads) {
     uint4 raw = *reinterpret_cast<const uint4*>(src + v * 8);
     const uint4 wraw = *reinterpret_cast<const uint4*>(w + v * 8);
-    T* x = reinterpret_cast<T*>(&raw);
-    const T* wv = reinterpret_cast<const T*>(&wraw);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float y = to_float(x[e]) * rrms;
-      x[e] = round_to(fmaf(y, to_float(wv[e]), y), T());
-    }
+    raw = hc_norm8<T>(raw, wraw, rrms);
     *reinterpret_cast<uint4*>(xn + v * 8) = raw;
   }
 }

@@ -46,6 +46,7 @@
 #include <cstdlib>
 
 #include "gemv_rows.cuh"
+#include "hc_norm.cuh"
 #include "launchers.h"
 
 namespace qgate {
@@ -497,13 +498,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     for (int v = tid; v < hs_vec; v += kHcTmaThreads) {
       uint4 raw = xs[v];
       const uint4 wraw = nws[v];
-      T* x = reinterpret_cast<T*>(&raw);
-      const T* wv = reinterpret_cast<const T*>(&wraw);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float y = to_float(x[e]) * rrms;
-        x[e] = round_to(fmaf(y, to_float(wv[e]), y), T());
-      }
+      raw = hc_norm8<T>(raw, wraw, rrms);
       xs[v] = raw;
       if (v >= v_lo && v < v_hi) {
         *reinterpret_cast<uint4*>(static_cast<T*>(p.xn) + static_cast<int64_t>(s) * hs + v * 8) = raw;

@@ -95,21 +95,11 @@ __device__ __forceinline__ void row_barrier(unsigned int* counter, unsigned int 
   __syncthreads();
 }
 
-// Warp 0 finds, from the top bin down, the bin where the running count reaches `need`; returns it
-// in *bin and the count strictly above it in *above (shared memory).
-// kGlobal: hist is the row's global histogram (read through L2, other blocks wrote it); otherwise
-// shared memory.
-template <bool kGlobal>
-__device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned int* bin, unsigned int* above) {
-  const int lane = threadIdx.x & 31;
-  if (threadIdx.x >= 32) return;
-  unsigned int c[8];
-  unsigned int mine = 0;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {  // lane l holds bins 255 - 8 l - e, highest first
-    c[e] = kGlobal ? __ldcg(hist + 255 - 8 * lane - e) : hist[255 - 8 * lane - e];
-    mine += c[e];
-  }
+// From the counts of 256 bins, lane l holding bins 255 - 8 l - e (e = 0..7, highest first) and their
+// sum `mine`: the bin where the running count from the top reaches `need` goes to *bin, the count
+// strictly above it to *above (one lane writes). All 32 lanes of a warp call it.
+__device__ __forceinline__ void select_from_counts(const unsigned int (&c)[8], unsigned int mine, int lane,
+                                                   unsigned int need, unsigned int* bin, unsigned int* above) {
   unsigned int incl = mine;
 #pragma unroll
   for (int off = 1; off < 32; off <<= 1) {
@@ -130,6 +120,24 @@ __device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned
       run += c[e];
     }
   }
+}
+
+// Warp 0 finds, from the top bin down, the bin where the running count reaches `need`; returns it
+// in *bin and the count strictly above it in *above (shared memory).
+// kGlobal: hist is the row's global histogram (read through L2, other blocks wrote it); otherwise
+// shared memory.
+template <bool kGlobal>
+__device__ void select_bin(const unsigned int* hist, unsigned int need, unsigned int* bin, unsigned int* above) {
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x >= 32) return;
+  unsigned int c[8];
+  unsigned int mine = 0;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {  // lane l holds bins 255 - 8 l - e, highest first
+    c[e] = kGlobal ? __ldcg(hist + 255 - 8 * lane - e) : hist[255 - 8 * lane - e];
+    mine += c[e];
+  }
+  select_from_counts(c, mine, lane, need, bin, above);
 }
 
 // Keys of one tile: all loads issued before any is used; out-of-range items are never read.

@@ -270,26 +270,7 @@ __device__ __forceinline__ void tp_sum_select(const unsigned int* src, unsigned 
   unsigned int mine = 0;
 #pragma unroll
   for (int e = 0; e < 8; ++e) mine += c[e];
-  unsigned int incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const unsigned int v = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += v;
-  }
-  const unsigned int hit = __ballot_sync(0xffffffffu, incl >= need);
-  const int first = __ffs(hit) - 1;  // need <= row total, so some lane hits
-  if (lane == first) {
-    unsigned int run = incl - mine;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      if (run + c[e] >= need) {
-        sh.bin = 255 - 8 * lane - e;
-        sh.above = run;
-        break;
-      }
-      run += c[e];
-    }
-  }
+  select_from_counts(c, mine, lane, need, &sh.bin, &sh.above);
 }
 #endif
 
