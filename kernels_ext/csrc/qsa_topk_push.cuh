@@ -53,9 +53,11 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 // that histogram if its largest top byte is the bin, else zero: pass 1 is not counted. Measured on
 // the H200 (harness, PDL, 1 x 131072, k 2048, with QGATE_TP_PACK): integers 0..63 13.56 -> 13.07 us,
 // but continuous 11.51 -> 12.01 and steps of 0.25 12.53 -> 12.98 (the extra counting, the top-byte
-// reduction and the larger code cost every row), so it stays off.
+// reduction and the larger code cost every row). With QGATE_TP_WAIT 5 it is the default since the
+// tenth session (the one build whose integer rows stay under 13 us; op, H200, by input: continuous
+// 11.84, steps of 0.25 12.83, integers 12.97 us, all sets 12.51 us; was 11.55 / 12.53 / 13.51).
 #ifndef QGATE_TP_SPEC
-#define QGATE_TP_SPEC 0
+#define QGATE_TP_SPEC 1
 #endif
 // Pass counts pushed as 16-bit pairs (half the bytes, half the st.async) when no block holds more
 // than 65535 keys; else 32-bit words. Measured: 1 x 131072 k 2048 11.67 / 12.63 / 13.78 -> 11.51 /
@@ -103,8 +105,9 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 // 13.32, 3 11.29 / 12.30 / 13.29, 4 11.37 / 12.39 / 13.37, 5 11.36 / 12.37 / 13.32: the wake-up is not
 // the cost after a wait. Op (bench_variants, by input): 0 11.55 / 12.53 / 13.43, 4 11.53 / 12.52 / 13.62.
 // With QGATE_TP_SPEC=1: WAIT 4 11.66 / 12.64 / 12.78, WAIT 5 11.64 / 12.62 / 12.74 (harness only).
+// Default 5 (with QGATE_TP_SPEC 1): see QGATE_TP_SPEC for the op's figures.
 #ifndef QGATE_TP_WAIT
-#define QGATE_TP_WAIT 0
+#define QGATE_TP_WAIT 5
 #endif
 #ifndef QGATE_TP_WAIT_NS
 #define QGATE_TP_WAIT_NS 20
