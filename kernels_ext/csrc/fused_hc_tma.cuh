@@ -34,6 +34,10 @@
 //    block_input[i] = (sum over s in order of fma(gate_s, xn_s, acc)) / hc, rounded.
 // Operations and roundings are those of the three-kernel path (fused_hc.cu); only float32 summation
 // orders differ (sum of squares, the down and up dots), as the tests' tolerances allow.
+// Tenth session: tma4 lets the next call launch after its down rows, not after the norm
+// (QGATE_HC_ALLOW, default 3); v5 (QGATE_HC_ROWS=1, opt-in, slower) splits the down rows by row.
+// Diagnosis: QGATE_HC_PHASE_STOP=6 returns right after griddepcontrol.wait (once the weights are in);
+// QGATE_HC_CLOCKS=2 counts points 1-7 from the wait's return; QGATE_HC_SPIN the poll backoff (ns).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -103,7 +107,9 @@ struct HcTmaPlan {
                 // the inputs' loads are issued (default), 2 at entry (as v1)
   int nw_off, xs_off, lora_off, gate_off, xmix_off, down_off, up_off;  // byte offsets into shared memory
   int loraf_off;  // v3: lora as float32 (rank floats)
-  int clocks;     // v3/v4: QGATE_HC_CLOCKS
+  int clocks;     // v3/v4: QGATE_HC_CLOCKS (2: points 1-7 counted from griddepcontrol.wait's return)
+  int spin;       // v4: QGATE_HC_SPIN, ns between polls of tagged words
+  int allow;      // v4: QGATE_HC_ALLOW, where the next call may launch (hc_tma_allow)
   int smem;
 };
 
@@ -323,6 +329,7 @@ __device__ __forceinline__ void hc_tma_down_chunk(const uint4* down_v, const uin
 //     its last), reduced in a warp by one reduce-scatter (16 shuffles, not 5 a row);
 //   - partials at a stride of 8 floats (16-byte loads), the barrier with the ticket taken early;
 //   - up dots: two (position, stream) pairs a thread at once.
+// (tma4: where the next kernel may launch is QGATE_HC_ALLOW, default 3: after the down rows.)
 // kVer 3 (QGATE_HC_IMPL=tma3): v2 plus
 //   - fp16: 16-byte shared-memory loads of the weights (hc_dot8: values, not a __half2 pointer);
 //   - the up rows copied once every thread has issued its input loads (QGATE_HC_UP, plan.up_mode);
@@ -366,7 +373,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
   const uint4* up_v = reinterpret_cast<const uint4*>(smem + plan.up_off);
   const uint32_t bar_down = hc_smem_addr(bars);
   const uint32_t bar_up = hc_smem_addr(bars + 1);
-  const long long clk0 = clock64();
+  long long clk0 = clock64();
   const bool clocks = kV3 && plan.clocks != 0;
   auto clk = [&](int point) {
     if (clocks && tid == 0) {
@@ -405,9 +412,9 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
       }
     }
   };
-  const bool up_early = !kV2 || !in_group || plan.stop == 5 || (kV3 && plan.up_mode == 2);
+  const bool up_early = !kV2 || !in_group || plan.stop == 5 || plan.stop == 6 || (kV3 && plan.up_mode == 2);
   if (tid == 0 && up_early) issue_up();
-  if (!kV2) allow_next_grid();
+  if (!kV2 || (kV4 && plan.allow == 1)) allow_next_grid();
   __syncthreads();  // the barriers' initialisation before anyone waits on them
   if (plan.stop == 5) {
     if (nr > 0) hc_bulk_wait(bar_down);
@@ -416,10 +423,16 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
   }
   wait_for_previous_grid();
   clk(0);
+  if (plan.clocks == 2) clk0 = clock64();
+  if (plan.stop == 6) {  // diagnosis: the launch and the wait alone
+    if (nr > 0) hc_bulk_wait(bar_down);
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
   unsigned long long ticket = 0;  // v2, thread 0
   if constexpr (kV2) {
     if (tid == 0 && (plan.stop == 0 || plan.stop == 3)) ticket = atomicAdd(&g_hc_tma_ticket[kV4 ? 3 : kV3 ? 2 : 1][plan.slot], 1ull);
-    if (!in_group) allow_next_grid();
+    if ((!in_group && !(kV4 && plan.allow == 1)) || (in_group && kV4 && plan.allow == 2)) allow_next_grid();
   }
 
   if (in_group) {
@@ -513,7 +526,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
     }
     __syncthreads();  // xs complete; red[0] read by everyone before the down rows reuse it
     clk(2);
-    if (kV2) allow_next_grid();
+    if (kV2 && (!kV4 || plan.allow == 0)) allow_next_grid();
     if (plan.stop == 1) {
       if (nr > 0) hc_bulk_wait(bar_down);
       if (np > 0) hc_bulk_wait(bar_up);
@@ -590,6 +603,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
         __syncthreads();
       }
     }
+    if (kV4 && plan.allow == 3) allow_next_grid();  // after the down rows
   } else if (plan.stop == 1) {
     if (np > 0) hc_bulk_wait(bar_up);
     return;
@@ -667,7 +681,7 @@ __global__ void __launch_bounds__(kHcTmaThreads, 2) hc_tma_kernel(HcArgs p, HcTm
         }
         if (pending != 0) {
           if (hc_globaltimer() - t0 > 5000000000ull) __trap();
-          __nanosleep(32);  // a little less L2 traffic from 132 x 256 pollers while weights still stream
+          __nanosleep(plan.spin);  // a little less L2 traffic from 132 x 256 pollers (QGATE_HC_SPIN, 32 ns)
         }
       }
       for (int q = tid + kHcTmaThreads; q < np * hc; q += kHcTmaThreads) {
@@ -872,6 +886,485 @@ inline int hc_tma_up_mode() {
   return mode;
 }
 
+// v5 (QGATE_HC_ROWS=1 with QGATE_HC_IMPL=tma4): the down projection split by rows, not by stream.
+// Every block combines and normalises all hc streams itself (the same bits on every block: the same
+// operations in the same order), so that it owns whole down rows [b rpb, (b + 1) rpb) over all D
+// columns; the owner rounds a row, applies silu and publishes the lora value as one tagged 64-bit word
+// (no partials to sum, no xn exchange: the mix reads the block's own xn values); injection rows are
+// written by their owner. What other blocks read: rank tagged words (2.5 KB a block, tma4 reads ~10 KB
+// of partials and xn words and polls them all). Also: the block's down rows are one bulk copy (they
+// are contiguous), the up rows one per stream issued from other lanes of warp 0 (QGATE_HC_UP=2: at entry,
+// else once the inputs' loads are issued); QGATE_HC_NWPRE=1 loads the norm weight into registers before
+// griddepcontrol.wait (then under PDL norm_weight, like w_down and w_up, must not be written by a kernel
+// still running before this one: a model weight). Opt-in: slower than tma4 on the H200 at every
+// setting tried (7.5-10.8 us against 6.7-7.4, tenth session, BENCH.md), exact (the HC tests pass).
+// The sum of squares of a stream: each vector's 8 squares in order, then the stream's vectors summed by
+// one warp (lanes strided, xor butterfly); down rows: a thread's columns in order, xor butterfly, the 8
+// warps in order. Other float32 orders than tma4's, as the tests' tolerances allow.
+constexpr int kHcRowsVecMax = kHcTagXn / 8 / kHcTmaThreads;  // 16-byte vectors of h a thread at most (8)
+constexpr int kHcRowsMax = 4;                             // down rows a block at most (else tma4)
+__device__ unsigned long long g_hc_rows_ticket[kHcTmaSlots];
+__device__ __align__(16) unsigned long long g_hc_tag_lora[kHcTmaSlots][kHcMaxRank];
+
+struct HcRowsPlan {
+  int rpb, ppb, n_down, slot, stop, clocks, spin;
+  int allow;    // QGATE_HC_ALLOW: where the next call may launch (hc_tma_allow)
+  int up_mode;  // QGATE_HC_UP: 2 up rows copied at entry, else once every thread has issued its input loads
+  int nw_pre;   // QGATE_HC_NWPRE: 1 the norm weight loaded before griddepcontrol.wait, 0 with the inputs
+  int sq_off, xmix_off, gate_off, loraf_off, down_off, up_off, smem;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Rows [0, C) of the block (clamped to nr - 1: computed, never used) against the thread's xn vectors.
+template <class T, int C, int kHcRowsVec>
+__device__ __forceinline__ void hc_rows_down(const uint4* down_v, const uint4 (&xv)[kHcRowsVec], int d_vec,
+                                             int nr, float (*red)[kHcTmaWarps]) {
+  const int tid = threadIdx.x;
+  float acc[C];
+#pragma unroll
+  for (int u = 0; u < C; ++u) acc[u] = 0.f;
+#pragma unroll
+  for (int k = 0; k < kHcRowsVec; ++k) {
+    const int v = tid + k * kHcTmaThreads;
+    if (v < d_vec) {
+#pragma unroll
+      for (int u = 0; u < C; ++u) acc[u] = hc_dot8<T>(down_v[min(u, nr - 1) * d_vec + v], xv[k], acc[u]);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < C; ++u) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], off);
+  }
+  if ((tid & 31) == 0) {
+#pragma unroll
+    for (int u = 0; u < C; ++u) red[u][tid >> 5] = acc[u];
+  }
+}
+#endif
+
+template <class T, int kHcRowsVec>  // kHcRowsVec: 16-byte vectors of h a thread (4: D <= 8192, 8)
+__global__ void __launch_bounds__(kHcTmaThreads, 2) hc_rows_kernel(HcArgs p, HcRowsPlan plan) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float red[kHcRowsMax][kHcTmaWarps];
+  __shared__ float ssq[kHcMaxStreams];
+  __shared__ unsigned long long ep_s;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int hc = p.hc;
+  const int rank = p.rank;
+  const int hs = static_cast<int>(p.hs);
+  const int hs_vec = hs / 8;
+  const int d_vec = hc * hs_vec;
+  const int64_t d = static_cast<int64_t>(hc) * hs;
+  const int r_vec = rank / 8;
+  const int b = blockIdx.x;
+  const int r0 = b * plan.rpb;
+  const int nr = max(0, min(plan.n_down, r0 + plan.rpb) - r0);
+  const int i0 = b * plan.ppb;
+  const int np = max(0, min(hs, i0 + plan.ppb) - i0);
+  unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem);
+  float* sqv = reinterpret_cast<float*>(smem + plan.sq_off);
+  float* xmix = reinterpret_cast<float*>(smem + plan.xmix_off);
+  float* gate = reinterpret_cast<float*>(smem + plan.gate_off);
+  float* loraf = reinterpret_cast<float*>(smem + plan.loraf_off);
+  const uint4* down_v = reinterpret_cast<const uint4*>(smem + plan.down_off);
+  const uint4* up_v = reinterpret_cast<const uint4*>(smem + plan.up_off);
+  const uint32_t bar_down = hc_smem_addr(bars);
+  const uint32_t bar_up = hc_smem_addr(bars + 1);
+  long long clk0 = clock64();
+  auto clk = [&](int point) {  // cycles since griddepcontrol.wait returned (point 0: since entry)
+    if (plan.clocks != 0 && tid == 0) {
+      const unsigned long long dt = static_cast<unsigned long long>(clock64() - clk0);
+      atomicMax(&g_hc_clk[plan.slot][point][0], dt);
+      atomicMin(&g_hc_clk[plan.slot][point][1], dt);
+    }
+  };
+
+  // 1. Weights at entry: lane 0 of warp 0 the block's down rows (one copy), lanes 1..hc the up rows.
+  if (warp == 0) {
+    const uint32_t down_bytes = static_cast<uint32_t>(nr) * static_cast<uint32_t>(d) * 2u;
+    const uint32_t up_bytes = static_cast<uint32_t>(np) * static_cast<uint32_t>(rank) * 2u;
+    if (lane == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_down) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_up) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      if (nr > 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_down), "r"(down_bytes)
+                     : "memory");
+      }
+      if (np > 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_up),
+                     "r"(up_bytes * static_cast<uint32_t>(hc))
+                     : "memory");
+      }
+    }
+    __syncwarp();
+    if (lane == 0 && nr > 0) {
+      hc_bulk_copy(hc_smem_addr(smem + plan.down_off), static_cast<const T*>(p.w_down) + static_cast<int64_t>(r0) * d,
+                   down_bytes, bar_down);
+    }
+  }
+  auto issue_up = [&]() {  // lanes 1..hc of warp 0, one copy a stream
+    if (warp == 0 && lane >= 1 && lane <= hc && np > 0) {
+      const int t = lane - 1;
+      hc_bulk_copy(hc_smem_addr(smem + plan.up_off) + static_cast<uint32_t>(t * plan.ppb * rank * 2),
+                   static_cast<const T*>(p.w_up) + (static_cast<int64_t>(t) * hs + i0) * rank,
+                   static_cast<uint32_t>(np) * static_cast<uint32_t>(rank) * 2u, bar_up);
+    }
+  };
+  const bool up_early = plan.up_mode == 2 || plan.stop == 5 || plan.stop == 6;
+  if (up_early) issue_up();
+  if (plan.allow == 1) allow_next_grid();
+  // The norm weight (static) into registers before the wait.
+  const T* __restrict__ nw = static_cast<const T*>(p.norm_weight);
+  uint4 nwr[kHcRowsVec];
+  auto load_nw = [&]() {
+#pragma unroll
+    for (int k = 0; k < kHcRowsVec; ++k) {
+      const int v = tid + k * kHcTmaThreads;
+      nwr[k] = make_uint4(0, 0, 0, 0);
+      if (v < d_vec) nwr[k] = load_x16(nw + static_cast<int64_t>(p.shared_norm_weight ? v % hs_vec : v) * 8);
+    }
+  };
+  if (plan.nw_pre) load_nw();
+  __syncthreads();  // the barriers' initialisation before anyone waits on them
+  if (plan.stop == 5) {
+    if (nr > 0) hc_bulk_wait(bar_down);
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+  wait_for_previous_grid();
+  clk(0);
+  clk0 = clock64();
+  if (plan.stop == 6) {
+    if (nr > 0) hc_bulk_wait(bar_down);
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+  if (tid == 0) ep_s = atomicAdd(&g_hc_rows_ticket[plan.slot], 1ull) / gridDim.x + 1;
+  if (plan.allow == 2) allow_next_grid();
+
+  // 2. Combine and norm of every stream (a thread's vectors v = tid + k * 256).
+  const T* __restrict__ h = static_cast<const T*>(p.h);
+  const T* __restrict__ o = static_cast<const T*>(p.block_output);
+  const T* __restrict__ inj = static_cast<const T*>(p.injection);
+  const bool combine = o != nullptr;
+  const bool o_once = hs_vec == kHcTmaThreads;  // a thread's vectors share one position of o
+  uint4 xr[kHcRowsVec];
+  uint4 orr[kHcRowsVec];
+  float injv[kHcRowsVec];
+#pragma unroll
+  for (int k = 0; k < kHcRowsVec; ++k) {
+    const int v = tid + k * kHcTmaThreads;
+    xr[k] = orr[k] = make_uint4(0, 0, 0, 0);
+    injv[k] = 0.f;
+    if (v < d_vec) {
+      xr[k] = load_x16(h + static_cast<int64_t>(v) * 8);
+      if (combine && (k == 0 || !o_once)) orr[k] = load_x16(o + static_cast<int64_t>(v % hs_vec) * 8);
+      if (combine && inj != nullptr) injv[k] = to_float(inj[v / hs_vec]);
+    }
+  }
+  if (!plan.nw_pre) load_nw();
+  if (!up_early) {
+    __syncthreads();  // every thread's input loads issued (not awaited) before the up rows queue
+    issue_up();
+  }
+  const int slice = (d_vec + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);  // h_out vectors a block
+#pragma unroll
+  for (int k = 0; k < kHcRowsVec; ++k) {
+    const int v = tid + k * kHcTmaThreads;
+    if (v < d_vec) {
+      T* x = reinterpret_cast<T*>(&xr[k]);
+      if (combine) {
+        const float c = inj != nullptr ? 2.0f * hc_tma_sigmoid(injv[k] / static_cast<float>(hc)) : 1.0f;
+        const uint4 o4 = o_once ? orr[0] : orr[k];
+        const T* ov = reinterpret_cast<const T*>(&o4);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float xo = to_float(ov[e]);
+          const float xh = to_float(x[e]);
+          x[e] = round_to(inj != nullptr ? fmaf(xo, c, xh) : xh + xo, T());
+        }
+        if (v / slice == b) *reinterpret_cast<uint4*>(static_cast<T*>(p.h_out) + static_cast<int64_t>(v) * 8) = xr[k];
+      }
+      float sq = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float xf = to_float(x[e]);
+        sq = fmaf(xf, xf, sq);
+      }
+      sqv[v] = sq;
+    }
+  }
+  __syncthreads();  // every thread's inputs have arrived
+  clk(1);
+  if (warp < hc) {
+    float t = 0.f;
+    for (int u = lane; u < hs_vec; u += 32) t += sqv[warp * hs_vec + u];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+    if (lane == 0) ssq[warp] = t;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kHcRowsVec; ++k) {
+    const int v = tid + k * kHcTmaThreads;
+    if (v < d_vec) {
+      const int s = v / hs_vec;
+      const int pv = v - s * hs_vec;
+      const float rrms = 1.0f / sqrtf(ssq[s] / static_cast<float>(hs) + p.eps);
+      xr[k] = hc_norm8<T>(xr[k], nwr[k], rrms);
+      if (pv * 8 + 8 > i0 && pv * 8 < i0 + np) {  // this block's mix positions
+        const T* x = reinterpret_cast<const T*>(&xr[k]);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int pos = pv * 8 + e - i0;
+          if (pos >= 0 && pos < np) xmix[pos * hc + s] = to_float(x[e]);
+        }
+      }
+    }
+  }
+  clk(2);
+  if (plan.allow == 0) allow_next_grid();
+  if (plan.stop == 1) {
+    if (nr > 0) hc_bulk_wait(bar_down);
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+
+  // 3. The block's down rows, whole: rounded, silu -> a tagged lora word; injection rows written.
+  if (nr > 0) {
+    hc_bulk_wait(bar_down);
+    clk(3);
+    if (nr <= 3) {  // 3 at the production shape (324 or 320 rows over 132 blocks)
+      hc_rows_down<T, 3, kHcRowsVec>(down_v, xr, d_vec, nr, red);
+    } else {
+      hc_rows_down<T, kHcRowsMax, kHcRowsVec>(down_v, xr, d_vec, nr, red);
+    }
+    __syncthreads();
+    if (tid < nr) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kHcTmaWarps; ++w) sum += red[tid][w];
+      const int r = r0 + tid;
+      const T raw = round_to(sum, T());
+      if (r < rank) {
+        const float x = to_float(raw) / static_cast<float>(hc);
+        const T l = round_to(x * hc_tma_sigmoid(x), T());
+        hc_tag_st(&g_hc_tag_lora[plan.slot][r], (ep_s << 32) | __float_as_uint(to_float(l)));
+      } else {
+        static_cast<T*>(p.injection_out)[r - rank] = raw;
+      }
+    }
+    clk(4);
+  }
+  if (plan.allow == 3) allow_next_grid();
+  if (plan.stop == 2) {
+    if (np > 0) hc_bulk_wait(bar_up);
+    return;
+  }
+
+  // 4. The lora values of every block (tagged words: spin until they name this call).
+  {
+    const unsigned long long ep = ep_s;
+    const unsigned long long t0 = hc_globaltimer();
+    const int ra = tid;
+    const int rb = tid + kHcTmaThreads;
+    bool pa = ra < rank;
+    bool pb = rb < rank;
+    while (pa || pb) {
+      const unsigned long long wa = pa ? hc_tag_ld(&g_hc_tag_lora[plan.slot][ra]) : 0ull;
+      const unsigned long long wb = pb ? hc_tag_ld(&g_hc_tag_lora[plan.slot][rb]) : 0ull;
+      if (pa && (wa >> 32) == ep) {
+        loraf[ra] = __uint_as_float(static_cast<uint32_t>(wa));
+        pa = false;
+      }
+      if (pb && (wb >> 32) == ep) {
+        loraf[rb] = __uint_as_float(static_cast<uint32_t>(wb));
+        pb = false;
+      }
+      if (pa || pb) {
+        if (hc_globaltimer() - t0 > 5000000000ull) __trap();
+        if (plan.spin > 0) __nanosleep(static_cast<unsigned>(plan.spin));
+      }
+    }
+  }
+  __syncthreads();
+  clk(5);
+
+  // 5. Up dots (8 threads a (position, stream) pair, two pairs a thread), gates, the mix (as v3).
+  if (np > 0) {
+    hc_bulk_wait(bar_up);
+    const int nq = np * hc;
+    const int sub = tid & 7;
+    const float4* lora_f = reinterpret_cast<const float4*>(loraf);
+    for (int q0 = 0; q0 < nq; q0 += kHcTmaThreads / 4) {
+      const int qa = q0 + (tid >> 3);
+      const int qb = qa + kHcTmaThreads / 8;
+      const int ca = qa < nq ? qa : 0;
+      const int cb = qb < nq ? qb : 0;
+      const uint4* row_a = up_v + (static_cast<int64_t>(ca % hc) * plan.ppb + ca / hc) * r_vec;
+      const uint4* row_b = up_v + (static_cast<int64_t>(cb % hc) * plan.ppb + cb / hc) * r_vec;
+      float ga = 0.f;
+      float gb = 0.f;
+      for (int v = sub; v < r_vec; v += 8) {
+        const float4 l0 = lora_f[2 * v];
+        const float4 l1 = lora_f[2 * v + 1];
+        ga = hc_dot8f<T>(row_a[v], l0, l1, ga);
+        gb = hc_dot8f<T>(row_b[v], l0, l1, gb);
+      }
+#pragma unroll
+      for (int off = 4; off > 0; off >>= 1) {
+        ga += __shfl_xor_sync(0xffffffffu, ga, off);
+        gb += __shfl_xor_sync(0xffffffffu, gb, off);
+      }
+      if (sub == 0 && qa < nq) gate[qa] = hc_tma_sigmoid(to_float(round_to(ga, T())));
+      if (sub == 0 && qb < nq) gate[qb] = hc_tma_sigmoid(to_float(round_to(gb, T())));
+    }
+    clk(6);
+    __syncthreads();
+    for (int pp = tid; pp < np; pp += kHcTmaThreads) {
+      float acc = 0.f;
+      for (int t = 0; t < hc; ++t) acc = fmaf(gate[pp * hc + t], xmix[pp * hc + t], acc);
+      static_cast<T*>(p.block_input)[i0 + pp] = round_to(acc / static_cast<float>(hc), T());
+    }
+    clk(7);
+  }
+#endif
+}
+
+// QGATE_HC_ROWS (read once per process): 1 runs v5 (hc_rows_kernel) where tma4 would run.
+inline bool hc_rows_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("QGATE_HC_ROWS");
+    return v != nullptr && std::atoi(v) != 0;
+  }();
+  return on;
+}
+// QGATE_HC_SPIN (read once per process): ns of __nanosleep between polls of tagged words (tma4, v5).
+inline int hc_spin_ns() {
+  static const int ns = [] {
+    const char* v = std::getenv("QGATE_HC_SPIN");
+    const int n = v != nullptr ? std::atoi(v) : 32;
+    return n >= 0 && n <= 10000 ? n : 32;
+  }();
+  return ns;
+}
+
+// QGATE_HC_ALLOW (read once per process): where tma4 and v5 let the next call launch
+// (griddepcontrol.launch_dependents): 0 after the norm (the ninth session's tma4), 1 at entry (before
+// the wait), 2 right after the wait, 3 after the down rows (default: H200, tenth session, 6.66-6.98 us
+// against 6.93-7.40 with 0 in the same call; 1 and 2 slower, BENCH.md). Earlier, the next call's
+// weight copies (10.8 MB) queue ahead of this call's loads in the memory system.
+inline int hc_tma_allow() {
+  static const int a = [] {
+    const char* v = std::getenv("QGATE_HC_ALLOW");
+    const int m = v != nullptr ? std::atoi(v) : 3;
+    return m >= 0 && m <= 3 ? m : 3;
+  }();
+  return a;
+}
+// QGATE_HC_NWPRE (v5, read once per process): 1 loads the norm weight before griddepcontrol.wait.
+inline int hc_rows_nw_pre() {
+  static const int a = [] {
+    const char* v = std::getenv("QGATE_HC_NWPRE");
+    return v != nullptr && std::atoi(v) != 0 ? 1 : 0;
+  }();
+  return a;
+}
+
+inline bool plan_hc_rows(const HcArgs& p, int sms, HcRowsPlan* plan) {
+  if (sms <= 0 || p.hc < 1 || p.hc > kHcMaxStreams || p.hc > kHcTmaWarps || p.rank > kHcMaxRank ||
+      p.rank > 2 * kHcTmaThreads) {
+    return false;
+  }
+  const int64_t d = static_cast<int64_t>(p.hc) * p.hs;
+  if (d > kHcTagXn) return false;  // kHcRowsVec vectors a thread
+  const int n_down = p.rank + (p.use_combine ? p.hc : 0);
+  const int64_t rpb = (n_down + sms - 1) / sms;
+  if (rpb > kHcRowsMax) return false;
+  const int64_t ppb = (p.hs + sms - 1) / sms;
+  auto up16 = [](int64_t x) { return (x + 15) / 16 * 16; };
+  HcRowsPlan q{};
+  q.rpb = static_cast<int>(rpb);
+  q.ppb = static_cast<int>(ppb);
+  q.n_down = n_down;
+  int64_t off = 128;  // mbarriers
+  q.sq_off = static_cast<int>(off);
+  off += up16(d / 8 * 4);
+  q.xmix_off = static_cast<int>(off);
+  off += up16(ppb * p.hc * 4);
+  q.gate_off = static_cast<int>(off);
+  off += up16(ppb * p.hc * 4);
+  q.loraf_off = static_cast<int>(off);
+  off += up16(static_cast<int64_t>(p.rank) * 4);
+  off = (off + 127) / 128 * 128;
+  q.down_off = static_cast<int>(off);
+  off += rpb * d * 2;
+  q.up_off = static_cast<int>(off);
+  off += ppb * p.hc * p.rank * 2;
+  if (off > kHcTmaMaxSmem || rpb * d * 2 >= (1 << 20) || ppb * p.hc * p.rank * 2 >= (1 << 20)) return false;
+  q.smem = static_cast<int>(off);
+  *plan = q;
+  return true;
+}
+
+// cudaErrorNotSupported where v5 does not apply (the caller then runs tma4).
+template <class T, int kVec>
+cudaError_t launch_hc_rows_vec(const HcArgs& p, int sms, int stop, int clocks, cudaStream_t stream) {
+  static bool attr_set[64] = {};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= 64) return cudaErrorNotSupported;
+  if (!attr_set[device]) {
+    int per_sm = 0;
+    if ((err = cudaFuncSetAttribute(hc_rows_kernel<T, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize, kHcTmaMaxSmem)) !=
+        cudaSuccess) {
+      return err;
+    }
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, hc_rows_kernel<T, kVec>, kHcTmaThreads,
+                                                             static_cast<size_t>(kHcTmaMaxSmem))) != cudaSuccess) {
+      return err;
+    }
+    if (per_sm < 1) return cudaErrorNotSupported;
+    attr_set[device] = true;
+  }
+  HcRowsPlan plan{};
+  if (!plan_hc_rows(p, sms, &plan)) return cudaErrorNotSupported;
+  static std::atomic<unsigned> next_slot{0};
+  plan.slot = static_cast<int>(next_slot.fetch_add(1, std::memory_order_relaxed) % kHcTmaSlots);
+  plan.stop = stop;
+  plan.clocks = clocks;
+  plan.spin = hc_spin_ns();
+  plan.allow = hc_tma_allow();
+  plan.up_mode = hc_tma_up_mode();
+  plan.nw_pre = hc_rows_nw_pre();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(sms));
+  config.blockDim = dim3(kHcTmaThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(plan.smem);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = hc_tma_pdl() ? 1 : 0;
+  err = cudaLaunchKernelEx(&config, hc_rows_kernel<T, kVec>, p, plan);
+  if (err != cudaSuccess || plan.clocks == 0 || plan.slot % 8 != 0) return err;
+  hc_tma_clk_print<<<1, 1, 0, stream>>>(5, plan.slot);
+  return cudaGetLastError();
+}
+
+template <class T>
+cudaError_t launch_hc_rows_typed(const HcArgs& p, int sms, int stop, int clocks, cudaStream_t stream) {
+  if (static_cast<int64_t>(p.hc) * p.hs <= 4 * 8 * kHcTmaThreads) return launch_hc_rows_vec<T, 4>(p, sms, stop, clocks, stream);
+  return launch_hc_rows_vec<T, kHcRowsVecMax>(p, sms, stop, clocks, stream);
+}
+
 // cudaErrorNotSupported where the path does not apply (not sm_90+, weights not 16-byte aligned,
 // shared memory over kHcTmaMaxSmem, no resident block): the caller runs the three kernels then.
 template <class T, int kVer>
@@ -917,6 +1410,14 @@ cudaError_t launch_hc_tma_typed(const HcArgs& p, int stop, cudaStream_t stream) 
   }();
   plan.clocks = kVer >= 3 ? clocks : 0;
   if (kVer >= 4 && static_cast<int64_t>(p.hc) * p.hs > kHcTagXn) return cudaErrorNotSupported;
+  if constexpr (kVer == 4) {
+    if (hc_rows_mode()) {  // v5 where it applies, else tma4
+      err = launch_hc_rows_typed<T>(p, sms, stop, clocks, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
+  }
+  plan.spin = hc_spin_ns();
+  plan.allow = hc_tma_allow();
   static std::atomic<unsigned> next_slot{0};
   plan.slot = static_cast<int>(next_slot.fetch_add(1, std::memory_order_relaxed) % kHcTmaSlots);
   plan.stop = stop;
