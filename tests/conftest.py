@@ -15,15 +15,37 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
+# The engine-starting modules, costliest first (measured seconds of one worker, 2 cores, nox -s tests):
+# under `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in
+# this order, so the long ones start first and the short ones fill the ends (longest first is the
+# usual greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
+ENGINE_MODULES_BY_COST = (
+    "test_plugin_vllm.py",  # ~200 s: two compiled multi-process starts, the GDN model's two, two more
+    "test_stop_signals.py",  # ~165 s: six multi-process starts
+    "test_compare_cli.py",  # ~110 s: the A/A and 25 % runs (the 2 % run is `timing`: not here)
+    "test_ablate_vllm.py",  # ~75 s: five in-process starts with slowed arms
+    "test_plugin_qwen4exp.py",  # ~65 s
+    "test_speed_e2e.py",  # ~50 s: the shared speed run
+    "test_quality_e2e.py",  # ~50 s
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The engine-starting tests first (stable: file order kept). Under `pytest -n 2 --dist loadscope`
-    (nox -s tests) a module is one unit of work, sent to the workers in this order, so a long module
-    does not start last while the other worker idles, and a module's shared run (its module-scoped
-    fixtures; test_stop_signals' stages in file order) is made once, on one worker. loadscope, not
-    xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer reads
-    (measured: a marked group's fixture was set up on both workers)."""
-    items.sort(key=lambda item: item.get_closest_marker("vllm") is None)
+    """The engine-starting modules first, costliest first (stable: file order kept within a module).
+
+    Under `pytest -n 2 --dist loadscope` (nox -s tests) a module is one unit of work, so a module's
+    shared run (its module-scoped fixtures; test_stop_signals' stages in file order) is made once, on
+    one worker. xdist reorders the units by their number of tests unless `--no-loadscope-reorder` is
+    given (noxfile passes it): by that count the one-test ablation module went last, alone. loadscope,
+    not xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer
+    reads (measured: a marked group's fixture was set up on both workers)."""
+    rank = {name: i for i, name in enumerate(ENGINE_MODULES_BY_COST)}
+
+    def key(item: pytest.Item) -> tuple[int, bool]:  # a listed module's items stay together
+        return (rank.get(item.path.name, len(rank)), item.get_closest_marker("vllm") is None)
+
+    items.sort(key=key)
 
 
 # vLLM's engine core and worker inside the engine child's own process, with one torch thread (what

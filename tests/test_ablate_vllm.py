@@ -33,20 +33,21 @@ CANDIDATE_ENV = {
 
 def ablation_contract(tmp: Path) -> Path:
     # 5 reps, not 3: 3 v 3 samples can never reach alpha 0.05 (smallest exact Mann-Whitney p is 0.1).
-    path = small_contract(tmp, "ablate-cpu.yaml", output_tokens=32, repetitions=5)
+    path = small_contract(tmp, "ablate-cpu.yaml", output_tokens=12, repetitions=5)
     data = yaml.safe_load(path.read_text())
     data["name"] = "ablate-cpu"
-    # A 3 ms sleep per GEMV call (~27 ms more per token on the tiny model's 9 routed layers, against
-    # ~1-2 ms a token for the in-process engine) dwarfs what other processes on a 2-core machine do to
-    # one engine start (multi-process engine, 1 ms: a placebo arm ran 56 % slower than the control). Not
-    # beside another engine: with the other xdist worker's engines on the cores the sleeps woke late by
-    # up to ~10 ms a token in one arm, as large as the placebo bound (so the test is marked `timing`).
-    # 5 ms and 64 tokens cost 17 s of sleep per slowed arm, three of them per test. Set in both arms:
-    # the base, not a factor; only the slowed implementation reads it.
+    # A 12 ms sleep per GEMV call: ~108 ms more per token on the tiny model's 9 routed layers, against
+    # ~1-2 ms a token for the in-process engine. What another engine on the 2 cores (the other xdist
+    # worker) does to this test is wake the sleeps late: measured up to ~10 ms a token in one arm at 9
+    # sleeps a token (~1.2 ms a sleep), as large as the placebo bound when the sleep was 3 ms (27 ms a
+    # token, bound 9 ms). The bound scales with the sleep, the lateness with the number of sleeps: at
+    # 12 ms the bound is 36 ms a token, 4 ms of lateness a sleep, so the test runs beside the other
+    # worker (not marked `timing`). 12 tokens keep the sleep at ~8 s per slowed arm (three of them).
+    # Set in both arms: the base, not a factor; only the slowed implementation reads it.
     # The in-process engine (conftest) in both arms too: five engine starts, and the subject is the
     # attribution of a measured slowdown, not vLLM's process layout.
     for arm in ("control", "candidate"):
-        data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "3"
+        data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "12"
         data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
     # The test is about attributing a ~-90 % effect, not about the CV gate (tested on its own): a
@@ -57,7 +58,6 @@ def ablation_contract(tmp: Path) -> Path:
 
 
 @pytest.mark.vllm
-@pytest.mark.timing
 def test_real_ablation_blames_the_slowed_route_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
