@@ -41,12 +41,16 @@ class Tolerance(_Strict):
 # float32): a rounding apart, so a few ULPs. The HC route rounds three intermediates to the
 # activation dtype (down, lora, gate) as vLLM does: one gate element a rounding apart moves
 # block_input by up to |xn| ulp(gate) / (4 HC), which where the streams cancel (block_input near
-# the floor max / 1024 of the ULP measure) reads as up to ~17 ULPs (H200: 16.5 fp16, 16 bf16; the
-# same against vLLM's own Triton kernels, 99.4 % of the elements bitwise). The top-k is exact by
-# definition.
+# the floor max / 1024 of the ULP measure) reads as up to ~17 ULPs, and a lora element a rounding
+# apart moves many gate elements at once. The bound is set from the spread of a valid implementation
+# of the same math, the unfused torch sequence, against the reference (tools/hc_ulp_spread.py, CPU,
+# 1500 draws per dtype and op at the production shape): fp16 mix median 1, p99 24, max 66 ULP;
+# 11 of 9000 draws over 32, one over 64, none over 128. At 32 (the bound until the tenth session)
+# that sequence fails a 20-trial screen case about one time in ten (the route did once on the H200:
+# fp16 final, 33). The top-k is exact by definition.
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     ROUTE_GEMV: Tolerance(max_ulp=2),
-    ROUTE_HC: Tolerance(max_ulp=32),
+    ROUTE_HC: Tolerance(max_ulp=128),
     ROUTE_GDN: Tolerance(max_ulp=2),
     ROUTE_TOPK: Tolerance(max_ulp=0, max_abs_diff=0.0, min_bitwise_fraction=1.0),
 }
