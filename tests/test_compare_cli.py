@@ -294,6 +294,13 @@ def test_real_2_percent_slowdown_at_a_2_percent_margin_is_inconclusive(tmp_path:
     settle a 2 % margin either way (a CI run on it: PASS), so that engine would test another question.
     Two starts per arm, not one: the reps of one multi-process start can be as steady (one start per
     arm beside another xdist worker: PASS), the spread between starts is what the margin cannot beat.
+
+    The busy wait's cost in the multi-process engine is not fixed: runs of this test measured -2.85,
+    -2.12 and +0.94 % but once (a fresh-clone CI run) -17.6 %, the candidate's reps at 451-684 tok/s
+    against the control's 735-802, and there FAIL is the right verdict. So the test asserts what must
+    hold for any realized effect: never PASS; INCONCLUSIVE with a sample size while the measured change
+    is within 5 % of no change; FAIL only with the whole CI of the ratio below 0.98 and a measured
+    slowdown beyond 5 %.
     """
     contract = _real_contract(
         tmp_path,
@@ -309,10 +316,15 @@ def test_real_2_percent_slowdown_at_a_2_percent_margin_is_inconclusive(tmp_path:
     contract.write_text(yaml.safe_dump(data, sort_keys=False))
     code, record, stdout = _run_and_compare(tmp_path, contract)
     _print_figures("real 2 % slowdown, 2 x 4, margin 2 %", record)
-    assert record["verdict"] == "INCONCLUSIVE" and code == 4, record["reasons"]
-    ni = record["figures"]["non_inferiority"]
-    assert ni["outcome"] == "undecided" and "per arm" in ni["sample_size"]
-    assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
+    change, ni = record["figures"]["throughput_change_pct"], record["figures"]["non_inferiority"]
+    if change > -5.0:  # the slowdown is at the margin: the data can decide neither way
+        assert record["verdict"] == "INCONCLUSIVE" and code == 4, record["reasons"]
+        assert ni["outcome"] == "undecided" and "per arm" in ni["sample_size"]
+        assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
+    else:  # the wait cost far more than its length in this run: beyond the margin, shown by the CI
+        assert record["verdict"] in ("FAIL", "INCONCLUSIVE") and code in (1, 4), record["reasons"]
+        if record["verdict"] == "FAIL":
+            assert ni["outcome"] == "inferior" and record["stats"]["decode_tok_s"]["t_ci_high"] < 0.98
 
 
 # ---- the SM70 Qwen3.8 kernel PR's numbers on the production contract (issue 16) -------------------------
