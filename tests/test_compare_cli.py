@@ -204,8 +204,8 @@ def _slow_step_env(delay_ms: float) -> dict[str, str]:
 # overlaps the model step with the output processing of the previous one, so a wait cost less than its
 # length and depended on the load (0.5 ms: -8.7 % quiet to -24 % at load ~4). The in-process engine
 # these tests run (conftest.IN_PROCESS_ENGINE) decodes the tiny model at ~900-1000 tok/s (~1 ms a token)
-# with nothing to overlap: 1.0 ms is "at least 25 %" (about -50 %), 0.03 ms about -3 %. The 2 % test
-# runs the multi-process engine (its docstring says why), where 0.03 ms is a slowdown of a few percent.
+# with nothing to overlap: 1.0 ms is "at least 25 %" (about -50 %), 0.03 ms about -3 %. The 2 % margin test
+# runs the multi-process engine, where the effect of 0.03 ms is not fixed, not even in sign (its docstring).
 STEP_MS_25 = 1.0
 STEP_MS_2 = 0.03
 
@@ -284,23 +284,19 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
 
 @pytest.mark.vllm
 @pytest.mark.timing
-def test_real_2_percent_slowdown_at_a_2_percent_margin_is_inconclusive(tmp_path: Path) -> None:
-    """A ~2 % slowdown with the smoke contract's noise, at the production contract's 2 % margin: the data
-    can show neither non-inferiority nor a slowdown beyond the margin. INCONCLUSIVE, exit 4, and a
-    sample-size estimate in the report.
+def test_real_run_at_a_2_percent_margin_follows_its_ci(tmp_path: Path) -> None:
+    """A real run at the production contract's 2 % margin, with the smoke contract's launch noise: the
+    verdict is the one its own Welch-t CI of the decode ratio gives against 0.98 (PASS only when the
+    whole interval is above, FAIL when it is below, else INCONCLUSIVE with a sample-size estimate in
+    the record and the report), and the exit code follows.
 
-    Own multi-process engine starts (about 12 s more each than in-process): the premise is the smoke
-    contract's launch noise. The in-process engine is so steady (launch CV 2-4 %) that 2 x 4 reps can
-    settle a 2 % margin either way (a CI run on it: PASS), so that engine would test another question.
-    Two starts per arm, not one: the reps of one multi-process start can be as steady (one start per
-    arm beside another xdist worker: PASS), the spread between starts is what the margin cannot beat.
-
-    The busy wait's cost in the multi-process engine is not fixed: runs of this test measured -2.85,
-    -2.12 and +0.94 % but once (a fresh-clone CI run) -17.6 %, the candidate's reps at 451-684 tok/s
-    against the control's 735-802, and there FAIL is the right verdict. So the test asserts what must
-    hold for any realized effect: never PASS; INCONCLUSIVE with a sample size while the measured change
-    is within 5 % of no change; FAIL only with the whole CI of the ratio below 0.98 and a measured
-    slowdown beyond 5 %.
+    The candidate busy-waits 0.03 ms before each model step. It was meant as a known ~2 % slowdown, but
+    in the multi-process engine its effect is not fixed, not even in sign: runs of this test measured
+    -2.85, -2.12 and +0.94 %, and fresh-clone CI runs -17.6 % (FAIL, CI [0.74, 0.91]) and +18.8 % (PASS,
+    CI [1.07, 1.32]), each consistent across its two interleaved starts per arm. So the test asserts
+    what holds for any realized effect; calibration against known effects is test_stats' simulations
+    and the 25 % test here. Own multi-process starts (two per arm), alone (`timing`): the figures and
+    the sample-size estimate are then this machine's own launch noise.
     """
     contract = _real_contract(
         tmp_path,
@@ -315,16 +311,21 @@ def test_real_2_percent_slowdown_at_a_2_percent_margin_is_inconclusive(tmp_path:
     data["speed"]["gates"]["max_decode_regression_pct"] = 2
     contract.write_text(yaml.safe_dump(data, sort_keys=False))
     code, record, stdout = _run_and_compare(tmp_path, contract)
-    _print_figures("real 2 % slowdown, 2 x 4, margin 2 %", record)
-    change, ni = record["figures"]["throughput_change_pct"], record["figures"]["non_inferiority"]
-    if change > -5.0:  # the slowdown is at the margin: the data can decide neither way
-        assert record["verdict"] == "INCONCLUSIVE" and code == 4, record["reasons"]
-        assert ni["outcome"] == "undecided" and "per arm" in ni["sample_size"]
-        assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
-    else:  # the wait cost far more than its length in this run: beyond the margin, shown by the CI
-        assert record["verdict"] in ("FAIL", "INCONCLUSIVE") and code in (1, 4), record["reasons"]
-        if record["verdict"] == "FAIL":
-            assert ni["outcome"] == "inferior" and record["stats"]["decode_tok_s"]["t_ci_high"] < 0.98
+    _print_figures("real run, 2 x 4, margin 2 %", record)
+    ni, decode = record["figures"]["non_inferiority"], record["stats"]["decode_tok_s"]
+    low, high = decode["t_ci_low"], decode["t_ci_high"]
+    outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
+    assert ni["outcome"] == outcome, (low, high, ni)
+    assert code == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}[record["verdict"]]
+    if outcome == "shown":
+        assert record["verdict"] == "PASS", record["reasons"]
+    elif outcome == "inferior":
+        assert record["verdict"] == "FAIL", record["reasons"]
+    else:  # FAIL only through another gate, never on this CI
+        assert record["verdict"] in ("INCONCLUSIVE", "FAIL"), record["reasons"]
+        assert "per arm" in ni["sample_size"]
+        if record["verdict"] == "INCONCLUSIVE":
+            assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
 
 
 # ---- the SM70 Qwen3.8 kernel PR's numbers on the production contract (issue 16) -------------------------
