@@ -381,3 +381,269 @@ def test_arm_figures_a_broken_rep_voids_the_figures_over_it() -> None:
     assert figs["decode_tok_s"] == [50.0, None, 48.0]
     assert figs["decode_tok_s_mean"] is None and figs["decode_tok_s_min"] is None
     assert np.isnan(rep_values({"reps": reps}, "decode_tok_s")[1])
+
+
+# ---- issue 29: exact computations without overflow, the smallest count, sample sd, the floor -------
+
+
+def test_no_overflow_and_no_traceback_at_10000_reps_per_arm() -> None:
+    """C(2n, n) overflows a float from n = 515: the smallest p is computed in log space, and the whole
+    comparison runs at 10,000 reps per arm (normal-approximation Mann-Whitney, chunked bootstrap)."""
+    assert 0 <= min_attainable_p(515, 515) < 1e-300 and min_attainable_p(4, 4) == pytest.approx(2 / 70)
+    assert min_attainable_p(10_000, 10_000) == 0.0
+    rng = np.random.default_rng(29)
+    ctrl, cand = rng.normal(100, 2, 10_000), rng.normal(100, 2, 10_000)
+    rec = compare_samples(ctrl, cand, StatsConfig(bootstrap_resamples=200))
+    assert rec.verdict == NO_CHANGE and rec.mwu_method.startswith("asymptotic")
+    assert rec.ci_low < 1 < rec.ci_high and rec.t_ci_low < 1 < rec.t_ci_high
+
+
+def test_contract_with_thousands_of_reps_validates(tmp_path: Path) -> None:
+    from qgate.contract import load_contract
+
+    data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
+    data["speed"].update(repetitions=1000, launches=10)
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_contract(path).contract.speed.repetitions == 1000
+
+
+def test_sample_size_is_the_smallest_count_meeting_its_criterion() -> None:
+    """Over a grid, n meets the criterion and n - 1 does not (the fixed-point loop returned its last value,
+    above the smallest at 260 of 1,440 grid points)."""
+
+    def meets(n: int, cv2: float, delta: float, alpha: float, power: float) -> bool:
+        df = 2.0 * (n - 1)
+        return n * delta**2 >= cv2 * (sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) ** 2
+
+    checked = 0
+    for cv in (0.3, 1.0, 2.0, 5.0, 15.0):
+        for margin in (1.0, 2.0, 5.0, 10.0):
+            for ratio in (1.0, 0.995, 1.01):
+                for alpha in (0.05, 0.01):
+                    n = units_for_non_inferiority(cv, cv, margin, alpha, true_ratio=ratio)
+                    if n is None:
+                        continue
+                    cv2 = 2 * (cv / 100) ** 2
+                    delta = math.log(ratio) - math.log(1 - margin / 100)
+                    assert meets(n, cv2, delta, alpha, 0.8)
+                    assert n == 2 or not meets(n - 1, cv2, delta, alpha, 0.8), (cv, margin, ratio, alpha, n)
+                    checked += 1
+    assert checked > 100
+
+
+def test_cv_uses_the_sample_sd() -> None:
+    ctrl, cand = [100.0, 102.0, 98.0, 101.0, 99.0], [100.5, 101.5, 99.5, 100.0, 98.5]
+    rec = compare_samples(ctrl, cand, CFG)
+    assert rec.control.std == pytest.approx(float(np.std(ctrl, ddof=1)))
+    assert rec.control.cv_pct == pytest.approx(100 * np.std(ctrl, ddof=1) / np.mean(ctrl))
+    out = decide_batch(np.array([ctrl]), np.array([cand]), CFG)
+    assert out["cv_control"][0] == pytest.approx(rec.control.cv_pct)
+
+
+@pytest.mark.parametrize("reps", [5, 10, 20])
+def test_floor_on_the_mean_fails_at_most_alpha_over_2_one_sd_above_it(reps: int) -> None:
+    """A candidate 1 sd (of a rep) above min_decode_tok_s: the floor gate (the mean's Welch-t upper bound
+    below the floor) FAILs <= alpha/2 at any rep count; the old every-rep rule fails more often the more
+    reps it runs. One 1 sd below the floor is caught with the printed power."""
+    from qgate.stats import mean_interval
+
+    rng = np.random.default_rng(2900 + reps)
+    floor, sd, alpha = 80.0, 0.44, 0.05
+    fails, power = [], []
+    for mean in (floor + sd, floor - sd):
+        x = rng.normal(mean, sd, (DRAWS, reps))
+        v = arm_variance(x)
+        _, high = mean_interval(v["mean"], v["var_of_mean"], v["df"], alpha)
+        (fails if mean > floor else power).append(float(np.mean(high < floor)))
+        if mean > floor:
+            old = float(np.mean(np.any(x < floor, axis=1)))
+    print(
+        f"\nfloor, {reps} reps, 1 sd above: mean-bound FAIL {fails[0]:.4f} (every-rep rule {old:.3f}); "
+        f"1 sd below: caught {power[0]:.3f}"
+    )
+    assert fails[0] <= alpha / 2 + _mc(alpha / 2, DRAWS)
+    assert old > 0.5 if reps >= 20 else old > 0.1
+    assert power[0] > {5: 0.3, 10: 0.7, 20: 0.95}[reps]
+
+
+# ---- issue 29: the advice, followed, decides ----------------------------------------------------------
+
+
+def _gate_verdicts(
+    ctrl: np.ndarray, cand: np.ndarray, cfg: StatsConfig, launches: int, margin: float, floor: float | None
+) -> tuple[np.ndarray, dict]:
+    """Per row 'P' / 'F' / 'I': the speed gates that read the decode statistics (qgate.verdict: no
+    significant regression, the margin's bound, the conclusive-comparison gate, the mean floor)."""
+    from qgate.stats import mean_interval
+
+    out = decide_batch(ctrl, cand, cfg, launches=launches)
+    f = 1 - margin / 100
+    vt = out["var_candidate"]
+    low, high = mean_interval(vt["mean"], vt["var_of_mean"], vt["df"], cfg.alpha)
+    fail = (out["code"] == VERDICTS.index(REGRESSED)) | (out["t_ci_high"] < f)
+    undecided = (out["code"] == VERDICTS.index(INCONCLUSIVE)) | (out["t_ci_low"] < f)
+    if floor is not None:
+        fail |= high < floor
+        undecided |= low < floor
+    return np.where(fail, "F", np.where(undecided, "I", "P")), out
+
+
+def _advice_for_row(out: dict, i: int, ctrl: np.ndarray, cand: np.ndarray, launches: int, speed: dict,
+                    floor: float | None):  # fmt: skip
+    from qgate.stats import advise_units
+
+    units = launches if launches > 1 else ctrl.shape[1]
+    reps_per_unit = ctrl.shape[1] // units
+    vc, vt = out["var_control"], out["var_candidate"]
+    cv_unit = [100 * math.sqrt(v["var_of_mean"][i] * units) / v["mean"][i] for v in (vc, vt)]
+    floor_z = None
+    if floor is not None:
+        floor_z = (vt["mean"][i] - floor) / (cv_unit[1] / 100 * vt["mean"][i])
+    return advise_units(
+        ratio=float(out["ratio"][i]), cv_unit_c=cv_unit[0], cv_unit_t=cv_unit[1],
+        cv_rep_c=float(out["cv_control"][i]), cv_rep_t=float(out["cv_candidate"][i]),
+        reps_per_unit=reps_per_unit, margin_pct=speed["margin"], alpha=speed["alpha"],
+        max_cv_pct=speed["max_cv"], units_now=units, min_units=speed["min_units"], floor_z=floor_z,
+        df_c=float(vc["df"][i]), df_t=float(vt["df"][i]),
+    )  # fmt: skip
+
+
+PRODUCTION = {"launches": 1, "reps": 5, "margin": 2.0, "alpha": 0.05, "min_effect": 2.0, "max_cv": 5.0,
+              "min_units": 5}  # fmt: skip
+CPU = {"launches": 3, "reps": 4, "margin": 10.0, "alpha": 0.05, "min_effect": 5.0, "max_cv": 25.0,
+       "min_units": 3}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "speed", "within", "between", "ratio", "floor"),
+    [
+        ("production, CV 2 %, as fast", PRODUCTION, 0.02, 0.0, 1.0, None),
+        ("production, CV 0.5 %, 1 % slower", PRODUCTION, 0.005, 0.0, 0.99, None),
+        ("production, CV 3 %, 1 % faster", PRODUCTION, 0.03, 0.0, 1.01, None),
+        ("production, CV 1 %, floor 1.5 sd under the mean", PRODUCTION, 0.01, 0.0, 1.0, 98.5),
+        ("CPU smoke, within 5 %, launches 5 %, as fast", CPU, 0.05, 0.05, 1.0, None),
+        ("CPU smoke, within 5 %, launches 10 %, 5 % slower", CPU, 0.05, 0.10, 0.95, None),
+    ],
+)
+def test_advice_followed_decides_at_least_80_percent(
+    name: str, speed: dict, within: float, between: float, ratio: float, floor: float | None
+) -> None:
+    """A first run at the contract's size; for every INCONCLUSIVE one, the advice from its data; a fresh
+    run of the advised size decides (PASS or FAIL) in >= 80 % of the followed advice. The advice is never
+    fewer units than were run nor than the contract asks, and capped runs are counted and printed."""
+    rng = np.random.default_rng(2929 + len(name))
+    cfg = StatsConfig(alpha=speed["alpha"], min_effect_pct=speed["min_effect"], max_cv_pct=speed["max_cv"],
+                      bootstrap_resamples=200)  # fmt: skip
+    launches, reps, trials = speed["launches"], speed["reps"], 400
+    ctrl, cand = _launch_sim(rng, trials, launches, reps, within, between, ratio)
+    first, out = _gate_verdicts(ctrl, cand, cfg, launches, speed["margin"], floor)
+    advised: dict[int, int] = {}
+    capped = 0
+    for i in np.flatnonzero(first == "I"):
+        a = _advice_for_row(out, int(i), ctrl, cand, launches, speed, floor)
+        if a.units is None:
+            capped += 1
+            assert a.text.startswith("no run of up to")
+            continue
+        assert a.units >= max(launches if launches > 1 else reps, speed["min_units"])
+        advised[a.units] = advised.get(a.units, 0) + 1
+    decided = followed = 0
+    for units, count in sorted(advised.items()):
+        if launches > 1:
+            c2, t2 = _launch_sim(rng, count, units, reps, within, between, ratio)
+        else:
+            c2, t2 = _launch_sim(rng, count, 1, units, within, between, ratio)
+        v, _ = _gate_verdicts(c2, t2, cfg, units if launches > 1 else 1, speed["margin"], floor)
+        decided += int(np.sum(v != "I"))
+        followed += count
+    sizes = sorted(u for u, c in advised.items() for _ in range(c))
+    median = sizes[len(sizes) // 2] if sizes else None
+    rate = decided / followed if followed else float("nan")
+    print(
+        f"\nadvice, {name}: first run INCONCLUSIVE {np.mean(first == 'I'):.3f}; followed {followed}, "
+        f"decided {rate:.3f}, median advice {median} units; capped {capped}"
+    )
+    assert followed >= 20
+    assert rate >= 0.8
+
+
+# ---- issue 29: the quality power, exact and order-invariant; its seeds advice decides -----------------
+
+
+def _quality_items(outcomes: np.ndarray, seeds: list[int], numbering: list[int]) -> list[dict]:
+    """Item records (qgate.quality.paired) from outcomes [seeds, items]; item j is numbered numbering[j]."""
+    return [
+        {
+            "index": numbering[j],
+            "seed": seed,
+            "raw_correct": bool(ok),
+            "strict_correct": bool(ok),
+            "gold": "1",
+        }
+        for s, seed in enumerate(seeds)
+        for j, ok in enumerate(outcomes[s])
+    ]
+
+
+def test_quality_power_is_exact_and_the_verdict_does_not_depend_on_item_order() -> None:
+    """The exact power agrees with a 40,000-trial simulation of the rule; renumbering the items changes no
+    verdict, power or advice (the Monte-Carlo power flipped 6 % of verdicts at 5 seeds)."""
+    from qgate.quality.calibration import STRONG_MODEL_P, _broken_mask, _draw, new_rule, power
+    from qgate.quality.paired import paired_test
+
+    p = np.asarray(STRONG_MODEL_P)
+    rng = np.random.default_rng(2929)
+    for seeds in (3, 5):
+        ctrl = _draw(rng, p, 40_000, seeds)
+        cand = _draw(rng, p, 40_000, seeds) & ~_broken_mask(rng, 40_000, p.size, 2)[:, None, :]
+        simulated = float(new_rule(ctrl, cand, 0.05)[0].mean())
+        assert power(p, seeds, 2, 0.05) == pytest.approx(simulated, abs=_mc(simulated, 40_000) + 1e-3)
+    seeds = [1, 2, 3, 4, 5]
+    flips = 0
+    for trial in range(60):
+        c, t = _draw(rng, p, 1, 5)[0], _draw(rng, p, 1, 5)[0]
+        order = list(range(p.size))
+        other = list(rng.permutation(100)[: p.size])
+        a = paired_test(_quality_items(c, seeds, order), _quality_items(t, seeds, order), seeds, 0.05)
+        b = paired_test(_quality_items(c, seeds, other), _quality_items(t, seeds, other), seeds, 0.05)
+        assert (a.verdict, a.power, a.seeds_for_power) == (b.verdict, b.power, b.seeds_for_power), trial
+        flips += a.verdict != b.verdict
+    assert flips == 0
+
+
+@pytest.mark.parametrize("first_seeds", [1, 3, 5])
+def test_quality_seeds_advice_followed_decides_at_least_80_percent(first_seeds: int) -> None:
+    """A correct candidate on the strong model's spread: a first run of `first_seeds` seeds, for each
+    INCONCLUSIVE one the advised seeds (from its control's rates), a fresh run of that many: it decides
+    (FAIL, or PASS with the power reached) in >= 80 % of the followed advice."""
+    from qgate.quality.calibration import STRONG_MODEL_P, _draw, new_rule, power
+    from qgate.quality.paired import planning_rates, seeds_for_power
+
+    p, alpha = np.asarray(STRONG_MODEL_P), 0.05
+    rng = np.random.default_rng(2930 + first_seeds)
+    trials = 150
+    ctrl, cand = _draw(rng, p, trials, first_seeds), _draw(rng, p, trials, first_seeds)
+    fail, _ = new_rule(ctrl, cand, alpha)
+    decided, advised, cache = [], [], {}
+    for t in range(trials):
+        counts = ctrl[t].sum(axis=0)
+        if fail[t] or power(counts / first_seeds, first_seeds, 2, alpha) >= 0.8:
+            continue  # decided at once
+        key = counts.tobytes()
+        if key not in cache:
+            rates = {i: {"correct": int(k), "runs": first_seeds} for i, k in enumerate(counts)}
+            cache[key] = seeds_for_power(planning_rates(rates), first_seeds, 2, alpha, 0.8)
+        k = cache[key]
+        assert k is not None and k >= first_seeds
+        advised.append(k)
+        c2, t2 = _draw(rng, p, 1, k), _draw(rng, p, 1, k)
+        decided.append(
+            bool(new_rule(c2, t2, alpha)[0][0]) or power(c2[0].sum(axis=0) / k, k, 2, alpha) >= 0.8
+        )
+    rate = float(np.mean(decided))
+    print(
+        f"\nquality seeds advice from {first_seeds} seed(s): followed {len(decided)}, decided {rate:.3f}, "
+        f"median advice {int(np.median(advised))} seeds"
+    )
+    assert len(decided) >= 50 and rate >= 0.8

@@ -75,7 +75,7 @@ def test_fixture_pair_passes_with_every_gate_listed() -> None:
         "comparable arms",
         "route fp16_gemv ran in the candidate",
         "no route ran in the control",
-        "every candidate rep >= 55 tok/s",
+        "candidate mean decode >= 55 tok/s",
         "prefill (TTFT) regression <= 10 %",
         "candidate tokens identical across reps",
         "decode improvement >= 5 %",
@@ -164,9 +164,15 @@ def test_gates_fail_on_slow_rep_prefill_regression_and_unstable_tokens() -> None
     control, candidate = support.load_pair()
     candidate["reps"][2]["decode_tok_s"] = 54.0
     rec = verdict_of(control, candidate)
+    # One slow rep is a reported fact; the floor gates the mean (its Welch-t interval clears 55).
+    assert gate(rec, "candidate mean decode")["passed"]
+    assert "1 of 5 reps below 55" in gate(rec, "candidate mean decode")["detail"]
+    for rep in candidate["reps"]:
+        rep["decode_tok_s"] -= 6.0
+    rec = verdict_of(control, candidate)
     assert rec["verdict"] == "FAIL"
-    assert not gate(rec, "every candidate rep")["passed"]
-    assert "1 of 5 below" in gate(rec, "every candidate rep")["detail"]
+    floor = gate(rec, "candidate mean decode")
+    assert not floor["passed"] and floor["severity"] == "fail" and "shown below the floor" in floor["detail"]
 
     control, candidate = support.load_pair()
     for rep in candidate["reps"]:
@@ -489,3 +495,17 @@ def test_compare_refuses_an_out_dir_holding_a_report_unless_force(tmp_path: Path
     assert (out / "verdict.json").read_text() == before
     forced = CliRunner().invoke(app, [*args, "--force"])
     assert forced.exit_code == 0, forced.output
+
+
+def test_constant_ttft_in_both_arms_is_not_an_error() -> None:
+    """The prefill gate reads medians: a TTFT equal in every rep of both arms needs no test."""
+    control, candidate = support.load_pair()
+    for rep in (*control["reps"], *candidate["reps"]):
+        rep["ttft_ms"] = 12.0
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "PASS", rec["reasons"]
+    g = gate(rec, "prefill (TTFT) statistics computed")
+    assert g["passed"] and "constant in both arms" in g["detail"]
+    for rep in control["reps"]:
+        rep["ttft_ms"] = 11.0  # constant per arm, different: still a median change the gate judges
+    assert gate(verdict_of(control, candidate), "prefill (TTFT) statistics computed")["passed"]

@@ -163,7 +163,9 @@ class Contract(_Strict):
         if self.speed is not None:
             n = self.speed.repetitions * self.speed.launches
             alpha = self.speed.stats.alpha
-            smallest = min(1.0, 2.0 / math.comb(2 * n, n))
+            # In log space: C(2n, n) overflows a float at n >= 515.
+            log_comb = math.lgamma(2 * n + 1) - 2 * math.lgamma(n + 1)
+            smallest = min(1.0, 2.0 * math.exp(-log_comb))
             if smallest >= alpha:
                 raise ValueError(
                     f"speed.repetitions x speed.launches = {self.speed.repetitions} x {self.speed.launches} "

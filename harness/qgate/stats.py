@@ -36,7 +36,7 @@ The decision rule (per metric), with alpha, min_effect_pct and max_cv_pct from t
 * regressed: significant and the change of the means is at least min_effect_pct in the bad direction,
   whatever the noise: a significant regression beyond the practical floor is a regression even on a
   noisy machine.
-* inconclusive: not regressed, and the coefficient of variation (population std / mean of all reps)
+* inconclusive: not regressed, and the coefficient of variation (sample sd, ddof 1, / mean of all reps)
   of either arm is above max_cv_pct, or the sample sizes cannot reach alpha at all (the smallest
   attainable two-sided exact Mann-Whitney p, 2 / C(n+m, n), is >= alpha: e.g. 3 v 3 reps).
 * improved: significant and at least min_effect_pct in the good direction; otherwise "no significant
@@ -68,6 +68,9 @@ VERDICTS = (IMPROVED, REGRESSED, NO_CHANGE, INCONCLUSIVE, ERROR)
 # Above this many distinct splits an exact permutation test with ties is too slow: use the normal
 # approximation with tie correction and say so in the record.
 _MAX_EXACT_SPLITS = 100_000
+# scipy's exact Mann-Whitney distribution costs ~0.04 s at 50 v 50 and ~50 s at 200 v 200: above this
+# many samples in the larger arm the normal approximation (tie-corrected) is used and named in the record.
+_MAX_EXACT_MWU = 50
 # Bootstrap work per chunk (pairs * resamples), to bound memory in batch use.
 _CHUNK_CELLS = 10_000_000
 
@@ -101,7 +104,7 @@ class Summary:
     n: int
     mean: float
     median: float
-    std: float  # population standard deviation (ddof=0)
+    std: float  # sample standard deviation (ddof=1)
     cv_pct: float
     min: float
     max: float
@@ -188,7 +191,7 @@ def summarize(samples: Any) -> Summary:
     """Descriptive statistics of one arm; the caller has checked the samples are finite and non-empty."""
     x = np.asarray(samples, dtype=float)
     mean = float(x.mean())
-    std = float(x.std(ddof=0))
+    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
     cv = 100.0 * std / mean if mean != 0 else math.inf
     return Summary(
         n=int(x.size),
@@ -250,9 +253,14 @@ def unit_samples(values: Any, launch_ids: Any, launches: int) -> tuple[str, np.n
     return "launch", grouped.reshape(launches, -1).mean(axis=1)
 
 
+def log_comb(n: int, k: int) -> float:
+    """log C(n, k) via lgamma: C(2n, n) overflows a float from n = 515 on."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
 def min_attainable_p(n: int, m: int) -> float:
-    """Smallest two-sided exact Mann-Whitney p for sizes n, m (no ties)."""
-    return min(1.0, 2.0 / math.comb(n + m, n))
+    """Smallest two-sided exact Mann-Whitney p for sizes n, m (no ties); computed in log space."""
+    return min(1.0, 2.0 * math.exp(-log_comb(n + m, n)))
 
 
 def _validate(control: np.ndarray, candidate: np.ndarray, launches: int = 1) -> str | None:
@@ -275,14 +283,19 @@ def _validate(control: np.ndarray, candidate: np.ndarray, launches: int = 1) -> 
 
 
 def _mwu_batch(control: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Exact two-sided Mann-Whitney U per row; rows with ties use an exact permutation test."""
+    """Exact two-sided Mann-Whitney U per row; rows with ties use an exact permutation test. Above
+    _MAX_EXACT_MWU samples per arm: the tie-corrected normal approximation, named as such."""
     # control: [P, n], candidate: [P, m]
+    n, m = control.shape[1], candidate.shape[1]
+    if max(n, m) > _MAX_EXACT_MWU:
+        res = sps.mannwhitneyu(candidate, control, method="asymptotic", axis=1)
+        u, p = np.array(res.statistic, dtype=float), np.array(res.pvalue, dtype=float)
+        return u, p, [f"asymptotic (more than {_MAX_EXACT_MWU} samples per arm)"] * control.shape[0]
     res = sps.mannwhitneyu(candidate, control, method="exact", axis=1)
     u, p = np.array(res.statistic, dtype=float), np.array(res.pvalue, dtype=float)
     methods = ["exact"] * control.shape[0]
     both = np.sort(np.concatenate([control, candidate], axis=1), axis=1)
     tied_rows = np.flatnonzero(np.any(np.diff(both, axis=1) == 0, axis=1))
-    n, m = control.shape[1], candidate.shape[1]
     exact_ok = math.comb(n + m, n) <= _MAX_EXACT_SPLITS
     for row in tied_rows:
         # scipy's "exact" ignores ties; the permutation distribution of U handles them exactly.
@@ -304,10 +317,17 @@ def _bootstrap_ratio_ci(
     # control: [P, n], candidate: [P, m]
     n, m, b = control.shape[1], candidate.shape[1], cfg.bootstrap_resamples
     rng = np.random.default_rng(cfg.seed)
+    q = [cfg.alpha / 2, 1 - cfg.alpha / 2]
+    if b * max(n, m) > _CHUNK_CELLS:
+        # Many reps (thousands): the resample means chunk by chunk of resamples, the same draws in the
+        # same order as the count matrices below would use, without holding a [B, n] matrix.
+        mc = _resample_means(rng, control, b)  # [P, B]
+        mt = _resample_means(rng, candidate, b)  # [P, B]
+        lo, hi = np.quantile(mt / mc, q, axis=1)
+        return lo, hi
     # Resampling with replacement as count matrices: mean of a resample = samples @ counts / n.
     counts_c = _counts(rng.integers(0, n, size=(b, n)), n)  # [B, n]
     counts_t = _counts(rng.integers(0, m, size=(b, m)), m)  # [B, m]
-    q = [cfg.alpha / 2, 1 - cfg.alpha / 2]
     lows, highs = [], []
     step = max(1, _CHUNK_CELLS // b)
     for start in range(0, control.shape[0], step):
@@ -317,6 +337,17 @@ def _bootstrap_ratio_ci(
         lows.append(lo)
         highs.append(hi)
     return np.concatenate(lows), np.concatenate(highs)
+
+
+def _resample_means(rng: np.random.Generator, x: np.ndarray, b: int) -> np.ndarray:
+    """[P, B]: the means of B resamples (with replacement) of each row of x [P, n], drawn in chunks."""
+    p, n = x.shape
+    step = max(1, _CHUNK_CELLS // (n * max(p, 1)))
+    out = np.empty((p, b))
+    for start in range(0, b, step):
+        idx = rng.integers(0, n, size=(min(step, b - start), n))  # [k, n]
+        out[:, start : start + idx.shape[0]] = x[:, idx].mean(axis=2)
+    return out
 
 
 def _counts(idx: np.ndarray, size: int) -> np.ndarray:
@@ -357,6 +388,13 @@ def arm_variance(x: np.ndarray, launches: int = 1) -> dict[str, np.ndarray]:
     }
 
 
+def mean_interval(mean: Any, var_of_mean: Any, df: Any, alpha: float) -> tuple[Any, Any]:
+    """The Welch-t interval of an arm's mean, each bound one-sided at alpha/2 (floats or arrays, from
+    arm_variance: launch-aware). The speed floor (qgate.verdict) reads it against min_decode_tok_s."""
+    half = sps.t.ppf(1 - alpha / 2, df) * np.sqrt(var_of_mean)
+    return mean - half, mean + half
+
+
 def _satterthwaite(a: np.ndarray, b: np.ndarray, df_a: np.ndarray, df_b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return (a + b) ** 2 / (a**2 / df_a + b**2 / df_b)
@@ -395,8 +433,9 @@ def decide_batch(
         mwu_u, mwu_p, methods = _mwu_batch(control, candidate)
         ci_low, ci_high = _bootstrap_ratio_ci(control, candidate, cfg)
         ratio = mean_t / mean_c
-        cv_c = 100 * control.std(axis=1) / mean_c
-        cv_t = 100 * candidate.std(axis=1) / mean_t
+        # The CV of the reps with the sample sd (ddof=1), the estimate the max_cv_pct limit is about.
+        cv_c = 100 * control.std(axis=1, ddof=1) / mean_c
+        cv_t = 100 * candidate.std(axis=1, ddof=1) / mean_t
     change = 100 * (ratio - 1)
     good = change if higher_is_better else -change
     # The Welch-t interval of the ratio must exclude 1 too, so a "regressed" never comes with an interval
@@ -449,28 +488,184 @@ def units_for_non_inferiority(
 ) -> int | None:
     """Units per arm (reps, or launches of the same size) for the Welch-t bound to clear the margin.
 
-    For a metric where higher is better: the smallest n with t(1-alpha/2, df) + t(power, df) <=
+    For a metric where higher is better: the smallest n >= 2 with t(1-alpha/2, df) + t(power, df) <=
     (log(true_ratio) - log(1 - margin)) / se(n), se(n)^2 = (cv_c^2 + cv_t^2) / n, df = 2 (n - 1).
-    None when it cannot be computed or no n can do it (true_ratio at or below the margin's floor).
+    The criterion is monotone in n (the t quantiles fall as df grows), so a bisection finds the
+    smallest n meeting it. None when it cannot be computed or no n up to 10^7 can do it (true_ratio at
+    or below the margin's floor).
     """
     floor = 1 - margin_pct / 100
     cv2 = (unit_cv_control_pct / 100) ** 2 + (unit_cv_candidate_pct / 100) ** 2
-    if not (0 < floor and true_ratio > floor and math.isfinite(cv2) and cv2 >= 0):
+    if not (0 < floor and true_ratio > floor and math.isfinite(cv2) and cv2 >= 0 and 0 < alpha < 1):
         return None
     delta = math.log(true_ratio) - math.log(floor)
     if cv2 == 0:
         return 2
-    n = 2
-    for _ in range(100):
+
+    def meets(n: int) -> bool:
         df = 2.0 * (n - 1)
-        need = cv2 * (float(sps.t.ppf(1 - alpha / 2, df)) + float(sps.t.ppf(power, df))) ** 2 / delta**2
-        new = max(2, math.ceil(need))
-        if new == n:
-            return n
-        if new > 10**7:
-            return None
-        n = new
-    return n
+        q = float(sps.t.ppf(1 - alpha / 2, df)) + float(sps.t.ppf(power, df))
+        return n * delta**2 >= cv2 * q**2
+
+    cap = 10**7
+    if not meets(cap):
+        return None
+    lo, hi = 1, cap  # meets(lo) is False (n = 1 is never enough: no df), meets(hi) is True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# The advice (advise_units): sizes scanned up to this many units per arm; beyond it no size is "feasible".
+MAX_ADVISED_UNITS = 200
+ADVICE_TARGET = 0.8
+# The unit CVs are planned at their upper 60 % confidence bound (chi-square on the df of each arm's
+# variance): a plug-in CV from 2-4 df is too often low, and advice from it then falls short (in the
+# CPU-contract simulation of tests/test_stats.py, followed plug-in advice decided 76 % of the time).
+ADVICE_CV_CONFIDENCE = 0.6
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What to run next after an undecided speed verdict: units per arm (reps, or launches of the same
+    size) such that a fresh run decides (PASS or FAIL) with probability >= ADVICE_TARGET under the
+    observed noise, for a candidate as fast as the control and one as fast as observed. units is None
+    when no size up to MAX_ADVISED_UNITS does; `text` then says what stops it."""
+
+    units: int | None
+    decide_prob: float | None  # planned probability at `units` (the least over the scenarios)
+    limited_by: str  # "margin", "CV limit", "floor", "contract minimum", "units run"
+    text: str
+
+
+def decide_probability(
+    n: Any,
+    *,
+    ratio: float,
+    cv_unit_c: float,
+    cv_unit_t: float,
+    cv_rep_c: float,
+    cv_rep_t: float,
+    reps_per_unit: int,
+    margin_pct: float,
+    alpha: float,
+    max_cv_pct: float,
+    floor_z: float | None = None,
+) -> np.ndarray:
+    """Planned probability that a fresh run of n units per arm (array) decides, for a true decode ratio
+    `ratio` with the given unit and rep CVs (%). Normal-theory approximations of the gates that can stop
+    a verdict: PASS needs the Welch-t bound above the margin's floor, both arms' rep CV (sample sd) under
+    max_cv_pct (chi-square with n R - 1 df) and the candidate mean's bound above the speed floor
+    (floor_z: (candidate mean - floor) / sd of one candidate unit); FAIL comes from the whole ratio
+    interval below the margin's floor or the mean's interval below the speed floor."""
+    n = np.asarray(n, dtype=float)
+    df = 2.0 * (n - 1)
+    q = sps.t.ppf(1 - alpha / 2, df)
+    se = np.sqrt(((cv_unit_c / 100) ** 2 + (cv_unit_t / 100) ** 2) / n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = (math.log(ratio) - math.log(1 - margin_pct / 100)) / se
+    shown = sps.t.sf(q - z, df)
+    inferior = sps.t.cdf(-q - z, df)
+    dfr = n * reps_per_unit - 1
+    cv_ok = np.ones_like(n)
+    for cv in (cv_rep_c, cv_rep_t):
+        if cv > 0:
+            cv_ok = cv_ok * sps.chi2.cdf(dfr * (max_cv_pct / cv) ** 2, dfr)
+    above = below = np.zeros_like(n)
+    if floor_z is not None:
+        qf = sps.t.ppf(1 - alpha / 2, n - 1)
+        above = sps.t.sf(qf - floor_z * np.sqrt(n), n - 1)
+        below = sps.t.cdf(-qf - floor_z * np.sqrt(n), n - 1)
+    passed = shown * cv_ok * (above if floor_z is not None else 1.0)
+    failed = 1 - (1 - inferior) * (1 - below)
+    return np.nan_to_num(np.minimum(1.0, passed + failed))
+
+
+def _cv_inflation(df: float) -> float:
+    """sqrt(df / chi2(1 - ADVICE_CV_CONFIDENCE, df)): an sd estimate with df degrees of freedom raised to
+    its upper ADVICE_CV_CONFIDENCE confidence bound (1 for unknown or infinite df)."""
+    if not (math.isfinite(df) and df > 0):
+        return 1.0
+    return math.sqrt(df / float(sps.chi2.ppf(1 - ADVICE_CV_CONFIDENCE, df)))
+
+
+def advise_units(
+    *,
+    ratio: float,
+    cv_unit_c: float,
+    cv_unit_t: float,
+    cv_rep_c: float,
+    cv_rep_t: float,
+    reps_per_unit: int,
+    margin_pct: float,
+    alpha: float,
+    max_cv_pct: float,
+    units_now: int,
+    min_units: int,
+    floor_z: float | None = None,
+    what: str = "reps",
+    df_c: float = math.inf,
+    df_t: float = math.inf,
+) -> Advice:
+    """The smallest units per arm, at least what was run and what the contract asks (and enough reps for
+    the exact Mann-Whitney p to reach alpha), at which a fresh run decides with probability >=
+    ADVICE_TARGET both for a candidate as fast as the control and for one as fast as observed (`ratio`,
+    taken as 1 when above it). The unit CVs are raised to their upper ADVICE_CV_CONFIDENCE bound from
+    df_c, df_t (the df of each arm's variance of the mean). Capped at MAX_ADVISED_UNITS with a plain
+    sentence."""
+    lo = max(2, units_now, min_units)
+    while lo <= MAX_ADVISED_UNITS and min_attainable_p(lo * reps_per_unit, lo * reps_per_unit) >= alpha:
+        lo += 1
+    figures = (ratio, cv_unit_c, cv_unit_t, cv_rep_c, cv_rep_t)
+    if not all(math.isfinite(x) and x >= 0 for x in figures) or ratio <= 0:
+        return Advice(None, None, "error", "no advice: the observed noise or ratio is not a finite number")
+    if lo > MAX_ADVISED_UNITS:
+        return Advice(
+            None, None, "contract minimum", f"the contract asks for more than {MAX_ADVISED_UNITS} {what}"
+        )
+    n = np.arange(lo, MAX_ADVISED_UNITS + 1)
+    cv_unit_c *= _cv_inflation(df_c)
+    cv_unit_t *= _cv_inflation(df_t)
+    common = {
+        "cv_unit_c": cv_unit_c, "cv_unit_t": cv_unit_t, "cv_rep_c": cv_rep_c, "cv_rep_t": cv_rep_t,
+        "reps_per_unit": reps_per_unit, "margin_pct": margin_pct, "alpha": alpha,
+        "max_cv_pct": max_cv_pct, "floor_z": floor_z,
+    }  # fmt: skip
+    scenarios = sorted({1.0, min(ratio, 1.0)})
+    prob = np.min([decide_probability(n, ratio=r, **common) for r in scenarios], axis=0)
+    ok = np.flatnonzero(prob >= ADVICE_TARGET)
+    if ok.size:
+        units = int(n[ok[0]])
+        limited = "margin" if units > lo else ("units run" if lo == units_now else "contract minimum")
+        return Advice(units, float(prob[ok[0]]), limited, "")
+    # Nothing up to the cap decides: name the gate whose removal would let the largest run decide.
+    cap = np.array([float(MAX_ADVISED_UNITS)])
+    head = f"no run of up to {MAX_ADVISED_UNITS} {what} per arm decides"
+    head += f" with {100 * ADVICE_TARGET:g} % probability"
+
+    def at_cap(**change: Any) -> float:
+        return float(min(decide_probability(cap, ratio=r, **{**common, **change})[0] for r in scenarios))
+
+    if at_cap(max_cv_pct=math.inf) >= ADVICE_TARGET:
+        worst = max(cv_rep_c, cv_rep_t)
+        text = (
+            f"{head}: the CV limit stops it (observed rep CV up to {worst:.2f} %, max_cv_pct "
+            f"{max_cv_pct:g} %; more reps do not lower a CV): reduce the machine's noise or set a limit "
+            "it can meet"
+        )
+        return Advice(None, float(prob[-1]), "CV limit", text)
+    if floor_z is not None and at_cap(floor_z=None) >= ADVICE_TARGET:
+        text = f"{head}: the candidate's mean is within {max(floor_z, 0.0):.2f} unit sd of min_decode_tok_s"
+        return Advice(None, float(prob[-1]), "floor", text)
+    text = (
+        f"{head}: the observed ratio {ratio:.4f} is too close to the margin's floor "
+        f"{1 - margin_pct / 100:.4f} for this noise (unit CV {cv_unit_c:.2f} % / {cv_unit_t:.2f} %)"
+    )
+    return Advice(None, float(prob[-1]), "margin", text)
 
 
 def _reason(verdict: str, row: dict[str, Any], cfg: StatsConfig, n: int, m: int) -> str:
@@ -651,7 +846,7 @@ def arm_figures(result: Mapping[str, Any]) -> dict[str, Any]:
     ok_tok = bool(tok.size) and bool(np.all(np.isfinite(tok)))
     with np.errstate(invalid="ignore", over="ignore"):
         mean = _finite_or_none(tok.mean()) if ok_tok else None
-        std = _finite_or_none(tok.std(ddof=0)) if ok_tok else None
+        std = _finite_or_none(tok.std(ddof=1)) if ok_tok and tok.size > 1 else None
         low = float(tok.min()) if ok_tok else None
         tpot_mean = _finite_or_none(tpot.mean()) if tpot.size and np.all(np.isfinite(tpot)) else None
         ttft_median = float(np.median(ttft)) if ttft.size and np.all(np.isfinite(ttft)) else None

@@ -15,13 +15,22 @@ model and versions on another host, or a later commit, are still comparable.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from qgate import routes
 from qgate.contract import Contract, LoadedContract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
-from qgate.stats import DEFAULT_POWER, IMPROVED, REGRESSED, MetricStats, units_for_non_inferiority
+from qgate.stats import (
+    ADVICE_TARGET,
+    IMPROVED,
+    REGRESSED,
+    MetricStats,
+    advise_units,
+    mean_interval,
+)
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
@@ -185,12 +194,26 @@ def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
     for label, st in (("decode", decode), ("prefill (TTFT)", ttft)):
         ok = st.verdict != STAT_ERROR
         detail = "Welch t, Mann-Whitney U and bootstrap CI computed" if ok else str(st.error or st.reason)
+        if not ok and label != "decode" and _constant_arms(st):
+            # The prefill gate compares medians; a TTFT that is the same number in every rep of both arms
+            # (a coarse clock, a cached prefill) has a median and needs no test.
+            assert st.control is not None and st.candidate is not None
+            ok = True
+            detail = (
+                f"constant in both arms (control {st.control.mean:g}, candidate {st.candidate.mean:g}): "
+                "no test needed, the prefill gate compares medians"
+            )
         gates.append(Gate(f"{label} statistics computed", ok, detail, SEV_ERROR))
     if decode.verdict != STAT_ERROR:
         conclusive = decode.verdict != STAT_INCONCLUSIVE
         detail = f"{decode.verdict}: {decode.reason}"
         gates.append(Gate("decode comparison conclusive", conclusive, detail, SEV_INCONCLUSIVE))
     return gates
+
+
+def _constant_arms(st: MetricStats) -> bool:
+    """Both arms' samples summarised (finite, positive) and each one constant."""
+    return st.control is not None and st.candidate is not None and st.control.std == 0 == st.candidate.std
 
 
 def speed_gates(
@@ -211,7 +234,7 @@ def speed_gates(
         )
     ]
     if g.min_decode_tok_s is not None:
-        gates.append(_min_tok_s_gate(candidate, g.min_decode_tok_s))
+        gates.append(_floor_gate(candidate, decode, g.min_decode_tok_s))
     if g.max_prefill_regression_pct is not None:
         gates.append(_prefill_gate(ttft_change_pct, g.max_prefill_regression_pct))
     if g.identical_tokens:
@@ -220,16 +243,19 @@ def speed_gates(
             "all candidate reps produced the same token ids" if same else "candidate reps differ in tokens"
         )
         gates.append(Gate("candidate tokens identical across reps", same, detail))
-    gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct))
+    gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))
     return gates
 
 
-def non_inferiority(decode: MetricStats, margin_pct: float) -> dict[str, Any]:
+def non_inferiority(decode: MetricStats, margin_pct: float, speed: Any = None) -> dict[str, Any]:
     """The non-inferiority figures of the decode comparison: the Welch-t bound against the margin's
     floor, the outcome ("shown", "inferior": the whole interval below the floor, "undecided" or
-    "error") and, unless shown, the units per arm the observed noise needs (a sample-size estimate)."""
+    "error") and, unless shown, the advice (qgate.stats.advise_units): the units per arm at which a fresh
+    run decides, accounting for every gate that can stop it (the margin, the CV limit, the speed floor,
+    the contract's reps and launches, never fewer than were run). speed: the contract's speed section
+    (without it the advice assumes no CV limit, no floor and no contract minimum)."""
     floor = 1.0 - margin_pct / 100.0
     out: dict[str, Any] = {
         "margin_pct": margin_pct,
@@ -240,8 +266,8 @@ def non_inferiority(decode: MetricStats, margin_pct: float) -> dict[str, Any]:
         "outcome": "error",
         "unit": decode.unit,
         "needed_units": None,
-        "needed_units_at_observed": None,
-        "power": DEFAULT_POWER,
+        "advice": None,
+        "power": ADVICE_TARGET,
     }
     cc, tc = decode.control_components, decode.candidate_components
     if (
@@ -250,47 +276,60 @@ def non_inferiority(decode: MetricStats, margin_pct: float) -> dict[str, Any]:
         or cc is None
         or tc is None
         or decode.alpha is None
+        or decode.ratio is None
+        or decode.control is None
+        or decode.candidate is None
     ):
         return out
     if decode.t_ci_low >= floor:
         out["outcome"] = "shown"
         return out
     out["outcome"] = "inferior" if decode.t_ci_high < floor else "undecided"
-    out["needed_units"] = units_for_non_inferiority(cc.unit_cv_pct, tc.unit_cv_pct, margin_pct, decode.alpha)
-    if decode.ratio is not None and floor < decode.ratio < 1:
-        out["needed_units_at_observed"] = units_for_non_inferiority(
-            cc.unit_cv_pct, tc.unit_cv_pct, margin_pct, decode.alpha, true_ratio=decode.ratio
-        )
     out["reps_per_launch"] = cc.reps_per_launch
     out["units_now"] = min(cc.units, tc.units)
+    what = "reps" if decode.unit == "rep" else f"launches of {cc.reps_per_launch} reps"
+    min_units, max_cv, floor_z = 2, math.inf, None
+    if speed is not None:
+        min_units = speed.launches if speed.launches > 1 else speed.repetitions
+        max_cv = float(speed.stats.max_cv_pct)
+        tok_floor = speed.gates.min_decode_tok_s
+        if tok_floor is not None and tc.unit_cv_pct > 0:
+            floor_z = (tc.mean - tok_floor) / (tc.unit_cv_pct / 100 * tc.mean)
+    advice = advise_units(
+        ratio=decode.ratio, cv_unit_c=cc.unit_cv_pct, cv_unit_t=tc.unit_cv_pct,
+        cv_rep_c=decode.control.cv_pct, cv_rep_t=decode.candidate.cv_pct,
+        reps_per_unit=1 if decode.unit == "rep" else cc.reps_per_launch, margin_pct=margin_pct,
+        alpha=decode.alpha, max_cv_pct=max_cv, units_now=out["units_now"], min_units=min_units,
+        floor_z=floor_z, what=what, df_c=cc.df, df_t=tc.df,
+    )  # fmt: skip
+    out["advice"] = asdict(advice)
+    out["needed_units"] = advice.units
     return out
 
 
 def sample_size_text(ni: dict[str, Any]) -> str:
-    """'needs about 12 reps per arm ...' from non_inferiority's figures; empty when there is none."""
-    n = ni.get("needed_units")
-    if ni.get("outcome") in ("shown", "error"):
+    """'a fresh run of about 12 reps per arm decides ...' from non_inferiority's figures; empty when
+    there is none."""
+    advice = ni.get("advice")
+    if ni.get("outcome") in ("shown", "error") or not advice:
         return ""
+    if advice["units"] is None:
+        return str(advice["text"])
     what = "reps" if ni.get("unit") == "rep" else f"launches of {ni.get('reps_per_launch')} reps"
-    power = f"{100 * ni['power']:g} % power"
-    if n is None:
-        return f"no sample size shows non-inferiority at this noise ({power})"
-    text = (
-        f"the observed noise needs about {n} {what} per arm (now {ni.get('units_now')}) to show "
-        f"non-inferiority at {ni['margin_pct']:g} % with {power} if the candidate is as fast as the control"
+    return (
+        f"a fresh run of {advice['units']} {what} per arm (now {ni.get('units_now')}) decides PASS or FAIL "
+        f"with a planned {100 * advice['decide_prob']:.0f} % probability at the observed noise, whether "
+        f"the candidate is as fast as the control or as observed (every gate counted; set by the "
+        f"{advice['limited_by']})"
     )
-    at_obs = ni.get("needed_units_at_observed")
-    if at_obs is not None:
-        text += f", about {at_obs} if it is as slow as observed"
-    return text
 
 
-def _non_inferiority_gate(decode: MetricStats, margin_pct: float) -> Gate:
+def _non_inferiority_gate(decode: MetricStats, margin_pct: float, speed: Any = None) -> Gate:
     """No significant regression is not evidence of no regression: the Welch-t bound (one-sided alpha/2)
     must exclude a slowdown larger than the margin, so a noisy or underpowered run cannot pass by failing
     to detect one. Not shown: FAIL when the whole interval lies below the floor (a slowdown beyond the
     margin), else INCONCLUSIVE with a sample-size estimate."""
-    ni = non_inferiority(decode, margin_pct)
+    ni = non_inferiority(decode, margin_pct, speed)
     name = f"decode regression ruled out beyond {margin_pct:g} %"
     if ni["outcome"] == "error":
         return Gate(name, False, "no Welch-t interval of the decode ratio", SEV_ERROR)
@@ -326,14 +365,45 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f} %"
 
 
-def _min_tok_s_gate(candidate: dict[str, Any], threshold: float) -> Gate:
+def floor_bound(decode: MetricStats, threshold: float) -> dict[str, Any]:
+    """The candidate's mean decode tok/s against the floor: its Welch-t interval (each bound one-sided
+    at alpha/2, launch-aware: the variance of the arm's mean and its df from the decode statistics) and
+    the outcome "above" (lower bound >= floor), "below" (upper bound < floor), "undecided" or "error"."""
+    comp = decode.candidate_components
+    out: dict[str, Any] = {"floor": threshold, "mean": None, "low": None, "high": None, "outcome": "error"}
+    if comp is None or decode.alpha is None or not comp.df > 0 or not comp.var_of_mean >= 0:
+        return out
+    low, high = mean_interval(comp.mean, comp.var_of_mean, comp.df, decode.alpha)
+    out.update(mean=comp.mean, low=float(low), high=float(high), df=comp.df)
+    if not (math.isfinite(out["low"]) and math.isfinite(out["high"])):
+        return out
+    out["outcome"] = (
+        "above" if out["low"] >= threshold else "below" if out["high"] < threshold else "undecided"
+    )
+    return out
+
+
+def _floor_gate(candidate: dict[str, Any], decode: MetricStats, threshold: float) -> Gate:
+    """A floor on the candidate's mean rate, as a statistic: FAIL only when the mean is shown below it
+    (the Welch-t upper bound, one-sided alpha/2, under the floor), PASS when shown above it, otherwise
+    INCONCLUSIVE. A gate on every rep would fail a candidate above the floor more often the more reps it
+    runs; how many reps fell below is still reported."""
     values = [r.get("decode_tok_s") for r in candidate.get("reps", [])]
-    name = f"every candidate rep >= {threshold:g} tok/s"
-    if not values or any(not isinstance(v, (int, float)) for v in values):
+    name = f"candidate mean decode >= {threshold:g} tok/s"
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         return Gate(name, False, "candidate reps lack decode_tok_s", SEV_ERROR)
     below = [v for v in values if not v >= threshold]  # `not >=` also catches NaN
-    detail = f"slowest rep {min(values):.2f} tok/s; {len(below)} of {len(values)} below"
-    return Gate(name, not below, detail)
+    fact = f"slowest rep {min(values):.2f} tok/s, {len(below)} of {len(values)} reps below {threshold:g}"
+    fb = floor_bound(decode, threshold)
+    if fb["outcome"] == "error":
+        return Gate(name, False, f"no interval of the candidate mean; {fact}", SEV_ERROR)
+    level = f"{100 * (1 - (decode.alpha or 0)):g}"
+    detail = f"mean {fb['mean']:.2f} tok/s, Welch-t {level} % CI [{fb['low']:.2f}, {fb['high']:.2f}]; {fact}"
+    if fb["outcome"] == "above":
+        return Gate(name, True, detail)
+    if fb["outcome"] == "below":
+        return Gate(name, False, f"{detail}: the mean is shown below the floor")
+    return Gate(name, False, f"{detail}: the interval straddles the floor", SEV_INCONCLUSIVE)
 
 
 def _prefill_gate(change_pct: float | None, limit: float) -> Gate:

@@ -57,7 +57,7 @@ def _throughput(record: dict[str, Any]) -> list[str]:
                 "steady samples (tok/s)": ", ".join(_num(v) for v in f["decode_tok_s"]),
                 "mean (tok/s)": _num(f["decode_tok_s_mean"]),
                 "mean TPOT (ms)": _num(f["tpot_ms_mean"], ".3f"),
-                "population std (tok/s)": _num(f["decode_tok_s_std"], ".3f"),
+                "sample sd (tok/s)": _num(f["decode_tok_s_std"], ".3f"),
                 "CV": f"{_num(f['decode_tok_s_cv_pct'])} %",
             }
         )

@@ -100,7 +100,8 @@ def compare_speed(
     figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])
     figs["ttft_median_change_pct"] = _change(t["ttft_ms_median"], c["ttft_ms_median"])
     figs["min_decode_tok_s"] = loaded.contract.speed.gates.min_decode_tok_s
-    ni = vd.non_inferiority(decode, loaded.contract.speed.gates.max_decode_regression_pct)
+    speed = loaded.contract.speed
+    ni = vd.non_inferiority(decode, speed.gates.max_decode_regression_pct, speed)
     figs["non_inferiority"] = {**ni, "sample_size": vd.sample_size_text(ni) or None}
     figs["variance_components"] = {
         arm: (None if comp is None else comp.__dict__.copy())
