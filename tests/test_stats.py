@@ -647,3 +647,68 @@ def test_quality_seeds_advice_followed_decides_at_least_80_percent(first_seeds: 
         f"median advice {int(np.median(advised))} seeds"
     )
     assert len(decided) >= 50 and rate >= 0.8
+
+
+# ---- issue 29: the group-sequential gate (qgate run speed --until-decided) -----------------------------
+
+
+def _sequential_sim(rng: np.random.Generator, draws: int, ratio: float, speed: dict, within: float,
+                    between: float, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(decision per draw: 1 PASS, -1 FAIL, 0 INCONCLUSIVE; launches per arm at the stop) of the
+    sequential design on simulated launches (the same arms grow launch by launch)."""
+    from qgate.speed.sequential import Design, look_decision
+    from qgate.stats import log_ratio_se_df
+
+    design = Design.plan(speed["alpha"], first, last)
+    reps = speed["reps"]
+    ctrl, cand = _launch_sim(rng, draws, last, reps, within, between, ratio)  # [draws, last * reps]
+    decision = np.zeros(draws, dtype=int)
+    stop = np.full(draws, last)
+    for k, launches in enumerate(design.launches):
+        c, t = ctrl[:, : launches * reps], cand[:, : launches * reps]
+        log_r, se, df = log_ratio_se_df(arm_variance(c, launches), arm_variance(t, launches))
+        cv_c = 100 * c.std(axis=1, ddof=1) / c.mean(axis=1)
+        cv_t = 100 * t.std(axis=1, ddof=1) / t.mean(axis=1)
+        q = design.t_critical(k, df)
+        code, _, _ = look_decision(np.exp(log_r), se, df, cv_c, cv_t, q, speed["margin"], speed["min_effect"],
+                                   speed["max_cv"])  # fmt: skip
+        new = (decision == 0) & (stop == last) & (code != 0)
+        decision[new], stop[new] = code[new], launches
+        if k == len(design.launches) - 1:
+            break
+    return decision, stop
+
+
+@pytest.mark.parametrize(
+    ("name", "speed", "within", "between", "first", "last"),
+    [
+        ("CPU smoke contract, 3..10 launches of 4 reps", CPU, 0.05, 0.10, 3, 10),
+        ("production limits, 2..12 launches of 5 reps", PRODUCTION, 0.01, 0.005, 2, 12),
+    ],
+)
+def test_sequential_error_rates_hold_across_all_looks(
+    name: str, speed: dict, within: float, between: float, first: int, last: int
+) -> None:
+    """O'Brien-Fleming spending over the looks: an A/A FAILs <= alpha/2 and a candidate slower by exactly
+    the margin PASSes <= alpha/2, over all looks; the expected launches per arm are printed against the
+    fixed design of the same maximum, and a clear 3-margin slowdown and an A/A mostly stop early."""
+    draws, alpha = 4000, speed["alpha"]
+    floor = 1 - speed["margin"] / 100
+    rng = np.random.default_rng(2931 + first)
+    aa, aa_stop = _sequential_sim(rng, draws, 1.0, speed, within, between, first, last)
+    at_margin, m_stop = _sequential_sim(rng, draws, floor, speed, within, between, first, last)
+    slow, s_stop = _sequential_sim(
+        rng, draws, 1 - 3 * speed["margin"] / 100, speed, within, between, first, last
+    )
+    aa_fail, margin_pass = float(np.mean(aa == -1)), float(np.mean(at_margin == 1))
+    print(
+        f"\nsequential, {name}, within CV {100 * within:g} %, launch sd {100 * between:g} %: "
+        f"A/A FAIL {aa_fail:.4f}, PASS {np.mean(aa == 1):.3f}, mean launches {aa_stop.mean():.2f}; "
+        f"slower by the margin PASS {margin_pass:.4f}, mean launches {m_stop.mean():.2f}; "
+        f"3 x margin slower FAIL {np.mean(slow == -1):.3f}, mean launches {s_stop.mean():.2f} "
+        f"(fixed design: {last} launches per arm)"
+    )
+    assert aa_fail <= alpha / 2 + _mc(alpha / 2, draws)
+    assert margin_pass <= alpha / 2 + _mc(alpha / 2, draws)
+    assert np.mean(slow == -1) > 0.9 and s_stop.mean() < last
+    assert np.mean(aa == 1) > 0.5 and aa_stop.mean() < last

@@ -400,6 +400,16 @@ def _satterthwaite(a: np.ndarray, b: np.ndarray, df_a: np.ndarray, df_b: np.ndar
         return (a + b) ** 2 / (a**2 / df_a + b**2 / df_b)
 
 
+def log_ratio_se_df(vc: dict[str, np.ndarray], vt: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """log(mean_t / mean_c), its delta-method se and Satterthwaite df, from two arm_variance records:
+    the Welch-t interval of the ratio is exp(log ratio +- t(df) se) (decide_batch, and the looks of
+    qgate.speed.sequential with their own critical value)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a_c, a_t = vc["var_of_mean"] / vc["mean"] ** 2, vt["var_of_mean"] / vt["mean"] ** 2
+        df = _satterthwaite(a_t, a_c, vt["df"], vc["df"])
+        return np.log(vt["mean"] / vc["mean"]), np.sqrt(a_t + a_c), df
+
+
 def decide_batch(
     control: np.ndarray,
     candidate: np.ndarray,
@@ -424,10 +434,7 @@ def decide_batch(
         welch_t = (mean_t - mean_c) / np.sqrt(vt["var_of_mean"] + vc["var_of_mean"])
         welch_p = 2 * sps.t.sf(np.abs(welch_t), welch_df)
         # The Welch-t interval of the ratio, on its log (delta method).
-        a_c, a_t = vc["var_of_mean"] / mean_c**2, vt["var_of_mean"] / mean_t**2
-        df = _satterthwaite(a_t, a_c, vt["df"], vc["df"])
-        se = np.sqrt(a_t + a_c)
-        log_ratio = np.log(mean_t / mean_c)
+        log_ratio, se, df = log_ratio_se_df(vc, vt)
         q = sps.t.ppf(1 - cfg.alpha / 2, df)
         t_ci_low, t_ci_high = np.exp(log_ratio - q * se), np.exp(log_ratio + q * se)
         mwu_u, mwu_p, methods = _mwu_batch(control, candidate)
