@@ -657,7 +657,11 @@ def advise_units(
     def at_cap(**change: Any) -> float:
         return float(min(decide_probability(cap, ratio=r, **{**common, **change})[0] for r in scenarios))
 
-    if at_cap(max_cv_pct=math.inf) >= ADVICE_TARGET:
+    dfr = MAX_ADVISED_UNITS * reps_per_unit - 1
+    cv_pass = math.prod(
+        float(sps.chi2.cdf(dfr * (max_cv_pct / cv) ** 2, dfr)) for cv in (cv_rep_c, cv_rep_t) if cv
+    )
+    if cv_pass < ADVICE_TARGET or at_cap(max_cv_pct=math.inf) >= ADVICE_TARGET:
         worst = max(cv_rep_c, cv_rep_t)
         text = (
             f"{head}: the CV limit stops it (observed rep CV up to {worst:.2f} %, max_cv_pct "

@@ -7,15 +7,37 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, ArmChoice, ContractOpt, KillLeftoversOpt, OutOpt, user_errors
+from qgate.cli._options import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    ArmChoice,
+    ContractOpt,
+    KillLeftoversOpt,
+    OutOpt,
+    fail,
+    user_errors,
+)
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
 from qgate.engine import procs
-from qgate.speed.run import ARMS, arm_path, kept_reps, run_speed
+from qgate.speed.run import ARMS, arm_path, kept_reps, run_speed, run_speed_until_decided
 
 app = typer.Typer(help="Run a gate's workload on real vLLM, one engine start per arm.", no_args_is_help=True)
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the saved reps")]
+UntilDecidedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--until-decided",
+        help="add launches one interleaved pair at a time, looking after each (group-sequential, "
+        "O'Brien-Fleming spending), until PASS or FAIL is shown or --max-launches is reached",
+    ),
+]
+MaxLaunchesOpt = Annotated[
+    int, typer.Option("--max-launches", min=2, help="with --until-decided: launches per arm at the last look")
+]
+SEQUENTIAL_EXIT = {"PASS": 0, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE}
 
 
 @app.command()
@@ -25,15 +47,25 @@ def speed(
     arm: ArmOpt = None,
     resume: ResumeOpt = False,
     kill_leftovers: KillLeftoversOpt = False,
+    until_decided: UntilDecidedOpt = False,
+    max_launches: MaxLaunchesOpt = 10,
 ) -> None:
     """Speed gate: warmup, then timed reps after a prefix-cache reset, per arm."""
     arms = (arm.value,) if arm else ARMS
+    if until_decided and arm is not None:
+        fail("--until-decided runs both arms: leave out --arm")
+    seq = None
     with user_errors(kept=lambda: kept_reps(out, arms)):
         loaded = load_contract(contract)
         with SpeedProgress(loaded.contract) as progress:
-            results = run_speed(
-                loaded, out, arms, resume=resume, progress=progress, kill_leftovers=kill_leftovers
-            )
+            if until_decided:
+                results, seq = run_speed_until_decided(
+                    loaded, out, max_launches, resume=resume, progress=progress, kill_leftovers=kill_leftovers
+                )
+            else:
+                results = run_speed(
+                    loaded, out, arms, resume=resume, progress=progress, kill_leftovers=kill_leftovers
+                )
     for name, res in results.items():
         rates = [r["decode_tok_s"] for r in res["reps"]]
         typer.echo(
@@ -41,6 +73,13 @@ def speed(
             + " ".join(f"{x:.1f}" for x in rates)
             + f" -> {arm_path(out, name)}"
         )
+    if seq is not None:
+        for look in seq["looks"]:
+            head = f"look {look['look']} at {look['launches']} launches per arm"
+            typer.echo(f"{head}: {look['decision']}: {look['reason']}")
+        decision = seq["decision"] or "ERROR"
+        typer.echo(f"sequential decision: {decision} after {seq['stopped_at_launches']} launches per arm")
+        raise typer.Exit(SEQUENTIAL_EXIT.get(decision, EXIT_ERROR))
 
 
 @app.command()

@@ -128,6 +128,41 @@ def _margin(record: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _sequential(record: dict[str, Any]) -> list[str]:
+    """The looks of `qgate run speed --until-decided` (qgate.speed.sequential) and why it stopped."""
+    seq = record["figures"].get("sequential")
+    if not seq:
+        return []
+    d = seq["design"]
+    rows = [
+        {
+            "look": x["look"],
+            "launches per arm": x["launches"],
+            "ratio": _num(x["ratio"], ".4f"),
+            "bounds": f"[{_num(x['lower'], '.4f')}, {_num(x['upper'], '.4f')}]",
+            "critical t": _num(x["critical_t"], ".3f"),
+            "df": _num(x["df"], ".1f"),
+            "decision": x["decision"],
+        }
+        for x in seq["looks"]
+    ]
+    stop = seq.get("decision") or "not finished"
+    lines = [
+        "### Sequential looks (--until-decided)",
+        "",
+        f"Design: {d['spending']}, alpha {_num(d['alpha'], 'g')}; looks at "
+        f"{', '.join(str(n) for n in d['planned_launches'])} launches per arm (z boundaries "
+        f"{', '.join(_num(z, '.3f') for z in d['z_boundaries'])}).",
+        "",
+        table(pd.DataFrame(rows)),
+        "",
+        f"Stopped: {stop} after {seq.get('stopped_at_launches')} launches per arm: {seq.get('reason')}. "
+        "The verdict below is the fixed-design comparison of the data the sequence stopped with.",
+        "",
+    ]
+    return lines
+
+
 def _pct_or_na(value: Any) -> str:
     return "n/a" if value is None else f"{_num(value)} %"
 
@@ -333,6 +368,7 @@ def _speed(record: dict[str, Any]) -> list[str]:
         *_throughput(record),
         *_statistics(record),
         *_margin(record),
+        *_sequential(record),
         *_prefill(record),
         *_tokens(record),
         *_routes(record),

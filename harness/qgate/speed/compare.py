@@ -79,6 +79,11 @@ def _compare_field(
     return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches)
 
 
+def decode_stats(control: dict[str, Any], candidate: dict[str, Any], cfg: StatsConfig) -> MetricStats:
+    """The decode tok/s comparison of two speed results (the looks of qgate.speed.sequential read it)."""
+    return _compare_field(control, candidate, "decode_tok_s", cfg, True)
+
+
 def _change(new: float | None, old: float | None) -> float | None:
     if new is None or old is None or old == 0:
         return None
@@ -103,6 +108,8 @@ def compare_speed(
     speed = loaded.contract.speed
     ni = vd.non_inferiority(decode, speed.gates.max_decode_regression_pct, speed)
     figs["non_inferiority"] = {**ni, "sample_size": vd.sample_size_text(ni) or None}
+    seq = control.get("sequential")
+    figs["sequential"] = seq if isinstance(seq, dict) else None
     figs["variance_components"] = {
         arm: (None if comp is None else comp.__dict__.copy())
         for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))

@@ -15,6 +15,10 @@ from qgate.contract import LoadedContract
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
 from qgate.engine.launcher import EngineError
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
+from qgate.speed.compare import decode_stats
+from qgate.speed.sequential import Design, look_at
+from qgate.speed.sequential import record as sequential_record
+from qgate.stats import StatsConfig
 
 
 def arm_path(out_dir: Path, arm: str) -> Path:
@@ -73,14 +77,18 @@ class SpeedWorkload:
     resume: bool
     kind: str = "speed"
     train_data: Path | None = None
+    launch_count: int | None = None  # --until-decided: the launches of this look, not the contract's
 
     @property
     def launches(self) -> int:
         assert self.loaded.contract.speed is not None
-        return self.loaded.contract.speed.launches
+        return self.launch_count or self.loaded.contract.speed.launches
 
     def open(self, plan: ArmPlan, model: dict) -> dict:
-        return open_result(self.loaded, plan, self.out_dir, self.resume, model)
+        result = open_result(self.loaded, plan, self.out_dir, self.resume, model)
+        if self.launch_count is not None:
+            result["workload"]["launches"] = self.launch_count
+        return result
 
     def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
         s = self.loaded.contract.speed
@@ -123,7 +131,7 @@ class SpeedWorkload:
     def finish(self, result: dict) -> None:
         s = self.loaded.contract.speed
         assert s is not None
-        result["complete"] = len(result["reps"]) == s.launches * s.repetitions
+        result["complete"] = len(result["reps"]) == self.launches * s.repetitions
 
 
 def run_speed(
@@ -134,6 +142,63 @@ def run_speed(
     if loaded.contract.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
     return run_arms(loaded, out_dir, SpeedWorkload(loaded, out_dir, resume), arms, **run)
+
+
+def first_launches(result: dict, launches: int) -> dict:
+    """The result as it stood after its first `launches` launches (a resumed run may hold a part of the
+    next one): the reps of those launches, `workload.launches` set to their number."""
+    reps = [r for r in result["reps"] if isinstance(r, dict) and r.get("launch", 0) < launches]
+    return {**result, "reps": reps, "workload": {**result["workload"], "launches": launches}}
+
+
+def run_speed_until_decided(
+    loaded: LoadedContract, out_dir: Path, max_launches: int, resume: bool = False, **run: Unpack[ArmRun],
+) -> tuple[dict[str, dict], dict]:  # fmt: skip
+    """`qgate run speed --until-decided`: from the contract's launches (at least 2), one interleaved pair
+    of launches at a time up to max_launches, a look after each (qgate.speed.sequential), stopping at
+    PASS or FAIL, INCONCLUSIVE after the last. The looks are kept in each arm's result (`sequential`),
+    so `--resume` after a kill continues the sequence (the same design; looks recomputed from the reps
+    on disk). Returns the results and the sequential record."""
+    s = loaded.contract.speed
+    if s is None:
+        raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
+    first = max(2, s.launches)
+    if max_launches < first:
+        raise ResultError(
+            f"--max-launches {max_launches}: the first look needs {first} launches per arm "
+            f"(speed.launches = {s.launches}, at least 2: the launch is the unit)"
+        )
+    saved = _saved_design(out_dir, resume)
+    if saved is not None and saved != max_launches:
+        raise ResultError(
+            f"{arm_path(out_dir, 'control')}: the sequence was planned up to {saved} launches, not "
+            f"{max_launches}: resume with --max-launches {saved}"
+        )
+    design = Design.plan(s.stats.alpha, first, max_launches)
+    cfg = StatsConfig.from_contract(s.stats)
+    looks: list = []
+    results: dict[str, dict] = {}
+    for index, launches in enumerate(design.launches):
+        work = SpeedWorkload(loaded, out_dir, resume or index > 0, launch_count=launches)
+        results = run_arms(loaded, out_dir, work, ARMS, **run)
+        control, candidate = (first_launches(results[a], launches) for a in ARMS)
+        looks.append(look_at(design, index, decode_stats(control, candidate, cfg), s))
+        rec = sequential_record(design, looks)
+        for arm in ARMS:
+            results[arm]["sequential"] = rec
+            atomic_write_json(arm_path(out_dir, arm), results[arm])
+        if rec["decision"] is not None:
+            break
+    return results, sequential_record(design, looks)
+
+
+def _saved_design(out_dir: Path, resume: bool) -> int | None:
+    """The max launches of a saved sequence in out_dir (resume), else None."""
+    path = arm_path(out_dir, "control")
+    if not (resume and path.exists()):
+        return None
+    seq = load_result(path, kind="speed").get("sequential")
+    return int(seq["design"]["max_launches"]) if isinstance(seq, dict) else None
 
 
 def kept_reps(out_dir: Path, arms: tuple[str, ...]) -> str:

@@ -22,6 +22,7 @@ a decision: INCONCLUSIVE.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -79,6 +80,12 @@ def z_boundaries(fractions: list[float], one_sided: float) -> list[float]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _cached_z(alpha: float, first: int, max_launches: int) -> tuple[float, ...]:
+    looks = range(first, max_launches + 1)
+    return tuple(z_boundaries([n / max_launches for n in looks], alpha / 2))
+
+
 @dataclass(frozen=True)
 class Design:
     """The planned looks: launches per arm at each look and each look's one-sided z critical value."""
@@ -92,8 +99,7 @@ class Design:
     @classmethod
     def plan(cls, alpha: float, first: int, max_launches: int) -> Design:
         looks = tuple(range(first, max_launches + 1))
-        z = z_boundaries([n / max_launches for n in looks], alpha / 2)
-        return cls(alpha, first, max_launches, looks, tuple(z))
+        return cls(alpha, first, max_launches, looks, _cached_z(alpha, first, max_launches))
 
     def t_critical(self, look: int, df: Any) -> Any:
         """The look's critical value on the t scale: the same one-sided tail as its z boundary."""
