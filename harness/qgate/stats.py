@@ -19,8 +19,8 @@ log(mean_t / mean_c) +- t(1 - alpha/2, df) * se, se^2 = var(mean_t)/mean_t^2 + v
 (delta method), df by Satterthwaite. Each bound is one-sided at alpha/2; the verdict layer's
 non-inferiority gate needs its lower bound (for a higher-is-better metric) at or above 1 - margin.
 The seeded percentile bootstrap of the reps is kept as one of the three significance tests only: at
-5 reps it is too narrow to bound a margin (it passes a slowdown equal to the margin 5-6 % of the time
-instead of 2.5 %).
+5 reps it is too narrow to bound a margin (it passes a slowdown equal to the margin 6.0-6.6 % of the
+time instead of 2.5 %; docs/compare.md, tests/test_stats.py).
 
 The decision rule (per metric), with alpha, min_effect_pct and max_cv_pct from the contract:
 
@@ -43,7 +43,8 @@ The decision rule (per metric), with alpha, min_effect_pct and max_cv_pct from t
   change" (a significant effect below the practical floor is reported as such in the reason).
 
 `units_for_non_inferiority` turns the observed noise of the unit into a sample-size estimate: how many
-units per arm a margin needs at a given power.
+units per arm a margin needs at a given power; `advise_units` is the advice an INCONCLUSIVE verdict
+gives, with every gate that can stop a fresh run counted (docs/compare.md, "The advice").
 """
 
 from __future__ import annotations

@@ -112,7 +112,8 @@ def look_decision(
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(decision code: 1 PASS, -1 FAIL, 0 continue; lower; upper) for scalars or arrays of looks."""
     log_r = np.log(ratio)
-    lower, upper = np.exp(log_r - q * se), np.exp(log_r + q * se)
+    with np.errstate(over="ignore"):  # an early look at 1-2 df: a huge critical t, an unbounded interval
+        lower, upper = np.exp(log_r - q * se), np.exp(log_r + q * se)
     floor = 1 - margin_pct / 100
     fail = (upper < floor) | ((upper < 1) & (100 * (np.asarray(ratio) - 1) <= -min_effect_pct))
     passed = (lower >= floor) & (cv_c <= max_cv_pct) & (cv_t <= max_cv_pct) & ~fail
