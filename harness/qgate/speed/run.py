@@ -86,8 +86,9 @@ class SpeedWorkload:
 
     def open(self, plan: ArmPlan, model: dict) -> dict:
         result = open_result(self.loaded, plan, self.out_dir, self.resume, model)
-        if self.launch_count is not None:
+        if self.launch_count is not None:  # a look of --until-decided: complete again after its last launch
             result["workload"]["launches"] = self.launch_count
+            result["complete"] = len(result["reps"]) == self.launches * self.loaded.contract.speed.repetitions
         return result
 
     def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
