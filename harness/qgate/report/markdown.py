@@ -157,7 +157,7 @@ def _sequential(record: dict[str, Any]) -> list[str]:
         table(pd.DataFrame(rows)),
         "",
         f"Stopped: {stop} after {seq.get('stopped_at_launches')} launches per arm: {seq.get('reason')}. "
-        "The verdict below is the fixed-design comparison of the data the sequence stopped with.",
+        "This report's verdict is the fixed-design comparison of the data the sequence stopped with.",
         "",
     ]
     return lines
