@@ -23,6 +23,12 @@ from qgate.quality.schema import Quality
 from qgate.route_env import OVERRIDE_PREFIX, ROUTES, SHIMS_ENV, SITES_ENV, SWITCH_PREFIX, override_var
 
 CONTRACT_SCHEMA_VERSION = 1
+# Far above an engine start (8-200 s measured on the CPU test machine, compiled GPU starts take minutes)
+# and far below a nightly's 90-minute step limit, which a hung engine would otherwise run into.
+STALL_TIMEOUT_S = 1800.0
+# Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
+# that differs only in them stay comparable.
+UNHASHED_KEYS = ("stall_timeout_s",)
 
 
 class ContractError(QgateError):
@@ -144,6 +150,13 @@ class Contract(_Strict):
         default_factory=list,
         description="platform shims (qgate_kernels.shims, e.g. qwen4exp_fp16_cpu) applied in every vLLM "
         "process of both arms alike (env QGATE_SHIMS); listed in the result and report, never route hits",
+    )
+    stall_timeout_s: float | None = Field(
+        STALL_TIMEOUT_S,
+        gt=0,
+        description="a run whose engine sends no record (engine ready, a rep, an item) for this many seconds "
+        "has stalled: it ends like a dead engine (one line, exit 1, the records kept, --resume continues); "
+        "null: never. Run policy, not workload: left out of the contract's sha256",
     )
     sites: dict[str, str] = Field(
         default_factory=dict,
@@ -317,6 +330,6 @@ def load_contract(path: str | Path) -> LoadedContract:
         where = f" line {mark.line + 1}" if mark else ""
         raise ContractError(f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     contract = parse_contract(data, p)
-    resolved = contract.model_dump(mode="json")
+    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS))
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
     return LoadedContract(path=str(p), sha256=digest, contract=contract)

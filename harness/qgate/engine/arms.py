@@ -72,6 +72,7 @@ def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: 
         "launches": [],
         "routes": {},
         "dropped_env": [],
+        "inherited_env": None,  # set before the first engine start (engine/segment.py)
         "complete": False,
     }
 
@@ -131,7 +132,7 @@ class ArmRun(TypedDict, total=False):
 
 def run_launch(
     workload: Workload, plan: ArmPlan, launch: int, result: dict, out_dir: Path, model_path: str,
-    progress: Progress | None,
+    progress: Progress | None, stall_timeout_s: float | None = None,
 ) -> dict:  # fmt: skip
     """One engine start of one arm: the workload's spec, every record folded into `result`, saved."""
     spec = workload.spec(plan, launch, result)
@@ -156,8 +157,9 @@ def run_launch(
     log = out_dir / "logs" / f"{kind}-{arm}.log"
     label = workload.label(arm, launch)
     return run_segment(
-        child_spec, plan.env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label
-    )
+        child_spec, plan.env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label,
+        stall_timeout_s,
+    )  # fmt: skip
 
 
 def run_arms(
@@ -183,7 +185,10 @@ def run_arms(
         results = {p.name: workload.open(p, model) for p in plans}
         for launch in range(workload.launches):
             for plan in plans:
-                res = run_launch(workload, plan, launch, results[plan.name], out_dir, model_path, progress)
+                res = run_launch(
+                    workload, plan, launch, results[plan.name], out_dir, model_path, progress,
+                    loaded.contract.stall_timeout_s,
+                )  # fmt: skip
                 if launch == workload.launches - 1:  # the arm's last launch: its result is final
                     workload.finish(res)
                     workload.save(plan, res)
