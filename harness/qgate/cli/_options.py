@@ -49,7 +49,8 @@ def user_errors(
 ) -> Iterator[None]:
     """Print qgate's user-facing errors as one line and exit with their code (2 bad input, 1 run failed).
 
-    `error_types` adds other exception types (e.g. OSError), which exit with `code`. SIGINT and SIGTERM
+    `error_types` adds other exception types, which exit with `code`; an OSError (an unwritable --out,
+    a full disk) is one line naming the path, exit 2. SIGINT and SIGTERM
     stop the command (the launcher ends its engine processes on the way out): one line says what was
     kept (`kept()`, e.g. the reps on disk) and the exit code is 130 / 143.
     """
@@ -65,6 +66,9 @@ def user_errors(
         fail(str(exc), exc.exit_code)
     except error_types as exc:
         fail(str(exc), code)
+    except OSError as exc:  # an unwritable --out, a full disk, a folder where a file should be
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", EXIT_USAGE)
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         line = f"qgate: stopped by {signal.Signals(signum).name}"
