@@ -57,6 +57,13 @@ def check_routes(env: dict[str, str]) -> None:
     check_overrides(env, cwd=Path.cwd())
 
 
+def preflight(plans: list[ArmPlan]) -> None:
+    """Every check of a run that needs no engine, beyond the contract's own: `qgate contract validate`
+    applies it too, so a contract it passes is not refused by `qgate run` before an engine starts."""
+    for plan in plans:
+        check_routes(plan.env)
+
+
 def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict:
     """What every arm result starts with: who ran what, under which contract, env and engine args."""
     c = loaded.contract
@@ -178,8 +185,7 @@ def run_arms(
     out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    for plan in plans:  # a broken route override fails here, before any engine starts
-        check_routes(plan.env)
+    preflight(plans)  # a broken route override fails here, before any engine starts
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model = resolve_model(loaded.contract.model, workload.train_data)
         results = {p.name: workload.open(p, model) for p in plans}

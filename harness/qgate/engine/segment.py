@@ -55,9 +55,10 @@ def run_segment(
     result["inherited_env"] = inherited
     try:
         outcome = run_child(spec, env, log_path, on_event, attest_dir, stall_timeout_s)
-    except BaseException:
-        # Stopped (a signal) or a failure while records came in: the records kept on disk came from
-        # this segment, so its route counts (what the processes wrote before they ended) go with them.
+    except BaseException as exc:
+        # Stopped (a signal) or a failure while records came in (the engine died or stalled): the
+        # records kept on disk came from this segment, so its route counts (what the processes wrote
+        # before they ended) go with them.
         if result["launches"]:
             try:
                 result["routes"] = merge_routes(result["routes"], collect(attest_dir))
@@ -65,6 +66,8 @@ def run_segment(
                 save(result)
             except Exception:  # the stop or failure in flight is what the user must see
                 pass
+        if isinstance(exc, EngineError):  # which engine start it was
+            raise EngineError(f"{label}: {exc}") from None
         raise
     result["routes"] = merge_routes(result["routes"], collect(attest_dir))
     result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))  # never route hits
