@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,6 +90,25 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
+# How the route plugin words its own failures in a vLLM process ("qgate fused_hc_fp16 implementation
+# returned dtypes ...", "qgate routes: ..."): the engine child only sees vLLM's EngineDeadError, and the
+# cause is in the log, as the last line of the engine process's traceback.
+_PLUGIN_ERROR = re.compile(r"\b(\w+(?:Error|Exception)): (qgate \S.*)$")
+_LOG_TAIL_BYTES = 256 << 10
+
+
+def cause_in_log(log_path: Path) -> str | None:
+    """The last failure the route plugin raised in any process of the engine, from the log; or None."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [m for m in map(_PLUGIN_ERROR.search, tail.splitlines()) if m]
+    return f"{found[-1].group(1)}: {found[-1].group(2)}" if found else None
+
+
 def _exit_text(returncode: int) -> str:
     if returncode < 0:
         return f"engine child was killed by {signal.Signals(-returncode).name}"
@@ -147,6 +167,8 @@ def run_child(
                     on_event(record)
                 if watch.death is not None:  # died or stalled: the except below stops the group
                     said = f"; the engine child said: {error}" if error else ""
+                    cause = cause_in_log(log_path)
+                    said += f"; cause, in an engine process: {cause}" if cause else ""
                     raise EngineError(f"{watch.death}{said} (log: {log_path})")
                 returncode = proc.wait()
                 _stop_group(proc)  # an engine process left behind would hold memory and cores
@@ -158,4 +180,8 @@ def run_child(
         Path(spec_path).unlink(missing_ok=True)
     if returncode != 0 and error is None:
         error = _exit_text(returncode)
+    if error is not None:
+        cause = cause_in_log(log_path)
+        if cause is not None and cause not in error:
+            error = f"{error}; cause, in an engine process: {cause}"
     return ChildOutcome(returncode, error, str(log_path), tuple(dropped))
