@@ -54,3 +54,17 @@ def test_the_cause_in_an_engine_process_is_read_from_the_log(tmp_path: Path) -> 
         "(h, block input), expected float16 (the input's)"
     )
     assert cause_in_log(tmp_path / "missing.log") is None
+
+
+def test_the_report_says_which_routes_hits_went_to_an_override() -> None:
+    from qgate.routes import ran_gates
+
+    counts = {"hits": 12, "fallbacks": {}, "roles": {"mix": 12}}
+    env = {"VLLM_SM70_QWEN38_FUSED_HC_FP16": "1"}
+    plain = ran_gates({"env": env, "routes": {"fused_hc_fp16": counts}})
+    assert plain[0].passed and "override" not in plain[0].detail
+    env["QGATE_ROUTE_IMPL_FUSED_HC_FP16"] = "my_hc:mix"
+    (gate,) = ran_gates({"env": env, "routes": {"fused_hc_fp16": counts}})
+    assert (
+        gate.passed and "every hit ran the override QGATE_ROUTE_IMPL_FUSED_HC_FP16=my_hc:mix" in gate.detail
+    )
