@@ -77,6 +77,7 @@ class EngineWatch:
         self.stall_timeout_s = stall_timeout_s
         self.last_record = time.monotonic()
         self.finished = False  # the child said `done` or `error`: its engine's processes may end now
+        self.ready = False  # the child said `engine_ready`: vLLM's processes are all started
         self.death: str | None = None
         self._vllm: dict[int, tuple[str, int]] = {}  # pid -> (name, start ticks) of vLLM's processes
 
@@ -85,15 +86,17 @@ class EngineWatch:
         and a vLLM process that died before the child's `error` is named as its cause."""
         self.last_record = time.monotonic()
         self._scan()
+        self.ready = self.ready or record.get("event") == "engine_ready"
         if record.get("event") in ("done", "error"):
             self.finished = True
 
     def child_gone(self) -> bool:
         return self.proc.poll() is not None
 
-    def _scan(self) -> None:
-        """Learn vLLM's processes in the group; set `death` when one seen before has ended."""
-        live = set(_group(self.proc.pid))
+    def _scan(self, learn: bool = True) -> None:
+        """Learn vLLM's processes in the group (a walk of /proc, a few ms: on records and until the engine
+        is ready, never between them while a rep is timed); set `death` when one seen before has ended."""
+        live = set(_group(self.proc.pid)) if learn else set()
         for pid in live - set(self._vllm):
             name = _cmdline(pid)
             if name.startswith(VLLM_NAME_PREFIX):
@@ -112,7 +115,7 @@ class EngineWatch:
 
     def check(self) -> bool:
         """One poll while no record is waiting; True when the reading must stop (death or child gone)."""
-        self._scan()
+        self._scan(learn=not self.ready)  # once ready: a stat read per known vLLM process
         if self.death is not None:
             return True
         if self.child_gone():
