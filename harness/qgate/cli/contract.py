@@ -18,11 +18,12 @@ FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
 
 @app.command()
 def validate(file: FileArg) -> None:
-    """Check a contract as `qgate run` does before any engine starts (schema, route switches,
-    overrides imported and checked, sites, shims); exit 2 with one line naming the key when it is wrong."""
+    """Check a contract as `qgate run` does before any engine starts (schema, route switches, overrides
+    and sites imported and checked, shims); exit 2 with one line naming the key when it is wrong. Left
+    to `run`: whether this machine's vLLM has the sites of the routes switched on."""
     with user_errors():
         loaded = load_contract(file)
-        preflight(contract_arms(loaded))
+        preflight(contract_arms(loaded), machine=False)
     typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
 
 

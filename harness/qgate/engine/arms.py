@@ -21,6 +21,7 @@ from qgate.contract import LoadedContract
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
+from qgate.route_env import OVERRIDE_PREFIX, SITES_ENV
 from qgate.routes import check_overrides
 
 ARMS = ("control", "candidate")
@@ -57,11 +58,17 @@ def check_routes(env: dict[str, str]) -> None:
     check_overrides(env, cwd=Path.cwd())
 
 
-def preflight(plans: list[ArmPlan]) -> None:
+def preflight(plans: list[ArmPlan], machine: bool = True) -> None:
     """Every check of a run that needs no engine, beyond the contract's own: `qgate contract validate`
-    applies it too, so a contract it passes is not refused by `qgate run` before an engine starts."""
+    applies it too, so a contract it passes is not refused by `qgate run` before an engine starts.
+
+    An arm's route overrides and the contract's sites are imported and checked (a child interpreter).
+    `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
+    this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
+    contract, and an import of vLLM: a minute on a loaded machine)."""
     for plan in plans:
-        check_routes(plan.env)
+        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in plan.env):
+            check_routes(plan.env)
 
 
 def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict:
