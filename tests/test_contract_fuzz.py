@@ -161,7 +161,7 @@ class _ScriptedSegments:
     """The engine start replaced: one start answers its spec's reps (what run does after pre-flight)."""
 
     def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
-                 save: Any, label: str, stall_timeout_s: float | None = None) -> dict:  # fmt: skip
+                 save: Any, label: str) -> dict:  # fmt: skip
         out = {
             "token_ids": [1] * 8, "text": "", "finish_reason": "length", "num_generation_tokens": 8,
             "first_token_ts": 1.0, "last_token_ts": 1.1, "first_token_latency_s": 0.01, "scheduled_ts": 0.99,

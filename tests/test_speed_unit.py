@@ -96,7 +96,7 @@ class _ScriptedSegments:
         self.starts: list[tuple[str, int, list[int]]] = []
 
     def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
-                 save: Any, label: str, stall_timeout_s: float | None = None) -> dict:  # fmt: skip
+                 save: Any, label: str) -> dict:  # fmt: skip
         self.starts.append((result["arm"], spec["launch"], list(spec["rep_indices"])))
         on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
         on_event({"event": "prompt", "input_tokens": spec["input_tokens"], "sha256": "p"})

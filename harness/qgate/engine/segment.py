@@ -41,7 +41,6 @@ def run_segment(
     on_event: Callable[[dict], None],
     save: Callable[[dict], None],
     label: str,
-    stall_timeout_s: float | None = None,
 ) -> dict:
     """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
     inherited = inherited_env(dict(os.environ), env)
@@ -54,7 +53,7 @@ def run_segment(
         )
     result["inherited_env"] = inherited
     try:
-        outcome = run_child(spec, env, log_path, on_event, attest_dir, stall_timeout_s)
+        outcome = run_child(spec, env, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
     except BaseException as exc:
         # Stopped (a signal) or a failure while records came in (the engine died or stalled): the
         # records kept on disk came from this segment, so its route counts (what the processes wrote
