@@ -348,6 +348,8 @@ def _first_error(path: Path, data: Any, exc: ValidationError) -> ContractError:
         return ContractError(
             f"{path}: {_format_loc(loc)} = {_lookup(data, loc)!r}: unknown key{_more(exc, 1)}"
         )
+    if err["type"] == "missing":
+        return ContractError(f"{path}: {_format_loc(loc)} = '<missing>': {msg}{_more(exc, 1)}")
     if where != loc and len(loc) == len(where) + 1:
         # One value tried against each type of a union: say what each expected, once.
         tried = [e for e in errors if _data_loc(data, tuple(e["loc"])) == where]
