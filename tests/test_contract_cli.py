@@ -155,3 +155,35 @@ def test_other_env_keys_and_known_route_keys_are_accepted(tmp_path: Path) -> Non
     path = _mutate(tmp_path, _set("arms.candidate.env", env))
     result = runner.invoke(app, ["contract", "validate", str(path)])
     assert result.exit_code == 2 and "has no attribute 'spin_gemv'" in result.output, result.output
+
+
+QUALITY = CONTRACTS / "quality-cpu.yaml"
+
+
+@pytest.mark.parametrize(
+    ("base", "old", "new", "says"),
+    [
+        (SMOKE, "version: 1", "version: [1]", "version = [1]: expected a valid integer or a valid string"),
+        (
+            SMOKE,
+            "max_decode_regression_pct: 10",
+            "max_decode_regression_pct: .nan",
+            "speed.gates.max_decode_regression_pct = nan: expected a finite number",
+        ),
+        (SMOKE, 'FP16_GEMV: "1"', 'FP16_GEMV: "ture"', "VLLM_SM70_QWEN38_FP16_GEMV='ture': expected 1 or 0"),
+        (SMOKE, "  candidate:\n    env:\n", "  candidate:\n    env: {}\n    env:\n", "duplicate key 'env'"),
+        (QUALITY, "  repeats:", "  seeds: [1, 2]\n  repeats:", "quality: give seeds or repeats, not both"),
+    ],
+)
+def test_messages_say_what_is_wrong_in_the_users_terms(
+    tmp_path: Path, base: Path, old: str, new: str, says: str
+) -> None:
+    # Issue 30, defect 8: `version: [1]` read `version.int = '<missing>'`, NaN "should be less than 100",
+    # a cross-field rule dumped its whole section; a duplicate key or `ture` passed silently.
+    text = base.read_text()
+    assert old in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace(old, new, 1))
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "{" not in result.output, result.output
