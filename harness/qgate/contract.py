@@ -19,10 +19,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from qgate.contract_yaml import MAX_BYTES, StrictYamlError, load_yaml
+from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV
+from qgate.engine.procs import RUN_ENV
 from qgate.errors import QgateError
 from qgate.ops.schema import Ops
 from qgate.quality.schema import Quality
 from qgate.route_env import (
+    ATTEST_DIR_ENV,
     OVERRIDE_PREFIX,
     ROUTES,
     SHIMS_ENV,
@@ -84,7 +87,7 @@ class Engine(_Strict):
 
 
 # Set by qgate's launcher for every engine (engine/launcher.py, lifeline.py, procs.py): an arm cannot.
-LAUNCHER_ENV = ("QGATE_ATTEST_DIR", "QGATE_RUN", "QGATE_RUN_PIDS", "QGATE_LIFELINE_PPID", "PYTHONUNBUFFERED")
+LAUNCHER_ENV = (ATTEST_DIR_ENV, RUN_ENV, PIDS_ENV, LIFELINE_ENV, "PYTHONUNBUFFERED")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
