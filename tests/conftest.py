@@ -26,6 +26,9 @@ ENGINE_MODULES_BY_COST = (
     "test_ablate_vllm.py",  # ~75 s: five in-process starts with slowed arms
     "test_plugin_qwen4exp.py",  # ~65 s
     "test_speed_e2e.py",  # ~50 s: the shared speed run
+    # 216 s measured at load ~10 (other suites running on the 2 cores): one multi-process engine start
+    # (20-28 s at nox's load), one rep, a SIGKILL of the EngineCore and the end of the run (3.2 s)
+    "test_engine_death.py",
     "test_quality_e2e.py",  # ~50 s
 )
 

@@ -153,6 +153,46 @@ def test_fixture_pair_passes_with_the_real_route_attestation(tmp_path: Path, con
     assert res.exit_code == 0, res.output
 
 
+# ---- issue 30: comparisons that are not one are refused (one line, exit 2) ---------------------------
+
+
+def test_the_same_file_as_both_arms_is_refused(tmp_path: Path, contract: Path) -> None:
+    ctrl, _ = pair_files(tmp_path, contract)
+    res = invoke(ctrl, ctrl, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "the same file as control and candidate" in res.output, res.output
+    assert not (tmp_path / "out" / "verdict.json").exists()
+
+
+def test_a_copy_of_one_run_as_the_other_arm_is_refused(tmp_path: Path, contract: Path) -> None:
+    ctrl, _ = pair_files(tmp_path, contract)
+    copy = json.loads(ctrl.read_text())
+    copy.update(arm="candidate", env={"VLLM_SM70_QWEN38_FP16_GEMV": "1"})
+    cand = support.write_json(tmp_path / "c" / "candidate.json", copy)
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "the same run" in res.output, res.output
+
+
+def test_an_aa_must_be_asked_for(tmp_path: Path, contract: Path) -> None:
+    def same_env(control: dict, candidate: dict) -> None:
+        candidate["env"] = dict(control["env"])
+
+    ctrl, cand = pair_files(tmp_path, contract, same_env)
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "A/A" in res.output and "--aa" in res.output, res.output
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out", "--aa")
+    assert "pass --aa" not in res.output and (tmp_path / "out" / "verdict.json").exists(), res.output
+    assert json.loads((tmp_path / "out" / "verdict.json").read_text())["aa"] is True
+
+
+def test_an_unwritable_out_is_one_line_exit_2(tmp_path: Path, contract: Path) -> None:
+    # A folder under a file cannot be made, whoever runs the test (root ignores a read-only mode).
+    ctrl, cand = pair_files(tmp_path, contract)
+    (tmp_path / "a-file").write_text("x")
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "a-file" / "out")
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and str(tmp_path / "a-file") in res.output, res.output
+
+
 # ---- real vLLM on the CPU (tiny model); no mock anywhere -------------------------------------------
 # The shared smoke run (conftest.speed_run) is compared in test_speed_e2e.py, the module that reads it
 # (one module, one xdist worker). The three calibration tests need their own engine starts: each has
@@ -181,13 +221,15 @@ def _real_contract(
     return path
 
 
-def _run_and_compare(tmp: Path, contract: Path, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+def _run_and_compare(
+    tmp: Path, contract: Path, env: dict[str, str] | None = None, aa: bool = False
+) -> tuple[int, dict, str]:
     from conftest import qgate
 
     out = tmp / "run"
     proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cmp = qgate("compare", str(out), str(out), "--out", str(tmp / "cmp"))
+    cmp = qgate("compare", str(out), str(out), "--out", str(tmp / "cmp"), *(["--aa"] if aa else []))
     assert cmp.returncode in (0, 1, 3, 4), cmp.stderr[-3000:]
     return cmp.returncode, json.loads((tmp / "cmp" / "verdict.json").read_text()), cmp.stdout
 
@@ -236,7 +278,7 @@ def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) ->
     offsets the launch as the unit is there for (df ~1-2 per arm: a false change needs |t| > 4.3).
     """
     contract = _real_contract(tmp_path, "aa-cpu.yaml", None, output_tokens=128, launches=2, repetitions=4)
-    code, record, stdout = _run_and_compare(tmp_path, contract)
+    code, record, stdout = _run_and_compare(tmp_path, contract, aa=True)
     _print_figures("real A/A, 2 x 4", record)
     decode = record["stats"]["decode_tok_s"]
     assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]

@@ -56,7 +56,7 @@ BAD = [
     ("unknown key", _set("engine.enforce_eagr", True), "engine.enforce_eagr", "unknown key"),
     ("unknown top key", _set("speeed", {}), "speeed", "unknown key"),
     ("wrong type", _set("engine.max_num_seqs", "one"), "engine.max_num_seqs", "integer"),
-    ("output 0", _set("speed.output_tokens", 0), "speed.output_tokens = 0", "greater than or equal to 1"),
+    ("output 1", _set("speed.output_tokens", 1), "speed.output_tokens = 1", "greater than or equal to 2"),
     ("reps 0", _set("speed.repetitions", 0), "speed.repetitions = 0", "greater than or equal to 1"),
     (
         "negative gate",
@@ -141,7 +141,7 @@ def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
 def test_other_env_keys_and_known_route_keys_are_accepted(tmp_path: Path) -> None:
     env = {
         "VLLM_SM70_QWEN38_FP16_GEMV": "1",
-        "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:spin_gemv",
+        "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:slow_gemv",
         "QGATE_SLOW_GEMV_DELAY_MS": "0.1",
         "QGATE_ABLATE_PLACEBO": "1",
         "PYTHONPATH": "tests/fixtures",
@@ -150,3 +150,40 @@ def test_other_env_keys_and_known_route_keys_are_accepted(tmp_path: Path) -> Non
     path = _mutate(tmp_path, _set("arms.candidate.env", env))
     result = runner.invoke(app, ["contract", "validate", str(path)])
     assert result.exit_code == 0, result.output
+    # An override that `run` would refuse (no such function) is refused by validate too (issue 30).
+    env["QGATE_ROUTE_IMPL_FP16_GEMV"] = "slow_routes:spin_gemv"
+    path = _mutate(tmp_path, _set("arms.candidate.env", env))
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 2 and "has no attribute 'spin_gemv'" in result.output, result.output
+
+
+QUALITY = CONTRACTS / "quality-cpu.yaml"
+
+
+@pytest.mark.parametrize(
+    ("base", "old", "new", "says"),
+    [
+        (SMOKE, "version: 1", "version: [1]", "version = [1]: expected a valid integer or a valid string"),
+        (
+            SMOKE,
+            "max_decode_regression_pct: 10",
+            "max_decode_regression_pct: .nan",
+            "speed.gates.max_decode_regression_pct = nan: expected a finite number",
+        ),
+        (SMOKE, 'FP16_GEMV: "1"', 'FP16_GEMV: "ture"', "VLLM_SM70_QWEN38_FP16_GEMV='ture': expected 1 or 0"),
+        (SMOKE, "  candidate:\n    env:\n", "  candidate:\n    env: {}\n    env:\n", "duplicate key 'env'"),
+        (QUALITY, "  repeats:", "  seeds: [1, 2]\n  repeats:", "quality: give seeds or repeats, not both"),
+    ],
+)
+def test_messages_say_what_is_wrong_in_the_users_terms(
+    tmp_path: Path, base: Path, old: str, new: str, says: str
+) -> None:
+    # Issue 30, defect 8: `version: [1]` read `version.int = '<missing>'`, NaN "should be less than 100",
+    # a cross-field rule dumped its whole section; a duplicate key or `ture` passed silently.
+    text = base.read_text()
+    assert old in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace(old, new, 1))
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 2 and says in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "{" not in result.output, result.output

@@ -326,3 +326,29 @@ def test_cli_append_refuse_and_report(tmp_path: Path, contract: Path) -> None:
     assert (tmp_path / "rep" / "history.md").is_file() and (tmp_path / "rep" / "history.png").is_file()
     res = runner.invoke(app, ["report", "--store", str(tmp_path / "nope.sqlite"), "--out", str(tmp_path)])
     assert res.exit_code == 2 and "no such history store" in res.output
+
+
+def test_a_night_without_its_verdict_is_refused_and_can_be_appended_once_judged(
+    tmp_path: Path, contract: Path
+) -> None:
+    # Issue 30, defect 6: appended before compare ran, a night was stored with verdict none and could
+    # never be completed (the second append was refused as append-only).
+    run, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
+    verdict = run / "compare-quality" / "verdict.json"
+    kept = verdict.read_bytes()
+    verdict.unlink()
+    store = tmp_path / "h.sqlite"
+    with pytest.raises(history.HistoryError, match="no verdict for its quality results"):
+        history.append(store, run)
+    assert not store.exists()
+    verdict.write_bytes(kept)
+    assert history.append(store, run).verdict == "PASS"
+
+
+def test_one_run_folder_is_one_night(tmp_path: Path, contract: Path) -> None:
+    run, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40)
+    store = tmp_path / "h.sqlite"
+    history.append(store, run)
+    with pytest.raises(history.HistoryError, match="already recorded as night 2026-12-01"):
+        history.append(store, run, night="2026-12-02")
+    assert {r["night"] for r in history.read_rows(store)} == {"2026-12-01"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -113,12 +114,41 @@ def leftover(tmp_path: Path):
     proc.wait()
 
 
-def test_a_live_process_of_an_earlier_run_is_refused_with_its_pid(leftover) -> None:
+def test_a_live_process_of_a_run_in_progress_is_refused_with_its_pid(leftover) -> None:
+    # Its qgate (this test) is alive: a run in progress, not an earlier run's leftovers, and
+    # --kill-leftovers (which would end it) is not suggested (issue 30).
     out, proc = leftover
-    with pytest.raises(QgateError, match=rf"still alive: {proc.pid} \(.*python.*--kill-leftovers"):
+    with pytest.raises(
+        QgateError, match=rf"another run is in progress there .*{proc.pid} \(.*python"
+    ) as info:
         with procs.claimed(out):
             pass
+    assert "--kill-leftovers" not in str(info.value) and f"kill {os.getpid()}" in str(info.value)
     assert procs.earlier_run(out) is not None
+
+
+def test_a_live_orphan_of_an_earlier_run_is_refused_with_kill_leftovers(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    token = "999999999.1.deadbeef"  # its qgate is gone
+    record = {
+        "kind": "processes", "schema_version": procs.RECORD_SCHEMA_VERSION, "token": token,
+        "qgate_pid": 999999999, "host": socket.gethostname(), "boot_id": procs._boot_id(), "groups": [],
+    }  # fmt: skip
+    (out / procs.RECORD).write_text(json.dumps(record))
+    orphan = _python("import time; time.sleep(60)", {procs.RUN_ENV: token})
+    try:
+        deadline = time.monotonic() + 10
+        while orphan.pid not in procs.run_processes(token) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(
+            QgateError, match=rf"earlier run are still alive: {orphan.pid} .*--kill-leftovers"
+        ):
+            with procs.claimed(out):
+                pass
+    finally:
+        orphan.kill()
+        orphan.wait()
 
 
 def test_kill_leftovers_ends_them_and_records_the_new_run(leftover) -> None:
@@ -183,8 +213,8 @@ def test_run_speed_refuses_a_live_earlier_run_in_one_line(leftover, tmp_path: Pa
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2
     lines = [line for line in res.output.splitlines() if line.strip()]  # (the progress bar's blank line)
-    assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {out}: processes of an earlier run")
-    assert f"{proc.pid} (" in res.output and "--kill-leftovers" in res.output
+    assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {out}: another run is in progress")
+    assert f"{proc.pid} (" in res.output
     assert not (out / "speed").exists()  # refused before anything ran
 
 
@@ -216,5 +246,5 @@ def test_run_quality_refuses_a_live_earlier_run_in_one_line(leftover) -> None:
     res = CliRunner().invoke(app, ["run", "quality", "--contract", str(contract), "--out", str(out)])
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert f"{proc.pid} (" in lines[0] and "--kill-leftovers" in lines[0]
+    assert f"{proc.pid} (" in lines[0] and "in progress" in lines[0]
     assert not (out / "quality").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,18 @@ def test_a_version_from_the_future_is_refused_in_one_line(kind: str, tmp_path: P
     with pytest.raises(ResultError) as err:
         load_result(path, kind)
     assert "\n" not in str(err.value) and "schema_version" in str(err.value)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_respect_the_umask(tmp_path: Path, umask: int) -> None:
+    # Issue 30: every output file was 0600 (mkstemp's mode) whatever the umask.
+    from qgate.results import atomic_write_json, atomic_write_with
+
+    old = os.umask(umask)
+    try:
+        atomic_write_json(tmp_path / "a.json", {"x": 1})
+        atomic_write_with(tmp_path / "b.png", lambda tmp: Path(tmp).write_bytes(b"png"), ".png")
+    finally:
+        os.umask(old)
+    for name in ("a.json", "b.png"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name

@@ -131,3 +131,19 @@ def test_speed_runs_on_the_spine_launches_interleaved_and_resumes(
         run_speed(loaded, out)
     run_speed(loaded, out, resume=True)  # complete: no engine start
     assert len(segments.starts) == 4
+
+
+def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    # Issue 30, defect 4: `qgate run speed --out` where no folder can be made was a traceback, exit 1.
+    from typer.testing import CliRunner
+
+    from qgate.cli import app
+
+    (tmp_path / "a-file").write_text("x")
+    out = tmp_path / "a-file" / "out"
+    res = CliRunner().invoke(
+        app, ["run", "speed", "--contract", str(CONTRACTS / "smoke-cpu.yaml"), "--out", str(out)]
+    )
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert lines[-1].startswith("qgate: error: ") and str(tmp_path / "a-file") in lines[-1], res.output

@@ -14,6 +14,7 @@ from qgate import gate as gate_mod
 from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
+from qgate.engine.arms import ids_sha256
 from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
 from qgate.results import current_schema
 from qgate.stats import StatsConfig, compare_samples
@@ -37,6 +38,16 @@ def verdict_of(
 ) -> dict:
     pair = Pair("speed", control, candidate, "control.json", "candidate.json")
     return build_verdict([pair], [], loaded or support.pinned_contract())
+
+
+def _with_speed(**speed: Any) -> LoadedContract:
+    """The pinned contract with other speed settings (the results' recorded workload must match it)."""
+    loaded = support.pinned_contract()
+    c = loaded.contract
+    assert c.speed is not None
+    return loaded.model_copy(
+        update={"contract": c.model_copy(update={"speed": c.speed.model_copy(update=speed)})}
+    )
 
 
 def gate(record: dict, prefix: str) -> dict:
@@ -183,6 +194,7 @@ def test_gates_fail_on_slow_rep_prefill_regression_and_unstable_tokens() -> None
 
     control, candidate = support.load_pair()
     candidate["reps"][4]["token_ids"] = candidate["reps"][4]["token_ids"][:5] + [1, 2, 3]
+    candidate["reps"][4]["token_ids_sha256"] = ids_sha256(candidate["reps"][4]["token_ids"])
     rec = verdict_of(control, candidate)
     assert rec["verdict"] == "FAIL" and not gate(rec, "candidate tokens identical")["passed"]
 
@@ -362,7 +374,7 @@ def test_launches_are_the_unit_with_variance_components() -> None:
         arm["reps"] = arm["reps"] + second
         for i, rep in enumerate(arm["reps"]):
             rep["launch"] = i // 5
-    rec = verdict_of(control, candidate)
+    rec = verdict_of(control, candidate, _with_speed(launches=2))
     decode = rec["stats"]["decode_tok_s"]
     assert decode["unit"] == "launch" and decode["launches"] == 2 and decode["control"]["n"] == 10
     comp = rec["figures"]["variance_components"]["control"]
@@ -608,3 +620,62 @@ def test_until_decided_stops_at_a_decision_and_resume_continues_the_sequence(
         speed_run.run_speed_until_decided(loaded, tmp_path / "killed", 9, resume=True)
     _, resumed = speed_run.run_speed_until_decided(loaded, tmp_path / "killed", 8, resume=True)
     assert resumed == seq
+
+
+# ---- issue 30: results that cannot be what a run measured are refused ---------------------------------
+
+
+def _broken(edit: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    control, candidate = support.load_pair()
+    reps = candidate["reps"]
+    if edit == "reset not done":
+        reps[1]["prefix_cache_reset"] = False
+    elif edit == "duplicated index":
+        reps[2]["index"] = 1
+    elif edit == "duplicated rep":
+        reps[3] = dict(reps[0], index=3)
+    elif edit == "token sha":
+        reps[0]["token_ids"] = [1, 2, 3, 4, 5, 6, 7, 8]  # the sha256 still says the old ids
+    elif edit == "fewer reps":  # complete, with the workload edited to match: the contract decides
+        candidate["reps"] = reps[:4]
+        candidate["workload"]["repetitions"] = 4
+    return control, candidate
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ("reset not done", "rep 1: prefix_cache_reset = False: the reset was not done"),
+        ("duplicated index", "rep index 1 appears twice"),
+        ("duplicated rep", "rep 3 is a copy of rep 0"),
+        ("token sha", "rep 0: token_ids_sha256 is not the sha256 of its token_ids"),
+        ("fewer reps", "4 reps from 1 launches, the contract asks for 5 reps x 1 launches"),
+    ],
+)
+def test_reps_that_cannot_be_a_measurement_are_error(edit: str, says: str) -> None:
+    assert verdict_of(*support.load_pair())["verdict"] == "PASS"  # the pair as it is: intact
+    rec = verdict_of(*_broken(edit))
+    g = gate(rec, "candidate reps intact")
+    assert rec["verdict"] == "ERROR" and not g["passed"] and says in g["detail"], g
+
+
+def test_inherited_env_must_agree_outside_the_arms_declared_keys() -> None:
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        arm["inherited_env"] = {"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "4"}
+    assert verdict_of(control, candidate)["verdict"] == "PASS"
+    candidate["inherited_env"]["OMP_NUM_THREADS"] = "2"
+    rec = verdict_of(control, candidate)
+    assert rec["verdict"] == "ERROR"
+    assert (
+        "inherited_env.OMP_NUM_THREADS: control '1' vs candidate '2'"
+        in gate(rec, "comparable arms")["detail"]
+    )
+    # A key an arm's contract env sets is the arms' declared difference, not the shell's.
+    candidate["inherited_env"]["OMP_NUM_THREADS"] = "1"
+    control["inherited_env"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "1"
+    assert verdict_of(control, candidate)["verdict"] == "PASS"
+    del candidate["inherited_env"]
+    assert (
+        "one result does not record it" in gate(verdict_of(control, candidate), "comparable arms")["detail"]
+    )

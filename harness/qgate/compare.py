@@ -69,10 +69,19 @@ def locate(path: str | Path, arm: str) -> dict[str, Path]:
 
 
 def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[list[Pair], list[str]]:
-    """Pairs of results by kind, and the kinds found for one side only (a difference)."""
+    """Pairs of results by kind, and the kinds found for one side only (a difference).
+
+    ResultError for a comparison that is not one: the same file as both arms, or two files of the same
+    run (the same reps: a copy)."""
     ctrl, cand = locate(control_path, "control"), locate(candidate_path, "candidate")
     if len(ctrl) == 1 and len(cand) == 1 and set(ctrl) != set(cand):
         raise ResultError(f"cannot compare a {next(iter(ctrl))} result with a {next(iter(cand))} result")
+    for kind in set(ctrl) & set(cand):
+        if ctrl[kind].resolve() == cand[kind].resolve():
+            raise ResultError(
+                f"{ctrl[kind]}: the same file as control and candidate: a result compared with itself is "
+                "not evidence; give the control and the candidate result"
+            )
     pairs = []
     for kind in (k for k in KINDS if k in ctrl and k in cand):
         pairs.append(
@@ -84,10 +93,32 @@ def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[li
                 str(cand[kind]),
             )
         )
+    for pair in pairs:
+        measured = pair.control.get("reps") or pair.control.get("items")
+        if measured and measured == (pair.candidate.get("reps") or pair.candidate.get("items")):
+            raise ResultError(
+                f"{pair.control_path} and {pair.candidate_path}: the same run (every rep or item the same, "
+                "timestamps included): a result compared with a copy of itself is not evidence"
+            )
     one_sided = [
         f"{k} result only for the {'control' if k in ctrl else 'candidate'}" for k in set(ctrl) ^ set(cand)
     ]
     return pairs, sorted(one_sided)
+
+
+def refuse_unasked_aa(pairs: list[Pair], aa: bool) -> None:
+    """A candidate that ran with exactly the control's env switched nothing on: its comparison is an
+    A/A (useful to measure the noise, never evidence for a change), so it must be asked for (--aa)."""
+    if aa:
+        return
+    for pair in pairs:
+        env = pair.control.get("env")
+        if isinstance(env, dict) and env == pair.candidate.get("env"):
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no variables"
+            raise ResultError(
+                f"{pair.candidate_path}: the candidate ran with the control's env ({shown}): this is an A/A "
+                "comparison, not evidence for a change; pass --aa to compare them as one"
+            )
 
 
 def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> LoadedContract:
@@ -240,11 +271,15 @@ def run_compare(
     contract: str | Path | None,
     out_dir: str | Path,
     force: bool = False,
+    aa: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Load, compare, write the report; raises ResultError / ContractError for bad input and
-    OutputExists when out_dir already holds a report and force is False."""
+    """Load, compare, write the report; raises ResultError / ContractError for bad input (an A/A not
+    asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False."""
     refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
+    refuse_unasked_aa(pairs, aa)
     loaded = resolve_contract(contract, pairs)
     record = build_verdict(pairs, one_sided, loaded)
+    if aa:
+        record["aa"] = True
     return record, write_report(record, out_dir)

@@ -11,18 +11,37 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from qgate.contract_yaml import MAX_BYTES, StrictYamlError, load_yaml
+from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV
+from qgate.engine.procs import RUN_ENV
 from qgate.errors import QgateError
 from qgate.ops.schema import Ops
 from qgate.quality.schema import Quality
-from qgate.route_env import OVERRIDE_PREFIX, ROUTES, SHIMS_ENV, SITES_ENV, SWITCH_PREFIX, override_var
+from qgate.route_env import (
+    ATTEST_DIR_ENV,
+    OVERRIDE_PREFIX,
+    ROUTES,
+    SHIMS_ENV,
+    SITES_ENV,
+    SWITCH_PREFIX,
+    override_var,
+    static_problems,
+)
 
 CONTRACT_SCHEMA_VERSION = 1
+# Far above an engine start (8-200 s measured on the CPU test machine, compiled GPU starts take minutes)
+# and far below a nightly's 90-minute step limit, which a hung engine would otherwise run into.
+STALL_TIMEOUT_S = 1800.0
+# Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
+# that differs only in them stay comparable.
+UNHASHED_KEYS = ("stall_timeout_s",)
 
 
 class ContractError(QgateError):
@@ -67,10 +86,23 @@ class Engine(_Strict):
         return self.model_dump(exclude_none=True)
 
 
-def _env_values_are_strings(env: dict[str, Any]) -> dict[str, str]:
+# Set by qgate's launcher for every engine (engine/launcher.py, lifeline.py, procs.py): an arm cannot.
+LAUNCHER_ENV = (ATTEST_DIR_ENV, RUN_ENV, PIDS_ENV, LIFELINE_ENV, "PYTHONUNBUFFERED")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_values_are_strings(env: Any) -> dict[str, str]:
+    if not isinstance(env, dict):  # `env:` left empty, or a list or a string
+        raise ValueError(f'expected a mapping of NAME: "value" (write `env: {{}}` for none), got {env!r}')
     for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise ValueError(f"env name {key!r}: expected letters, digits and _ (no '=', spaces or NUL)")
+        if key in LAUNCHER_ENV:
+            raise ValueError(f"env name {key}: set by qgate's launcher for every engine, not by an arm")
         if not isinstance(value, str):
             raise ValueError(f"env value for {key} must be a string (quote it in YAML), got {value!r}")
+        if "\0" in value:
+            raise ValueError(f"env value for {key} contains a NUL byte, which no environment can hold")
     return env
 
 
@@ -117,7 +149,7 @@ class SpeedStats(_Strict):
 
 class Speed(_Strict):
     input_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=2, description="at least 2: the decode rate is (n - 1) / decode time")
     greedy: bool = True
     ignore_eos: bool = True
     warmup: int = Field(1, ge=0)
@@ -144,6 +176,13 @@ class Contract(_Strict):
         default_factory=list,
         description="platform shims (qgate_kernels.shims, e.g. qwen4exp_fp16_cpu) applied in every vLLM "
         "process of both arms alike (env QGATE_SHIMS); listed in the result and report, never route hits",
+    )
+    stall_timeout_s: float | None = Field(
+        STALL_TIMEOUT_S,
+        gt=0,
+        description="a run whose engine sends no record (engine ready, a rep, an item) for this many seconds "
+        "has stalled: it ends like a dead engine (one line, exit 1, the records kept, --resume continues); "
+        "null: never. Run policy, not workload: left out of the contract's sha256",
     )
     sites: dict[str, str] = Field(
         default_factory=dict,
@@ -178,10 +217,16 @@ class Contract(_Strict):
     @model_validator(mode="after")
     def _known_route_env(self) -> Contract:
         for arm_name in ("control", "candidate"):
-            for key in getattr(self.arms, arm_name).env:
+            env = getattr(self.arms, arm_name).env
+            for key in env:
                 problem = route_env_typo(key)
                 if problem:
                     raise ValueError(f"arms.{arm_name}.env.{key}: {problem}")
+            # What the run's pre-flight refuses without importing anything (switch values such as
+            # `ture` or `2`, overrides of routes that are off, specs that are no module:function).
+            problems = static_problems(env)
+            if problems:
+                raise ValueError(f"arms.{arm_name}.env: {problems[0]}")
         return self
 
     @model_validator(mode="after")
@@ -283,17 +328,50 @@ def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
     return cur
 
 
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The part of a pydantic error location that is in the data: pydantic adds the type it tried
+    (`version.int` for `version: [1]` against `int | str`), which is no key of the user's file."""
+    cur, kept = data, []
+    for part in loc:
+        try:
+            cur = cur[part]
+        except (KeyError, IndexError, TypeError):
+            break
+        kept.append(part)
+    return tuple(kept)
+
+
 def _first_error(path: Path, data: Any, exc: ValidationError) -> ContractError:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err = errors[0]
     loc = tuple(p for p in err["loc"] if p not in ("function-after",))
     msg = err["msg"].removeprefix("Value error, ")
     if not loc:  # a cross-field rule: its message names the keys and values itself
         return ContractError(f"{path}: {msg}")
-    value = _lookup(data, loc)
+    where = _data_loc(data, loc)
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return ContractError(f"{path}: {_format_loc(loc)} = {value!r}: {msg}{more}")
+        return ContractError(
+            f"{path}: {_format_loc(loc)} = {_lookup(data, loc)!r}: unknown key{_more(exc, 1)}"
+        )
+    if err["type"] == "missing":
+        return ContractError(f"{path}: {_format_loc(loc)} = '<missing>': {msg}{_more(exc, 1)}")
+    if where != loc and len(loc) == len(where) + 1:
+        # One value tried against each type of a union: say what each expected, once.
+        tried = [e for e in errors if _data_loc(data, tuple(e["loc"])) == where]
+        msg = " or ".join(dict.fromkeys(e["msg"].removeprefix("Input should be ") for e in tried))
+        msg = f"expected {msg}"
+        return ContractError(
+            f"{path}: {_format_loc(where)} = {_lookup(data, where)!r}: {msg}{_more(exc, len(tried))}"
+        )
+    value = _lookup(data, where)
+    if err["type"] == "value_error" and isinstance(value, (dict, list)):
+        # A rule across a section's keys: its message names them; the whole section is noise.
+        return ContractError(f"{path}: {_format_loc(where)}: {msg}{_more(exc, 1)}")
+    return ContractError(f"{path}: {_format_loc(where)} = {value!r}: {msg}{_more(exc, 1)}")
+
+
+def _more(exc: ValidationError, shown: int) -> str:
+    return f" (+{exc.error_count() - shown} more)" if exc.error_count() > shown else ""
 
 
 def parse_contract(data: Any, path: Path) -> Contract:
@@ -306,19 +384,31 @@ def parse_contract(data: Any, path: Path) -> Contract:
 
 
 def load_contract(path: str | Path) -> LoadedContract:
-    """Read, validate and hash a contract; raise ContractError with one clear line."""
+    """Read, validate and hash a contract; raise ContractError with one clear line.
+
+    The YAML is read strictly (contract_yaml.py): at most MAX_BYTES, UTF-8, no duplicate keys, no alias
+    expansion beyond a small bound, no NaN or infinity."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ContractError(f"{p}: cannot read contract: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise ContractError(f"{p}: larger than {MAX_BYTES // 1024} KiB: not a contract")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{p}: not UTF-8 text (byte {exc.start}): not a contract") from None
+    try:
+        data = load_yaml(text)
+    except StrictYamlError as exc:
+        raise ContractError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ContractError(f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     contract = parse_contract(data, p)
-    resolved = contract.model_dump(mode="json")
+    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS))
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
     return LoadedContract(path=str(p), sha256=digest, contract=contract)

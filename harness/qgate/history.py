@@ -44,8 +44,9 @@ from qgate.night import (  # noqa: F401  (HistoryError and collect re-exported: 
     V2_COLUMNS,
     HistoryError,
     collect,
+    unjudged_kinds,
 )
-from qgate.results import atomic_write_text, atomic_write_with
+from qgate.results import atomic_write_text, atomic_write_with, file_mode
 
 HISTORY_SCHEMA_VERSION = 2
 FORMAT = "qgate-history"
@@ -170,6 +171,7 @@ def _create(path: Path, rows: list[dict[str, Any]]) -> None:
     """Build a new store in a temporary file, then link it into place (never over an existing file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.fchmod(fd, file_mode())  # the umask's mode, not mkstemp's 0600
     os.close(fd)
     try:
         conn = sqlite3.connect(tmp, isolation_level=None)
@@ -217,6 +219,14 @@ def append(
     """Add one night's rows to the store (created when the path does not exist); see the module doc."""
     path = Path(store)
     rows = collect(result_dir, night, commit)
+    # A night is stored with its verdict: rows are never changed, so one appended before its compare
+    # ran could never be completed (a second append is refused as a different night).
+    unjudged = unjudged_kinds(result_dir)
+    if unjudged:
+        raise HistoryError(
+            f"{result_dir}: no verdict for its {' and '.join(unjudged)} results (no verdict.json from "
+            "`qgate compare` in the folder or a subfolder): run compare first; nothing was changed"
+        )
     stamp = _now()
     for row in rows:
         row["appended_at"] = stamp
@@ -233,6 +243,15 @@ def append(
                 (the_night,),
             )
         }
+        source = rows[0]["source"]
+        other = conn.execute(
+            "SELECT night FROM nights WHERE source = ? AND night != ? LIMIT 1", (source, the_night)
+        ).fetchone()
+        if other:
+            raise HistoryError(
+                f"{path}: {source} is already recorded as night {other[0]}: one run folder is one night; "
+                "nothing was changed"
+            )
         if existing:
             same = set(existing) == set(arms) and all(
                 existing[r["arm"]][0] == r["content_sha256"] for r in rows

@@ -297,6 +297,12 @@ def content_sha256(row: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
+def unjudged_kinds(result_dir: str | Path) -> list[str]:
+    """The result kinds in a night's directory that no verdict.json judges (compare has not run)."""
+    where = Path(result_dir)
+    return sorted(set(_load_results(where)) - set(load_verdicts(where)))
+
+
 def collect(
     result_dir: str | Path, night: str | None = None, commit: str | None = None
 ) -> list[dict[str, Any]]:

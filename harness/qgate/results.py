@@ -52,12 +52,25 @@ class ResultError(QgateError):
     """A result file that cannot be used; str() is one line for the user."""
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets from open(): 0o666 less the umask. mkstemp makes its files 0600, which
+    would leave every result unreadable to the group a shared output folder is meant for."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write text so that a reader sees the old file or the new one, never half of one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -76,6 +89,7 @@ def atomic_write_with(path: str | Path, write: Callable[[str], None], suffix: st
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, target)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -44,10 +44,22 @@ SITE_GDN_CUDA = f"{ROUTE_GDN}.forward_cuda"
 SITE_TOPK = f"{ROUTE_TOPK}.topk"
 SITE_KEYS = (SITE_HC_MIX, SITE_HC_COMBINE, SITE_GDN_CPU, SITE_GDN_CUDA, SITE_TOPK)
 
-# Inherited variables with these prefixes would switch routes behind the contract's back: the launcher
-# drops them unless the arm sets them. "VLLM_SM70_" is wider than SWITCH_PREFIX on purpose: any switch
-# of the SM70 fork changes what runs.
-ARM_ENV_PREFIXES = ("VLLM_SM70_", OVERRIDE_PREFIX, SHIMS_ENV, SITES_ENV)
+# Inherited variables in qgate's and kernels_ext's namespaces would change what runs behind the
+# contract's back (route switches and overrides, but also the kernels' own knobs: QGATE_HC_IMPL,
+# QGATE_HC_PHASE_STOP, ...): the launcher drops every one of them unless the arm sets it, and lists what it
+# dropped in the result (`dropped_env`). "VLLM_SM70_" is wider than SWITCH_PREFIX on purpose: any switch
+# of the SM70 fork changes what runs. The launcher sets its own QGATE_ variables after the drop.
+QGATE_PREFIX = "QGATE_"
+ARM_ENV_PREFIXES = ("VLLM_SM70_", QGATE_PREFIX)
+# Inherited variables outside those namespaces that can change what vLLM, torch or the kernels do: the
+# launcher passes them on (a user's CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS is theirs to set) and records
+# them in the result (`inherited_env`); `compare` refuses arms whose records differ in one that neither
+# arm's contract env sets (two arms run from different shells).
+RECORDED_ENV_PREFIXES = (
+    "VLLM_", "TORCH", "PYTORCH_", "CUDA_", "CUBLAS", "CUDNN_", "NCCL_", "NVIDIA_", "TRITON_", "OMP_", "KMP_",
+    "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "LD_PRELOAD",
+    "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED",
+)  # fmt: skip
 
 SWITCH_VALUES = "1 or 0 (also true/false, yes/no, on/off)"
 _ON = frozenset({"1", "true", "yes", "on"})

@@ -221,7 +221,16 @@ def ran_gates(result: dict) -> list[Gate]:
         if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
             continue
-        gates.append(_route_ran_gate(name, route, rec.get(route, _empty_route())))
+        gate = _route_ran_gate(name, route, rec.get(route, _empty_route()))
+        spec = (result.get("env") or {}).get(override_var(route))
+        if spec and gate.passed:  # every hit of an overridden route ran the override, not qgate's kernel
+            gate = Gate(
+                gate.name,
+                True,
+                f"{gate.detail}; every hit ran the override {override_var(route)}={spec}",
+                gate.severity,
+            )
+        gates.append(gate)
     return gates
 
 

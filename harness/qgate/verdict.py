@@ -22,6 +22,7 @@ from typing import Any
 
 from qgate import routes
 from qgate.contract import Contract, LoadedContract
+from qgate.engine.arms import ids_sha256
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.stats import (
     ADVICE_TARGET,
@@ -103,7 +104,28 @@ def differences(
                 found.append(f"contract.sha256: {name} result {sha} vs contract in hand {loaded.sha256}")
     found += _engine_differences(control, candidate, loaded)
     found += _env_not_declared(control, candidate, loaded)
+    found += _inherited_env_differences(control, candidate)
     return found
+
+
+def _inherited_env_differences(control: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
+    """Variables from the shell that can change what vLLM does (the launcher records them under
+    `inherited_env`) must agree between the arms, except those an arm's own env sets."""
+    a, b = control.get("inherited_env"), candidate.get("inherited_env")
+    if a is None and b is None:  # results of a qgate before the record: nothing to check
+        return []
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return [f"inherited_env: control {a!r} vs candidate {b!r}: one result does not record it"]
+    declared = set()
+    for result in (control, candidate):
+        if isinstance(result.get("env"), dict):
+            declared |= set(result["env"])
+    keys = sorted(k for k in (set(a) | set(b)) - declared if a.get(k) != b.get(k))
+    return [
+        f"inherited_env.{k}: control {a.get(k, '<unset>')!r} vs candidate {b.get(k, '<unset>')!r} "
+        "(set in the shell, not by the contract: run both arms from the same environment)"
+        for k in keys
+    ]
 
 
 def _env_not_declared(
@@ -173,6 +195,57 @@ def token_summary(control: dict[str, Any], candidate: dict[str, Any]) -> dict[st
         "control_tokens": len(c_arrays[0]) if c_arrays else 0,
         "candidate_tokens": len(t_arrays[0]) if t_arrays else 0,
     }
+
+
+def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None = None) -> Gate:
+    """A speed result whose reps cannot be what the run measured is refused (ERROR): fewer reps or
+    launches than the contract asks for, a rep whose prefix-cache reset was not done, a rep recorded
+    twice (its index, or the whole record under another index), a token sha256 that is not the sha256
+    of the rep's token ids."""
+    problems = []
+    reps = [r for r in result.get("reps") or [] if isinstance(r, dict)]
+    workload = result.get("workload") if isinstance(result.get("workload"), dict) else {}
+    speed = contract.speed if contract is not None else None
+    if speed is not None:
+        want = speed.repetitions * speed.launches
+        launches = {r.get("launch") for r in reps}
+        if len(reps) < want or len(launches) < speed.launches:
+            problems.append(
+                f"{len(reps)} reps from {len(launches)} launches, the contract asks for {speed.repetitions} "
+                f"reps x {speed.launches} launches"
+            )
+        for key in ("repetitions", "launches", "reset_prefix_cache"):
+            if key in workload and workload[key] != getattr(speed, key):
+                problems.append(
+                    f"workload.{key} = {workload[key]!r}, the contract says {getattr(speed, key)!r}"
+                )
+    must_reset = speed.reset_prefix_cache if speed is not None else workload.get("reset_prefix_cache", True)
+    seen_index: set[Any] = set()
+    seen_record: dict[str, Any] = {}
+    for rep in reps:
+        index = rep.get("index")
+        if must_reset and rep.get("prefix_cache_reset") is not True:
+            problems.append(
+                f"rep {index}: prefix_cache_reset = {rep.get('prefix_cache_reset')!r}: the reset was not done"
+            )
+        if index in seen_index:
+            problems.append(f"rep index {index!r} appears twice")
+        seen_index.add(index)
+        body = _canon({k: v for k, v in rep.items() if k != "index"})
+        if body in seen_record:
+            problems.append(f"rep {index} is a copy of rep {seen_record[body]} (every figure the same)")
+        seen_record.setdefault(body, index)
+        ids = rep.get("token_ids")
+        if isinstance(ids, list) and rep.get("token_ids_sha256") != ids_sha256(ids):
+            problems.append(f"rep {index}: token_ids_sha256 is not the sha256 of its token_ids")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return Gate(
+            f"{name} reps intact", False, "refuse to compare: " + "; ".join(problems[:3]) + more, SEV_ERROR
+        )
+    return Gate(
+        f"{name} reps intact", True, f"{len(reps)} reps, each measured once, reset, hashed", SEV_ERROR
+    )
 
 
 def completeness_gate(result: dict[str, Any], name: str) -> Gate:

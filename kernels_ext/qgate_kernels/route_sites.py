@@ -128,8 +128,14 @@ class HcSite:
         t = h.shape[0]
         want = [(t, self.hc * self.hs), (t, self.hs), (t, self.hc) if self.use_combine else None]
         got = [tuple(h_new.shape), tuple(block_input.shape), None if inj is None else tuple(inj.shape)]
-        if got != want or block_input.dtype != h.dtype or h_new.dtype != h.dtype:
+        if got != want:
             raise RuntimeError(f"qgate fused_hc_fp16 implementation returned shapes {got}, expected {want}")
+        if h_new.dtype != h.dtype or block_input.dtype != h.dtype:  # named as such: shapes can be right
+            got_dt = [str(d).removeprefix("torch.") for d in (h_new.dtype, block_input.dtype)]
+            raise RuntimeError(
+                f"qgate fused_hc_fp16 implementation returned dtypes {got_dt} for (h, block input), "
+                f"expected {str(h.dtype).removeprefix('torch.')} (the input's)"
+            )
         return h_new, block_input.contiguous(), inj
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from qgate.engine.procs import Stopped, stop_signals
-from qgate.errors import QgateError
+from qgate.errors import QgateError, RunFailure
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -49,28 +49,40 @@ def user_errors(
 ) -> Iterator[None]:
     """Print qgate's user-facing errors as one line and exit with their code (2 bad input, 1 run failed).
 
-    `error_types` adds other exception types (e.g. OSError), which exit with `code`. SIGINT and SIGTERM
+    `error_types` adds other exception types, which exit with `code`; an OSError (an unwritable --out,
+    a full disk) is one line naming the path, exit 2. SIGINT and SIGTERM
     stop the command (the launcher ends its engine processes on the way out): one line says what was
     kept (`kept()`, e.g. the reps on disk) and the exit code is 130 / 143.
     """
     try:
         with stop_signals():
             yield
+    except RunFailure as exc:  # a run that failed keeps what it measured: say so, and the way on
+        line = str(exc)
+        if kept is not None:
+            line += f"; kept {_kept(kept)}; to continue, fix the cause and run the same command with --resume"
+        fail(line, exc.exit_code)
     except QgateError as exc:
         fail(str(exc), exc.exit_code)
     except error_types as exc:
         fail(str(exc), code)
+    except OSError as exc:  # an unwritable --out, a full disk, a folder where a file should be
+        where = f"{exc.filename}: " if exc.filename else ""
+        fail(f"{where}{exc.strerror or exc}", EXIT_USAGE)
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         line = f"qgate: stopped by {signal.Signals(signum).name}"
         if kept is not None:  # a run: what it saved stays, --resume continues from it
-            try:
-                what = kept()
-            except Exception:  # an unreadable result must not turn the stop into a traceback
-                what = "the completed records on disk"
-            line += f"; kept {what}; to continue, run the same command with --resume"
+            line += f"; kept {_kept(kept)}; to continue, run the same command with --resume"
         typer.echo(line, err=True)
         sys.exit(128 + signum)
+
+
+def _kept(kept: Callable[[], str]) -> str:
+    try:
+        return kept()
+    except Exception:  # an unreadable result must not turn the message into a traceback
+        return "the completed records on disk"
 
 
 def exit_with(code: int) -> NoReturn:

@@ -42,6 +42,10 @@ MaybeContractOpt = Annotated[
     ),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite a report already in --out")]
+AaOpt = Annotated[
+    bool,
+    typer.Option("--aa", help="the arms ran with the same env on purpose (an A/A test); refused without it"),
+]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
@@ -52,13 +56,15 @@ def compare(
     out: OutOpt,
     contract: MaybeContractOpt = None,
     force: ForceOpt = False,
+    aa: AaOpt = False,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
-    Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE; 2 when DIR already holds a report (unless --force).
+    Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE; 2 when DIR already holds a report (unless --force),
+    for the same file or run as both arms, and for a candidate with the control's env (unless --aa).
     """
     with user_errors():
-        record, paths = run_compare(control, candidate, contract, out, force=force)
+        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")

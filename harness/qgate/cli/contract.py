@@ -10,6 +10,7 @@ import typer
 
 from qgate.cli._options import user_errors
 from qgate.contract import load_contract
+from qgate.engine.arms import contract_arms, preflight
 
 app = typer.Typer(help="Validate and show contracts.", no_args_is_help=True)
 FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
@@ -17,9 +18,12 @@ FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
 
 @app.command()
 def validate(file: FileArg) -> None:
-    """Check a contract; exit 2 with one line naming the key when it is wrong."""
+    """Check a contract as `qgate run` does before any engine starts (schema, route switches, overrides
+    and sites imported and checked, shims); exit 2 with one line naming the key when it is wrong. Left
+    to `run`: whether this machine's vLLM has the sites of the routes switched on."""
     with user_errors():
         loaded = load_contract(file)
+        preflight(contract_arms(loaded), machine=False)
     typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
 
 

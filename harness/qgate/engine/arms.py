@@ -21,6 +21,7 @@ from qgate.contract import LoadedContract
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
+from qgate.route_env import OVERRIDE_PREFIX, SITES_ENV
 from qgate.routes import check_overrides
 
 ARMS = ("control", "candidate")
@@ -57,6 +58,19 @@ def check_routes(env: dict[str, str]) -> None:
     check_overrides(env, cwd=Path.cwd())
 
 
+def preflight(plans: list[ArmPlan], machine: bool = True) -> None:
+    """Every check of a run that needs no engine, beyond the contract's own: `qgate contract validate`
+    applies it too, so a contract it passes is not refused by `qgate run` before an engine starts.
+
+    An arm's route overrides and the contract's sites are imported and checked (a child interpreter).
+    `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
+    this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
+    contract, and an import of vLLM: a minute on a loaded machine)."""
+    for plan in plans:
+        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in plan.env):
+            check_routes(plan.env)
+
+
 def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict:
     """What every arm result starts with: who ran what, under which contract, env and engine args."""
     c = loaded.contract
@@ -72,6 +86,7 @@ def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: 
         "launches": [],
         "routes": {},
         "dropped_env": [],
+        "inherited_env": None,  # set before the first engine start (engine/segment.py)
         "complete": False,
     }
 
@@ -131,7 +146,7 @@ class ArmRun(TypedDict, total=False):
 
 def run_launch(
     workload: Workload, plan: ArmPlan, launch: int, result: dict, out_dir: Path, model_path: str,
-    progress: Progress | None,
+    progress: Progress | None, stall_timeout_s: float | None = None,
 ) -> dict:  # fmt: skip
     """One engine start of one arm: the workload's spec, every record folded into `result`, saved."""
     spec = workload.spec(plan, launch, result)
@@ -155,6 +170,9 @@ def run_launch(
 
     log = out_dir / "logs" / f"{kind}-{arm}.log"
     label = workload.label(arm, launch)
+    # The launcher reads the stall timeout from the spec (the child ignores it): run_segment's
+    # signature, a seam tests stand in for, stays as it is.
+    child_spec["stall_timeout_s"] = stall_timeout_s
     return run_segment(
         child_spec, plan.env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label
     )
@@ -176,14 +194,16 @@ def run_arms(
     out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    for plan in plans:  # a broken route override fails here, before any engine starts
-        check_routes(plan.env)
+    preflight(plans)  # a broken route override fails here, before any engine starts
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model = resolve_model(loaded.contract.model, workload.train_data)
         results = {p.name: workload.open(p, model) for p in plans}
         for launch in range(workload.launches):
             for plan in plans:
-                res = run_launch(workload, plan, launch, results[plan.name], out_dir, model_path, progress)
+                res = run_launch(
+                    workload, plan, launch, results[plan.name], out_dir, model_path, progress,
+                    loaded.contract.stall_timeout_s,
+                )  # fmt: skip
                 if launch == workload.launches - 1:  # the arm's last launch: its result is final
                     workload.finish(res)
                     workload.save(plan, res)

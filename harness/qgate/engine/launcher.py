@@ -1,14 +1,24 @@
 """Start one engine child per arm launch with the arm's environment, and stream its records back.
 
 The environment is passed as a dict to a fresh interpreter (never through a shell), so it reaches every
-process vLLM spawns. Route switches and route overrides inherited from the caller's shell are removed
-unless the arm sets them: an arm's routes are exactly what the contract says.
+process vLLM spawns. Variables in qgate's and kernels_ext's namespaces (`QGATE_*`, `VLLM_SM70_*`)
+inherited from the caller's shell are removed unless the arm sets them (`dropped_env`): an arm's routes
+and kernel knobs are exactly what the contract says. Other inherited variables that can change what vLLM
+or torch do are passed on and recorded (`inherited_env`), so `compare` can refuse arms run from
+different shells.
+
+The engine is watched while it runs (watch.py): a child that exits, a vLLM process of its group that
+ends before the child is done (killed, OOM, a crash in a worker), or no record for the contract's
+`stall_timeout_s` ends the segment at once with one line saying what died and how, and the whole group
+is stopped: nothing is left running and nothing waits on a dead engine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,8 +29,9 @@ from pathlib import Path
 
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
+from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure
-from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV
+from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -35,8 +46,19 @@ class ChildOutcome:
     dropped_env: tuple[str, ...]
 
 
+def inherited_env(environ: dict[str, str], arm_env: dict[str, str]) -> dict[str, str]:
+    """The inherited variables that can change what vLLM, torch or the kernels do and that the arm does
+    not set: what the result records (`inherited_env`) and compare checks between the arms."""
+    return {
+        k: environ[k]
+        for k in sorted(environ)
+        if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(ARM_ENV_PREFIXES) and k not in arm_env
+    }
+
+
 def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[str, str], list[str]]:
-    """The child's environment: the caller's, minus stray route switches, plus the arm's env."""
+    """The child's environment: the caller's, minus qgate's and kernels_ext's variables the arm does not
+    set (returned: the dropped names), plus the arm's env and the launcher's own variables."""
     env = dict(os.environ)
     dropped = sorted(k for k in env if k.startswith(ARM_ENV_PREFIXES) and k not in arm_env)
     for key in dropped:
@@ -63,6 +85,30 @@ def _stop_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        os.close(fd)
+
+
+# How the route plugin words its own failures in a vLLM process ("qgate fused_hc_fp16 implementation
+# returned dtypes ...", "qgate routes: ..."): the engine child only sees vLLM's EngineDeadError, and the
+# cause is in the log, as the last line of the engine process's traceback.
+_PLUGIN_ERROR = re.compile(r"\b(\w+(?:Error|Exception)): (qgate \S.*)$")
+_LOG_TAIL_BYTES = 256 << 10
+
+
+def cause_in_log(log_path: Path) -> str | None:
+    """The last failure the route plugin raised in any process of the engine, from the log; or None."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    found = [m for m in map(_PLUGIN_ERROR.search, tail.splitlines()) if m]
+    return f"{found[-1].group(1)}: {found[-1].group(2)}" if found else None
+
+
 def _exit_text(returncode: int) -> str:
     if returncode < 0:
         return f"engine child was killed by {signal.Signals(-returncode).name}"
@@ -75,8 +121,12 @@ def run_child(
     log_path: Path,
     on_event: Callable[[dict], None],
     attest_dir: Path | None = None,
+    stall_timeout_s: float | None = None,
 ) -> ChildOutcome:
-    """Run the engine child to the end; call on_event for every record it emits, in order."""
+    """Run the engine child to the end; call on_event for every record it emits, in order.
+
+    EngineError (one line) when the engine dies or stalls (watch.py); the child's group is stopped first.
+    """
     env, dropped = child_env(arm_env, attest_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     error: str | None = None
@@ -108,21 +158,30 @@ def run_child(
                 run = procs.active()
                 if run is not None:
                     run.add_group(proc.pid, log_path.stem)
-                with os.fdopen(read_fd, "r", encoding="utf-8") as events:
-                    for line in events:
-                        if not line.endswith("\n"):
-                            break  # torn by a child killed mid-write (a rep can exceed a pipe's atomic size)
-                        record = json.loads(line)
-                        if record.get("event") == "error":
-                            error = record.get("message")
-                        on_event(record)
+                watch = EngineWatch(proc, stall_timeout_s)
+                for line in read_records(read_fd, watch):
+                    record = json.loads(line)
+                    if record.get("event") == "error":
+                        error = record.get("message")
+                    watch.saw(record)
+                    on_event(record)
+                if watch.death is not None:  # died or stalled: the except below stops the group
+                    said = f"; the engine child said: {error}" if error else ""
+                    cause = cause_in_log(log_path)
+                    said += f"; cause, in an engine process: {cause}" if cause else ""
+                    raise EngineError(f"{watch.death}{said} (log: {log_path})")
                 returncode = proc.wait()
                 _stop_group(proc)  # an engine process left behind would hold memory and cores
             except BaseException:  # a stop signal (procs.Stopped), a bad record, a bug: end the group
                 _stop_group(proc)
                 raise
     finally:
+        _close(read_fd)
         Path(spec_path).unlink(missing_ok=True)
     if returncode != 0 and error is None:
         error = _exit_text(returncode)
+    if error is not None:
+        cause = cause_in_log(log_path)
+        if cause is not None and cause not in error:
+            error = f"{error}; cause, in an engine process: {cause}"
     return ChildOutcome(returncode, error, str(log_path), tuple(dropped))

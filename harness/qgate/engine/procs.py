@@ -317,6 +317,13 @@ def claimed(out_dir: Path, kill_leftovers: bool = False) -> Iterator[RunRecord]:
     if found is not None:
         token, pids = found
         names = ", ".join(describe(p) for p in pids)
+        owner = _owner(token)
+        if not kill_leftovers and owner is not None and owner.alive():
+            # Not leftovers: a run in progress. --kill-leftovers would end it, so it is not offered.
+            raise QgateError(
+                f"{out_dir}: another run is in progress there (its qgate, pid {owner.pid}, is alive; its "
+                f"processes: {names}); wait for it to end, stop it (kill {owner.pid}) or choose another --out"
+            )
         if not kill_leftovers:
             raise QgateError(
                 f"{out_dir}: processes of an earlier run are still alive: {names}; end them with "

@@ -1,15 +1,19 @@
 """One engine start of one arm (a segment of a run), for the arm spine (engine/arms.py).
 
 Runs the child, then folds what only exists after it ends into the arm's result: the route counts the
-vLLM processes wrote (summed over segments) and the inherited env variables that were dropped.
+vLLM processes wrote (summed over segments) and the inherited env variables that were dropped. The
+inherited variables that can change what vLLM does (launcher.inherited_env) are recorded before the
+child starts; a later segment (a launch, a resume) with other values is refused, not mixed in.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
-from qgate.engine.launcher import EngineError, run_child
+from qgate.engine.launcher import EngineError, inherited_env, run_child
+from qgate.results import ResultError
 from qgate.routes import collect, collect_shims, merge_shims
 
 
@@ -39,11 +43,21 @@ def run_segment(
     label: str,
 ) -> dict:
     """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
+    inherited = inherited_env(dict(os.environ), env)
+    recorded = result.get("inherited_env")
+    if result["launches"] and recorded is not None and recorded != inherited:
+        changed = sorted(k for k in set(recorded) | set(inherited) if recorded.get(k) != inherited.get(k))
+        raise ResultError(
+            f"{label}: the environment differs from the one the result's earlier launches ran with in "
+            f"{', '.join(changed)} (recorded under inherited_env): run from the same environment"
+        )
+    result["inherited_env"] = inherited
     try:
-        outcome = run_child(spec, env, log_path, on_event, attest_dir)
-    except BaseException:
-        # Stopped (a signal) or a failure while records came in: the records kept on disk came from
-        # this segment, so its route counts (what the processes wrote before they ended) go with them.
+        outcome = run_child(spec, env, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
+    except BaseException as exc:
+        # Stopped (a signal) or a failure while records came in (the engine died or stalled): the
+        # records kept on disk came from this segment, so its route counts (what the processes wrote
+        # before they ended) go with them.
         if result["launches"]:
             try:
                 result["routes"] = merge_routes(result["routes"], collect(attest_dir))
@@ -51,6 +65,8 @@ def run_segment(
                 save(result)
             except Exception:  # the stop or failure in flight is what the user must see
                 pass
+        if isinstance(exc, EngineError):  # which engine start it was
+            raise EngineError(f"{label}: {exc}") from None
         raise
     result["routes"] = merge_routes(result["routes"], collect(attest_dir))
     result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))  # never route hits

@@ -120,6 +120,8 @@ def compare_speed(
         vd.comparable_gate(diffs),
         vd.completeness_gate(control, "control"),
         vd.completeness_gate(candidate, "candidate"),
+        vd.integrity_gate(control, "control", loaded.contract),
+        vd.integrity_gate(candidate, "candidate", loaded.contract),
         *vd.attestation(control, candidate),
         *vd.statistics_gates(decode, ttft),
         *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens),
