@@ -45,6 +45,11 @@ SITE_GDN_CUDA = f"{ROUTE_GDN}.forward_cuda"
 SITE_TOPK = f"{ROUTE_TOPK}.topk"
 SITE_KEYS = (SITE_HC_MIX, SITE_HC_COMBINE, SITE_GDN_CPU, SITE_GDN_CUDA, SITE_TOPK)
 
+# Activation recording for the real-weight operator screen (qgate_kernels.record): a folder, and how
+# many batch-one decode calls per site to keep.
+RECORD_DIR_ENV = "QGATE_RECORD_DIR"
+RECORD_CALLS_ENV = "QGATE_RECORD_CALLS"
+
 # The roles a contract lists per route (`routes: fp16_gemv: roles: [...]`), both arms alike: a JSON
 # object {route: [role, ...]}. A role is the last name of a vLLM module (Qwen4ExpForCausalLM's). Unset:
 # the GEMV route takes GEMV_DEFAULT_ROLES and nothing checks them; listed: exactly those, each must

@@ -59,7 +59,7 @@ from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
 from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
-from qgate_kernels import attest, overrides, shims, sites
+from qgate_kernels import attest, overrides, record, shims, sites
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
@@ -256,6 +256,8 @@ class _LinearSite:
         if reason is not None:
             _STATE.recorder.fallback(GEMV_ROUTE, reason)
             return self.orig_apply(layer.quant_method, layer, x, bias)
+        if record.active():
+            record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x)
         y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous())  # [1, N]
         if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
             raise RuntimeError(
