@@ -10,6 +10,7 @@ output element each), and a candidate listing a role the model lacks (fails at t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,8 @@ SW = {
     "qsa": "VLLM_SM70_QWEN38_QSA_TOPK",
 }
 SHIMS = {"QGATE_SHIMS": "qwen2vl_pil_image_processor,qwen4exp_hc_torch_cpu,qwen4exp_fp16_cpu"}
-FIXTURES = str(REPO / "tests" / "fixtures")
+# The fixtures, then this checkout's harness and plugin (ahead of whichever checkout the venv installed)
+FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "kernels_ext"))
 OUTPUT_TOKENS = 24
 PROMPT = 32
 
