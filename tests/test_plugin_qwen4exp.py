@@ -99,7 +99,9 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run(tmp_path_factory.mktemp("q4-candidate"), ALL_ON | LISTED)
+    tmp = tmp_path_factory.mktemp("q4-candidate")
+    # the plugin also records the first decode inputs at every GEMV / GDN site (qgate run ops --real)
+    return _run(tmp, ALL_ON | LISTED | {"QGATE_RECORD_DIR": str(tmp / "acts")})
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +233,19 @@ def test_a_listed_role_the_model_lacks_fails_the_engine_start_in_one_line(lackin
     (message,) = {e for f in lacking_role["files"] for e in f.get("errors", [])}
     assert "\n" not in message and message.startswith("routes.fp16_gemv.roles: index_qk_proj match no")
     assert "out_proj" in message and "shared_expert_gate" in message  # the names the model has
+
+
+def test_run_ops_real_replays_the_recorded_activations_on_the_checkpoints_weights(candidate: dict) -> None:
+    """`qgate run ops --real` on the tiny Qwen4Exp: its safetensors, the inputs the candidate recorded."""
+    from qgate.ops.real import run_real_screen
+
+    _ok(candidate)
+    acts = Path(candidate["env"]["QGATE_RECORD_DIR"])
+    record = run_real_screen(ensure_tiny_qwen4exp(), 1, "fp16", acts, 2, "cpu", seed=0)
+    roles = {r["role"]: r for r in record["roles"]}
+    for role in [*ROLES, "in_proj_qkvz+in_proj_ba"]:
+        # 4 recorded decode calls per site (QGATE_RECORD_CALLS' default), replayed on the file's weights
+        assert roles[role]["inputs"] == "recorded" and roles[role]["calls"] == 4 * roles[role]["sites"], role
+        assert roles[role]["bitwise_equal"] <= roles[role]["calls"] and roles[role]["passed"], roles[role]
+    assert roles["gate_up_proj"]["sites"] == 2 and roles["final"]["inputs"] == "random"  # HC: not recorded
+    assert record["passed"]
