@@ -243,9 +243,10 @@ def test_run_ops_real_replays_the_recorded_activations_on_the_checkpoints_weight
     acts = Path(candidate["env"]["QGATE_RECORD_DIR"])
     record = run_real_screen(ensure_tiny_qwen4exp(), 1, "fp16", acts, 2, "cpu", seed=0)
     roles = {r["role"]: r for r in record["roles"]}
-    for role in [*ROLES, "in_proj_qkvz+in_proj_ba"]:
+    for role in [*ROLES, "in_proj_qkvz+in_proj_ba", "attn", "moe", "final"]:
         # 4 recorded decode calls per site (QGATE_RECORD_CALLS' default), replayed on the file's weights
+        # (HC attn: layer 0's mix calls and layer 1's combine_and_mix calls)
         assert roles[role]["inputs"] == "recorded" and roles[role]["calls"] == 4 * roles[role]["sites"], role
         assert roles[role]["bitwise_equal"] <= roles[role]["calls"] and roles[role]["passed"], roles[role]
-    assert roles["gate_up_proj"]["sites"] == 2 and roles["final"]["inputs"] == "random"  # HC: not recorded
+    assert roles["gate_up_proj"]["sites"] == 2 and roles["moe"]["sites"] == 2 and roles["final"]["sites"] == 1
     assert record["passed"]

@@ -46,14 +46,20 @@ def _calls(site: Site, dev: torch.device) -> tuple[Any, Any]:
     m = site.meta
     hc, rank, eps = m["hc_count"], m["lora_rank"], m["eps"]
 
-    def route(h: Tensor, o: Tensor, inj: Tensor | None) -> tuple[Tensor, ...]:
-        out = qgate_kernels.hc_combine_and_mix(
-            h, o, inj, norm, down, up, hc_count=hc, lora_rank=rank, eps=eps
-        )
+    kw = {"hc_count": hc, "lora_rank": rank, "eps": eps}
+
+    def route(h: Tensor, o: Tensor | None, inj: Tensor | None) -> tuple[Tensor, ...]:
+        if o is None:  # a `mix` call (layer 0: nothing pending)
+            out = qgate_kernels.hc_mix(h, norm, down, up, **kw)[1:]  # (h, block_input, injection)
+        else:
+            out = qgate_kernels.hc_combine_and_mix(h, o, inj, norm, down, up, **kw)
         return tuple(x for x in out if x is not None and x.shape[-1] > 0)
 
-    def ref(h: Tensor, o: Tensor, inj: Tensor | None) -> tuple[Tensor, ...]:
-        out = reference.hc_combine_mix(h, o, inj, norm, down, up, hc, rank, eps)
+    def ref(h: Tensor, o: Tensor | None, inj: Tensor | None) -> tuple[Tensor, ...]:
+        if o is None:
+            out = reference.hc_mix(h, norm, down, up, hc, rank, eps)
+        else:
+            out = reference.hc_combine_mix(h, o, inj, norm, down, up, hc, rank, eps)
         return tuple(x for x in out if x is not None and x.shape[-1] > 0)
 
     return route, ref
@@ -78,20 +84,23 @@ def _random_inputs(
     return out
 
 
-def _recorded(activations: Path | None, rank: int, site: Site, dev: torch.device) -> list[tuple[Tensor, ...]]:
-    if activations is None or site.route == ROUTE_HC:
+def _recorded(activations: Path | None, rank: int, site: Site, dev: torch.device) -> list[tuple[Any, ...]]:
+    """The calls recorded at the site (qgate_kernels.record), on dev in the weights' dtype."""
+    if activations is None:
         return []
     path = activations / f"rank{rank}" / site.route / f"{site.name}.pt"
     if not path.is_file():
         return []
-    want = site.tensors[0].shape[1]
-    xs = torch.load(path, map_location="cpu", weights_only=True)
-    bad = [tuple(x.shape) for x in xs if x.shape[-1] != want]
+    # the activation's width: K of the weight (GEMV, GDN), D = HC x hidden of the norm (HC)
+    want = site.tensors[0].shape[0] if site.route == ROUTE_HC else site.tensors[0].shape[1]
+    calls = torch.load(path, map_location="cpu", weights_only=True)
+    bad = [tuple(c[0].shape) for c in calls if c[0].shape[-1] != want]
     if bad:
         raise WeightsError(
-            f"{path}: recorded inputs {bad[0]} do not fit the checkpoint's K = {want} on rank {rank}"
+            f"{path}: recorded inputs {bad[0]} do not fit the checkpoint's {want} on rank {rank}"
         )
-    return [(x.to(dev).to(site.tensors[0].dtype),) for x in xs]
+    dt = site.tensors[0].dtype
+    return [tuple(None if x is None else x.to(dev).to(dt) for x in c) for c in calls]
 
 
 def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device) -> dict[str, Any]:
