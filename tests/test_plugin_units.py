@@ -195,3 +195,42 @@ def test_register_is_idempotent_and_does_nothing_when_no_route_is_on(tmp_path: P
     else:
         assert got["apply_wrappers"] == 1 and got["op_defined"] and got["factor"] == "fp16_gemv"
         assert len(got["files"]) == 1 and got["files"][0].startswith("MainProcess-")
+
+
+def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM 0.32 swaps planned bf16 layers on Hopper to Qwen4ExpLowLatencyLinearMethod, an
+    UnquantizedLinearMethod subclass whose apply serves bias-free calls and sends the rest to
+    super().apply. The plugin routes that subclass too; a fallback runs the subclass's apply, and its
+    super() call reaches vLLM's base apply, never the route again (no recursion)."""
+    import torch
+
+    from qgate_kernels import plugin
+
+    class Base:  # stands for UnquantizedLinearMethod
+        def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+            return x * 2
+
+    class LowLatency(Base):  # stands for Qwen4ExpLowLatencyLinearMethod
+        def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+            return x * 3 if bias is None else super().apply(layer, x, bias)
+
+    monkeypatch.setattr(Base, "apply", plugin._routed_apply(Base.__dict__["apply"]))
+    own = plugin._take_apply(LowLatency)
+    assert own is LowLatency.__dict__["apply"]._qgate_orig and plugin._take_apply(LowLatency) is own  # once
+
+    class Site:  # a site whose every call falls back (as a bf16 call does: `dtype`)
+        route, role, n_out, calls = "fp16_gemv", "qkv_proj", 4, 0
+
+        def run(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+            Site.calls += 1
+            return own(method, layer, x, bias)
+
+    recorder = attest.Recorder(None, ["fp16_gemv"], {})
+    state = plugin._State(frozenset({"fp16_gemv"}), {}, recorder, None, [Site()])
+    monkeypatch.setattr(plugin, "_STATE", state)
+    plugin._define_ops()
+    method, layer, x = LowLatency(), type("Layer", (), {"_qgate_site": 0})(), torch.ones(1, 4)
+    assert torch.equal(method.apply(layer, x), x * 3) and Site.calls == 1  # routed, then vLLM's fast path
+    assert torch.equal(method.apply(layer, x, torch.zeros(4)), x * 2) and Site.calls == 2  # via super()

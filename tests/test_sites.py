@@ -133,6 +133,10 @@ import vllm.models.qwen4_exp.nvidia.hyperconnection as hcm
 import vllm.models.qwen4_exp.nvidia.qsa as qsa
 import vllm.models.qwen4_exp.nvidia.indexer_qsa as iq
 import vllm.models.qwen4_exp.nvidia.ops.qsa_indexer as qi
+import vllm.model_executor.models.qwen3_next as q3n
+import vllm.model_executor.models.qwen2_moe as q2moe
+import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as gdn
+import re
 own = lambda key: sites.resolve(key, sites.DEFAULT_SITES[key])[0]
 layer_src = inspect.getsource(m.Qwen4ExpDecoderLayer.__init__)
 model_src = inspect.getsource(m.Qwen4ExpModel.__init__)
@@ -150,6 +154,12 @@ print(json.dumps({
         and "_topk" in qi.qsa_select_paged_decode.__code__.co_names
         and "_topk" in qi.qsa_select_paged_prefill.__code__.co_names,
     "fp16_gemv": "ParallelLMHead(" in inspect.getsource(m.Qwen4ExpForCausalLM.__init__),
+    # the last names of the modules vLLM's Qwen4Exp classes build (prefix=f"{prefix}.<name>")
+    "module_names": sorted(
+        set(re.findall(r'prefix[}][.]([a-z_]+)"', "".join(map(inspect.getsource, (m, qsa, iq, q3n, q2moe,
+                                                                                  gdn)))))
+        | set(re.findall(r'maybe_prefix[(]prefix, "([a-z_]+)"[)]', inspect.getsource(m)))
+    ),
 }))
 """
 
@@ -173,3 +183,6 @@ def test_production_route_set_has_a_site_in_vllms_qwen4exp(name: str, qwen4exp_w
     assert sites.problems(c.env_for("candidate"), on) == []
     assert {route: qwen4exp_wiring[route] for route in on} == dict.fromkeys(on, True)
     assert qwen4exp_wiring["hc_projections_unquantized"]  # GEMV / HC can take them in an NVFP4 model
+    # every GEMV role the contract lists is a module vLLM's Qwen4Exp builds (its engine start would fail)
+    listed = routes.listed_roles(c.env_for("candidate"))["fp16_gemv"]
+    assert set(listed) <= set(qwen4exp_wiring["module_names"]), qwen4exp_wiring["module_names"]

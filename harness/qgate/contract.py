@@ -27,6 +27,7 @@ from qgate.quality.schema import Quality
 from qgate.route_env import (
     ATTEST_DIR_ENV,
     OVERRIDE_PREFIX,
+    ROLES_ENV,
     ROUTES,
     SHIMS_ENV,
     SITES_ENV,
@@ -34,6 +35,7 @@ from qgate.route_env import (
     override_var,
     static_problems,
 )
+from qgate.route_roles import Routes, roles_env
 
 CONTRACT_SCHEMA_VERSION = 1
 # Far above an engine start (8-200 s measured on the CPU test machine, compiled GPU starts take minutes)
@@ -190,6 +192,12 @@ class Contract(_Strict):
         "'<route>.<kind>' -> 'module:Class.method' or 'module:function'; unset keys keep vLLM 0.32's "
         "Qwen4Exp sites (docs/routes.md); checked before the engine starts",
     )
+    routes: Routes | None = Field(
+        None,
+        description="the roles (vLLM module names) each route takes, both arms alike "
+        "(env QGATE_ROUTE_ROLES); "
+        "unset: the GEMV route's default roles, unchecked (docs/routes.md)",
+    )
 
     @model_validator(mode="after")
     def _something_to_gate(self) -> Contract:
@@ -268,7 +276,18 @@ class Contract(_Strict):
         """The arm's env, plus the contract's shims and sites (the same in both arms)."""
         from qgate.routes import platform_env
 
-        return dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites)
+        return (
+            dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites) | roles_env(self.routes)
+        )
+
+    @model_validator(mode="after")
+    def _roles_not_in_arm_env(self) -> Contract:
+        for arm_name in ("control", "candidate"):
+            if ROLES_ENV in getattr(self.arms, arm_name).env:
+                raise ValueError(
+                    f"arms.{arm_name}.env.{ROLES_ENV}: set the contract's `routes:` instead (both arms)"
+                )
+        return self
 
 
 def _min_reps(alpha: float) -> int:

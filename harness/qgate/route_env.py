@@ -12,6 +12,7 @@ It imports only the standard library, so it can never pull vLLM or torch into th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 ROUTE_GEMV = "fp16_gemv"
@@ -43,6 +44,31 @@ SITE_GDN_CPU = f"{ROUTE_GDN}.forward_cpu"
 SITE_GDN_CUDA = f"{ROUTE_GDN}.forward_cuda"
 SITE_TOPK = f"{ROUTE_TOPK}.topk"
 SITE_KEYS = (SITE_HC_MIX, SITE_HC_COMBINE, SITE_GDN_CPU, SITE_GDN_CUDA, SITE_TOPK)
+
+# Activation recording for the real-weight operator screen (qgate_kernels.record): a folder, and how
+# many batch-one decode calls per site to keep.
+RECORD_DIR_ENV = "QGATE_RECORD_DIR"
+RECORD_CALLS_ENV = "QGATE_RECORD_CALLS"
+
+# The roles a contract lists per route (`routes: fp16_gemv: roles: [...]`), both arms alike: a JSON
+# object {route: [role, ...]}. A role is the last name of a vLLM module (Qwen4ExpForCausalLM's). Unset:
+# the GEMV route takes GEMV_DEFAULT_ROLES and nothing checks them; listed: exactly those, each must
+# match a layer at engine start and show hits (routes.<route>.ran).
+ROLES_ENV = "QGATE_ROUTE_ROLES"
+ROLE_ROUTES = (ROUTE_GEMV,)  # the routes whose roles a contract can list
+# The unquantized decode projections of Qwen4Exp outside the GDN-input and HC routes (docs/routes.md):
+# GDN out, QSA qkv (+ the packed indexer q/k) and o, shared-expert gate_up and down, the MoE router,
+# the shared expert's gate, lm_head. qkv_proj / o_proj / gate_up_proj / down_proj are Qwen3's too.
+GEMV_DEFAULT_ROLES = (
+    "out_proj",
+    "qkv_proj",
+    "o_proj",
+    "gate_up_proj",
+    "down_proj",
+    "gate",
+    "shared_expert_gate",
+    "lm_head",
+)
 
 # Inherited variables in qgate's and kernels_ext's namespaces would change what runs behind the
 # contract's back (route switches and overrides, but also the kernels' own knobs: QGATE_HC_IMPL,
@@ -136,3 +162,30 @@ def static_problems(env: Mapping[str, object]) -> list[str]:
         elif split_spec(str(env[var])) is None:
             problems.append(f"{var}={env[var]!r}: expected 'package.module:function'")
     return problems
+
+
+def listed_roles(env: Mapping[str, object]) -> dict[str, list[str]]:
+    """The roles ROLES_ENV lists per route ({} when unset); ValueError, one line, for anything but a
+    JSON object of known routes to non-empty lists of distinct identifiers."""
+    raw = str(env.get(ROLES_ENV, "") or "").strip()
+    if not raw:
+        return {}
+    try:
+        named = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"{ROLES_ENV}={raw!r}: not a JSON object") from None
+    if not isinstance(named, dict):
+        raise ValueError(f"{ROLES_ENV}={raw!r}: not a JSON object")
+    out: dict[str, list[str]] = {}
+    for route, roles in named.items():
+        if route not in ROLE_ROUTES:
+            raise ValueError(f"routes.{route}: takes no roles (known: {', '.join(ROLE_ROUTES)})")
+        if not isinstance(roles, list) or not roles:
+            raise ValueError(f"routes.{route}.roles = {roles!r}: expected a non-empty list of module names")
+        for role in roles:
+            if not isinstance(role, str) or not role.isidentifier():
+                raise ValueError(f"routes.{route}.roles: {role!r} is not a module name")
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"routes.{route}.roles: {roles!r} lists a role twice")
+        out[str(route)] = list(roles)
+    return out

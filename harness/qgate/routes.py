@@ -36,6 +36,7 @@ from qgate.route_env import (
     SHIMS_ENV,
     SITE_KEYS,
     SITES_ENV,
+    listed_roles,
     static_problems,
     switched_on,
 )
@@ -213,15 +214,21 @@ def attestation_gates(control: dict, candidate: dict) -> list[Gate]:
 
 
 def ran_gates(result: dict) -> list[Gate]:
-    """routes.<route>.ran: each route the result's env switches on has hits in the result."""
+    """routes.<route>.ran: each route the result's env switches on has hits in the result, at every role
+    the contract lists for it (QGATE_ROUTE_ROLES in the result's env)."""
     gates = []
     rec = result.get("routes")
-    for route in sorted(switched_on(result.get("env", {}))):
+    env = result.get("env", {})
+    try:
+        listed = listed_roles(env)
+    except ValueError as exc:  # a result whose roles cannot be read proves nothing about them
+        return [_gate(f"routes.{route}.ran", False, str(exc)) for route in sorted(switched_on(env))]
+    for route in sorted(switched_on(env)):
         name = f"routes.{route}.ran"
         if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
             continue
-        gate = _route_ran_gate(name, route, rec.get(route, _empty_route()))
+        gate = _route_ran_gate(name, route, rec.get(route, _empty_route()), listed.get(route, []))
         spec = (result.get("env") or {}).get(override_var(route))
         if spec and gate.passed:  # every hit of an overridden route ran the override, not qgate's kernel
             gate = Gate(
@@ -243,9 +250,19 @@ def off_clean_gate(result: dict) -> Gate:
     return _gate("routes.off_clean", not hot, detail if hot else "no route that is off ran")
 
 
-def _route_ran_gate(name: str, route: str, counts: dict) -> Gate:
+def _route_ran_gate(name: str, route: str, counts: dict, listed: list[str]) -> Gate:
+    """Hits, and when the contract lists the route's roles, hits at every listed role."""
     hits = int(counts.get("hits", 0))
     fallbacks = counts.get("fallbacks", {})
+    roles = counts.get("roles", {})
+    idle = [r for r in listed if int(roles.get(r, 0)) == 0]
+    if hits > 0 and idle:
+        return _gate(
+            name,
+            False,
+            f"listed roles without hits: {', '.join(idle)}; hits: {_fmt(roles)}; "
+            f"fallbacks: {_fmt(fallbacks)}",
+        )
     if hits > 0:
         return _gate(
             name, True, f"{hits} hits ({_fmt(counts.get('roles', {}))}); fallbacks: {_fmt(fallbacks)}"

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from qgate.route_env import ROUTE_GDN as GDN_ROUTE
+from qgate_kernels import record
 
 
 def _plugin() -> Any:
@@ -60,6 +61,8 @@ class GdnSite:
         if reason is not None:
             _plugin()._STATE.recorder.fallback(GDN_ROUTE, reason)
             return gdn_vllm_input(self.layer(), h)
+        if record.active():
+            record.save(GDN_ROUTE, f"{getattr(self.layer(), 'prefix', '')}.in_proj_qkvz+in_proj_ba", h)
         args = (h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
         out = _plugin()._invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
         want = [

@@ -6,9 +6,14 @@ With no route switched on it returns at once: nothing is patched, imported or wr
 
 When a route is on (its switch variable: `qgate.route_env.ROUTES`), at its sites (`sites.DEFAULT_SITES`,
 vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
-- fp16_gemv: the unquantized linear layers whose name ends in one of `GEMV_ROLES` (qkv_proj, o_proj,
-  gate_up_proj, down_proj), the model's lm_head, and, while the HC route is off, Qwen4Exp's HC
-  projections (`HC_PROJ_ROLES`). Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
+- fp16_gemv: the unquantized linear layers whose last module name is one of the contract's listed roles
+  (`routes: fp16_gemv: roles:`, env QGATE_ROUTE_ROLES), else of `GEMV_ROLES` (Qwen4Exp's decode
+  projections outside the GDN and HC routes: out_proj, qkv_proj, o_proj, gate_up_proj, down_proj, the
+  router `gate`, shared_expert_gate, lm_head) plus, while the HC route is off, Qwen4Exp's HC projections
+  (`HC_PROJ_ROLES`). A listed role that matches no layer of the loaded model fails the engine start
+  with one line. Layers whose linear method is a vLLM subclass with its own `apply` (on Hopper with bf16
+  vLLM 0.32 swaps the planned layers to `Qwen4ExpLowLatencyLinearMethod`) are taken too: their
+  fallbacks run that subclass's apply. Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
   static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a fallback with its reason.
 - fused_hc_fp16: Qwen4Exp's `GatedResidual.mix` / `combine_and_mix` (also the final mixer) run
   `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (qgate_kernels.route_sites).
@@ -48,17 +53,17 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate.route_env import ATTEST_DIR_ENV
+from qgate.route_env import ATTEST_DIR_ENV, GEMV_DEFAULT_ROLES, listed_roles
 from qgate.route_env import ROUTE_GDN as GDN_ROUTE
 from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
 from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
-from qgate_kernels import attest, overrides, shims, sites
+from qgate_kernels import attest, overrides, record, shims, sites
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
-GEMV_ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+GEMV_ROLES = GEMV_DEFAULT_ROLES
 # Qwen4Exp's HyperConnection projections: GEMV roles while the HC route is off (the HC op takes them).
 HC_PROJ_ROLES = ("input_mix_weight_down_block_inject", "input_mix_weight_down", "input_mix_weight_up")
 GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
@@ -75,6 +80,7 @@ class _State:
     op_counts: Callable[[], dict[str, dict[str, int]]] | None = None  # ops.fallback_counts
     overridden: frozenset[str] = frozenset()
     site_specs: dict[str, str] | None = None  # "<route>.<kind>" -> "module:qualname" of the routes on
+    gemv_listed: tuple[str, ...] = ()  # the contract's roles for the GEMV route (checked); () = defaults
 
 
 _STATE: _State | None = None
@@ -101,9 +107,14 @@ def register() -> None:
         return
     impls, error = _resolve_impls(routes_on)
     site_specs, site_error = _resolve_sites(routes_on)
+    try:
+        listed = tuple(listed_roles(os.environ).get(GEMV_ROUTE, ()))
+    except ValueError as exc:
+        listed, error = (), error or site_error or str(exc)
     error = error or site_error
     overridden = frozenset(overrides.overrides_in(os.environ))
     _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden, site_specs)
+    _STATE.gemv_listed = listed
     if error is not None:
         # vLLM only logs a plugin's exception; the engine must not start half-routed, so the model
         # loader hook raises this message instead (see _after_load).
@@ -245,6 +256,8 @@ class _LinearSite:
         if reason is not None:
             _STATE.recorder.fallback(GEMV_ROUTE, reason)
             return self.orig_apply(layer.quant_method, layer, x, bias)
+        if record.active():
+            record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x)
         y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous())  # [1, N]
         if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
             raise RuntimeError(
@@ -335,14 +348,34 @@ def _unpatched(cls: type, name: str) -> Callable[..., Any]:
 def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
     def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
         site = getattr(layer, "_qgate_site", None)
-        if site is None:
+        # type(self).apply is not this one: a taken vLLM subclass routed the call already and its
+        # fallback reached here through super().apply
+        if site is None or type(self).apply is not apply:
             return orig(self, layer, x, bias)
         return torch.ops.qgate_routes.linear(x, bias, site)
 
     return _patched(apply, orig)
 
 
-def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> Callable[..., Any]:
+def _take_apply(cls: type) -> Callable[..., Any]:
+    """vLLM's own apply for instances of cls (a fallback runs it); a subclass of vLLM's unquantized
+    methods with an apply of its own (Qwen4ExpLowLatencyLinearMethod) gets it routed too, once."""
+    fn = cls.apply  # type: ignore[attr-defined]
+    orig = getattr(fn, "_qgate_orig", None)
+    if orig is not None:
+        return orig
+    cls.apply = _routed_apply(fn)  # type: ignore[attr-defined]
+    return fn
+
+
+def _gemv_role(role: str, hc_route_on: bool) -> bool:
+    assert _STATE is not None
+    if _STATE.gemv_listed:
+        return role in _STATE.gemv_listed
+    return role in GEMV_ROLES or (role in HC_PROJ_ROLES and not hc_route_on)
+
+
+def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any], cls: type) -> Callable[..., Any]:
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         assert _STATE is not None
         role = _role(layer)
@@ -355,8 +388,13 @@ def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any]) -> 
         hc_proj = role in HC_PROJ_ROLES
         if hc_proj and HC_ROUTE in on:
             layer._qgate_weight = keep  # wired per HC module after the load (route_sites.wire_hc)
-        elif (role in GEMV_ROLES or hc_proj) and GEMV_ROUTE in on:
-            layer._qgate_site = _add_site(_LinearSite(layer, role, keep, orig_apply), GEMV_ROUTE, role)
+        elif (
+            GEMV_ROUTE in on
+            and _gemv_role(role, HC_ROUTE in on)
+            and not (role in GDN_ROLES and GDN_ROUTE in on)
+        ):
+            own_apply = _take_apply(type(self)) if type(self) is not cls else orig_apply
+            layer._qgate_site = _add_site(_LinearSite(layer, role, keep, own_apply), GEMV_ROUTE, role)
         elif role in GDN_ROLES and GDN_ROUTE in on:
             layer._qgate_weight = keep  # wired per GDN layer after the load (gdn_site.wire_gdn)
 
@@ -372,7 +410,9 @@ def _patch_vllm(routes_on: set[str]) -> None:
     lin_apply = _unpatched(UnquantizedLinearMethod, "apply")
     lin_pwal = _unpatched(UnquantizedLinearMethod, "process_weights_after_loading")
     UnquantizedLinearMethod.apply = _routed_apply(lin_apply)
-    UnquantizedLinearMethod.process_weights_after_loading = _stashing_pwal(lin_pwal, lin_apply)
+    UnquantizedLinearMethod.process_weights_after_loading = _stashing_pwal(
+        lin_pwal, lin_apply, UnquantizedLinearMethod
+    )
     emb_apply = _unpatched(UnquantizedEmbeddingMethod, "apply")
     UnquantizedEmbeddingMethod.apply = _routed_apply(emb_apply)
     _patch_loaders()
@@ -478,6 +518,7 @@ def _after_load(model: Any, start: int) -> None:
 
         route_sites.wire_hc(model, _site_owner(f"{HC_ROUTE}.mix"), _HC_ORIG)
     _STATE.recorder.counters.models_loaded += 1
+    _check_listed_roles(model, start)
     wired = {site.route for site in _STATE.sites[start:]}
     if TOPK_ROUTE in _STATE.routes_on:
         from qgate_kernels import route_sites
@@ -490,15 +531,42 @@ def _after_load(model: Any, start: int) -> None:
     _STATE.recorder.flush(True)
 
 
+def _check_listed_roles(model: Any, start: int) -> None:
+    """A contract's GEMV role that matches no routed layer of this model fails the engine start, in
+    one line naming it and the model's linear layer names."""
+    assert _STATE is not None
+    if GEMV_ROUTE not in _STATE.routes_on or not _STATE.gemv_listed:
+        return
+    wired = {s.role for s in _STATE.sites[start:] if s.route == GEMV_ROUTE}
+    missing = [r for r in _STATE.gemv_listed if r not in wired]
+    if not missing:
+        return
+    names = sorted(
+        {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if n and hasattr(m, "quant_method")}
+    )
+    message = (
+        f"routes.{GEMV_ROUTE}.roles: {', '.join(missing)} match no unquantized linear layer of "
+        f"{type(model).__name__} (its linear layers: {', '.join(names)})"
+    )
+    _STATE.recorder.error(message)
+    _STATE.recorder.flush(True)
+    raise RuntimeError(f"qgate routes: {message}")
+
+
 def _wire_lm_head(model: Any) -> None:
     from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
     lm_head = getattr(model, "lm_head", None)
     if lm_head is None or getattr(lm_head, "_qgate_site", None) is not None:
         return  # absent, or an UnquantizedLinearMethod lm_head wired at load already
+    if not _gemv_role("lm_head", HC_ROUTE in _STATE.routes_on):  # type: ignore[union-attr]
+        return
     weight = getattr(lm_head, "weight", None)
-    unquantized = isinstance(getattr(lm_head, "quant_method", None), UnquantizedEmbeddingMethod)
+    method = getattr(lm_head, "quant_method", None)
+    unquantized = isinstance(method, UnquantizedEmbeddingMethod)
     if unquantized and _float_matrix(weight):
         orig = _unpatched(UnquantizedEmbeddingMethod, "apply")
+        if type(method) is not UnquantizedEmbeddingMethod:
+            orig = _take_apply(type(method))  # Qwen4ExpLowLatencyEmbeddingMethod
         site = _LinearSite(lm_head, "lm_head", weight, orig)
         lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")

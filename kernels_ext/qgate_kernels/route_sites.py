@@ -29,6 +29,7 @@ import torch
 from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
+from qgate_kernels import record
 
 _ROLE_BY_NAME = (
     ("hyper_connection_mixer", "final"),
@@ -73,6 +74,7 @@ class HcSite:
         self.w_down = w_down if fp16 else None  # [R + HC + pad, D] (merged down+inject) or [R, D] (final)
         self.w_up = w_up if fp16 else None  # [D, R]
         self.orig = orig
+        self.name = ""
 
     def reject(self, h: Any, *more: Any) -> str | None:
         if h.dim() != 2 or h.shape[-1] != self.hc * self.hs:
@@ -98,6 +100,8 @@ class HcSite:
             state.recorder.fallback(HC_ROUTE, reason)
             _, block_input, injection = self.orig["mix"](self.module(), h)
             return block_input.clone(), self._injection_out(h, injection)
+        if record.active():
+            record.save(HC_ROUTE, self.name, h, None, None)
         out = _plugin()._invoke(
             HC_ROUTE,
             f"{self.role}.mix",
@@ -118,6 +122,8 @@ class HcSite:
             state.recorder.fallback(HC_ROUTE, reason)
             h_new, block_input, inj = self.orig["combine_and_mix"](self.module(), h, block_output, injection)
             return h_new.clone(), block_input.clone(), self._injection_out(h, inj)
+        if record.active():
+            record.save(HC_ROUTE, self.name, h, block_output, injection)
         args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
         out = _plugin()._invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
         h_new, block_input, inj = self._checked(out, h, None)
@@ -209,7 +215,9 @@ def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> No
         if w_down is None or w_up is None:
             continue  # quantized projections keep vLLM's path
         role = hc_role(name, use_combine)
-        module._qgate_hc_site = plugin._add_site(HcSite(module, role, w_down, w_up, orig), HC_ROUTE, role)
+        site = HcSite(module, role, w_down, w_up, orig)
+        site.name = name  # the vLLM module name, for recorded activations (qgate_kernels.record)
+        module._qgate_hc_site = plugin._add_site(site, HC_ROUTE, role)
 
 
 # --- QSA top-k ----------------------------------------------------------------------------------

@@ -23,23 +23,55 @@ OptionalContract = Annotated[
 OptionalOut = Annotated[Path | None, typer.Option("--out", "-o", help="output directory", file_okay=False)]
 
 
+RealOpt = Annotated[
+    bool, typer.Option("--real", help="real-weight bounds on the contract's model (its safetensors)")
+]
+ModelOpt = Annotated[
+    Path | None, typer.Option("--model", help="with --real: this model directory instead", file_okay=False)
+]
+TpOpt = Annotated[
+    int | None, typer.Option("--tp", min=1, help="with --real: TP size (default: the contract's)")
+]
+ActsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--activations", help="with --real: inputs the plugin recorded (QGATE_RECORD_DIR)", file_okay=False
+    ),
+]
+
+
 def run_ops_cmd(
     contract: ContractOpt,
     out: OutOpt,
     device: DeviceOpt = "auto",
     trials: TrialsOpt = None,
     force: ForceOpt = False,
+    real: RealOpt = False,
+    model: ModelOpt = None,
+    tp: TpOpt = None,
+    activations: ActsOpt = None,
 ) -> None:
-    """Operator screen: every route at the contract's shapes against its reference. Exit 1 on a failure."""
+    """Operator screen: every route at the contract's shapes against its reference; with --real, every
+    routed projection of the checkpoint on its own weights (recorded or random inputs).
+    Exit 1 on a failure."""
     from qgate.contract import load_contract
-    from qgate.ops.run import run_ops
+    from qgate.ops.run import run_ops, run_real_ops
     from qgate.report.ops import screen_markdown
 
     with user_errors():
         loaded = load_contract(contract)
-        record = run_ops(loaded, out, device=device, trials=trials, force=force)
-    typer.echo(screen_markdown(record))
-    typer.echo(f"-> {out / 'ops' / 'ops.json'}")
+        if real or model is not None or activations is not None:
+            from qgate.ops.real import real_markdown
+
+            record = run_real_ops(
+                loaded, out, model, tp, activations, device=device, trials=trials, force=force
+            )
+            text, name = real_markdown(record), "real.json"
+        else:
+            record = run_ops(loaded, out, device=device, trials=trials, force=force)
+            text, name = screen_markdown(record), "ops.json"
+    typer.echo(text)
+    typer.echo(f"-> {out / 'ops' / name}")
     if not record["passed"]:
         exit_with(EXIT_FAIL)
 

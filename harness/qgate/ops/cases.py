@@ -1,18 +1,17 @@
 """One case per route and shape: how to draw fresh inputs, call the route, its reference, its
 baseline and a probe that must fall back; and how many bytes a call must move at least.
 
-Default shapes: the production model's (Qwen4ExpForCausalLM, read from qwen4_exp_config.json, a copy
-of transformers' Qwen4ExpTextConfig defaults: hidden 2048, HC 4 x 2048 with low rank 320, GDN 16 key
-and 32 value heads of 128, i.e. 4 and 8 a GPU at TP4), the projection GEMVs of the SM70 issue and
-the per-GPU lm_head 37984 x 2048; QSA top-k at 131,072 blocks, k 2048, and decode batches.
+Default shapes: the production model's (Qwen3.8-Flash-Next), per GPU at TP=4 and then TP=1, derived
+from its published config in qgate.ops.shapes: every unquantized decode projection of the GEMV route
+(e.g. GDN out 2560 x 1536, QSA qkv + indexer 4224 x 2560, lm_head 62080 x 2560 at TP=4), HC 4 x 2560
+with low rank 320, GDN input 16 key / 48 value heads of 128 (4 / 12 a GPU at TP=4), QSA top-k k 512
+over 65,536 blocks (and over a random part of them in the other rows).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import qgate_kernels
+from qgate.ops.shapes import DEFAULT_SHAPES, MODEL_CONFIG
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 from qgate_kernels import reference
 
@@ -27,54 +27,7 @@ Inputs = tuple[Any, ...]
 Maker = Callable[[torch.Generator, torch.device], Inputs]
 Shape = dict[str, Any]
 
-MODEL_CONFIG: dict[str, Any] = json.loads((Path(__file__).with_name("qwen4_exp_config.json")).read_text())
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _default_shapes(cfg: dict[str, Any]) -> dict[str, list[Shape]]:
-    hidden, hc, rank = cfg["hidden_size"], cfg["hc_count"], cfg["hc_lowrank"]
-    nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
-    dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
-    hc_shapes = [
-        {"hc_count": hc, "hidden": hidden, "lora_rank": rank, "dtype": dt, "op": op}
-        for dt in ("fp16", "bf16")
-        for op in ("mix", "combine_and_mix", "final")
-    ]
-    gdn = [
-        {
-            "hidden": hidden,
-            "num_k_heads": nk // tp,
-            "num_v_heads": nv // tp,
-            "head_k_dim": dk,
-            "head_v_dim": dv,
-            "layout": "flat",
-            "dtype": dt,
-        }
-        for tp in (4, 1)
-        for dt in ("fp16", "bf16")
-    ]
-    gdn.append({**gdn[0], "layout": "interleaved"})  # Qwen3-Next's layout, kept
-    return {
-        "fp16_gemv": [
-            {"n": 2048, "k": 2048},
-            {"n": 3072, "k": 2048},
-            {"n": 4096, "k": 4096},
-            {"n": 2048, "k": 4096},
-            {"n": 37984, "k": 2048},
-            {"n": 14336, "k": 4096},
-        ],
-        "fused_hc_fp16": hc_shapes,
-        "fused_gdn_input_fp16": gdn,
-        "qsa_topk": [
-            {"rows": 1, "length": 131072, "k": 2048},
-            {"rows": 4, "length": 65536, "k": 2048},
-            {"rows": 2, "length": 32768, "k": 1024},
-            {"rows": 1, "length": 16384, "k": 512},
-        ],
-    }
-
-
-DEFAULT_SHAPES: dict[str, list[Shape]] = _default_shapes(MODEL_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -320,17 +273,20 @@ def topk_case(rows: int, length: int, k: int) -> Case:
     """logits [rows, length] with a row stride of length + 64 (vLLM's buffers are wider than the row),
     all columns visible in row 0 (the timed case: one full row) and a random n in [k/2, length] in
     the others; the columns past n and the stride's padding hold NaN and inf that must never be
-    selected. Draws cycle through three kinds: continuous (randn); values in steps of 0.25 (heavy
-    ties) with NaN, inf and signed zeros; integers 0..63 (every value shared by ~L/64 keys)."""
+    selected. Draws cycle through four kinds: scores as the QSA indexer forms them (indexer_scores);
+    continuous (randn); values in steps of 0.25 (heavy ties) with NaN, inf and signed zeros; integers
+    0..63 (every value shared by ~L/64 keys)."""
     counter = {"n": 0}
     stride = length + 64
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         buf = torch.randn(rows, stride, generator=gen, device=dev)
         counter["n"] += 1
-        if counter["n"] % 3 == 0:  # integers 0..63
+        if counter["n"] % 4 == 1:  # the indexer's own scores: non-negative, many exact zeros
+            buf = indexer_scores(gen, dev, rows, stride)
+        elif counter["n"] % 4 == 0:  # integers 0..63
             buf = torch.randint(0, 64, (rows, stride), generator=gen, device=dev).float()
-        elif counter["n"] % 3 == 2:  # heavy ties, both zeros, infinities, NaNs
+        elif counter["n"] % 4 == 3:  # heavy ties, both zeros, infinities, NaNs
             buf = torch.round(buf * 4) / 4
             r = torch.randint(0, rows, (8,), generator=gen, device=dev)
             c = torch.randint(0, length, (8,), generator=gen, device=dev)
@@ -366,13 +322,30 @@ def topk_case(rows: int, length: int, k: int) -> Case:
     )
 
 
+def indexer_scores(
+    gen: torch.Generator, dev: torch.device, rows: int, blocks: int, cfg: dict[str, Any] | None = None
+) -> Tensor:
+    """Block scores drawn the way Qwen4Exp's QSA indexer forms them: per row (a decode token) its
+    indexer queries q [H, D] against one compressed key per block k [blocks, D] (indexer_kv_heads 1),
+    relu(q k^T) summed over the H heads, over sqrt(D). float32 [rows, blocks]; about half the dot
+    products are cut to zero, so low scores tie at exactly 0 and the top is continuous."""
+    cfg = cfg or MODEL_CONFIG
+    heads, dim = cfg["indexer_n_heads"], cfg["indexer_head_dim"]
+    q = torch.randn(rows, heads, dim, generator=gen, device=dev)  # [rows, H, D]
+    keys = torch.randn(blocks, dim, generator=gen, device=dev)  # [blocks, D]
+    return torch.relu(torch.einsum("rhd,bd->rhb", q, keys)).sum(dim=1) / dim**0.5  # [rows, blocks]
+
+
 def _topk_input_kind(logits: Tensor, visible: Tensor, k: int) -> str:
-    """'integers' (0..63), 'ties' (steps of 0.25, with NaN, infinities and signed zeros), else
-    'continuous' (torch.randn: no row of it is all multiples of 0.25)."""
+    """'integers' (0..63), 'ties' (steps of 0.25, with NaN, infinities and signed zeros), 'indexer'
+    (non-negative, not all integers: indexer_scores), else 'continuous' (torch.randn: no row of it is
+    all multiples of 0.25, and every row has negatives)."""
     row = logits[0, : int(visible[0])]
     finite = torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
     if torch.equal(finite, torch.round(finite)) and bool((finite >= 0).all()) and bool((finite < 64).all()):
         return "integers"
+    if bool((finite >= 0).all()):
+        return "indexer"
     return "ties" if torch.equal(finite, torch.round(finite * 4) / 4) else "continuous"
 
 

@@ -1,7 +1,7 @@
 """`qgate run ops` and `qgate bench ops` as plain functions: contract in, records written and returned.
 
-Files: DIR/ops/ops.json + ops.md (screen), DIR/ops/bench.json + bench.md (benchmark). An existing
-record is never overwritten unless `force` is set.
+Files: DIR/ops/ops.json + ops.md (screen), DIR/ops/real.json + real.md (real-weight bounds),
+DIR/ops/bench.json + bench.md (benchmark). An existing record is never overwritten unless `force` is set.
 """
 
 from __future__ import annotations
@@ -99,4 +99,46 @@ def bench_ops(
     if path is not None:
         atomic_write_json(path, record)
         atomic_write_text(path.with_suffix(".md"), bench_markdown(record))
+    return record
+
+
+_ENGINE_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "auto": "fp16"}
+
+
+def run_real_ops(
+    loaded: LoadedContract,
+    out: Path,
+    model: Path | None = None,
+    tp: int | None = None,
+    activations: Path | None = None,
+    device: str = "auto",
+    trials: int | None = None,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Real-weight bounds on the checkpoint (the contract's model unless `model` is given), at the
+    contract's tensor parallel size and dtype; writes real.json and real.md; returns the record."""
+    from qgate.models import model_dir
+    from qgate.ops.real import real_markdown, run_real_screen
+
+    c = loaded.contract
+    engine = c.engine_for("candidate")
+    dtype = _ENGINE_DTYPES.get(str(engine.get("dtype", "auto")))
+    if dtype is None:
+        raise OpsError(f"engine.dtype = {engine.get('dtype')!r}: the routes take float16 or bfloat16")
+    path = _target(out, "real.json", force)
+    where = model if model is not None else model_dir(c.model)
+    if activations is not None and not activations.is_dir():
+        raise OpsError(f"--activations {activations}: not a directory")
+    record = run_real_screen(
+        where,
+        tp or int(engine.get("tensor_parallel_size", 1)),
+        dtype,
+        activations,
+        trials or _ops_section(loaded).trials,
+        resolve_device(device),
+        _ops_section(loaded).seed,
+        _contract_ref(loaded),
+    )
+    atomic_write_json(path, record)
+    atomic_write_text(path.with_suffix(".md"), real_markdown(record))
     return record

@@ -1,0 +1,135 @@
+"""Real-weight operator bounds without vLLM: the synthetic production-shape checkpoint read and sliced
+for TP 1 and 4 as vLLM shards it, `qgate run ops --real` on it, and bad model directories (one line,
+exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from qgate.cli.ops import app
+from qgate.ops.synthetic import write_synthetic_checkpoint
+from qgate.ops.weights import Checkpoint, routed_weights
+from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT = str(REPO / "contracts" / "qwen4exp-cpu.yaml")
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_synthetic_checkpoint(tmp_path_factory.mktemp("syn") / "model")
+
+
+def _by_name(ck: Checkpoint, tp: int, rank: int) -> dict[str, tuple[torch.Tensor, ...]]:
+    return {s.name: s.tensors for s in routed_weights(ck, tp, rank, "fp16")}
+
+
+def test_every_routed_tensor_is_read_and_sliced_as_vllm_shards_it(synthetic: Path) -> None:
+    ck = Checkpoint(synthetic)
+    full = _by_name(ck, 1, 0)
+    ranks = [_by_name(ck, 4, r) for r in range(4)]
+    # TP=4 per-GPU shapes: vLLM's SM90 plan table for this model
+    r0 = ranks[0]
+    assert r0["model.layers.0.linear_attn.in_proj_qkvz+in_proj_ba"][0].shape == (4096, 2560)
+    assert r0["model.layers.0.linear_attn.in_proj_qkvz+in_proj_ba"][1].shape == (24, 2560)
+    assert r0["model.layers.0.linear_attn.out_proj"][0].shape == (2560, 1536)
+    assert r0["model.layers.1.self_attn.qkv_proj"][0].shape == (4224, 2560)
+    assert r0["model.layers.1.self_attn.o_proj"][0].shape == (2560, 1536)
+    assert r0["model.layers.1.mlp.shared_expert.gate_up_proj"][0].shape == (320, 2560)
+    assert r0["model.hyper_connection_mixer"][1].shape == (320, 10240)
+    assert set(full) == set(r0) and len(full) == 18  # 2 layers: every routed site, no expert
+    raw = load_file(str(synthetic / "model.safetensors"))
+    m = "model.language_model.layers"
+
+    def cat(name: str, i: int, dim: int = 0, rows: slice = slice(None)) -> torch.Tensor:
+        return torch.cat([r[name][i][rows] for r in ranks], dim=dim)
+
+    # row-parallel: K split; column-parallel: each packed part's rows split, then concatenated per rank
+    assert torch.equal(
+        cat("model.layers.0.linear_attn.out_proj", 0, dim=1), raw[f"{m}.0.linear_attn.out_proj.weight"]
+    )
+    gu = "model.layers.0.mlp.shared_expert.gate_up_proj"
+    assert torch.equal(cat(gu, 0, rows=slice(0, 160)), raw[f"{m}.0.mlp.shared_expert.gate_proj.weight"])
+    assert torch.equal(cat(gu, 0, rows=slice(160, 320)), raw[f"{m}.0.mlp.shared_expert.up_proj.weight"])
+    gdn = "model.layers.0.linear_attn.in_proj_qkvz+in_proj_ba"
+    qkv = raw[f"{m}.0.linear_attn.in_proj_qkv.weight"]  # [q 2048 | k 2048 | v 6144]
+    assert torch.equal(cat(gdn, 0, rows=slice(0, 512)), qkv[:2048])
+    assert torch.equal(cat(gdn, 0, rows=slice(1024, 2560)), qkv[4096:])
+    assert torch.equal(cat(gdn, 0, rows=slice(2560, 4096)), raw[f"{m}.0.linear_attn.in_proj_z.weight"])
+    assert torch.equal(cat(gdn, 1, rows=slice(0, 12)), raw[f"{m}.0.linear_attn.in_proj_b.weight"])
+    # QKV: Q + gate split, the 2 KV heads replicated (ranks 0, 1: head 0; 2, 3: head 1), indexer replicated
+    q = "model.layers.1.self_attn.qkv_proj"
+    k_full = raw[f"{m}.1.self_attn.k_proj.weight"]
+    assert torch.equal(cat(q, 0, rows=slice(0, 3072)), raw[f"{m}.1.self_attn.q_proj.weight"])
+    for r in range(4):
+        assert torch.equal(ranks[r][q][0][3072:3328], k_full[(r // 2) * 256 : (r // 2 + 1) * 256])
+        assert torch.equal(ranks[r][q][0][3584:], raw[f"{m}.1.self_attn.indexer.index_qk_proj.weight"])
+        assert torch.equal(ranks[r]["model.layers.0.mlp.gate"][0], raw[f"{m}.0.mlp.gate.weight"])
+    assert torch.equal(cat("lm_head", 0), raw["lm_head.weight"])
+    # HC: down + inject + zero pad rows, as vLLM merges them
+    down = full["model.layers.0.attn_hyper_connection"][1]
+    assert torch.equal(down[:320], raw[f"{m}.0.attn_hyper_connection.input_mix_weight_down.weight"])
+    assert torch.equal(down[320:324], raw[f"{m}.0.attn_hyper_connection.block_inject_weight.weight"])
+    assert not down[324:].any()
+
+
+def test_run_ops_real_screens_every_rank_of_the_synthetic_checkpoint(synthetic: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["run", "-c", CONTRACT, "-o", str(out), "--real", "--model", str(synthetic), "--tp", "4"]
+    res = CliRunner().invoke(app, [*args, "--trials", "1", "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "ops" / "real.json").read_text())
+    assert record["kind"] == "ops_real" and record["tp"] == 4 and record["passed"]
+    assert {s["rank"] for s in record["sites"]} == {0, 1, 2, 3} and len(record["sites"]) == 4 * 18
+    roles = {r["role"]: r for r in record["roles"]}
+    assert set(roles) == {
+        "out_proj", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "gate", "shared_expert_gate",
+        "lm_head", "in_proj_qkvz+in_proj_ba", "attn", "moe", "final",
+    }  # fmt: skip
+    assert (
+        roles["qkv_proj"]["calls"] == 4
+        and roles["attn"]["calls"] == 8
+        and roles["qkv_proj"]["inputs"] == "random"
+    )
+    assert "| fp16_gemv | qkv_proj | 4 | random | " in (out / "ops" / "real.md").read_text()
+
+
+def _bad_copy(tmp_path: Path, edit: str) -> Path:
+    src = ensure_tiny_qwen4exp()
+    tensors = load_file(str(src / "model.safetensors"))
+    name = "model.layers.0.linear_attn.out_proj.weight"
+    if edit == "missing":
+        del tensors[name]
+    elif edit == "shape":
+        tensors[name] = tensors[name][:, :-1].contiguous()
+    elif edit == "dtype":
+        tensors[name] = tensors[name].to(torch.bfloat16)
+    dst = tmp_path / edit
+    dst.mkdir()
+    if edit != "no_safetensors":
+        save_file(tensors, str(dst / "model.safetensors"))
+    (dst / "config.json").write_text((src / "config.json").read_text())
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("no_safetensors", "no *.safetensors file"),
+        ("missing", "tensor model.layers.0.linear_attn.out_proj.weight is missing"),
+        ("shape", "tensor model.layers.0.linear_attn.out_proj.weight: shape [128, 255], expected [128, 256]"),
+        ("dtype", "tensor model.layers.0.linear_attn.out_proj.weight: dtype BF16, the route takes F16"),
+    ],
+)
+def test_a_bad_model_directory_is_one_line_naming_the_tensor(tmp_path: Path, edit: str, message: str) -> None:
+    model = _bad_copy(tmp_path, edit)
+    res = CliRunner().invoke(app, ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--model", str(model)])
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert message in line
