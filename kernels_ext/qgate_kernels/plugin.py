@@ -26,8 +26,12 @@ Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arm
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
-whichever branch the trace saw. The set of routes on joins vLLM's compile-cache key, so no arm reuses
-another arm's compiled graph. Counts go to `attest.Recorder` (files in $QGATE_ATTEST_DIR).
+whichever branch the trace saw. In eager mode (enforce_eager, the CPU demo) a linear layer's call skips
+the op's dispatcher round trip and runs the same per-call decision directly (`_routed_apply`). The set
+of routes on joins vLLM's compile-cache key, so no arm reuses another arm's compiled graph. Counts go to
+`attest.Recorder` (files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally
+(one integer increment a call), written with the other counts. Under CUDA graphs a count stays one
+Python-level call (eager run, or the op's body at capture), not one replay.
 
 Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
