@@ -20,7 +20,7 @@ def _overhead(case: dict[str, Any]) -> str:
         return "n/a"
     met = "" if case["plugin_overhead_met"] else f" (NOT <= {case['plugin_overhead_target_us']:g})"
     exact = "" if case["plugin_counts_exact"] else ", counts NOT exact"
-    return f"{case['plugin_overhead_us']:+.2f}{met}{exact}"
+    return f"{case['plugin_overhead_us']:+.2f} (min {case['plugin_overhead_min_us']:+.2f}){met}{exact}"
 
 
 def bench_cpu_markdown(record: dict[str, Any]) -> str:
@@ -76,8 +76,9 @@ def bench_cpu_markdown(record: dict[str, Any]) -> str:
         "",
         "plugin: the routed layer's call through the vLLM route plugin (eager decode: the patched "
         "`UnquantizedLinearMethod.apply`, the layer's site, the op, one hit counted); plugin - op: its "
-        "per-call cost over the op alone (target <= 2 us; 'counts NOT exact' when 100 calls did not count "
-        "100 hits); route: `qgate_kernels.gemv` (Python checks + op); op: the op alone. (tiny): the tiny "
+        "per-call cost over the op alone, the median of the paired per-rep differences (min: min - min; "
+        "target <= 2 us; 'counts NOT exact' when 100 calls did not count 100 hits); route: "
+        "`qgate_kernels.gemv` (Python checks + op); op: the op alone. (tiny): the tiny "
         "models' shapes; (demo): the demo model's (qgate.tiny_wide). copy GB/s: memcpy at the weights' "
         "size (read + write).",
     ]
