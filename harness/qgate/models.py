@@ -1,5 +1,6 @@
 """Resolve a contract's `model` to a local directory: a path, or a built-in tiny model built on first use
-(`tiny`: qgate.tiny; `tiny-trained`: qgate.tiny_train; `tiny-qwen4exp`: qgate.tiny_qwen4exp)."""
+(`tiny`: qgate.tiny; `tiny-trained`: qgate.tiny_train; `tiny-trained-wide`, the demo's: qgate.tiny_wide;
+`tiny-qwen4exp`: qgate.tiny_qwen4exp)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 
 from qgate.results import ResultError
 
-BUILTIN = ("tiny", "tiny-trained", "tiny-qwen4exp")
+BUILTIN = ("tiny", "tiny-trained", "tiny-trained-wide", "tiny-qwen4exp")
+# The built-in models trained on the frozen GSM8K items (on the data the quality gate reads).
+TRAINED = ("tiny-trained", "tiny-trained-wide")
 
 
 def _config_sha(path: Path) -> str | None:
@@ -27,6 +30,10 @@ def model_dir(spec: str, data: Path | None = None) -> Path:
         from qgate.tiny_train import ensure_trained
 
         return Path(ensure_trained(data=data))
+    if spec == "tiny-trained-wide":
+        from qgate.tiny_wide import ensure_wide
+
+        return Path(ensure_wide(data=data))
     if spec == "tiny-qwen4exp":
         from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
 

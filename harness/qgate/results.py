@@ -30,12 +30,12 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
     # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
     "ops_bench": (1, 2, 3),
-    "ops_bench_cpu": (1,),
+    "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
     "ops_real": (1,),  # real-weight operator bounds (qgate.ops.real)
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
     "ablation": (2,),
-    "demo": (1,),
+    "demo": (1, 2),  # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`)
     "processes": (1,),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}

