@@ -414,7 +414,7 @@ def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
         site = getattr(layer, "_qgate_site", None)
         # type(self).apply is not this one: a taken vLLM subclass routed the call already and its
         # fallback reached here through super().apply
-        if site is None or type(self).apply is not apply:
+        if site is None or getattr(type(self), "apply", apply) is not apply:
             return orig(self, layer, x, bias)
         if _is_compiling():  # the op keeps the per-call decision out of the traced graph
             return torch.ops.qgate_routes.linear(x, bias, site)
