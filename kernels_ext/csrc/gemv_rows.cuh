@@ -13,8 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace qgate {
 
@@ -209,37 +207,15 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   finish_row<WPR>(rows, row, active, acc, partial);
 }
 
-// Warps per row: enough that each warp loads about `groups` groups of kGemvUnroll chunks at most
-// (QGATE_GEMV_GROUPS, default 2, tuning only: fewer warps a row mean fewer waves of blocks but
-// more round trips per warp).
+// Warps per row: enough that each warp loads about kGemvGroupsPerWarp groups of kGemvUnroll chunks
+// at most (fewer warps a row mean fewer waves of blocks but more round trips per warp; 2 was the
+// fastest of 1-8 on the H200).
+constexpr int64_t kGemvGroupsPerWarp = 2;
 inline int gemv_warps_per_row(int64_t k) {
-  static const int64_t groups = [] {
-    const char* env = std::getenv("QGATE_GEMV_GROUPS");
-    const long v = env != nullptr ? std::atol(env) : 2;
-    return static_cast<int64_t>(v >= 1 && v <= 64 ? v : 2);
-  }();
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
   int wpr = 1;
-  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * groups * kGemvUnroll) wpr *= 2;
+  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * kGemvGroupsPerWarp * kGemvUnroll) wpr *= 2;
   return wpr;
-}
-
-// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
-//   QGATE_GEMV_X=global       x through L1 instead of staged in shared memory (general kernel);
-//   QGATE_GEMV_GENERAL=1      the general kernel also where gemv_one_group_kernel applies.
-inline bool gemv_env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-inline bool gemv_x_global() {
-  static const bool x_global = gemv_env_is("QGATE_GEMV_X", "global");
-  return x_global;
-}
-
-inline bool gemv_general_only() {
-  static const bool general = gemv_env_is("QGATE_GEMV_GENERAL", "1");
-  return general;
 }
 
 // Plain launch, or with PDL (programmatic stream serialization) when pdl.
@@ -272,10 +248,10 @@ cudaError_t launch_wpr(const Rows& rows, const typename Rows::Elem* x, int64_t n
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  if (gemv_x_global() || k * 2 > kGemvMaxSmemX) {
+  if (k * 2 > kGemvMaxSmemX) {  // x too large to stage: read through L1
     return launch_rows_kernel(gemv_rows_kernel<WPR, false, Rows>, grid, 0, stream, pdl, rows, x, n_rows, k);
   }
-  if (k == static_cast<int64_t>(WPR) * kGemvUnroll * kGemvChunk && !gemv_general_only()) {
+  if (k == static_cast<int64_t>(WPR) * kGemvUnroll * kGemvChunk) {
     return launch_rows_kernel(gemv_one_group_kernel<WPR, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
   }
   return launch_rows_kernel(gemv_rows_kernel<WPR, true, Rows>, grid, static_cast<size_t>(k) * 2, stream, pdl, rows, x,

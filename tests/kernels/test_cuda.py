@@ -74,6 +74,31 @@ def test_gemv_matches_float64_and_reference(n: int, k: int) -> None:
     assert _no_fallbacks()
 
 
+# bf16 GEMV at the production model's per-GPU shapes (N x K) and two small ones.
+GEMV_BF16_SHAPES = [
+    (7, 264),
+    (24, 2560),
+    (320, 2560),
+    (2560, 1536),
+    (4096, 2560),
+    (320, 10240),
+    (62080, 2560),
+]
+
+
+@pytest.mark.parametrize(("n", "k"), GEMV_BF16_SHAPES)
+def test_gemv_bf16_is_a_kernel_not_a_fallback(n: int, k: int) -> None:
+    gen, seed = fresh_generator(DEV)
+    w = randn(gen, n, k, dtype=torch.bfloat16, device=DEV, scale=k**-0.5)
+    x = randn(gen, 1, k, dtype=torch.bfloat16, device=DEV)
+    y = qgate_kernels.gemv(w, x, static_weight=True)
+    assert y.dtype == torch.bfloat16 and y.shape == (1, n)
+    # one rounding of float32 sums in another order than the reference's: within 1 ULP
+    assert ulp_at_magnitude(y.cpu(), reference.gemv(w.cpu(), x.cpu())) <= 1, f"seed {seed}"
+    assert torch.equal(y, qgate_kernels.gemv(w, x)), "two calls differ"
+    assert _no_fallbacks()
+
+
 def _agrees_with_float32_reference(y: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor, acc) -> bool:
     """Another float32 summation order (cuBLAS's) rounds to the same fp16 or a neighbour, except
     rarely where cancellation leaves |y| small against the terms (seen: 3 ULP on 1 of 75968

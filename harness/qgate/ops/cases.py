@@ -104,21 +104,23 @@ def _randn(
     return (torch.randn(*shape, generator=gen, device=dev) * scale).to(dtype)
 
 
-def gemv_case(n: int, k: int) -> Case:
+def gemv_case(n: int, k: int, dtype: str = "fp16") -> Case:
+    dt = DTYPES[dtype]
+
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         # weights scaled as in a trained layer so that y stays O(1) whatever k is
         return (
-            _randn(gen, dev, n, k, dtype=torch.half, scale=k**-0.5),
-            _randn(gen, dev, k, dtype=torch.half),
+            _randn(gen, dev, n, k, dtype=dt, scale=k**-0.5),
+            _randn(gen, dev, k, dtype=dt),
         )
 
     def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
         w, _ = make(gen, dev)
-        return (w, _randn(gen, dev, 4, k, dtype=torch.half))  # prefill: M = 4
+        return (w, _randn(gen, dev, 4, k, dtype=dt))  # prefill: M = 4
 
     return Case(
         route="fp16_gemv",
-        shape={"n": n, "k": k},
+        shape={"n": n, "k": k} if dtype == "fp16" else {"n": n, "k": k, "dtype": dtype},
         make=make,
         # as the vLLM plugin calls it: a model's weights are static (PDL launch on sm_90)
         kernel=lambda w, x: (qgate_kernels.gemv(w, x, static_weight=True),),

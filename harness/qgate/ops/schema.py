@@ -59,6 +59,7 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 class GemvShape(_Strict):
     n: int = Field(ge=1, description="output rows (weight [n, k])")
     k: int = Field(ge=1)
+    dtype: Literal["fp16", "bf16"] = "fp16"
 
 
 class HcShape(_Strict):
