@@ -51,7 +51,14 @@ if [ "$QUICK" != 1 ]; then
 fi
 
 step "ops bench at the production shapes (route, baseline, vLLM's own paths)"
-timeout 300 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
+# vLLM's CuTe skinny GEMM as a competitor: CUTE_SITE names a folder where the CUTLASS DSL and
+# quack-kernels wheels are installed (pip --target), VLLM_STUB the tree of tools/vllm_stub_tree.py.
+# Without them the bench records why vLLM's GEMM cannot run and judges against cuBLAS.
+BENCH_PATH=$PYTHONPATH
+if [ -n "${CUTE_SITE:-}" ] && [ -n "${VLLM_STUB:-}" ]; then
+  BENCH_PATH=$VLLM_STUB:$CUTE_SITE:$CUTE_SITE/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+fi
+PYTHONPATH=$BENCH_PATH timeout 300 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
 echo "prod bench rc=$?" | tee -a "$LOG"
 cat "$OUT/prod/bench.md" 2>/dev/null
 [ "$QUICK" = 1 ] && { step "done"; exit 0; }
