@@ -175,7 +175,7 @@ __device__ __forceinline__ float hc_dot8f(const uint4 w, const float4 x0, const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Reduce-scatter of 16 per-thread row sums over a warp (16 shuffles, not 5 a row): after it lane l
 // holds the warp's sum of row (l >> 1); the same additions in the same order on every lane pair.
-// Written out stage by stage: a generic halving template moved instructions in the tma4 kernel.
+// Written out stage by stage: a generic halving template moved instructions in this kernel.
 __device__ __forceinline__ float hc_warp_reduce_scatter16(const float (&acc)[16], int lane) {
   float a8[8];
   const bool b4 = (lane >> 4) & 1;
