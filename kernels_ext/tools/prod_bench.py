@@ -5,9 +5,11 @@ Shapes (N x K): GEMV 4096x2560 (GDN qkvz), 4224x2560 (QSA qkv + indexer), 2560x1
 24x2560 (GDN b/a), 320x2560 (shared-expert gate/up), 62080x2560 (lm_head), 320x10240 (final HC
 down), fp16 and bf16; HC 4 streams of 2560, rank 320, mix / combine_and_mix / final, fp16 and bf16;
 GDN input (4096 + 24) x 2560 (4 key, 12 value heads of 128); top-k k 512 over 65,536 and 4,096
-blocks, and 1 x 131072, k 2048 (the case's input kinds: continuous, steps of 0.25, integers).
+blocks and over 513 visible of 65,536, and 1 x 131072, k 2048 (the case's input kinds: continuous,
+steps of 0.25, integers, ReLU-sum indexer scores, exp(3 N(0,1))).
 
-Usage (CUDA GPU, repository root, harness on PYTHONPATH): python kernels_ext/tools/prod_bench.py OUT_DIR
+Usage (CUDA GPU, repository root, harness on PYTHONPATH):
+    python kernels_ext/tools/prod_bench.py OUT_DIR [ROUTE,ROUTE...]   (default: every route)
 Writes OUT_DIR/bench.json and OUT_DIR/bench.md and prints the markdown.
 """
 
@@ -45,6 +47,7 @@ SHAPES = {
     ROUTE_TOPK: [
         {"rows": 1, "length": 65536, "k": 512},
         {"rows": 1, "length": 4096, "k": 512},
+        {"rows": 1, "length": 65536, "k": 512, "visible": 513},
         {"rows": 1, "length": 131072, "k": 2048},
     ],
 }
@@ -53,7 +56,12 @@ SHAPES = {
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    cases = build_cases(list(SHAPES), SHAPES, default_shapes=False)
+    routes = sys.argv[2].split(",") if len(sys.argv) > 2 else list(SHAPES)
+    unknown = [r for r in routes if r not in SHAPES]
+    if unknown:
+        print(f"prod_bench: unknown route {unknown[0]!r} (known: {', '.join(SHAPES)})", file=sys.stderr)
+        raise SystemExit(2)
+    cases = build_cases(routes, SHAPES, default_shapes=False)
     record = run_bench(cases, Bench().model_dump(), "cuda")
     (out / "bench.json").write_text(json.dumps(record, indent=1) + "\n")
     md = bench_markdown(record)

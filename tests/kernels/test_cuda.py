@@ -312,6 +312,38 @@ def test_topk_ranks_large_cells_exactly(rows: int, length: int, k: int) -> None:
     assert _no_fallbacks()
 
 
+def _relu_sum(gen: torch.Generator, rows: int, length: int) -> torch.Tensor:
+    """The production indexer's scores: sum over 4 heads of relu(q . k) / sqrt(128) (~1/16 exactly 0)."""
+    q = torch.randn(4, 128, generator=gen, device=DEV)
+    keys = torch.randn(rows * length, 128, generator=gen, device=DEV)
+    return ((keys @ q.T).relu().sum(-1) / 128**0.5).reshape(rows, length)
+
+
+@pytest.mark.parametrize(
+    ("rows", "length", "k"),
+    [(1, 65536, 512), (2, 4096, 512), (2, 16384, 1024), (1, 131072, 2048), (2, 16385, 1024)],
+)
+def test_topk_on_production_scores_and_short_visible_prefixes(rows: int, length: int, k: int) -> None:
+    """ReLU-sum indexer scores, exp(3 N(0,1)) and integers, all columns visible and visible prefixes
+    around the one-block limit (16384; on sm_90 a long row's cluster hands such a prefix to one block)."""
+    gen, seed = fresh_generator(DEV)
+    kinds = (
+        _relu_sum(gen, rows, length),
+        torch.exp(3 * torch.randn(rows, length, generator=gen, device=DEV)),
+        torch.randint(0, 64, (rows, length), generator=gen, device=DEV).float(),
+    )
+    prefixes = sorted({min(length, n) for n in (length, k + 1, 513, 4096, 16384, 16385)})
+    for scores in kinds:
+        for n in prefixes:
+            visible = torch.full((rows,), n, dtype=torch.int32, device=DEV)
+            visible[-1] = max(n - 7, 1)
+            logits = _with_stride_and_garbage(scores, visible)
+            got = qgate_kernels.qsa_topk(logits, visible, k)
+            want = reference.qsa_topk(logits.cpu(), visible.cpu(), k)
+            assert torch.equal(got.cpu(), want), f"seed {seed} n {n}"
+    assert _no_fallbacks()
+
+
 def test_topk_matches_the_python_oracle_on_specials() -> None:
     gen, seed = fresh_generator(DEV)
     scores = _tie_heavy(gen, 4, 3000)
