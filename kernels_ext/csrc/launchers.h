@@ -64,8 +64,6 @@ cudaError_t launch_hc(const HcArgs& args, cudaStream_t stream);
 constexpr int64_t kTopkMaxK = 4096;
 struct TopkPlan {
   int cluster;  // > 0: sm_90 cluster path (the push kernel, with PDL), this many blocks a row, no workspace
-  int one_block;  // 1: rows of L <= 16384, k <= 1024: the one-block kernel (PDL on sm_90), no workspace
-  int pdl;        // launch with programmatic dependent launch (sm_90)
   int blocks_per_row;
   size_t row_workspace_bytes;
   size_t workspace_bytes;

@@ -314,7 +314,6 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
 }  // namespace
 }  // namespace qgate
 
-#include "qsa_topk_block.cuh"
 #include "qsa_topk_cluster.cuh"
 #include "qsa_topk_push.cuh"
 
@@ -390,22 +389,6 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
     max_cluster = found;
   }
   plan->cluster = 0;
-  plan->one_block = 0;
-  plan->pdl = max_cluster > 0;
-  if (len <= kTbMaxLen && k <= kTbMaxK) {  // short rows: one block a row, every architecture
-    static bool smem_set = false;
-    if (!smem_set) {
-      const cudaError_t cerr = cudaFuncSetAttribute(qsa_topk_block_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(kTbSmemBytes));
-      if (cerr != cudaSuccess) return cerr;
-      smem_set = true;
-    }
-    plan->one_block = 1;
-    plan->blocks_per_row = 1;
-    plan->row_workspace_bytes = 0;
-    plan->workspace_bytes = 0;
-    return cudaSuccess;
-  }
   if (max_cluster > 0) {  // sm_90: one cluster a row
     const int c = tp_cluster_size(rows, len, max_cluster, device_sms);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
@@ -440,21 +423,6 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
 cudaError_t launch_qsa_topk(const TopkRows& in, int64_t rows, int64_t k, const TopkPlan& plan, void* workspace,
                             int* indices, cudaStream_t stream) {
   int k32 = static_cast<int>(k);
-  if (plan.one_block) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(rows));
-    config.blockDim = dim3(kTbThreads);
-    config.dynamicSmemBytes = kTbSmemBytes;
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = plan.pdl ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_block_kernel, in, k32, indices);
-    if (err != cudaSuccess) return err;
-    return cudaGetLastError();
-  }
   if (plan.cluster > 0) {
     // PDL: the kernel reads visible and the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
     cudaLaunchAttribute attr[2];

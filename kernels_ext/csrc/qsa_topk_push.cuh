@@ -56,10 +56,6 @@ constexpr size_t kTpSpecBytes = 256 * kTpSpecLanes * sizeof(unsigned int);
 // Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
 // of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
 // items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
-static_assert(kTbSmemBytes <= kTcUnionBytes + (256 + 4 * 256 + 4 * kTcMaxCluster * 256) * sizeof(unsigned int) +
-                                      12288 * sizeof(uint2),
-              "the one-block path runs in the push kernel's shared memory");
-static_assert(kTbStripedBytes == kTcUnionBytes, "the push kernel zeroes the one-block path's striped histogram");
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2) + kTpSpecBytes;  // + [256][8] (*)
 static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
@@ -364,15 +360,6 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
-  // A visible prefix short enough for one block: block 0 selects it alone (its striped histogram,
-  // at the start of tc_smem, is zeroed above), the others leave, before any access to another's memory.
-  if (len <= kTbMaxLen && k <= kTbMaxK) {
-    if (rank == 0) {
-      __syncthreads();
-      tb_select_row(s, static_cast<int>(len), k, tc_smem, indices + static_cast<int64_t>(row) * k);
-    }
-    return;
-  }
   int64_t lo = 0;
   int64_t hi = 0;
   tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
