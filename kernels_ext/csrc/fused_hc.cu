@@ -1,11 +1,7 @@
 // Route fused_hc_fp16: Qwen4Exp's GatedResidual HyperConnection (vLLM 0.32,
-// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. By default (QGATE_HC_IMPL
-// unset or tma4) one launch with the weights staged into shared memory by bulk copies and no grid
-// barrier (fused_hc_tma.cuh, sm_90: 6.9-7.3 us on the H200, tma 7.4-8.8 us, the three kernels
-// 11.2-11.5 us; BENCH.md); QGATE_HC_IMPL=tma / tma_v1 / tma3 its earlier versions; with
-// QGATE_HC_IMPL=fused one launch (fused_hc_persistent.cuh) where d * 2 + rank * 2 bytes fit 40 KiB of
-// shared memory (slower than the three kernels on the H200, BENCH.md); QGATE_HC_IMPL=split (and where
-// the others do not apply) three kernels:
+// models/qwen4_exp/nvidia/hyperconnection.py) for one token, fp16 or bf16. On sm_90 one launch
+// (fused_hc_tma.cuh: weights staged by bulk copies, tagged partials instead of a grid barrier);
+// elsewhere, and for shapes that launch does not take, three kernels:
 //   hc_norm_kernel     one block a stream: the pending combine h_s + c_s o (c_s = 2 sigmoid(inj_s / HC),
 //                      or 1), one fma in float32, rounded (written to h_out), then the grouped Gemma
 //                      RMSNorm in float32: rrms = 1 / sqrt(sum(x^2) / HS + eps), y = x rrms,
@@ -23,10 +19,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 
-#include "fused_hc_persistent.cuh"
 #include "fused_hc_tma.cuh"
 #include "gemv_rows.cuh"
 #include "hc_norm.cuh"
@@ -181,95 +174,16 @@ cudaError_t launch_hc_typed(const HcArgs& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-
-// QGATE_HC_IMPL (read once per process): "split" the three kernels above, "fused" the one-launch kernel
-// with weights loaded into registers and a cooperative launch (fused_hc_persistent.cuh), "tma" the
-// one-launch kernel with its weights staged into shared memory by bulk copies (fused_hc_tma.cuh, sm_90;
-// "tma_v1" its first version, "tma3" fp16 16-byte shared loads + earlier up rows, "tma4" (the default)
-// tma3 with tagged partials instead of the grid barrier; where tma4 does not apply (hc * hs over
-// kHcTagXn) tma runs).
-// Unset: kHcDefaultImpl. A path that does not apply (arch, shape, alignment) runs the three kernels.
-constexpr int kHcSplit = 0;
-constexpr int kHcFused = 1;
-constexpr int kHcTmaV1 = 2;
-constexpr int kHcTma = 3;
-constexpr int kHcTma3 = 4;
-constexpr int kHcTma4 = 5;
-constexpr int kHcDefaultImpl = kHcTma4;  // measured fastest and exact on the H200 (round 2 notes, BENCH.md)
-
-int hc_impl() {
-  static const int impl = [] {
-    const char* v = std::getenv("QGATE_HC_IMPL");
-    if (v == nullptr || *v == '\0') return kHcDefaultImpl;
-    if (std::strcmp(v, "fused") == 0) return kHcFused;
-    if (std::strcmp(v, "tma") == 0) return kHcTma;
-    if (std::strcmp(v, "tma_v1") == 0) return kHcTmaV1;
-    if (std::strcmp(v, "tma3") == 0) return kHcTma3;
-    if (std::strcmp(v, "tma4") == 0) return kHcTma4;
-    return kHcSplit;
-  }();
-  return impl;
-}
-
-template <class T>
-cudaError_t launch_hc_fused(const HcArgs& p, cudaStream_t stream) {
-  if (p.hc <= 4) return launch_hc_fused_typed<T, 4, true>(p, stream);
-  return launch_hc_fused_typed<T, 8, true>(p, stream);
-}
-
 }  // namespace
-
-int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine) {
-  // fused: a float per (row, group of 2048 columns); tma_v1: a float per (row, stream); tma: 8 a row
-  const int64_t groups = hc_down_groups(hc * hs);
-  const int64_t per_row = groups > kHcTmaPartialStride ? groups : kHcTmaPartialStride;  // >= hc too
-  return static_cast<int64_t>(rank + (use_combine ? hc : 0)) * per_row;
-}
 
 cudaError_t launch_hc(const HcArgs& p, cudaStream_t stream) {
   if (p.hc < 1 || p.hc > kHcMaxStreams || p.rank < 8 || p.rank > kHcMaxRank || p.rank % 8 != 0 || p.hs <= 0 ||
       p.hs % 8 != 0 || p.hs > 0x7fffffff || static_cast<int64_t>(p.hc) * p.hs > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
-  static const int phase_stop = [] {
-    const char* v = std::getenv("QGATE_HC_PHASE_STOP");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  static const int prefetch = [] {
-    const char* v = std::getenv("QGATE_HC_PREFETCH");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  HcArgs q = p;
-  q.phase_stop = phase_stop;
-  q.prefetch = prefetch;
-  if (hc_impl() == kHcTma || hc_impl() == kHcTmaV1 || hc_impl() == kHcTma3 || hc_impl() == kHcTma4) {
-    const int ver = hc_impl() == kHcTma4 ? 4 : hc_impl() == kHcTma3 ? 3 : hc_impl() == kHcTma ? 2 : 1;
-    cudaError_t err = cudaErrorNotSupported;
-    if (p.bf16) {
-      err = ver == 4   ? launch_hc_tma_typed<__nv_bfloat16, 4>(q, phase_stop, stream)
-            : ver == 3 ? launch_hc_tma_typed<__nv_bfloat16, 3>(q, phase_stop, stream)
-            : ver == 2 ? launch_hc_tma_typed<__nv_bfloat16, 2>(q, phase_stop, stream)
-                       : launch_hc_tma_typed<__nv_bfloat16, 1>(q, phase_stop, stream);
-    } else {
-      err = ver == 4   ? launch_hc_tma_typed<__half, 4>(q, phase_stop, stream)
-            : ver == 3 ? launch_hc_tma_typed<__half, 3>(q, phase_stop, stream)
-            : ver == 2 ? launch_hc_tma_typed<__half, 2>(q, phase_stop, stream)
-                       : launch_hc_tma_typed<__half, 1>(q, phase_stop, stream);
-    }
-    if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
-    if (ver == 4) {  // tma4's tagged buffers hold hc * hs <= kHcTagXn: tma (v2) for larger streams
-      const cudaError_t err2 = p.bf16 ? launch_hc_tma_typed<__nv_bfloat16, 2>(q, phase_stop, stream)
-                                      : launch_hc_tma_typed<__half, 2>(q, phase_stop, stream);
-      if (err2 != cudaErrorNotSupported) return err2;
-    }
-  } else if (phase_stop != 0) {
-    return p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
-  } else if (hc_impl() == kHcFused && p.partials != nullptr &&
-             hc_fused_smem_bytes(p) <= static_cast<size_t>(kHcFusedMaxSmem)) {
-    const cudaError_t err = p.bf16 ? launch_hc_fused<__nv_bfloat16>(q, stream) : launch_hc_fused<__half>(q, stream);
-    if (err != cudaErrorNotSupported) return err;
-    (void)cudaGetLastError();  // no resident wave on this device: the three kernels below
-  }
+  const cudaError_t err =
+      p.bf16 ? launch_hc_tma_typed<__nv_bfloat16>(p, stream) : launch_hc_tma_typed<__half>(p, stream);
+  if (err != cudaErrorNotSupported) return err;  // not applicable (nothing launched): the three kernels
   return p.bf16 ? launch_hc_typed<__nv_bfloat16>(p, stream) : launch_hc_typed<__half>(p, stream);
 }
 

@@ -13,8 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 namespace qgate {
 
@@ -168,22 +166,26 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_rows_kernel(Rows rows, cons
   finish_row<WPR>(rows, row, active, acc, partial);
 }
 
-// The common decode case, K = WPR * kGemvUnroll * kGemvChunk (K = 2048, 4096, 8192, 16384): each
-// warp loads its whole share of a row in one group, so the loop, the bounds checks and the
-// per-load addresses go away (one base pointer, constant offsets), and x is staged one vector per
-// thread at a time. The registers left (48 against 76 for the general kernel: 32 of them hold the
-// weights in flight) let 5 blocks share a multiprocessor instead of 3: more of a large matrix in
-// flight per wave, and room for the next kernel's blocks under PDL.
-// Same per-lane order as gemv_rows_kernel, so the same bits.
-constexpr int kGemvOneGroupMinBlocks = 5;  // 48 registers; 6 would spill (sm_90, CUDA 13.0)
+// The common decode case, K = WPR * G * kGemvChunk for G = 6, 8 or 10 loads a lane (K = 1536,
+// 2048, 2560, 4096, 5120, 8192, 10240, 16384, ...): each warp loads its whole share of a row in one
+// group, so the loop, the bounds checks and the per-load addresses go away (one base pointer,
+// constant offsets), and x is staged one vector per thread at a time. One round trip a row: at
+// K = 2560 the general kernel needs two (8 loads, then 2). Fewer registers than the general kernel
+// (48 against 76 at G = 8: 32 of them hold the weights in flight) let 5 blocks share a
+// multiprocessor instead of 3: more of a large matrix in flight per wave, and room for the next
+// kernel's blocks under PDL. Same per-lane order as gemv_rows_kernel, so the same bits.
+template <int G>
+constexpr int gemv_one_group_min_blocks() {
+  return G <= 8 ? 5 : 4;  // registers: 48 at G = 8 (6 blocks would spill), 40 of weights at G = 10
+}
 
-template <int WPR, class Rows>
-__global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
+template <int WPR, int G, class Rows>
+__global__ void __launch_bounds__(kGemvThreads, gemv_one_group_min_blocks<G>())
     gemv_one_group_kernel(Rows rows, const typename Rows::Elem* __restrict__ x, int64_t n_rows) {
   using T = typename Rows::Elem;
   constexpr int kWarps = kGemvThreads / 32;
   constexpr int kRowsPerBlock = kWarps / WPR;
-  constexpr int kK = WPR * kGemvUnroll * static_cast<int>(kGemvChunk);
+  constexpr int kK = WPR * G * static_cast<int>(kGemvChunk);
   __shared__ uint4 x_smem[kK / 8];
   __shared__ float partial[kWarps];
   const int warp = threadIdx.x >> 5;
@@ -193,53 +195,35 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvOneGroupMinBlocks)
   const bool active = row < n_rows;
   const T* __restrict__ w = rows.row_ptr(active ? row : 0) + slot * kGemvChunk + lane * 8;
   allow_next_grid();
-  uint4 wv[kGemvUnroll];  // an inactive warp (past the last row) reads row 0 and stores nothing
+  uint4 wv[G];  // an inactive warp (past the last row) reads row 0 and stores nothing
 #pragma unroll
-  for (int u = 0; u < kGemvUnroll; ++u) wv[u] = load_weight16(w + u * WPR * kGemvChunk);
+  for (int u = 0; u < G; ++u) wv[u] = load_weight16(w + u * WPR * kGemvChunk);
   wait_for_previous_grid();
 #pragma unroll
-  for (int j = 0; j < WPR; ++j) {  // kK / 8 = WPR * kGemvThreads vectors of x
+  for (int j = 0; j < WPR * G / kGemvUnroll; ++j) {  // kK / 8 = WPR * G * 32 vectors of x
     const int i = j * kGemvThreads + threadIdx.x;
     x_smem[i] = load_x16(x + i * 8);
+  }
+  if constexpr (WPR * G % kGemvUnroll != 0) {
+    const int i = WPR * G / kGemvUnroll * kGemvThreads + threadIdx.x;
+    if (i < kK / 8) x_smem[i] = load_x16(x + i * 8);
   }
   __syncthreads();
   float acc = 0.f;
 #pragma unroll
-  for (int u = 0; u < kGemvUnroll; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc, T());
+  for (int u = 0; u < G; ++u) acc = dot8_acc(wv[u], x_smem[(slot + u * WPR) * 32 + lane], acc, T());
   finish_row<WPR>(rows, row, active, acc, partial);
 }
 
-// Warps per row: enough that each warp loads about `groups` groups of kGemvUnroll chunks at most
-// (QGATE_GEMV_GROUPS, default 2, tuning only: fewer warps a row mean fewer waves of blocks but
-// more round trips per warp).
+// Warps per row: enough that each warp loads about kGemvGroupsPerWarp groups of kGemvUnroll chunks
+// at most (fewer warps a row mean fewer waves of blocks but more round trips per warp; 2 was the
+// fastest of 1-8 on the H200).
+constexpr int64_t kGemvGroupsPerWarp = 2;
 inline int gemv_warps_per_row(int64_t k) {
-  static const int64_t groups = [] {
-    const char* env = std::getenv("QGATE_GEMV_GROUPS");
-    const long v = env != nullptr ? std::atol(env) : 2;
-    return static_cast<int64_t>(v >= 1 && v <= 64 ? v : 2);
-  }();
   const int64_t n_chunks = (k + kGemvChunk - 1) / kGemvChunk;
   int wpr = 1;
-  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * groups * kGemvUnroll) wpr *= 2;
+  while (wpr < 8 && n_chunks >= static_cast<int64_t>(wpr) * kGemvGroupsPerWarp * kGemvUnroll) wpr *= 2;
   return wpr;
-}
-
-// Tuning switches, read once per process (the benchmark compares them; see BENCH.md):
-//   QGATE_GEMV_X=global       x through L1 instead of staged in shared memory (general kernel);
-//   QGATE_GEMV_GENERAL=1      the general kernel also where gemv_one_group_kernel applies.
-inline bool gemv_env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-inline bool gemv_x_global() {
-  static const bool x_global = gemv_env_is("QGATE_GEMV_X", "global");
-  return x_global;
-}
-
-inline bool gemv_general_only() {
-  static const bool general = gemv_env_is("QGATE_GEMV_GENERAL", "1");
-  return general;
 }
 
 // Plain launch, or with PDL (programmatic stream serialization) when pdl.
@@ -272,11 +256,18 @@ cudaError_t launch_wpr(const Rows& rows, const typename Rows::Elem* x, int64_t n
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
   const bool pdl = static_weights && major >= 9;
-  if (gemv_x_global() || k * 2 > kGemvMaxSmemX) {
+  if (k * 2 > kGemvMaxSmemX) {  // x too large to stage: read through L1
     return launch_rows_kernel(gemv_rows_kernel<WPR, false, Rows>, grid, 0, stream, pdl, rows, x, n_rows, k);
   }
-  if (k == static_cast<int64_t>(WPR) * kGemvUnroll * kGemvChunk && !gemv_general_only()) {
-    return launch_rows_kernel(gemv_one_group_kernel<WPR, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
+  const int64_t row_step = static_cast<int64_t>(WPR) * kGemvChunk;  // halves a warp's load covers
+  if (k == row_step * 8) {
+    return launch_rows_kernel(gemv_one_group_kernel<WPR, 8, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
+  }
+  if (k == row_step * 10) {
+    return launch_rows_kernel(gemv_one_group_kernel<WPR, 10, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
+  }
+  if (k == row_step * 6) {
+    return launch_rows_kernel(gemv_one_group_kernel<WPR, 6, Rows>, grid, 0, stream, pdl, rows, x, n_rows);
   }
   return launch_rows_kernel(gemv_rows_kernel<WPR, true, Rows>, grid, static_cast<size_t>(k) * 2, stream, pdl, rows, x,
                             n_rows, k);

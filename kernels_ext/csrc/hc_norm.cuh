@@ -1,7 +1,6 @@
 // The grouped Gemma RMSNorm's second pass on one 16-byte vector (8 elements) of a stream, as vLLM's
 // _grouped_gemma_rmsnorm_kernel: y = x rrms, y = fma(y, w, y), rounded to T. One copy for the three-
-// kernel path (fused_hc.cu) and the tma kernels; the cooperative kernel (fused_hc_persistent.cuh) keeps
-// its own loop: through this function nvcc compiled it to other code, not checked on a GPU.
+// kernel path (fused_hc.cu) and the one-launch kernel (fused_hc_tma.cuh).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -10,11 +10,12 @@
 
 namespace qgate {
 
-// y[n] = sum_k w[n, k] * x[k]; w, x, y fp16 (as raw pointers), k % 8 == 0, 16-byte aligned rows.
+// y[n] = sum_k w[n, k] * x[k]; w, x, y all fp16 or all bf16 (as raw pointers), k % 8 == 0, 16-byte
+// aligned rows.
 // static_weights: no kernel of the current step writes w (a model's weights): on sm_90 the kernel
 // is then launched with programmatic dependent launch and reads w while the previous kernel in the
 // stream finishes (gemv_rows.cuh). Same bits either way.
-cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, bool static_weights,
+cudaError_t launch_gemv(const void* w, const void* x, void* y, int64_t n, int64_t k, bool bf16, bool static_weights,
                         cudaStream_t stream);
 
 // Both GDN input GEMVs in one launch, written where vLLM's GDN core takes them (see gdn_input.cu).
@@ -53,26 +54,16 @@ struct HcArgs {
   void* lora_raw;       // [rank] workspace: the down projection before silu
   void* injection_out;  // [hc] (use_combine only)
   void* block_input;    // [hs]
-  float* partials;      // [hc_partial_floats(...)] workspace of the one-launch path (fused_hc_persistent.cuh)
-  int phase_stop;       // diagnosis only (QGATE_HC_PHASE_STOP, tools/hc_phases.py): 0 the whole op, else
-                        // the one-launch kernel returns after that phase (1 inputs and norm, 2 down, 3 barrier)
-  int prefetch;         // one-launch kernel, sm_90 (QGATE_HC_PREFETCH, tuning): 1 bulk L2 prefetch of the weights
-                        // first, 2 the same and the weights loaded into registers only where used, 3 loaded where used
-                        // and no prefetch, 0 loaded into registers at the start (default)
 };
 constexpr int kHcMaxStreams = 8;
 constexpr int kHcMaxRank = 512;
 cudaError_t launch_hc(const HcArgs& args, cudaStream_t stream);
-// Floats of HcArgs::partials: a float32 partial dot per (down row, group of 2048 columns).
-int64_t hc_partial_floats(int hc, int rank, int64_t hs, bool use_combine);
 
 // Exact top-k per row (see qsa_topk.cu). The plan fixes the blocks per row and the workspace size;
 // the workspace (empty on the cluster path) must be zero-filled before each launch.
 constexpr int64_t kTopkMaxK = 4096;
 struct TopkPlan {
-  int cluster;  // > 0: sm_90 cluster path, this many blocks a row, no workspace
-  int pull;     // cluster path: 1 = the pull kernel (QGATE_TOPK_IMPL=cluster), 0 = the push kernel
-  int pdl;      // push kernel: launched with programmatic dependent launch (QGATE_TOPK_PDL=0: not)
+  int cluster;  // > 0: sm_90 cluster path (the push kernel, with PDL), this many blocks a row, no workspace
   int blocks_per_row;
   size_t row_workspace_bytes;
   size_t workspace_bytes;

@@ -26,10 +26,18 @@ void check_dense(const at::Tensor& t, const char* name, at::ScalarType dtype, co
   TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
+// The activation dtype of the GEMV, HC and GDN kernels: fp16 or bf16, the same for every tensor.
+bool is_bf16(const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "expected fp16 or bf16, got ",
+              t.scalar_type());
+  return t.scalar_type() == at::kBFloat16;
+}
+
 at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x, bool static_weight) {
   const at::Device dev = weight.device();
-  check_dense(weight, "weight", at::kHalf, dev);
-  check_dense(x, "x", at::kHalf, dev);
+  const bool bf16 = is_bf16(weight);
+  check_dense(weight, "weight", weight.scalar_type(), dev);
+  check_dense(x, "x", weight.scalar_type(), dev);
   TORCH_CHECK(weight.dim() == 2, "weight must be [N, K], got ", weight.sizes());
   const int64_t n = weight.size(0);
   const int64_t k = weight.size(1);
@@ -40,17 +48,10 @@ at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x, bool static_
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(n);
   at::Tensor y = at::empty(shape, x.options());
-  check_cuda(qgate::launch_gemv(weight.data_ptr(), x.data_ptr(), y.data_ptr(), n, k, static_weight,
+  check_cuda(qgate::launch_gemv(weight.data_ptr(), x.data_ptr(), y.data_ptr(), n, k, bf16, static_weight,
                                 at::cuda::getCurrentCUDAStream()),
              "gemv");
   return y;
-}
-
-// The activation dtype of the HC and GDN kernels: fp16 or bf16, the same for every tensor.
-bool is_bf16(const at::Tensor& t) {
-  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "expected fp16 or bf16, got ",
-              t.scalar_type());
-  return t.scalar_type() == at::kBFloat16;
 }
 
 // Both HC ops: block_output undefined for hc_mix. Returns (h_out or undefined, block_input, injection).
@@ -94,8 +95,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hc_common(const at::Tensor& h, co
   at::Tensor lora_raw = at::empty({rank}, h.options());
   at::Tensor inj_out = at::empty({1, use_combine ? hc : 0}, h.options());
   at::Tensor block_input = at::empty({1, hs}, h.options());
-  at::Tensor partials = at::empty({qgate::hc_partial_floats(static_cast<int>(hc), static_cast<int>(rank), hs, use_combine)},
-                                  h.options().dtype(at::kFloat));
   qgate::HcArgs args{};
   args.h = h.data_ptr();
   args.block_output = block_output != nullptr ? block_output->data_ptr() : nullptr;
@@ -115,7 +114,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hc_common(const at::Tensor& h, co
   args.lora_raw = lora_raw.data_ptr();
   args.injection_out = use_combine ? inj_out.data_ptr() : nullptr;
   args.block_input = block_input.data_ptr();
-  args.partials = partials.data_ptr<float>();
   check_cuda(qgate::launch_hc(args, at::cuda::getCurrentCUDAStream()), "hc");
   return {h_out, block_input, inj_out};
 }

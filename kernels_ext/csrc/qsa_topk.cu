@@ -5,7 +5,10 @@
 // of a stable sort by value descending (equal values: lower index first). NaN of any payload ranks
 // above +inf and all NaNs tie; -0.0 and +0.0 tie.
 //
-// Method: each float maps to an order-preserving 32-bit key (key_of). G blocks share a row, each
+// Kernels: on sm_90 the push kernel (qsa_topk_push.cuh: one thread-block cluster a row); before
+// sm_90 (no clusters) the portable grid kernel below. Both give the same bits.
+//
+// Method of the grid kernel: each float maps to an order-preserving 32-bit key (key_of). G blocks share a row, each
 // owning a contiguous index range, and meet at row barriers (a cooperative launch guarantees they
 // are all resident; G = 1 needs no barrier at all).
 //   passes 0-3: a 256-bin histogram of key byte 3, 2, 1, 0 among the keys that match the prefix
@@ -24,8 +27,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "launchers.h"
 
@@ -319,24 +320,6 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
 namespace qgate {
 namespace {
 
-// The top-k switches (tuning only; BENCH.md), read once per process: QGATE_TOPK_IMPL=grid (the
-// portable path on sm_90 too), =cluster (the pull kernel instead of the push kernel), and
-// QGATE_TOPK_PDL=0 (the push kernel without programmatic dependent launch).
-struct TopkSwitches {
-  bool grid, pull, pdl;
-};
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-const TopkSwitches& topk_switches() {
-  static const TopkSwitches sw{env_is("QGATE_TOPK_IMPL", "grid"), env_is("QGATE_TOPK_IMPL", "cluster"),
-                               !env_is("QGATE_TOPK_PDL", "0")};
-  return sw;
-}
-
 // Sets the attributes of one cluster kernel and returns the largest cluster (16 needs the
 // non-portable opt-in, at least 8) that the device can run with `smem` bytes a block, 0 if none.
 template <class Kernel>
@@ -360,22 +343,19 @@ cudaError_t largest_cluster(Kernel kernel, int threads, size_t smem, int* out) {
   return cudaSuccess;
 }
 
-// Largest cluster the device runs for the chosen cluster kernel, 0 when the device has no clusters
-// (before sm_90) or QGATE_TOPK_IMPL=grid asks for the grid path.
+// Largest cluster the device runs the push kernel in, 0 when the device has no clusters (before
+// sm_90: the grid path runs).
 cudaError_t topk_max_cluster(int device, int* out) {
   *out = 0;
   int major = 0;
   cudaError_t err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  if (major < 9 || topk_switches().grid) return cudaSuccess;
-  if (topk_switches().pull) {
-    return largest_cluster(qsa_topk_cluster_kernel<kTcThreads, kTcItems>, kTcThreads, tc_smem_bytes(kTopkMaxK), out);
-  }
+  if (major < 9) return cudaSuccess;
   return largest_cluster(qsa_topk_push_kernel<kTcItems>, kTpThreads, kTpSmemBytes, out);
 }
 
-// Blocks a row on the cluster path: the least power of two whose blocks hold one tile each, at most
-// max_cluster (longer rows loop over tiles).
+// The least power of two of blocks that hold one tile each, at most max_cluster (longer rows loop
+// over tiles).
 int tc_cluster_size(int64_t len, int max_cluster, int64_t tile, int items) {
   int c = 1;
   while (c < max_cluster && ((len + c - 1) / c + items - 1) / items * items > tile) c *= 2;
@@ -410,13 +390,9 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   }
   plan->cluster = 0;
   if (max_cluster > 0) {  // sm_90: one cluster a row
-    const bool pull = topk_switches().pull;
-    const int c = pull ? tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTcThreads) * kTcItems, kTcItems)
-                       : tp_cluster_size(rows, len, max_cluster, device_sms);
+    const int c = tp_cluster_size(rows, len, max_cluster, device_sms);
     if (rows * c > 0x7fffffff) return cudaErrorInvalidValue;
     plan->cluster = c;
-    plan->pull = pull ? 1 : 0;
-    plan->pdl = !pull && topk_switches().pdl ? 1 : 0;
     plan->blocks_per_row = c;
     plan->row_workspace_bytes = 0;
     plan->workspace_bytes = 0;
@@ -430,10 +406,8 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   if (err != cudaSuccess) return err;
   const int64_t resident = static_cast<int64_t>(sms) * per_sm;
   // About kTopkTargetBlocks blocks a row, at least kTopkPerBlock elements each: on the H200 more
-  // blocks cost more in the row barriers than they save in the passes (BENCH.md).
-  // QGATE_TOPK_PER_BLOCK overrides the elements per block (tuning only).
-  int64_t per_block = std::max<int64_t>(kTopkPerBlock, (len + kTopkTargetBlocks - 1) / kTopkTargetBlocks);
-  if (const char* env = std::getenv("QGATE_TOPK_PER_BLOCK")) per_block = std::max<int64_t>(256, std::atoll(env));
+  // blocks cost more in the row barriers than they save in the passes.
+  const int64_t per_block = std::max<int64_t>(kTopkPerBlock, (len + kTopkTargetBlocks - 1) / kTopkTargetBlocks);
   int64_t blocks = (len + per_block - 1) / per_block;
   if (blocks > kTopkMaxBlocksPerRow) blocks = kTopkMaxBlocksPerRow;
   if (blocks * rows > resident) blocks = resident / rows;  // all blocks of the grid must be resident
@@ -450,15 +424,11 @@ cudaError_t launch_qsa_topk(const TopkRows& in, int64_t rows, int64_t k, const T
                             int* indices, cudaStream_t stream) {
   int k32 = static_cast<int>(k);
   if (plan.cluster > 0) {
-    // PDL (push kernel): it reads visible and the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
+    // PDL: the kernel reads visible and the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t config =
-        tc_launch_config(rows * plan.cluster, plan.pull ? kTcThreads : kTpThreads,
-                         plan.pull ? tc_smem_bytes(k) : kTpSmemBytes, plan.cluster, plan.pdl != 0, stream, attr);
-    cudaError_t err = plan.pull ? cudaLaunchKernelEx(&config, qsa_topk_cluster_kernel<kTcThreads, kTcItems>, in, k32,
-                                                     plan.cluster, indices)
-                                : cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, in, k32, plan.cluster,
-                                                     indices);
+        tc_launch_config(rows * plan.cluster, kTpThreads, kTpSmemBytes, plan.cluster, true, stream, attr);
+    cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, in, k32, plan.cluster, indices);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();
   }

@@ -1,26 +1,12 @@
-// sm_90 path of qsa_topk: one thread-block cluster per row. Same definition, same key (key_of), same
-// four 8-bit radix passes, same tie rule as the grid path in qsa_topk.cu (which includes this file
-// after its helpers), so the output is bit-identical; no global workspace, memset or grid barrier.
+// Shared pieces of the sm_90 top-k kernel (qsa_topk_push.cuh): one thread-block cluster per row,
+// the same key (key_of), four 8-bit radix passes and tie rule as the grid path in qsa_topk.cu (which
+// includes this file after its helpers), so the output is bit-identical on every path.
 //
-// C blocks of NT threads share a row (C = 1..16, a power of two); block r owns the contiguous range
+// C blocks share a row (C = 1..16, a power of two); block r owns the contiguous range
 // [r per, (r + 1) per), per a multiple of ITEMS, and thread t holds ITEMS consecutive keys of each
 // tile of NT x ITEMS (registers across all phases when the range is one tile, the usual case).
-//   passes 0-3: every thread adds its counted keys into a lane-striped histogram (bin b, lane l at
-//               word 32 b + l): the lanes of a warp never hit the same bank or word, so the skewed top
-//               byte costs no serialisation (no __match_any_sync). The block's 256 counts go to
-//               shared memory (one buffer per pass, never rewritten while another block may read
-//               it), a cluster barrier, then every block sums bin b over the C blocks in rank order
-//               (distributed shared memory) and picks the same byte.
-//   compaction: the block's ties before it (pass-3 counts of the other blocks, already read) and one
-//               block-wide scan of (keys > T, keys == T) per thread give each selected key its slot
-//               in the block's own list, in increasing index order.
-//   ordering:   every block reads the C lists in rank order (all k selected keys of the row), puts
-//               them into the cells that the passes define (exact counts from the pass totals, so
-//               the order between cells is known: tc_cell), and ranks the keys in its 1/C of the
-//               list by counting larger composites (key << 32 | ~index) within their cell, so
-//               the order is the stable sort's; the indices are written as int32.
-// Cluster barriers: one per pass, one after the compaction, and one that keeps every block's shared
-// memory alive until every block has read its list.
+// Counting adds each key into a lane-striped histogram (bin b, lane l at word 32 b + l): the lanes of
+// a warp never hit the same bank or word, so the skewed top byte costs no serialisation.
 #pragma once
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -30,7 +16,6 @@
 namespace qgate {
 namespace {
 
-constexpr int kTcThreads = 1024;  // threads a block (production configuration, BENCH.md)
 constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
 constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
@@ -41,31 +26,15 @@ constexpr int kTcCells = 4 * 256;
 
 // Small per-block state, in static shared memory.
 struct TcShared {
-  unsigned long long bar[5];  // push path (qsa_topk_push.cuh): one mbarrier per pass, one for the lists
+  unsigned long long bar[5];  // one mbarrier per pass, one for the lists
   unsigned int bin, above, eq_before, nsel, max_key, cand, queued, mixed;
   unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];
   unsigned int off[kTcMaxCluster + 1];
-  unsigned int top_warp[32];  // push path, QGATE_TP_SPEC: each warp's largest top key byte
+  unsigned int top_warp[32];  // each warp's largest top key byte (the second histogram of pass 0)
 };
 
-#ifdef QGATE_TOPK_PHASES
-// Phase timestamps (tools/topk_bench.cu): [block][32] clock64 / %globaltimer readings, null when off.
-__device__ unsigned long long* g_tc_phase = nullptr;
-__device__ __forceinline__ unsigned long long tc_gtimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-#define TC_STAMP(i) \
-  if (threadIdx.x == 0 && g_tc_phase != nullptr) g_tc_phase[blockIdx.x * 32 + (i)] = clock64()
-#define TC_GSTAMP(i) \
-  if (threadIdx.x == 0 && g_tc_phase != nullptr) g_tc_phase[blockIdx.x * 32 + (i)] = tc_gtimer()
-#else
-#define TC_STAMP(i)
-#define TC_GSTAMP(i)
-#endif
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tc_rank() {
@@ -149,23 +118,6 @@ __device__ __forceinline__ void tc_count_range(unsigned int* striped, uint32_t (
   }
 }
 
-#ifdef QGATE_TOPK_PHASES
-// Phase clocks only: waits for the keys of a one-tile range, so the loads are timed apart.
-template <int ITEMS>
-__device__ __forceinline__ void tc_stamp_loaded(const uint32_t (&keys)[ITEMS], bool one_tile, TcShared& sh) {
-  if (one_tile) {
-    uint32_t any = 0;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) any |= keys[j];
-    if (any == 1u) sh.max_key = any;
-  }
-  __syncthreads();
-  TC_STAMP(21);
-}
-#define TC_STAMP_LOADED(keys, one_tile, sh) tc_stamp_loaded(keys, one_tile, sh)
-#else
-#define TC_STAMP_LOADED(keys, one_tile, sh)
-#endif
 
 // hist[b] = sum over lanes of striped[32 b + l], and the striped words back to zero. NT / 256
 // threads a bin, each over a rotated run of lanes (no bank conflicts).
@@ -217,143 +169,6 @@ __device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* wa
 #include "qsa_topk_order.cuh"
 #endif  // QGATE_TC_SM90
 
-template <int NT, int ITEMS>
-__global__ void __launch_bounds__(NT, 1) qsa_topk_cluster_kernel(TopkRows in, int k, int csize,
-                                                                  int* __restrict__ indices) {
-#ifdef QGATE_TC_SM90
-  constexpr int64_t kTile = static_cast<int64_t>(NT) * ITEMS;
-  extern __shared__ __align__(16) unsigned char tc_smem[];
-  __shared__ TcShared sh;
-  unsigned int* striped = reinterpret_cast<unsigned int*>(tc_smem);
-  unsigned int* hist = reinterpret_cast<unsigned int*>(tc_smem + kTcUnionBytes);  // [4][256]
-  unsigned int* tot = hist + 4 * 256;                                           // [4][256] row totals
-  uint2* sel = reinterpret_cast<uint2*>(tot + 4 * 256);                        // [k] this block's list
-  uint2* all = sel + k;                                                         // [k] the row's lists
-  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k] by cell
-  TC_GSTAMP(0);
-  TC_STAMP(1);
-  const uint32_t rank = tc_rank();
-  const int row = blockIdx.x / csize;
-  const int64_t len = topk_row_len(in, row);
-  // A short row: every block of the cluster leaves here, before any cluster barrier.
-  if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
-  const float* __restrict__ s = in.scores + static_cast<int64_t>(row) * in.stride;
-  int64_t lo = 0;
-  int64_t hi = 0;
-  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
-  const bool one_tile = hi - lo <= kTile;
-  const int64_t mine = threadIdx.x * ITEMS;  // this thread's first index within a tile
-  uint32_t keys[ITEMS];
-  if (one_tile) tc_load(keys, s, lo + mine, hi);
-  for (int i = threadIdx.x; i < 256 * 32; i += NT) striped[i] = 0;
-  __syncthreads();
-  TC_STAMP_LOADED(keys, one_tile, sh);
-
-  uint32_t prefix = 0;
-  unsigned int need = static_cast<unsigned int>(k);
-  unsigned int eq_before = 0;  // keys == T in the blocks before this one
-#pragma unroll
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    tc_count_range<NT>(striped, keys, s, lo, hi, one_tile, shift, prefix, pass == 0);
-    __syncthreads();
-    tc_reduce<NT>(striped, hist + pass * 256);
-    TC_STAMP(2 + 3 * pass);
-    tc_sync();
-    TC_STAMP(3 + 3 * pass);
-    unsigned int v[kTcMaxCluster];
-    if (threadIdx.x < 256) {
-      unsigned int total = 0;
-#pragma unroll
-      for (int r = 0; r < kTcMaxCluster; ++r) {
-        v[r] = r < csize ? *tc_map(hist + pass * 256 + threadIdx.x, static_cast<uint32_t>(r)) : 0u;
-        total += v[r];
-      }
-      tot[pass * 256 + threadIdx.x] = total;
-    }
-    __syncthreads();
-    select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
-    __syncthreads();
-    const unsigned int bin = sh.bin;
-    if (threadIdx.x == 0) sh.pass_bin[pass] = bin;
-    prefix |= bin << shift;
-    need -= sh.above;
-    if (pass == 3) {  // bin b of pass 3 counts the keys == T: the ties in the blocks before this one
-      if (threadIdx.x == bin) {
-        unsigned int before = 0;
-#pragma unroll
-        for (int r = 0; r < kTcMaxCluster; ++r) before += r < static_cast<int>(rank) ? v[r] : 0u;
-        sh.eq_before = before;
-      }
-      __syncthreads();
-      eq_before = sh.eq_before;
-    }
-    TC_STAMP(4 + 3 * pass);
-  }
-  const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
-
-  // Compaction into this block's list, in index order: keys > thr, and keys == thr while the row's
-  // tie rank (ties in earlier blocks and tiles first) is below need.
-  unsigned int nsel = 0;
-  for (int64_t base = lo; base < hi; base += kTile) {
-    if (!one_tile) tc_load(keys, s, base + mine, hi);
-    unsigned int gt = 0;
-    unsigned int eq = 0;
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-      gt += keys[j] > thr;
-      eq += keys[j] == thr;
-    }
-    unsigned int total = 0;
-    const unsigned int excl = tc_scan<NT>(gt | (eq << 16), sh.warp, &total);  // tile <= 2^16 keys
-    const unsigned int rem = need > eq_before ? need - eq_before : 0u;        // ties still to take
-    unsigned int seen = excl >> 16;
-    unsigned int slot = nsel + (excl & 0xffffu) + (seen < rem ? seen : rem);
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-      const uint32_t idx = static_cast<uint32_t>(base + mine + j);
-      if (keys[j] > thr) {
-        sel[slot++] = make_uint2(keys[j], idx);
-      } else if (keys[j] == thr) {
-        if (seen < rem) sel[slot++] = make_uint2(keys[j], idx);
-        ++seen;
-      }
-    }
-    const unsigned int eq_tot = total >> 16;
-    nsel += (total & 0xffffu) + (eq_tot < rem ? eq_tot : rem);
-    eq_before += eq_tot;
-  }
-  if (threadIdx.x == 0) sh.nsel = nsel;
-  TC_STAMP(14);
-  tc_sync();
-  TC_STAMP(15);
-  // Every block reads the C lists in rank order: all k selected keys of the row, in index order.
-  if (threadIdx.x < 32) {
-    const unsigned int n = threadIdx.x < static_cast<unsigned int>(csize) ? *tc_map(&sh.nsel, threadIdx.x) : 0u;
-    unsigned int incl = n;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
-      if (threadIdx.x >= off) incl += u;
-    }
-    if (threadIdx.x <= kTcMaxCluster) sh.off[threadIdx.x] = incl - n;
-  }
-  __syncthreads();
-  for (int p = threadIdx.x; p < k; p += NT) {
-    int r = 0;
-    while (r + 1 < csize && static_cast<int>(sh.off[r + 1]) <= p) ++r;
-    all[p] = *tc_map(sel + (p - static_cast<int>(sh.off[r])), static_cast<uint32_t>(r));
-  }
-  tc_arrive();  // this block has read every list; it waits for the others before it leaves
-  TC_STAMP(16);
-  tc_order<NT>(striped, tot, sh, all, k, 4, cell_items, k, need, thr, rank, csize,
-               indices + static_cast<int64_t>(row) * k);
-  tc_wait();
-  TC_STAMP(19);
-  TC_GSTAMP(20);
-#endif
-}
-
 // Launch of `blocks` blocks of `threads` in clusters of `csize`, optionally with programmatic
 // dependent launch; attr (two entries) must outlive the launch call.
 inline cudaLaunchConfig_t tc_launch_config(int64_t blocks, int threads, size_t smem, int csize, bool pdl,
@@ -372,11 +187,6 @@ inline cudaLaunchConfig_t tc_launch_config(int64_t blocks, int threads, size_t s
   config.attrs = attr;
   config.numAttrs = pdl ? 2 : 1;
   return config;
-}
-
-// Dynamic shared memory of one block for k.
-inline size_t tc_smem_bytes(int64_t k) {
-  return kTcUnionBytes + 8 * 256 * sizeof(unsigned int) + static_cast<size_t>(k) * 3 * sizeof(uint2);
 }
 
 }  // namespace

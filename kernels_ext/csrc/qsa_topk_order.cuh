@@ -1,4 +1,4 @@
-// Ordering of the sm_90 top-k kernels (qsa_topk_cluster.cuh, qsa_topk_push.cuh): included by
+// Ordering of the sm_90 top-k kernel (qsa_topk_push.cuh): included by
 // qsa_topk_cluster.cuh inside its namespace and its sm_90 guard, after tc_scan.
 //
 // The radix passes split the keys into cells whose order is known (tc_cell); a key's output position
@@ -6,14 +6,11 @@
 // cell. Every block places the listed keys of small cells into their cells (one shared atomic each)
 // and ranks its 1/C of the list: a thread counts for a key of a cell of up to kTcSerialCell keys; a
 // key of a large cell of one key (ties) is ranked from the list order, and one of a large cell of
-// several keys by a warp (cell / 32 steps a key). BENCH.md has the variants that were slower.
+// several keys by a warp (cell / 32 steps a key).
 
-#ifndef QGATE_TC_SERIAL_CELL  // (tuning: tools/topk_bench.cu builds other values)
-#define QGATE_TC_SERIAL_CELL 128
-#endif
 // Cells of up to this many keys are ranked a thread a key; larger ones are "large" (below). 128 was
-// measured faster than 32 (BENCH.md, fourth session).
-constexpr unsigned int kTcSerialCell = QGATE_TC_SERIAL_CELL;
+// measured faster than 32.
+constexpr unsigned int kTcSerialCell = 128;
 
 // The composite of a listed key (key, index): larger for a larger key, then for a smaller index
 // (unique: the stable sort's order).
@@ -151,7 +148,6 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
     }
   }
   __syncthreads();
-  TC_STAMP(17);
   if (nlarge > 0) {
     if (warp < static_cast<int>(nlarge)) {
       const unsigned int c = __reduce_add_sync(0xffffffffu, large_before[warp * 32 + lane]);
@@ -178,7 +174,6 @@ __device__ __forceinline__ void tc_order(unsigned int* scratch, const unsigned i
       __syncthreads();
     }
   }
-  TC_STAMP(18);
   // Ranking of this block's share of the list (the same order in every block): a key's position is
   // its cell's offset plus its rank in the cell. Cells of up to kTcSerialCell keys: a thread counts
   // the larger composites (key << 32 | ~index, unique). Large cells of one key: the cell's keys

@@ -61,14 +61,45 @@ def cuda_kernels_available() -> bool:
     return _library.EXTENSION_HAS_CUDA and torch.cuda.is_available()
 
 
+# The kernel each route's op runs, by where it runs (csrc/*.cu: one kernel per route per arch; a
+# shape the sm_90 HC launch does not take runs the portable three kernels there too).
+KERNELS_SM90 = {
+    ROUTE_GEMV: "gemv_rows (one-group kernel at K = 2048 * 2^i, else general; PDL for static weights)",
+    ROUTE_HC: "hc_tma_kernel (one launch, bulk-copied weights, tagged partials)",
+    ROUTE_GDN: "gdn_input on gemv_rows",
+    ROUTE_TOPK: "qsa_topk_push_kernel (a thread-block cluster a row, PDL)",
+}
+KERNELS_PORTABLE = {
+    ROUTE_GEMV: "gemv_rows (one-group kernel at K = 2048 * 2^i, else general)",
+    ROUTE_HC: "hc_norm_kernel + gemv_rows + hc_up_mix_kernel",
+    ROUTE_GDN: "gdn_input on gemv_rows",
+    ROUTE_TOPK: "qsa_topk_kernel (grid, cooperative launch)",
+}
+KERNELS_CPU = {
+    ROUTE_GEMV: "csrc/cpu gemv",
+    ROUTE_HC: "csrc/cpu hc",
+    ROUTE_GDN: "csrc/cpu gdn_input",
+    ROUTE_TOPK: "reference (torch)",
+}
+
+
+def route_kernels() -> dict[str, str]:
+    """Route -> the kernel its op runs on this process's current device (CUDA when available)."""
+    if not cuda_kernels_available():
+        return dict(KERNELS_CPU) if _library.EXTENSION_LOADED else dict.fromkeys(ROUTES, "reference (torch)")
+    major, _ = torch.cuda.get_device_capability()
+    return dict(KERNELS_SM90 if major >= 9 else KERNELS_PORTABLE)
+
+
 def build_info() -> dict[str, object]:
-    """What this process loaded: for result records and error messages."""
+    """What this process loaded, and which kernel each route runs: for result records and errors."""
     return {
         "extension_loaded": _library.EXTENSION_LOADED,
         "extension_has_cuda": _library.EXTENSION_HAS_CUDA,
         "extension_error": _library.EXTENSION_ERROR,
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
+        "route_kernels": route_kernels(),
     }
 
 
@@ -97,10 +128,11 @@ def _layout_reason(tensors: tuple[Tensor, ...]) -> str | None:
 
 
 def gemv(weight: Tensor, x: Tensor, *, static_weight: bool = False) -> Tensor:
-    """Batch-one FP16 row-GEMV, route `fp16_gemv`: y = x W^T.
+    """Batch-one row-GEMV, route `fp16_gemv`: y = x W^T, fp16 or bf16.
 
-    weight: [N, K] fp16 row-major; x: [K] -> y [N], or [M, K] -> y [M, N]. float32 accumulation in
-    a fixed order (no atomics: the same bits on every call), one rounding to fp16. The CUDA kernel
+    weight: [N, K] row-major, fp16 or bf16; x: [K] -> y [N], or [M, K] -> y [M, N], weight's dtype.
+    float32 accumulation in a fixed order (no atomics: the same bits on every call), one rounding to
+    the dtype. The CUDA kernel
     takes M = 1, K a multiple of 8 and 16-byte aligned dense rows; anything else runs the
     reference and counts a fallback (reasons: m_gt_1, dtype, shape, layout, device, no_cuda_build,
     arch).
@@ -123,7 +155,7 @@ def _gemv_reason(weight: Tensor, x: Tensor) -> str | None:
     n, k = weight.shape
     if x.dim() == 2 and x.shape[0] != 1:
         return "m_gt_1"
-    if weight.dtype != torch.float16 or x.dtype != torch.float16:
+    if weight.dtype not in HALF_DTYPES or x.dtype != weight.dtype:
         return "dtype"
     if n == 0 or k == 0 or k % 8 != 0:
         return "shape"

@@ -5,9 +5,6 @@ Debian's CUDA 11.8 (`bash .ci/install_cuda118.sh`), whose own bin directory and 
 Debian puts its ptxas) must come first in PATH, or CUDA 13's ptxas is picked and rejects sm_70.
 sm_90 (H100/H200) uses the machine's nvcc (CUDA 12.x or 13). Each .cu in csrc/ compiles alone (no
 torch headers), with -Xptxas -v; the report lists every kernel's registers, stack frame and spills.
-For sm_90 the standalone top-k harness (tools/topk_bench.cu, which includes csrc/qsa_topk.cu) is
-compiled too, as tools/topk_device.sh builds it (plain and with -DQGATE_TOPK_PHASES), so a kernel
-signature change that it does not follow fails here.
 
 Usage: python kernels_ext/tools/compile_check.py [--arch 70 --arch 90] [--json FILE] [--skip-missing]
 Exit status: 0 all compiled without spills (or, with --skip-missing, every missing toolkit skipped),
@@ -28,9 +25,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 CSRC = Path(__file__).resolve().parents[1] / "csrc"
-TOOLS = Path(__file__).resolve().parent
-# Harnesses compiled for sm_90 only (they launch the sm_90 cluster kernels): (source, extra flags).
-HARNESSES = [(TOOLS / "topk_bench.cu", ()), (TOOLS / "topk_bench.cu", ("-DQGATE_TOPK_PHASES",))]
 DEBIAN_CUDA118_BIN = Path("/usr/lib/nvidia-cuda-toolkit/bin")
 FLAGS = ["-std=c++17", "-O3", "-lineinfo", "-Xptxas", "-v"]
 
@@ -94,27 +88,24 @@ def parse_ptxas(text: str) -> list[Kernel]:
     return kernels
 
 
-def compile_unit(
-    source: Path, arch: str, nvcc: str, env: dict[str, str], outdir: Path, defines: tuple[str, ...] = ()
-) -> Unit:
+def compile_unit(source: Path, arch: str, nvcc: str, env: dict[str, str], outdir: Path) -> Unit:
     gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
-    tag = "".join(d.replace("-D", ".") for d in defines)
     cmd = [
         nvcc,
         *FLAGS,
-        *defines,
         gencode,
         "-I",
         str(CSRC),
         "-c",
         str(source),
         "-o",
-        str(outdir / f"{source.stem}{tag}.sm{arch}.o"),
+        str(outdir / f"{source.stem}.sm{arch}.o"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     text = proc.stdout + proc.stderr
-    name = " ".join([source.name, *defines])
-    unit = Unit(source=name, arch=f"sm_{arch}", nvcc=nvcc, ok=proc.returncode == 0, kernels=parse_ptxas(text))
+    unit = Unit(
+        source=source.name, arch=f"sm_{arch}", nvcc=nvcc, ok=proc.returncode == 0, kernels=parse_ptxas(text)
+    )
     if not unit.ok:
         errors = [ln for ln in text.splitlines() if "error" in ln.lower()] or text.splitlines()[-5:]
         unit.error = "\n".join(errors[:20])
@@ -122,8 +113,7 @@ def compile_unit(
 
 
 def run(archs: list[str]) -> tuple[list[Unit], list[str]]:
-    """Compile every csrc/*.cu for each arch (and HARNESSES for sm_90); also returns the archs whose
-    toolkit is missing."""
+    """Compile every csrc/*.cu for each arch; also returns the archs whose toolkit is missing."""
     units: list[Unit] = []
     missing: list[str] = []
     sources = sorted(CSRC.glob("*.cu"))
@@ -134,10 +124,6 @@ def run(archs: list[str]) -> tuple[list[Unit], list[str]]:
                 missing.append(f"sm_{arch}")
                 continue
             units.extend(compile_unit(src, arch, *chain, Path(tmp)) for src in sources)
-            if arch == "90":
-                units.extend(
-                    compile_unit(src, arch, *chain, Path(tmp), defines) for src, defines in HARNESSES
-                )
     return units, missing
 
 

@@ -4,8 +4,8 @@
 # vllm_hc.json). Run from the repository root. Expects wheels for missing Python packages in .whl/
 # (pydantic on the H200 image) and, for the comparison with vLLM's own Triton HC kernels, a copy of
 # vLLM's models/qwen4_exp/nvidia/ops/hc.py in .vllm_src/ (vLLM itself does not install there), both
-# carried with the call. QUICK=1 leaves out the other paths' tests, the PDL ordering check and the
-# tuning variants (the build, the whole test suite, vLLM's Triton HC, the screen and the bench stay).
+# carried with the call. QUICK=1 leaves out the PDL ordering check and the default-shape screen and
+# bench (the build, the whole test suite, vLLM's Triton HC and the production-shape bench stay).
 set -uo pipefail
 QUICK=${QUICK:-0}
 OUT=${OUT:-/tmp/qgate-device-out}
@@ -38,20 +38,9 @@ timeout 120 python3 -X faulthandler -m pytest tests/kernels/test_cpu_kernels.py 
 echo "pytest test_cpu_kernels.py rc=$?" | tee -a "$LOG"
 grep -m3 -E "passed|failed|Fatal|line [0-9]+ in test_" "$OUT/pytest_cpu_kernels.log" | tee -a "$LOG"
 
-if [ "$QUICK" != 1 ]; then
-step "pytest: the other paths (QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid; QGATE_TOPK_IMPL=cluster)"
-QGATE_GEMV_IMPL=bulk QGATE_GEMV_GENERAL=1 QGATE_TOPK_IMPL=grid timeout 200 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider \
-  -k "gemv or gdn or hc or topk or graphs or opcheck" >"$OUT/pytest_sm90.log" 2>&1
-echo "pytest other paths rc=$?" | tee -a "$LOG"
-tail -n 5 "$OUT/pytest_sm90.log"
-QGATE_TOPK_IMPL=cluster timeout 120 python3 -m pytest tests/kernels/test_cuda.py -q -p no:cacheprovider -k topk >>"$OUT/pytest_sm90.log" 2>&1
-echo "pytest pull top-k rc=$?" | tee -a "$LOG"
-tail -n 3 "$OUT/pytest_sm90.log"
-fi
-
 if [ -f .vllm_src/hc.py ]; then
   step "vLLM's own Triton HC kernels against the route (bitwise counts, timing)"
-  timeout 180 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py >"$OUT/vllm_hc.json" 2>>"$LOG"
+  timeout 180 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py --hidden 2560 >"$OUT/vllm_hc.json" 2>>"$LOG"
   echo "vllm hc rc=$?" | tee -a "$LOG"
   cat "$OUT/vllm_hc.json"
 fi
@@ -60,6 +49,19 @@ if [ "$QUICK" != 1 ]; then
   step "PDL ordering check (static-weight GEMV chains, eager and graph replay)"
   timeout 200 python3 kernels_ext/tools/pdl_race_check.py --iters 200 2>&1 | tee -a "$LOG"
 fi
+
+step "ops bench at the production shapes (route, baseline, vLLM's own paths)"
+# vLLM's CuTe skinny GEMM as a competitor: CUTE_SITE names a folder where the CUTLASS DSL and
+# quack-kernels wheels are installed (pip --target), VLLM_STUB the tree of tools/vllm_stub_tree.py.
+# Without them the bench records why vLLM's GEMM cannot run and judges against cuBLAS.
+BENCH_PATH=$PYTHONPATH
+if [ -n "${CUTE_SITE:-}" ] && [ -n "${VLLM_STUB:-}" ]; then
+  BENCH_PATH=$VLLM_STUB:$CUTE_SITE:$CUTE_SITE/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+fi
+PYTHONPATH=$BENCH_PATH timeout 300 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
+echo "prod bench rc=$?" | tee -a "$LOG"
+cat "$OUT/prod/bench.md" 2>/dev/null
+[ "$QUICK" = 1 ] && { step "done"; exit 0; }
 
 step "ops screen (default shapes)"
 timeout 240 python3 -m qgate.cli.ops run -c contracts/smoke-cpu.yaml -o "$OUT/s" --device cuda >>"$LOG" 2>&1
@@ -70,14 +72,4 @@ step "ops bench (default shapes)"
 timeout 300 python3 -m qgate.cli.ops bench -o "$OUT/b" --device cuda >>"$LOG" 2>&1
 echo "bench rc=$?" | tee -a "$LOG"
 cat "$OUT/b/ops/bench.md" 2>/dev/null
-[ "$QUICK" = 1 ] && { step "done"; exit 0; }
-step "tuning variants (one process each: the switches are read once per process)"
-V="$OUT/variants.jsonl"
-# Each spec: comma-separated VAR=value settings for one process.
-for spec in ${QGATE_VARIANTS:-QGATE_DEFAULT=1 QGATE_TOPK_PDL=0 QGATE_TOPK_IMPL=grid}; do
-  env ${spec//,/ } timeout 120 python3 kernels_ext/tools/bench_variants.py \
-    --routes ${QGATE_VARIANT_ROUTES:-qsa_topk} --tag "$spec" >>"$V" 2>>"$LOG"
-done
-grep -E "^QGATE_" "$LOG"
-
 step "done"

@@ -97,9 +97,10 @@ def make(gen: torch.Generator, hc: int, hs: int, rank: int, dtype: torch.dtype) 
 
 
 def compare(
-    hc_mod: types.ModuleType, dtype: torch.dtype, op: str, trials: int, gen: torch.Generator
+    hc_mod: types.ModuleType, dtype: torch.dtype, op: str, trials: int, gen: torch.Generator, hidden: int
 ) -> dict[str, Any]:
-    hc, hs, rank, eps = (MODEL_CONFIG[k] for k in ("hc_count", "hidden_size", "hc_lowrank", "rms_norm_eps"))
+    hc, rank, eps = (MODEL_CONFIG[k] for k in ("hc_count", "hc_lowrank", "rms_norm_eps"))
+    hs = hidden
     names = (["h"] if op != "mix" else []) + ["block_input", "injection"]
     equal = dict.fromkeys(names, 0)
     total = dict.fromkeys(names, 0)
@@ -118,6 +119,7 @@ def compare(
     return {
         "dtype": str(dtype).removeprefix("torch."),
         "op": op,
+        "hidden": hs,
         "bitwise": {n: f"{equal[n]}/{total[n]}" for n in names},
         "max_ulp": worst,
         "route_us": med(t_route),
@@ -130,12 +132,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=Path, required=True, help="vLLM's models/qwen4_exp/nvidia/ops/hc.py")
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument(
+        "--hidden", type=int, default=MODEL_CONFIG["hidden_size"], help="HC hidden (one stream)"
+    )
     args = parser.parse_args()
     hc_mod = load_vllm_hc(args.src)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(14)
     results = [
-        compare(hc_mod, dtype, op, args.trials, gen)
+        compare(hc_mod, dtype, op, args.trials, gen, args.hidden)
         for dtype in (torch.float16, torch.bfloat16)
         for op in ("mix", "combine_and_mix", "combine_unit")
     ]

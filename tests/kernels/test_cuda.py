@@ -74,6 +74,31 @@ def test_gemv_matches_float64_and_reference(n: int, k: int) -> None:
     assert _no_fallbacks()
 
 
+# bf16 GEMV at the production model's per-GPU shapes (N x K) and two small ones.
+GEMV_BF16_SHAPES = [
+    (7, 264),
+    (24, 2560),
+    (320, 2560),
+    (2560, 1536),
+    (4096, 2560),
+    (320, 10240),
+    (62080, 2560),
+]
+
+
+@pytest.mark.parametrize(("n", "k"), GEMV_BF16_SHAPES)
+def test_gemv_bf16_is_a_kernel_not_a_fallback(n: int, k: int) -> None:
+    gen, seed = fresh_generator(DEV)
+    w = randn(gen, n, k, dtype=torch.bfloat16, device=DEV, scale=k**-0.5)
+    x = randn(gen, 1, k, dtype=torch.bfloat16, device=DEV)
+    y = qgate_kernels.gemv(w, x, static_weight=True)
+    assert y.dtype == torch.bfloat16 and y.shape == (1, n)
+    # one rounding of float32 sums in another order than the reference's: within 1 ULP
+    assert ulp_at_magnitude(y.cpu(), reference.gemv(w.cpu(), x.cpu())) <= 1, f"seed {seed}"
+    assert torch.equal(y, qgate_kernels.gemv(w, x)), "two calls differ"
+    assert _no_fallbacks()
+
+
 def _agrees_with_float32_reference(y: torch.Tensor, ref32: torch.Tensor, ref64: torch.Tensor, acc) -> bool:
     """Another float32 summation order (cuBLAS's) rounds to the same fp16 or a neighbour, except
     rarely where cancellation leaves |y| small against the terms (seen: 3 ULP on 1 of 75968
@@ -284,6 +309,38 @@ def test_topk_ranks_large_cells_exactly(rows: int, length: int, k: int) -> None:
     for scores in (_lumpy(gen, rows, length), quarter, integers):
         got = qgate_kernels.qsa_topk(scores, full, k)
         assert torch.equal(got.cpu(), reference.qsa_topk(scores.cpu(), full.cpu(), k)), f"seed {seed}"
+    assert _no_fallbacks()
+
+
+def _relu_sum(gen: torch.Generator, rows: int, length: int) -> torch.Tensor:
+    """The production indexer's scores: sum over 4 heads of relu(q . k) / sqrt(128) (~1/16 exactly 0)."""
+    q = torch.randn(4, 128, generator=gen, device=DEV)
+    keys = torch.randn(rows * length, 128, generator=gen, device=DEV)
+    return ((keys @ q.T).relu().sum(-1) / 128**0.5).reshape(rows, length)
+
+
+@pytest.mark.parametrize(
+    ("rows", "length", "k"),
+    [(1, 65536, 512), (2, 4096, 512), (2, 16384, 1024), (1, 131072, 2048), (2, 16385, 1024)],
+)
+def test_topk_on_production_scores_and_short_visible_prefixes(rows: int, length: int, k: int) -> None:
+    """ReLU-sum indexer scores, exp(3 N(0,1)) and integers, all columns visible and visible prefixes
+    around the one-block limit (16384; on sm_90 a long row's cluster hands such a prefix to one block)."""
+    gen, seed = fresh_generator(DEV)
+    kinds = (
+        _relu_sum(gen, rows, length),
+        torch.exp(3 * torch.randn(rows, length, generator=gen, device=DEV)),
+        torch.randint(0, 64, (rows, length), generator=gen, device=DEV).float(),
+    )
+    prefixes = sorted({min(length, n) for n in (length, k + 1, 513, 4096, 16384, 16385)})
+    for scores in kinds:
+        for n in prefixes:
+            visible = torch.full((rows,), n, dtype=torch.int32, device=DEV)
+            visible[-1] = max(n - 7, 1)
+            logits = _with_stride_and_garbage(scores, visible)
+            got = qgate_kernels.qsa_topk(logits, visible, k)
+            want = reference.qsa_topk(logits.cpu(), visible.cpu(), k)
+            assert torch.equal(got.cpu(), want), f"seed {seed} n {n}"
     assert _no_fallbacks()
 
 

@@ -9,6 +9,7 @@ import torch
 from kernel_oracles import fresh_generator, randn
 
 import qgate_kernels
+from qgate.ops.screen import ulp_distance as ulp_at_magnitude
 from qgate_kernels import _library, ops, reference
 
 
@@ -127,6 +128,22 @@ def test_gemv_fallbacks_are_counted_with_reasons_and_correct() -> None:
     assert set(counts) == set(qgate_kernels.ROUTES)
     qgate_kernels.reset_fallback_counts()
     assert qgate_kernels.fallback_counts()[ops.ROUTE_GEMV] == {}
+
+
+def test_gemv_takes_bf16_without_a_fallback() -> None:
+    gen, _ = fresh_generator()
+    w, x = randn(gen, 40, 64, dtype=torch.bfloat16), randn(gen, 64, dtype=torch.bfloat16)
+    y = qgate_kernels.gemv(w, x)
+    assert y.dtype == torch.bfloat16
+    assert ulp_at_magnitude(y, reference.gemv(w, x)) <= 1
+    qgate_kernels.gemv(w, x.half())  # mixed dtypes: no kernel takes them
+    assert qgate_kernels.fallback_counts()[ops.ROUTE_GEMV] == {"dtype": 1}
+
+
+def test_build_info_names_the_kernel_of_every_route() -> None:
+    kernels = qgate_kernels.build_info()["route_kernels"]
+    assert set(kernels) == set(qgate_kernels.ROUTES)
+    assert all(isinstance(name, str) and name for name in kernels.values())
 
 
 def test_other_routes_count_their_fallbacks() -> None:

@@ -121,9 +121,9 @@ def test_bench_ops_writes_figures_for_every_case(tmp_path: Path) -> None:
         assert case["route_timing"]["median_us"] > 0 and case["baseline_timing"]["median_us"] > 0
         assert len(case["raw_us"]["route"]) == 2 and case["target_met"] is None  # targets are the H200's
     assert "| qsa_topk | 2x300x17 |" in res.output
-    # top-k draws cycle through the indexer's scores, continuous rows, steps of 0.25 and integers: each
-    # kind is timed alone too
+    # top-k draws cycle through continuous rows, steps of 0.25, the indexer's scores, exp(3 N(0,1)) and
+    # integers: each kind is timed alone too
     (topk,) = [c for c in record["cases"] if c["route"] == "qsa_topk"]
-    assert {k: v["sets"] for k, v in topk["by_input"].items()} == {"indexer": 1, "continuous": 1}
+    assert {k: v["sets"] for k, v in topk["by_input"].items()} == {"continuous": 1, "ties": 1}
     assert all("by_input" not in c for c in record["cases"] if c["route"] != "qsa_topk")
-    assert "| qsa_topk | 2x300x17 | indexer | 1 |" in res.output
+    assert "| qsa_topk | 2x300x17 | ties | 1 |" in res.output

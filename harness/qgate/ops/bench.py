@@ -1,4 +1,5 @@
-"""The operator benchmark: each route against its baseline, medians of CUDA-graph replays.
+"""The operator benchmark: each route against its baseline and what vLLM itself runs for it
+(ops/competitors.py), medians of CUDA-graph replays.
 
 Timing (CUDA): one graph holds one call per input set; the sets together hold at least
 `rotate_bytes` of distinct inputs (capped at `max_sets`), so that with rotate_bytes above the L2
@@ -7,6 +8,10 @@ time over the number of sets; the median of `reps` replays is reported, with the
 maximum. Achieved GB/s is the least bytes a call must move over that time, set against a
 device-to-device copy measured in the same run. On the CPU (no graphs) a plain timer is used: the
 figures then only exercise the code path. Plain data in, one record out; nothing printed.
+
+Targets are ratios to the best competitor measured in the same run (the baseline and every vLLM
+path that could run here): vs_best = best competitor us / route us, met at >= min_vs_best. A vLLM
+path that cannot run is recorded with its reason, never timed as something else.
 """
 
 from __future__ import annotations
@@ -21,18 +26,21 @@ from typing import Any
 import torch
 from torch import Tensor
 
+import qgate_kernels
+from qgate.ops import competitors
 from qgate.ops.cases import Case
 from qgate.ops.screen import record_header
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
-# The issue's targets on the H200 (benchmark figures, never timed tests).
+# Targets on the H200 (benchmark figures, never timed tests): the route at or ahead of the best
+# competitor measured in the same run at every shape; the top-k case of 1 x 131072, k 2048 also
+# within 13 us on every input kind.
 TARGETS: dict[tuple[str, str], dict[str, float]] = {
-    (ROUTE_GEMV, "3072x2048"): {"min_tb_s": 3.0, "min_speedup": 1.0},
-    (ROUTE_GEMV, "4096x4096"): {"min_tb_s": 3.4, "min_speedup": 1.0},
-    (ROUTE_TOPK, "1x131072x2048"): {"max_us": 13.0},
-    (ROUTE_HC, "*"): {"min_speedup": 2.0},
-    (ROUTE_GDN, "*"): {"min_speedup": 1.3},
-    (ROUTE_GEMV, "*"): {"min_speedup": 1.0},
+    (ROUTE_TOPK, "1x131072x2048"): {"min_vs_best": 1.0, "max_us": 13.0},
+    (ROUTE_HC, "*"): {"min_vs_best": 1.0},
+    (ROUTE_GDN, "*"): {"min_vs_best": 1.0},
+    (ROUTE_GEMV, "*"): {"min_vs_best": 1.0},
+    (ROUTE_TOPK, "*"): {"min_vs_best": 1.0},
 }
 
 
@@ -114,15 +122,25 @@ def bench_case(
     n_sets = max(1, min(cfg["max_sets"], math.ceil(cfg["rotate_bytes"] / per_set)))
     sets = [first] + [case.make(gen, dev) for _ in range(n_sets - 1)]
     timer = _time_cuda if dev.type == "cuda" else _time_cpu
+    before = qgate_kernels.fallback_counts()[case.route]
     route_t = timer([lambda a=a: case.kernel(*a) for a in sets], cfg["warmup"], cfg["reps"])
+    after = qgate_kernels.fallback_counts()[case.route]
+    fell_back = {r: n - before.get(r, 0) for r, n in after.items() if n != before.get(r, 0)}
     base_t = timer([lambda a=a: case.baseline(*a) for a in sets], cfg["warmup"], cfg["reps"])
+    rivals = _competitors(case, sets, timer, cfg) if dev.type == "cuda" else {}
     extra = _launch_conditions(case, sets, timer, cfg) if dev.type == "cuda" else {}
     extra.update(_by_input(case, sets, timer, cfg))
     del sets
     route, base = _stats(route_t, case.bytes_moved), _stats(base_t, case.bytes_moved)
     speedup = base["median_us"] / route["median_us"]
+    timed = {case.baseline_name: base["median_us"]}
+    timed.update({name: r["median_us"] for name, r in rivals.items() if "median_us" in r})
+    best_name = min(timed, key=timed.__getitem__)
+    vs_best = timed[best_name] / route["median_us"]
     target = target_for(case.route, case.label)
-    met = _target_met(target, route, speedup) if dev.type == "cuda" else None  # targets are the H200's
+    met = _target_met(target, route, vs_best, extra) if dev.type == "cuda" else None  # targets are the H200's
+    if fell_back:  # the reference was timed, not the route's kernel: never a met target
+        met = False if met is not None else None
     return {
         "route": case.route,
         "shape": case.shape,
@@ -134,12 +152,40 @@ def bench_case(
         "baseline": case.baseline_name,
         "baseline_timing": base,
         "speedup": speedup,
+        "route_fallbacks": fell_back,
+        "competitors": rivals,
+        "best_competitor": best_name,
+        "vs_best": vs_best,
         "pct_of_copy": 100 * route["gb_s"] / copy_gb_s if copy_gb_s > 0 else None,
         "target": target,
         "target_met": met,
         "raw_us": {"route": route_t, "baseline": base_t},
         **extra,
     }
+
+
+def _competitors(
+    case: Case, sets: list[tuple[Any, ...]], timer: Callable[..., list[float]], cfg: dict[str, int]
+) -> dict[str, dict[str, Any]]:
+    """vLLM's own paths for this case: timed on the same sets where they can run, else the reason."""
+    if case.route == ROUTE_GEMV:
+        w = sets[0][0]
+        found = competitors.gemv_competitors(int(w.shape[0]), int(w.shape[1]), w.dtype)
+    elif case.route == ROUTE_HC:
+        found = competitors.hc_competitors()
+    elif case.route == ROUTE_TOPK:
+        found = competitors.topk_competitors()
+    else:
+        found = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in found.items():
+        if isinstance(fn, str):
+            out[name] = {"cannot_run": fn}
+        else:
+            out[name] = _stats(
+                timer([lambda a=a, fn=fn: fn(*a) for a in sets], cfg["warmup"], cfg["reps"]), case.bytes_moved
+            )
+    return out
 
 
 def _launch_conditions(
@@ -200,16 +246,17 @@ def _by_input(
     }
 
 
-def _target_met(target: dict[str, float], route: dict[str, float], speedup: float) -> bool | None:
+def _target_met(
+    target: dict[str, float], route: dict[str, float], vs_best: float, extra: dict[str, Any]
+) -> bool | None:
     if not target:
         return None
     ok = True
-    if "min_tb_s" in target:
-        ok &= route["gb_s"] / 1000 >= target["min_tb_s"]
-    if "max_us" in target:
-        ok &= route["median_us"] <= target["max_us"]
-    if "min_speedup" in target:
-        ok &= speedup >= target["min_speedup"]
+    if "max_us" in target:  # every input kind, and all sets together
+        worst = max([route["median_us"], *(t["median_us"] for t in extra.get("by_input", {}).values())])
+        ok &= worst <= target["max_us"]
+    if "min_vs_best" in target:
+        ok &= vs_best >= target["min_vs_best"]
     return bool(ok)
 
 

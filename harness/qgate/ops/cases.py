@@ -57,21 +57,23 @@ def _randn(
     return (torch.randn(*shape, generator=gen, device=dev) * scale).to(dtype)
 
 
-def gemv_case(n: int, k: int) -> Case:
+def gemv_case(n: int, k: int, dtype: str = "fp16") -> Case:
+    dt = DTYPES[dtype]
+
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         # weights scaled as in a trained layer so that y stays O(1) whatever k is
         return (
-            _randn(gen, dev, n, k, dtype=torch.half, scale=k**-0.5),
-            _randn(gen, dev, k, dtype=torch.half),
+            _randn(gen, dev, n, k, dtype=dt, scale=k**-0.5),
+            _randn(gen, dev, k, dtype=dt),
         )
 
     def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
         w, _ = make(gen, dev)
-        return (w, _randn(gen, dev, 4, k, dtype=torch.half))  # prefill: M = 4
+        return (w, _randn(gen, dev, 4, k, dtype=dt))  # prefill: M = 4
 
     return Case(
         route="fp16_gemv",
-        shape={"n": n, "k": k},
+        shape={"n": n, "k": k} if dtype == "fp16" else {"n": n, "k": k, "dtype": dtype},
         make=make,
         # as the vLLM plugin calls it: a model's weights are static (PDL launch on sm_90)
         kernel=lambda w, x: (qgate_kernels.gemv(w, x, static_weight=True),),
@@ -269,35 +271,39 @@ def masked_topk(logits: Tensor, visible: Tensor, k: int) -> Tensor:
     return out
 
 
-def topk_case(rows: int, length: int, k: int) -> Case:
+def topk_case(rows: int, length: int, k: int, visible: int | None = None) -> Case:
     """logits [rows, length] with a row stride of length + 64 (vLLM's buffers are wider than the row),
-    all columns visible in row 0 (the timed case: one full row) and a random n in [k/2, length] in
-    the others; the columns past n and the stride's padding hold NaN and inf that must never be
-    selected. Draws cycle through four kinds: scores as the QSA indexer forms them (indexer_scores);
-    continuous (randn); values in steps of 0.25 (heavy ties) with NaN, inf and signed zeros; integers
-    0..63 (every value shared by ~L/64 keys)."""
+    `visible` columns (default all) visible in row 0 (the timed row) and a random n in [k/2, length]
+    in the others; the columns past n and the stride's padding hold NaN and inf that must never be
+    selected. Draws cycle through five kinds: continuous (randn); values in steps of 0.25 (heavy
+    ties) with NaN, inf and signed zeros; integers 0..63 (every value shared by ~L/64 keys); the
+    production indexer's scores (indexer_scores: relu(q . k) summed over the indexer heads over
+    sqrt(head dim); continuous, some exactly 0); exp(3 N(0,1)) (spread over ~26 binades)."""
     counter = {"n": 0}
     stride = length + 64
 
     def make(gen: torch.Generator, dev: torch.device) -> Inputs:
         buf = torch.randn(rows, stride, generator=gen, device=dev)
         counter["n"] += 1
-        if counter["n"] % 4 == 1:  # the indexer's own scores: non-negative, many exact zeros
-            buf = indexer_scores(gen, dev, rows, stride)
-        elif counter["n"] % 4 == 0:  # integers 0..63
+        kind = counter["n"] % 5
+        if kind == 0:  # integers 0..63
             buf = torch.randint(0, 64, (rows, stride), generator=gen, device=dev).float()
-        elif counter["n"] % 4 == 3:  # heavy ties, both zeros, infinities, NaNs
+        elif kind == 2:  # heavy ties, both zeros, infinities, NaNs
             buf = torch.round(buf * 4) / 4
             r = torch.randint(0, rows, (8,), generator=gen, device=dev)
             c = torch.randint(0, length, (8,), generator=gen, device=dev)
             specials = [float("nan")] * 2 + [-0.0] * 2 + [float("inf")] * 2 + [float("-inf")] * 2
             buf[r, c] = torch.tensor(specials, device=dev)
-        visible = torch.randint(k // 2, length + 1, (rows,), generator=gen, device=dev).to(torch.int32)
-        visible[0] = length
+        elif kind == 3:  # the indexer's own scores: non-negative, exact zeros, continuous top
+            buf = indexer_scores(gen, dev, rows, stride)
+        elif kind == 4:  # exp(3 N(0,1))
+            buf = torch.exp(3 * buf)
+        vis = torch.randint(k // 2, length + 1, (rows,), generator=gen, device=dev).to(torch.int32)
+        vis[0] = length if visible is None else visible
         cols = torch.arange(stride, device=dev)
         garbage = torch.where(cols % 2 == 0, float("nan"), float("inf")).expand(rows, stride)
-        buf = torch.where(cols.unsqueeze(0) >= visible.unsqueeze(1), garbage, buf)
-        return (buf[:, :length], visible, k)
+        buf = torch.where(cols.unsqueeze(0) >= vis.unsqueeze(1), garbage, buf)
+        return (buf[:, :length], vis, k)
 
     def probe(gen: torch.Generator, dev: torch.device) -> Inputs:
         big_k = qgate_kernels.ops.TOPK_MAX_K + 1
@@ -309,7 +315,7 @@ def topk_case(rows: int, length: int, k: int) -> Case:
 
     return Case(
         route="qsa_topk",
-        shape={"rows": rows, "length": length, "k": k},
+        shape={"rows": rows, "length": length, "k": k, **({} if visible is None else {"visible": visible})},
         make=make,
         kernel=lambda s, vis, kk: (qgate_kernels.qsa_topk(s, vis, kk),),
         reference=lambda s, vis, kk: (reference.qsa_topk(s, vis, kk),),
@@ -317,7 +323,7 @@ def topk_case(rows: int, length: int, k: int) -> Case:
         baseline_name="masked torch.topk + -1 fill (vLLM's debug path)",
         probe=probe,
         probe_reason="k_not_supported",
-        bytes_moved=4 * rows * length + 4 * rows + 4 * rows * k,
+        bytes_moved=4 * (rows * length - length + (visible or length)) + 4 * rows + 4 * rows * k,
         meta={"input_kind": _topk_input_kind},
     )
 
@@ -337,16 +343,18 @@ def indexer_scores(
 
 
 def _topk_input_kind(logits: Tensor, visible: Tensor, k: int) -> str:
-    """'integers' (0..63), 'ties' (steps of 0.25, with NaN, infinities and signed zeros), 'indexer'
-    (non-negative, not all integers: indexer_scores), else 'continuous' (torch.randn: no row of it is
-    all multiples of 0.25, and every row has negatives)."""
+    """'integers' (0..63), 'ties' (steps of 0.25, with NaN, infinities and signed zeros),
+    'relu_sum' (the indexer's scores: none negative, some exactly 0), 'exp3' (all positive, none
+    0), else 'continuous' (torch.randn: no row of it is all multiples of 0.25, some negative)."""
     row = logits[0, : int(visible[0])]
     finite = torch.nan_to_num(row, nan=0.0, posinf=0.0, neginf=0.0)
     if torch.equal(finite, torch.round(finite)) and bool((finite >= 0).all()) and bool((finite < 64).all()):
         return "integers"
+    if torch.equal(finite, torch.round(finite * 4) / 4):
+        return "ties"
     if bool((finite >= 0).all()):
-        return "indexer"
-    return "ties" if torch.equal(finite, torch.round(finite * 4) / 4) else "continuous"
+        return "relu_sum" if bool((finite == 0).any()) else "exp3"
+    return "continuous"
 
 
 _BUILDERS: dict[str, Callable[..., Case]] = {

@@ -59,6 +59,7 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 class GemvShape(_Strict):
     n: int = Field(ge=1, description="output rows (weight [n, k])")
     k: int = Field(ge=1)
+    dtype: Literal["fp16", "bf16"] = "fp16"
 
 
 class HcShape(_Strict):
@@ -95,13 +96,18 @@ class GdnShape(_Strict):
 
 class TopkShape(_Strict):
     rows: int = Field(ge=1)
-    length: int = Field(ge=1, description="L, the logits columns (row 0 has all of them visible)")
+    length: int = Field(ge=1, description="L, the logits columns")
     k: int = Field(ge=1, le=4096, description="block_topk")
+    visible: int | None = Field(
+        default=None, ge=1, description="row 0's visible columns (default: all L; the timed row)"
+    )
 
     @model_validator(mode="after")
     def _k_fits(self) -> TopkShape:
         if self.k > self.length:
             raise ValueError(f"k {self.k} exceeds length {self.length}")
+        if self.visible is not None and self.visible > self.length:
+            raise ValueError(f"visible {self.visible} exceeds length {self.length}")
         return self
 
 

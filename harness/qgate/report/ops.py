@@ -67,6 +67,28 @@ def bench_markdown(record: dict[str, Any]) -> str:
             f"{c['speedup']:.2f}x | {c['input_sets']} ({c['rotated_bytes'] / 1e6:.0f}) | {target} | "
             f"{_fmt(c['target_met'])} |"
         )
+    fell = [c for c in record["cases"] if c.get("route_fallbacks")]
+    if fell:
+        lines += ["", "ROUTE FELL BACK (the reference was timed, not the kernel; targets not met):", ""]
+        lines += [f"- {c['route']} {c['label']}: {c['route_fallbacks']}" for c in fell]
+    rivals = [c for c in record["cases"] if c.get("competitors")]
+    if rivals:
+        lines += [
+            "",
+            "Against what vLLM itself runs (same sets, same run; vs best: the best competitor's us, "
+            "baseline included, over the route's):",
+            "",
+            "| route | shape | route us | competitor | us or why not | vs best |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in rivals:
+            for name, r in c["competitors"].items():
+                shown = f"{r['median_us']:.2f}" if "median_us" in r else r["cannot_run"]
+                route_us = c["route_timing"]["median_us"]
+                lines.append(
+                    f"| {c['route']} | {c['label']} | {route_us:.2f} | {name} | {shown} | "
+                    f"{c['vs_best']:.2f}x ({c['best_competitor']}) |"
+                )
     conditions = [c for c in record["cases"] if "plain_timing" in c or "after_producer" in c]
     if conditions:
         lines += [

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define QGATE_CPU_X86 1
@@ -161,21 +160,10 @@ Isa detect() { return Isa::kScalar; }
 
 #endif  // QGATE_CPU_X86
 
-// QGATE_CPU_ISA=scalar|avx2|avx512 caps the path (tuning and tests); unset or unknown: the best.
-Isa detect_capped() {
-  const Isa best = detect();
-  const char* env = std::getenv("QGATE_CPU_ISA");
-  if (env == nullptr) return best;
-  Isa want = best;
-  if (std::strcmp(env, "scalar") == 0) want = Isa::kScalar;
-  if (std::strcmp(env, "avx2") == 0) want = Isa::kAvx2;
-  return static_cast<int64_t>(want) < static_cast<int64_t>(best) ? want : best;
-}
-
 }  // namespace
 
 Isa best_isa() {
-  static const Isa isa = detect_capped();
+  static const Isa isa = detect();  // the widest the CPU runs (tests pick others through gemv_isa)
   return isa;
 }
 
