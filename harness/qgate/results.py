@@ -26,7 +26,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that
     # report/quality.py renders, no finished markdown; history reads only top-level fields of either
     "verdict": (1, 2),
-    "ops": (1,),
+    # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
+    # overridden case has fallback_probe null)
+    "ops": (1, 2),
     # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
     # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
     "ops_bench": (1, 2, 3),

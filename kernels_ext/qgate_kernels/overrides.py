@@ -106,6 +106,31 @@ def resolve(route: str, spec: str) -> Callable[..., Any]:
     return obj
 
 
+def mix_through(combine_and_mix: Callable[..., Any]) -> Callable[..., Any]:
+    """An HC override implements combine_and_mix; mix(h) is combine_and_mix(h, 0, None) exactly
+    (h_s + 1 * 0 = h_s in any float format), so mix sites call it with a zero block output."""
+
+    def mix(h: Any, norm_weight: Any, w_down: Any, w_up: Any, **kw: Any) -> Any:
+        zero = h.new_zeros((h.shape[0], h.shape[1] // kw["hc_count"]))  # [T, HS]
+        _, block_input, injection = combine_and_mix(h, zero, None, norm_weight, w_down, w_up, **kw)
+        return h, block_input, injection
+
+    return mix
+
+
+def op_replacements(env: Mapping[str, str]) -> dict[str, Callable[..., Any]]:
+    """The functions of qgate_kernels.ops that the overrides in env replace, by op name, as the plugin
+    would call them (HC's mix through combine_and_mix): what the operator screen runs for an arm.
+    OverrideError (one line) when an override is unusable."""
+    ops: dict[str, Callable[..., Any]] = {}
+    for route, spec in overrides_in(env).items():
+        fn = resolve(route, spec)
+        ops[ROUTE_OP[route]] = fn
+        if route == ROUTE_HC:
+            ops["hc_mix"] = mix_through(fn)
+    return ops
+
+
 def overrides_in(env: Mapping[str, str]) -> dict[str, str]:
     """Route -> override spec, for the override vars set in env (only known routes)."""
     return {r: env[override_var(r)] for r in ROUTES if env.get(override_var(r), "").strip()}

@@ -178,20 +178,8 @@ def _resolve_impls(routes_on: set[str]) -> tuple[dict[str, Callable[..., Any]], 
         except overrides.OverrideError as exc:
             return {}, str(exc)
         if route == HC_ROUTE:
-            impls[HC_MIX_IMPL] = _mix_through(impls[route])
+            impls[HC_MIX_IMPL] = overrides.mix_through(impls[route])
     return impls, None
-
-
-def _mix_through(combine_and_mix: Callable[..., Any]) -> Callable[..., Any]:
-    """An HC override implements combine_and_mix; mix(h) is combine_and_mix(h, 0, None) exactly
-    (h_s + 1 * 0 = h_s in any float format), so mix sites call it with a zero block output."""
-
-    def mix(h: Any, norm_weight: Any, w_down: Any, w_up: Any, **kw: Any) -> Any:
-        zero = h.new_zeros((h.shape[0], h.shape[1] // kw["hc_count"]))
-        _, block_input, injection = combine_and_mix(h, zero, None, norm_weight, w_down, w_up, **kw)
-        return h, block_input, injection
-
-    return mix
 
 
 def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:

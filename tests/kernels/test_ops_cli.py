@@ -47,7 +47,7 @@ def test_run_ops_screens_every_route_and_writes_records(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"])
     assert res.exit_code == 0, res.output
     record = json.loads((out / "ops" / "ops.json").read_text())
-    assert record["kind"] == "ops" and record["schema_version"] == 1 and record["passed"]
+    assert record["kind"] == "ops" and record["schema_version"] == 2 and record["passed"]
     assert [c["route"] for c in record["cases"]] == [
         "fp16_gemv",
         "fused_hc_fp16",
@@ -127,3 +127,32 @@ def test_bench_ops_writes_figures_for_every_case(tmp_path: Path) -> None:
     assert {k: v["sets"] for k, v in topk["by_input"].items()} == {"continuous": 1, "ties": 1}
     assert all("by_input" not in c for c in record["cases"] if c["route"] != "qsa_topk")
     assert "| qsa_topk | 2x300x17 | ties | 1 |" in res.output
+
+
+def test_run_ops_arm_screens_the_override_the_arm_runs(tmp_path: Path) -> None:
+    """A candidate that swaps a route for a perturbing override (every 7th output's sign flipped) is
+    caught by the screen of that arm; the control arm, without an override, screens the kernels."""
+    data = yaml.safe_load(_contract(tmp_path, {**SMALL_OPS, "routes": ["fp16_gemv"]}).read_text())
+    data["arms"]["candidate"]["env"].update(
+        {
+            "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:perturbed_gemv",
+            "PYTHONPATH": str(REPO / "tests" / "fixtures"),
+        }
+    )
+    contract = tmp_path / "override.yaml"
+    contract.write_text(yaml.safe_dump(data, sort_keys=False))
+    runner = CliRunner()
+    bad = runner.invoke(app, ["run", "-c", str(contract), "-o", str(tmp_path / "c"), "--arm", "candidate"])
+    assert bad.exit_code == 1, bad.output
+    record = json.loads((tmp_path / "c" / "ops" / "ops.json").read_text())
+    assert record["schema_version"] == 2 and record["arm"] == "candidate"
+    assert record["overrides"] == {"fp16_gemv": "slow_routes:perturbed_gemv"}
+    (case,) = record["cases"]
+    assert not case["passed"] and case["override"] == "slow_routes:perturbed_gemv"
+    assert case["fallback_probe"] is None and "max ULP" in " ".join(case["failures"])
+    assert "overridden routes screened on the override" in bad.output
+    good = runner.invoke(app, ["run", "-c", str(contract), "-o", str(tmp_path / "k"), "--arm", "control"])
+    assert good.exit_code == 0, good.output
+    assert json.loads((tmp_path / "k" / "ops" / "ops.json").read_text())["overrides"] == {}
+    typo = runner.invoke(app, ["run", "-c", str(contract), "-o", str(tmp_path / "t"), "--arm", "cand"])
+    assert typo.exit_code == 2 and "--arm 'cand'" in typo.output

@@ -38,6 +38,12 @@ ActsOpt = Annotated[
         "--activations", help="with --real: inputs the plugin recorded (QGATE_RECORD_DIR)", file_okay=False
     ),
 ]
+ArmOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--arm", help="screen what this arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place"
+    ),
+]
 
 
 def run_ops_cmd(
@@ -50,6 +56,7 @@ def run_ops_cmd(
     model: ModelOpt = None,
     tp: TpOpt = None,
     activations: ActsOpt = None,
+    arm: ArmOpt = None,
 ) -> None:
     """Operator screen: every route at the contract's shapes against its reference; with --real, every
     routed projection of the checkpoint on its own weights (recorded or random inputs).
@@ -68,7 +75,7 @@ def run_ops_cmd(
             )
             text, name = real_markdown(record), "real.json"
         else:
-            record = run_ops(loaded, out, device=device, trials=trials, force=force)
+            record = run_ops(loaded, out, device=device, trials=trials, force=force, arm=arm)
             text, name = screen_markdown(record), "ops.json"
     typer.echo(text)
     typer.echo(f"-> {out / 'ops' / name}")

@@ -6,6 +6,7 @@ DIR/ops/bench.json + bench.md (benchmark). An existing record is never overwritt
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,27 @@ def _cases(ops: Ops) -> list:
     return cases
 
 
+def _arm_overrides(loaded: LoadedContract, arm: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """(route -> spec, op name -> function) of the arm's overrides, imported as the engine would (with
+    the arm's PYTHONPATH in front); OpsError naming the variable when one is unusable."""
+    if arm is None:
+        return {}, {}
+    if arm not in ("control", "candidate"):
+        raise OpsError(f"--arm {arm!r}: expected control or candidate")
+    import sys
+
+    from qgate_kernels import overrides
+
+    env = loaded.contract.env_for(arm)
+    for entry in reversed([e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        return overrides.overrides_in(env), overrides.op_replacements(env)
+    except overrides.OverrideError as exc:
+        raise OpsError(f"{loaded.path}: arms.{arm}.env: {exc}") from None
+
+
 def _target(out: Path, name: str, force: bool) -> Path:
     path = out / "ops" / name
     if path.exists() and not force:
@@ -62,9 +84,15 @@ def _target(out: Path, name: str, force: bool) -> Path:
 
 
 def run_ops(
-    loaded: LoadedContract, out: Path, device: str = "auto", trials: int | None = None, force: bool = False
+    loaded: LoadedContract,
+    out: Path,
+    device: str = "auto",
+    trials: int | None = None,
+    force: bool = False,
+    arm: str | None = None,
 ) -> dict[str, Any]:
-    """Screen every route at the contract's shapes; writes ops.json and ops.md; returns the record."""
+    """Screen every route at the contract's shapes; writes ops.json and ops.md; returns the record.
+    `arm`: screen what that arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place of the kernels."""
     from qgate.ops.screen import run_screen
     from qgate.report.ops import screen_markdown
 
@@ -72,7 +100,18 @@ def run_ops(
     path = _target(out, "ops.json", force)
     dev = resolve_device(device)
     tolerances = {route: ops.tolerance(route).model_dump() for route in ops.routes}
-    record = run_screen(_cases(ops), trials or ops.trials, tolerances, dev, ops.seed, _contract_ref(loaded))
+    specs, replacements = _arm_overrides(loaded, arm)
+    record = run_screen(
+        _cases(ops),
+        trials or ops.trials,
+        tolerances,
+        dev,
+        ops.seed,
+        _contract_ref(loaded),
+        arm=arm,
+        overrides={r: s for r, s in specs.items() if r in ops.routes},
+        replacements=replacements,
+    )
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), screen_markdown(record))
     return record

@@ -5,12 +5,19 @@ equality, max abs diff, max ULP); the same inputs twice give the same bits; CUDA
 the route on new data in the captured buffers gives the eager bits; a probe the kernel does not
 take (M > 1, k too large) falls back, is counted, and equals the reference. Plain data in, one
 record out; nothing printed.
+
+With an arm's overrides (`QGATE_ROUTE_IMPL_*`), the overridden routes' ops are replaced by the
+override, called as the plugin calls it, so a candidate that swaps a route's implementation is screened
+on what it runs; an override counts no fallbacks, so its cases skip the fallback probe.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -122,9 +129,15 @@ def _graph_replay_identical(
 
 
 def screen_case(
-    case: Case, trials: int, tolerance: dict[str, Any], gen: torch.Generator, dev: torch.device
+    case: Case,
+    trials: int,
+    tolerance: dict[str, Any],
+    gen: torch.Generator,
+    dev: torch.device,
+    override: str | None = None,
 ) -> dict:
-    """Screen one route at one shape; the record says why it failed, if it did."""
+    """Screen one route at one shape; the record says why it failed, if it did. `override`: the spec
+    of the arm's override that runs instead of the route's kernel (no fallback probe then)."""
     before = qgate_kernels.fallback_counts()
     bitwise, max_abs, max_ulp, deterministic = 0, 0.0, 0.0, True
     for trial in range(trials):
@@ -138,10 +151,12 @@ def screen_case(
     unexpected = _fallback_delta(before, case.route)
     graph_ok = _graph_replay_identical(case, gen, dev)
 
-    before = qgate_kernels.fallback_counts()
-    probe = case.probe(gen, dev)
-    probe_equal = bitwise_equal(case.kernel(*probe), case.reference(*probe))
-    probe_counted = _fallback_delta(before, case.route) == {case.probe_reason: 1}
+    probe_equal = probe_counted = True
+    if override is None:
+        before = qgate_kernels.fallback_counts()
+        probe = case.probe(gen, dev)
+        probe_equal = bitwise_equal(case.kernel(*probe), case.reference(*probe))
+        probe_counted = _fallback_delta(before, case.route) == {case.probe_reason: 1}
 
     failures = []
     if unexpected:
@@ -168,11 +183,10 @@ def screen_case(
         "max_ulp": max_ulp,
         "deterministic": deterministic,
         "graph_replay_identical": graph_ok,
-        "fallback_probe": {
-            "reason": case.probe_reason,
-            "counted": probe_counted,
-            "equal_to_reference": probe_equal,
-        },
+        "fallback_probe": None
+        if override is not None
+        else {"reason": case.probe_reason, "counted": probe_counted, "equal_to_reference": probe_equal},
+        "override": override,
         "unexpected_fallbacks": unexpected,
         "tolerance": tolerance,
         "passed": not failures,
@@ -181,11 +195,16 @@ def screen_case(
 
 
 def _screen_or_error(
-    case: Case, trials: int, tolerance: dict[str, Any], gen: torch.Generator, dev: torch.device
+    case: Case,
+    trials: int,
+    tolerance: dict[str, Any],
+    gen: torch.Generator,
+    dev: torch.device,
+    override: str | None = None,
 ) -> dict:
     """A kernel that raises (a failed launch, a failed capture) fails its case, with the error."""
     try:
-        return screen_case(case, trials, tolerance, gen, dev)
+        return screen_case(case, trials, tolerance, gen, dev, override)
     except (RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return {
@@ -194,6 +213,7 @@ def _screen_or_error(
             "label": case.label,
             "trials": trials,
             "tolerance": tolerance,
+            "override": override,
             "passed": False,
             "failures": [f"error: {type(exc).__name__}: {first}"],
         }
@@ -233,15 +253,51 @@ def run_screen(
     device: str,
     seed: int | None = None,
     contract: dict[str, Any] | None = None,
+    arm: str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    replacements: Mapping[str, Callable[..., Any]] | None = None,
 ) -> dict[str, Any]:
-    """Screen every case; the record passes only if every case passes."""
+    """Screen every case; the record passes only if every case passes. `arm`: the contract arm screened;
+    `overrides` its route -> override spec, `replacements` the qgate_kernels ops they replace
+    (qgate_kernels.overrides.op_replacements)."""
     dev = torch.device(device)
     seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed)
-    results = [_screen_or_error(c, trials, tolerances[c.route], gen, dev) for c in cases]
+    overrides = dict(overrides or {})
+    with _replaced_ops(replacements or {}):
+        results = [
+            _screen_or_error(c, trials, tolerances[c.route], gen, dev, overrides.get(c.route)) for c in cases
+        ]
     return {
         **record_header("ops", contract, seed, dev),
+        "arm": arm,
+        "overrides": overrides,
         "cases": results,
         "passed": bool(results) and all(r["passed"] for r in results),
     }
+
+
+def _as_the_plugin_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The cases call the ops with their keyword options (static_weight=, layout=, ...); the plugin
+    passes an override only the keywords its signature takes."""
+    params = inspect.signature(fn).parameters
+    any_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+    def call(*args: Any, **kw: Any) -> Any:
+        return fn(*args, **{k: v for k, v in kw.items() if any_kw or k in params})
+
+    return call
+
+
+@contextmanager
+def _replaced_ops(replacements: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """qgate_kernels.<op> replaced for the screen (the cases look the ops up on the package per call)."""
+    saved = {name: getattr(qgate_kernels, name) for name in replacements}
+    try:
+        for name, fn in replacements.items():
+            setattr(qgate_kernels, name, _as_the_plugin_calls(fn))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(qgate_kernels, name, fn)

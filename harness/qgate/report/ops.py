@@ -27,6 +27,11 @@ def screen_markdown(record: dict[str, Any]) -> str:
         "fallback probe | result |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    if record.get("overrides"):  # the arm's overrides ran instead of the routes' kernels
+        runs = ", ".join(f"{route}: `{spec}`" for route, spec in record["overrides"].items())
+        lines[3:3] = [f"Arm `{record.get('arm')}`: overridden routes screened on the override ({runs}).", ""]
+    elif record.get("arm"):
+        lines[3:3] = [f"Arm `{record['arm']}`: no route overridden; the routes' kernels screened.", ""]
     for c in record["cases"]:
         probe = c.get("fallback_probe")
         probe_txt = "n/a" if probe is None else _fmt(probe["counted"] and probe["equal_to_reference"])
