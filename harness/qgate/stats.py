@@ -546,7 +546,9 @@ class Advice:
 
     units: int | None
     decide_prob: float | None  # planned probability at `units` (the least over the scenarios)
-    limited_by: str  # "margin", "CV limit", "floor", "contract minimum", "units run"
+    # "power" (the smallest size reaching ADVICE_TARGET), "units run" or "contract minimum" (a floor on
+    # the size that already reaches it); without a size: "CV limit", "floor" or "margin" (what stops it)
+    limited_by: str
     text: str
 
 
@@ -648,7 +650,7 @@ def advise_units(
     ok = np.flatnonzero(prob >= ADVICE_TARGET)
     if ok.size:
         units = int(n[ok[0]])
-        limited = "margin" if units > lo else ("units run" if lo == units_now else "contract minimum")
+        limited = "power" if units > lo else ("units run" if lo == units_now else "contract minimum")
         return Advice(units, float(prob[ok[0]]), limited, "")
     # Nothing up to the cap decides: name the gate whose removal would let the largest run decide.
     cap = np.array([float(MAX_ADVISED_UNITS)])

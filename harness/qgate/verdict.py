@@ -392,9 +392,16 @@ def sample_size_text(ni: dict[str, Any]) -> str:
     return (
         f"a fresh run of {advice['units']} {what} per arm (now {ni.get('units_now')}) decides PASS or FAIL "
         f"with a planned {100 * advice['decide_prob']:.0f} % probability at the observed noise, whether "
-        f"the candidate is as fast as the control or as observed (every gate counted; set by the "
-        f"{advice['limited_by']})"
+        f"the candidate is as fast as the control or as observed (every gate counted: the margin, the CV "
+        f"limit, the floor; {_SIZE_SET_BY.get(advice['limited_by'], advice['limited_by'])})"
     )
+
+
+_SIZE_SET_BY = {
+    "power": "the smallest size with that probability",
+    "units run": "no fewer than were run",
+    "contract minimum": "no fewer than the contract asks",
+}
 
 
 def _non_inferiority_gate(decode: MetricStats, margin_pct: float, speed: Any = None) -> Gate:
