@@ -254,7 +254,7 @@ def _decode_axes(ax: Any, s: dict[str, Any]) -> None:
         ax, s["candidate_mean"], marker="o", color=_COLORS["candidate"], label="candidate mean (dots: reps)"
     )
     gates = [g for g in s["gate"] if g is not None]
-    label = f"gate: every candidate rep >= {gates[-1]:g}" if gates else "gate"
+    label = f"floor: candidate mean >= {gates[-1]:g}" if gates else "gate"
     _line(ax, s["gate"], drawstyle="steps-mid", linestyle="--", color=_COLORS["gate"], label=label)
     ax.set_ylabel("decode tok/s")
     ax.grid(True, alpha=0.3)
