@@ -11,6 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from qgate import routes
 from qgate.cli.compare import app
 
 _spec = importlib.util.spec_from_file_location(
@@ -404,9 +405,12 @@ def _pr_result(arm: str, tok_s: list[float], loaded: object) -> dict:
         rep.update(decode_tok_s=tok, tpot_ms=1000.0 / tok, ttft_ms=median + dt, launch=0)
         rep["token_ids"] = control["reps"][0]["token_ids"]
     on = arm == "candidate"
+    listed = routes.listed_roles(c.env_for(arm))  # the contract's GEMV roles: each must show hits
     result["routes"] = {
         route: (
-            {"hits": 96, "fallbacks": {}, "roles": {"decode": 96}} if on else {"hits": 0, "fallbacks": {}}
+            {"hits": 96, "fallbacks": {}, "roles": dict.fromkeys(listed.get(route, ["decode"]), 96)}
+            if on
+            else {"hits": 0, "fallbacks": {}}
         )
         for route, var in support.STANDIN_ROUTES.items()
         if var in c.env_for(arm)
