@@ -128,7 +128,11 @@ class Arms(_Strict):
 
 
 class SpeedGates(_Strict):
-    min_decode_tok_s: float | None = Field(None, ge=0, description="the candidate's mean decode rate >= this (a one-sided launch-aware bound; reps below it are reported)")
+    min_decode_tok_s: float | None = Field(
+        None,
+        ge=0,
+        description="the candidate's mean decode rate >= this (one-sided bound; low reps reported)",
+    )
     max_prefill_regression_pct: float | None = Field(None, ge=0)
     identical_tokens: bool = True
     min_decode_improvement_pct: float | None = Field(None, ge=0)
