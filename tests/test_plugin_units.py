@@ -291,3 +291,29 @@ def test_tallies_reach_the_attestation_file(tmp_path: Path) -> None:
             break
         time.sleep(attest.FLUSH_INTERVAL_S / 5)
     assert data["hits"] == 8 and data["roles"] == {"qkv_proj": 5, "down_proj": 3}
+
+
+def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alone: object) -> None:
+    """Under torch.compile (vLLM's trace) the routed call stays the opaque op qgate_routes::linear, so
+    the compiled graph still decides and counts per call: a batch-one call is a hit, a batch of 2
+    keeps the fallback path, whichever shape the trace saw."""
+    import torch
+
+    plugin = plugin_alone
+    w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
+    call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
+    ops_seen: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, _inputs: list) -> object:
+        ops_seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    compiled = torch.compile(call, backend=backend, fullgraph=True, dynamic=True)
+    x = torch.randn(1, 32).half()  # [1, K]
+    torch.testing.assert_close(compiled(x), call(x))
+    assert any("qgate_routes.linear" in t for t in ops_seen), ops_seen
+    assert tally.n == 2  # the compiled call and the eager one
+    xs = torch.randn(2, 32).half()  # [2, K]
+    torch.testing.assert_close(compiled(xs), torch.nn.functional.linear(xs, w))
+    fallbacks = plugin._STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
+    assert tally.n == 2 and fallbacks == {"batch_not_1": 1}

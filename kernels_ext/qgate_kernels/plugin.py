@@ -652,6 +652,7 @@ def standalone_linear(weight: torch.Tensor) -> tuple[Callable[[torch.Tensor], to
         impls = {GEMV_ROUTE: functools.partial(ops.gemv, static_weight=True)}
         recorder = attest.Recorder(None, [GEMV_ROUTE], {})
         _STATE = _State(frozenset({GEMV_ROUTE}), impls, recorder, None, [], ops.fallback_counts)
+    _define_ops()  # a traced call (torch.compile) runs the op, as inside vLLM
 
     def fallback(_method: Any, _layer: Any, x: torch.Tensor, bias: Any) -> torch.Tensor:
         return torch.nn.functional.linear(x, weight, bias)
