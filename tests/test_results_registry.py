@@ -20,10 +20,11 @@ WRITTEN = {
     "speed": SPEED_SCHEMA_VERSION,
     "quality": QUALITY_SCHEMA_VERSION,
     "verdict": compare.VERDICT_SCHEMA_VERSION,
-    # the three operator records (screen, CUDA bench, CPU bench) take theirs from one header
+    # the four operator records (screen, CUDA bench, CPU bench, real-weight bounds) take theirs from one
+    # header
     **{
         k: record_header(k, None, 0, torch.device("cpu"))["schema_version"]
-        for k in ("ops", "ops_bench", "ops_bench_cpu")
+        for k in ("ops", "ops_bench", "ops_bench_cpu", "ops_real")
     },
     "ablation": ablate.ABLATION_SCHEMA_VERSION,
     "demo": demo.DEMO_SCHEMA_VERSION,
