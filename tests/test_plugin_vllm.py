@@ -242,7 +242,18 @@ def test_gdn_route_wires_qwen3_next_and_keeps_vllms_result_on_fallback(
     assert gdn["hits"] == 0 and gdn["fallbacks"]["dtype"] >= OUTPUT_TOKENS - 1
     assert set(gdn["fallbacks"]) == {"dtype", "batch_not_1"}
     gemv = worker["routes"]["fp16_gemv"]
-    assert gemv["sites"] == {"qkv_proj": 1, "o_proj": 1, "gate_up_proj": 2, "down_proj": 2, "lm_head": 1}
+    # The default roles (route_env.GEMV_DEFAULT_ROLES, Qwen4Exp's eight) exist in Qwen3-Next too: its GDN
+    # out_proj, the MoE router (gate) and the shared expert's gate are wired beside the attention and MLP.
+    assert gemv["sites"] == {
+        "qkv_proj": 1,
+        "o_proj": 1,
+        "out_proj": 1,
+        "gate_up_proj": 2,
+        "down_proj": 2,
+        "gate": 2,
+        "shared_expert_gate": 2,
+        "lm_head": 1,
+    }
     assert gemv["hits"] == 0 and gemv["fallbacks"]["dtype"] > 0
     assert routed["tokens"] == control["tokens"]
     gate = routes.attestation_gates(control, routed)[1]
