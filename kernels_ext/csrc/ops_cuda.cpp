@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "gemv_site.h"
 #include "launchers.h"
 
 namespace {
@@ -52,6 +53,13 @@ at::Tensor gemv_cuda(const at::Tensor& weight, const at::Tensor& x, bool static_
                                 at::cuda::getCurrentCUDAStream()),
              "gemv");
   return y;
+}
+
+// The plugin's fast entry (csrc/gemv_site.h), with static weights as the plugin launches them.
+at::Tensor gemv_site_cuda(const at::Tensor& weight, const at::Tensor& x, const at::Tensor& hits) {
+  if (!qgate::gemv_site_takes(weight, x)) return at::Tensor();
+  qgate::gemv_site_count(hits);
+  return gemv_cuda(weight, x, true);
 }
 
 // Both HC ops: block_output undefined for hc_mix. Returns (h_out or undefined, block_input, injection).
@@ -205,3 +213,5 @@ TORCH_LIBRARY_IMPL(qgate, CUDA, m) {
   m.impl("gdn_input", &gdn_input_cuda);
   m.impl("qsa_topk", &qsa_topk_cuda);
 }
+
+TORCH_LIBRARY_IMPL(qgate_plugin, CUDA, m) { m.impl("gemv_site", &gemv_site_cuda); }

@@ -23,6 +23,10 @@ TORCH_LIBRARY(qgate, m) {
   m.def("qsa_topk(Tensor logits, Tensor visible_blocks, int k, Tensor(a!) block_indices) -> ()");
 }
 
+// The route plugin's own entries, not route ops: no reference, no Python declaration (a pure-Python
+// install has none and the plugin takes its checked Python path). gemv_site: csrc/gemv_site.h.
+TORCH_LIBRARY(qgate_plugin, m) { m.def("gemv_site(Tensor weight, Tensor x, Tensor(a!) hits) -> Tensor"); }
+
 // Importing qgate_kernels._C runs the static registrations above; WITH_CUDA says whether the CUDA
 // kernels were compiled in.
 static struct PyModuleDef qgate_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};

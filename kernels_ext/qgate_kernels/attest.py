@@ -25,20 +25,35 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 SCHEMA_VERSION = 1
 FLUSH_INTERVAL_S = 0.5
 
 
 class Tally:
-    """The hits of one routed site (route, role): the site adds 1 per call that ran the route."""
+    """The hits of one routed site (route, role): the site adds 1 per call that ran the route.
 
-    __slots__ = ("route", "role", "n")
+    `cell`, when a site attaches one, is a one-element int64 buffer that C++ adds to (the GEMV site's
+    fast entry, csrc/gemv_site.h); `n` is the Python-side count plus the cell's, so readers and resets
+    see one number either way.
+    """
+
+    __slots__ = ("route", "role", "_n", "cell")
 
     def __init__(self, route: str, role: str) -> None:
         self.route = route
         self.role = role
-        self.n = 0
+        self._n = 0
+        self.cell: Any = None  # indexable: cell[0] is an integer count (a torch int64 [1] tensor)
+
+    @property
+    def n(self) -> int:
+        return self._n if self.cell is None else self._n + int(self.cell[0])
+
+    @n.setter
+    def n(self, value: int) -> None:
+        self._n = value if self.cell is None else value - int(self.cell[0])
 
 
 class Counters:

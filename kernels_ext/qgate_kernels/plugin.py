@@ -231,11 +231,13 @@ def _hit(route: str, role: str, tally: Any) -> None:
 class _LinearSite:
     """One routed linear layer (GEMV route); `run` is the body of the qgate_routes::linear op.
 
-    The per-call cost is the op's plus ~1 us (issue 28; `qgate bench ops --device cpu` measures it): what
+    The per-call cost is the op's plus ~2 us (issue 28; `qgate bench ops --device cpu` measures it): what
     holds for the whole life of the layer (its weight's dtype, shape, layout and device, whether the op
-    has a kernel there) is checked once here, when the site is wired; a call checks only x (shape,
-    dtype, device, dense 16-byte aligned rows), runs the op straight away and adds 1 to the site's
-    tally. Any other call takes `_checked_run`: vLLM's path or `ops.gemv` with its counted reasons.
+    has a kernel there) is checked once here, when the site is wired; a call goes straight to the C++
+    entry qgate_plugin::gemv_site (csrc/gemv_site.h), which checks x (shape, dtype, device, dense
+    16-byte aligned row), runs the kernel and adds 1 to the site's tally cell, or returns None. A None,
+    and every call of a site without that entry, takes `_checked_run`: vLLM's path or `ops.gemv` with
+    its counted reasons.
     """
 
     route = GEMV_ROUTE
@@ -248,11 +250,11 @@ class _LinearSite:
         # [N, K] fp16, kept alive past vLLM's CPU repack; None for other dtypes (every call falls back).
         self.weight = weight.detach() if weight.dtype == torch.float16 else None
         self.orig_apply = orig_apply
-        self.x_shape = torch.Size((1, self.k_in))
-        self.device = weight.device
         self.tally = _STATE.recorder.tally(GEMV_ROUTE, role)
-        # The op itself, when ops.gemv would run it for every x that passes the per-call checks.
+        # The C++ entry, when ops.gemv would run the op for every x that passes its per-call checks.
         self.kernel = self._direct_kernel()
+        if self.kernel is not None:
+            self.tally.cell = torch.zeros(1, dtype=torch.int64)  # [1] on the CPU: the entry's hits
 
     def _direct_kernel(self) -> Callable[..., Any] | None:
         assert _STATE is not None
@@ -270,7 +272,9 @@ class _LinearSite:
         probe = self.weight.new_empty((1, self.k_in))  # [1, K]: a dense aligned x on the weight's device
         if ops._gemv_reason(self.weight, probe) is not None:
             return None  # the op cannot take this weight: every call takes ops.gemv's counted fallback
-        return torch.ops.qgate.gemv.default
+        # A pure-Python install has no C++ entry: the checked path then runs the reference op.
+        entry = getattr(torch.ops.qgate_plugin, "gemv_site", None)
+        return None if entry is None else entry.default
 
     def reject(self, x: Any) -> str | None:
         if x.dim() != 2 or x.shape[-1] != self.k_in:
@@ -285,17 +289,10 @@ class _LinearSite:
 
     def run(self, x: Any, bias: Any) -> Any:
         kernel = self.kernel
-        if (
-            kernel is not None
-            and x.shape == self.x_shape
-            and x.dtype == torch.float16
-            and x.device == self.device
-            and x.is_contiguous()
-            and x.data_ptr() % 16 == 0
-        ):
-            y = kernel(self.weight, x, True)  # [1, N]; static_weight: weights are not written in decode
-            self.tally.n += 1
-            return y if bias is None else y + bias
+        if kernel is not None:
+            y = kernel(self.weight, x, self.tally.cell)  # [1, N], counted; None: not a row it takes
+            if y is not None:
+                return y if bias is None else y + bias
         return self._checked_run(x, bias)
 
     def _checked_run(self, x: Any, bias: Any) -> Any:

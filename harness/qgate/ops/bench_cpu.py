@@ -14,9 +14,10 @@ GEMV (batch one) is timed these ways on the same weight and x:
 - `torch_linear`: `F.linear`; `reference`: the pure-torch oracle (the op's CPU kernel before).
 The fused routes are timed against their unfused torch sequence (the cases' baseline).
 
-Timing: per sample, one implementation is called `calls` times in a loop (a sample lasts at least
-`min_sample_us`) and the per-call mean is kept; the implementations take turns sample by sample, so a
-change in machine load hits all of them alike. Medians of `reps` samples, with min and max. Weights
+Timing: per sample, one implementation is called once untimed (its weights back in the caches after
+its neighbour's sample) and then `calls` times in a loop (a sample lasts at least `min_sample_us`), and
+the per-call mean is kept; the implementations take turns sample by sample, in reverse order every
+other rep, so a change in machine load or a neighbour's cache footprint hits all of them alike. Medians of `reps` samples, with min and max. Weights
 are not rotated: a shape whose weights fit the last-level cache is timed from it, and the copy
 bandwidth is measured at the same size (`copy_gb_s` per case) so that achieved GB/s can be judged.
 The load average before and after is recorded: figures taken on a busy machine say so.
@@ -99,9 +100,14 @@ def time_interleaved(
             fn()
     calls = _calls_per_sample(fns, min_sample_us)
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            n = calls[name]
+    names = list(fns)
+    for rep in range(reps):
+        # Every other rep in reverse order, and one untimed call before each sample: the sample after
+        # another implementation (which evicted the weights from the caches) would otherwise pay the
+        # refill that its neighbour does not (+8-14 us at 16384 x 128 for the first of a pair).
+        for name in names if rep % 2 == 0 else reversed(names):
+            fn, n = fns[name], calls[name]
+            fn()
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()

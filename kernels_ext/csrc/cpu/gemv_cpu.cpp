@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../gemv_site.h"
 #include "reference_matmul.h"
 #include "row_dot.h"
 
@@ -78,9 +79,19 @@ at::Tensor gemv_isa(const at::Tensor& weight, const at::Tensor& x, int64_t isa) 
 
 int64_t best_isa() { return static_cast<int64_t>(qgate::cpu::best_isa()); }
 
+// The plugin's fast entry (csrc/gemv_site.h): y [1, N], or an undefined tensor (None in Python) when x
+// is not a row the kernel takes, counted on hits only when the kernel ran.
+at::Tensor gemv_site_cpu(const at::Tensor& weight, const at::Tensor& x, const at::Tensor& hits) {
+  if (!qgate::gemv_site_takes(weight, x)) return at::Tensor();
+  qgate::gemv_site_count(hits);
+  return gemv_on(weight, x, qgate::cpu::best_isa());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(qgate, CPU, m) { m.impl("gemv", &gemv_cpu); }
+
+TORCH_LIBRARY_IMPL(qgate_plugin, CPU, m) { m.impl("gemv_site", &gemv_site_cpu); }
 
 TORCH_LIBRARY(qgate_cpu, m) {
   m.def("gemv_isa(Tensor weight, Tensor x, int isa) -> Tensor");
