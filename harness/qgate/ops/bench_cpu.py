@@ -17,9 +17,10 @@ The fused routes are timed against their unfused torch sequence (the cases' base
 Timing: per sample, one implementation is called once untimed (its weights back in the caches after
 its neighbour's sample) and then `calls` times in a loop (a sample lasts at least `min_sample_us`), and
 the per-call mean is kept; the implementations take turns sample by sample, in reverse order every
-other rep, so a change in machine load or a neighbour's cache footprint hits all of them alike. Medians of `reps` samples, with min and max. Weights
-are not rotated: a shape whose weights fit the last-level cache is timed from it, and the copy
-bandwidth is measured at the same size (`copy_gb_s` per case) so that achieved GB/s can be judged.
+other rep, so a change in machine load or a neighbour's cache footprint hits all of them alike.
+Medians of `reps` samples, with min and max. Weights are not rotated: a shape whose weights fit the
+last-level cache is timed from it, and the copy bandwidth is measured at the same size (`copy_gb_s`
+per case) so that achieved GB/s can be judged.
 The load average before and after is recorded: figures taken on a busy machine say so.
 """
 
