@@ -174,7 +174,7 @@ def _competitors(
     elif case.route == ROUTE_HC:
         found = competitors.hc_competitors()
     elif case.route == ROUTE_TOPK:
-        found = competitors.topk_competitors()
+        found = competitors.topk_competitors(*sets[0])
     else:
         found = {}
     out: dict[str, dict[str, Any]] = {}

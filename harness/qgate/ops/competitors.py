@@ -61,7 +61,35 @@ def hc_competitors() -> dict[str, Competitor]:
     return {VLLM_HC: reason or "not wired: time it with kernels_ext/tools/vllm_hc_triton.py"}
 
 
-def topk_competitors() -> dict[str, Competitor]:
-    """vLLM's top-k kernels live in its compiled _C extension."""
+def topk_competitors(logits: torch.Tensor, visible: torch.Tensor, k: int) -> dict[str, Competitor]:
+    """vLLM's QSA top-k as its Qwen4Exp indexer calls it (`_topk` in models/qwen4_exp/nvidia/ops/
+    qsa_indexer.py): torch.ops._C.cooperative_topk for <= 64 rows with a row stride divisible by 4
+    on sm_90+ other than sm_12x, else torch.ops._C.persistent_topk; a 1 MiB uint8 workspace and
+    max_seq_len = the row width, as there. The ops come from vLLM's compiled _C, or, where vLLM is
+    not installed, from the stand-in kernels_ext/tools/vllm_topk_build.py builds from vLLM's csrc."""
     reason = _import_error("vllm._C")
-    return {VLLM_TOPK: reason or "not wired: vLLM's _C top-k ops are not called by this benchmark yet"}
+    if reason is not None:
+        return {VLLM_TOPK: reason}
+    import importlib
+
+    c_mod = importlib.import_module("vllm._C")
+    cap = torch.cuda.get_device_capability(logits.device)
+    rows = int(logits.shape[0])
+    coop = rows <= 64 and logits.stride(0) % 4 == 0 and cap >= (9, 0) and cap[0] != 12
+    name = "cooperative_topk" if coop else "persistent_topk"
+    if k not in (512, 1024, 2048):
+        return {VLLM_TOPK: f"vLLM's {name} takes k 512, 1024 or 2048, not {k}"}
+    try:
+        op = getattr(torch.ops._C, name)
+    except (AttributeError, RuntimeError):
+        return {VLLM_TOPK: f"cannot run: torch.ops._C.{name} (what vLLM runs here) is not registered"}
+    source = getattr(c_mod, "SOURCE_SHA256", None)
+    label = f"vLLM {name}" + (" (0.32 csrc built standalone)" if source else "")
+    workspace = torch.empty(1 << 20, dtype=torch.uint8, device=logits.device)  # vLLM's _TOPK_WORKSPACE_BYTES
+    out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)  # [rows, k]
+
+    def run(s: torch.Tensor, vis: torch.Tensor, kk: int) -> torch.Tensor:
+        op(s, vis, out, workspace, kk, s.shape[1])
+        return out
+
+    return {label: run}
