@@ -4,7 +4,8 @@
 // candidates are few. Same definition, key (key_of), passes and tie rule as the grid path, with the
 // helpers of qsa_topk_cluster.cuh and the ordering of qsa_topk_order.cuh: bit-identical output.
 //
-// C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per).
+// C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per). A row of at most
+// 1024 eligible keys (few visible blocks) is sorted by block 0 alone (tp_small_row).
 //   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
 //       histogram), pushes its 256 counts (as 16-bit pairs when a block holds at most 65535 keys)
 //       into slot r of every block's receive buffer for pass p,
@@ -322,6 +323,39 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
   }
   __syncthreads();
 }
+
+// A row of k < n <= kTpThreads eligible keys (a prefix of few visible blocks): block 0 alone sorts
+// all n by the composite (key << 32 | ~index), unique per element, with a bitonic network, one key
+// a thread (shuffles below a stride of 32, shared memory above: 15 of its 55 steps), and writes the
+// first k: the stable sort's order by definition. Cheaper than the cluster passes and their
+// exchanges, whose fixed cost does not shrink with n. `buf` holds 2 x kTpThreads composites (a
+// double buffer: one barrier a shared-memory step).
+__device__ __forceinline__ void tp_small_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
+                                             unsigned long long* buf) {
+  const int i = threadIdx.x;
+  // 0 sorts below every eligible composite (key_of is never below 0x007fffff, -inf's key).
+  unsigned long long v = 0;
+  if (i < n) v = (static_cast<unsigned long long>(key_of(s[i])) << 32) | static_cast<uint32_t>(~i);
+  int b = 0;
+#pragma unroll
+  for (int size = 2; size <= kTpThreads; size <<= 1) {
+    const bool desc = (i & size) == 0;  // this run descends (the last run, size kTpThreads, does)
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      unsigned long long o;
+      if (stride >= 32) {
+        buf[b * kTpThreads + i] = v;
+        __syncthreads();
+        o = buf[b * kTpThreads + (i ^ stride)];
+        b ^= 1;
+      } else {
+        o = __shfl_xor_sync(0xffffffffu, v, stride);
+      }
+      v = (((i & stride) == 0) == desc) ? max(v, o) : min(v, o);
+    }
+  }
+  if (i < k) out[i] = static_cast<int>(~static_cast<uint32_t>(v));
+}
 #endif  // QGATE_TC_SM90
 
 template <int ITEMS>
@@ -360,6 +394,14 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
+  // Few eligible keys: block 0 sorts them alone, the others leave (no block has touched another's
+  // memory yet).
+  if (len <= kTpThreads) {
+    if (rank == 0) {
+      tp_small_row(s, len, k, indices + static_cast<int64_t>(row) * k, reinterpret_cast<unsigned long long*>(cand));
+    }
+    return;
+  }
   int64_t lo = 0;
   int64_t hi = 0;
   tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
