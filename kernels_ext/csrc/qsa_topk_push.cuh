@@ -5,7 +5,9 @@
 // helpers of qsa_topk_cluster.cuh and the ordering of qsa_topk_order.cuh: bit-identical output.
 //
 // C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per). A row of at most
-// 1024 eligible keys (few visible blocks) is sorted by block 0 alone (tp_small_row).
+// 1024 eligible keys (few visible blocks) is sorted by block 0 alone (tp_small_row); a row of at
+// most 4096 columns runs in one block, which selects and sorts it directly when the candidates of
+// a 13-bit histogram are few enough (tp_block_row).
 //   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
 //       histogram), pushes its 256 counts (as 16-bit pairs when a block holds at most 65535 keys)
 //       into slot r of every block's receive buffer for pass p,
@@ -63,6 +65,15 @@ static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
 static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
                   8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
               "final list and cells must fit the receive buffers");
+
+// The one-block path (tp_block_row): rows of at most kTpBlockN columns run in a cluster of one
+// block, four keys a thread; its histogram has kTpBins bins of the top key bits.
+constexpr int kTpBlockN = 4 * kTpThreads;
+constexpr int kTpBinBits = 13;
+constexpr int kTpBins = 1 << kTpBinBits;
+constexpr int kTpBinsPerThread = kTpBins / kTpThreads;
+static_assert(kTpBins * sizeof(unsigned int) + 3 * kTpThreads * sizeof(unsigned long long) <= kTpCap * sizeof(uint2),
+              "bins, candidates and sort buffer fit the candidate buffer");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -324,18 +335,13 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
   __syncthreads();
 }
 
-// A row of k < n <= kTpThreads eligible keys (a prefix of few visible blocks): block 0 alone sorts
-// all n by the composite (key << 32 | ~index), unique per element, with a bitonic network, one key
-// a thread (shuffles below a stride of 32, shared memory above: 15 of its 55 steps), and writes the
-// first k: the stable sort's order by definition. Cheaper than the cluster passes and their
-// exchanges, whose fixed cost does not shrink with n. `buf` holds 2 x kTpThreads composites (a
-// double buffer: one barrier a shared-memory step).
-__device__ __forceinline__ void tp_small_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
-                                             unsigned long long* buf) {
+// Bitonic sort, descending, of one composite a thread (key << 32 | ~index: unique per element, 0 for
+// no element: key_of is never below 0x007fffff, -inf's key), then the first k indices to `out`:
+// the stable sort's order by definition. Shuffles below a stride of 32, shared memory above (15 of
+// the 55 steps; `buf` holds 2 x kTpThreads composites, a double buffer: one barrier a step).
+__device__ __forceinline__ void tp_sort_write(unsigned long long v, int k, int* __restrict__ out,
+                                              unsigned long long* buf) {
   const int i = threadIdx.x;
-  // 0 sorts below every eligible composite (key_of is never below 0x007fffff, -inf's key).
-  unsigned long long v = 0;
-  if (i < n) v = (static_cast<unsigned long long>(key_of(s[i])) << 32) | static_cast<uint32_t>(~i);
   int b = 0;
 #pragma unroll
   for (int size = 2; size <= kTpThreads; size <<= 1) {
@@ -355,6 +361,82 @@ __device__ __forceinline__ void tp_small_row(const float* __restrict__ s, int64_
     }
   }
   if (i < k) out[i] = static_cast<int>(~static_cast<uint32_t>(v));
+}
+
+__device__ __forceinline__ unsigned long long tp_composite(uint32_t key, int index) {
+  return (static_cast<unsigned long long>(key) << 32) | static_cast<uint32_t>(~index);
+}
+
+// A row of k < n <= kTpThreads eligible keys (a prefix of few visible blocks): block 0 alone sorts
+// all n. Cheaper than the cluster passes and their exchanges, whose fixed cost does not shrink
+// with n.
+__device__ __forceinline__ void tp_small_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
+                                             unsigned long long* buf) {
+  const int i = threadIdx.x;
+  tp_sort_write(i < n ? tp_composite(key_of(s[i]), i) : 0ull, k, out, buf);
+}
+
+// A row of kTpThreads < n <= kTpBlockN keys, k <= kTpThreads, in a cluster of one block (rows of
+// at most kTpBlockN columns): four keys a thread; a histogram of the top kTpBinBits key bits (sign,
+// exponent, 4 mantissa bits: bins 1/16 of a binade wide) gives the bin B where the count from the
+// top reaches k; the keys in bins >= B hold the top k. When they are at most kTpThreads, they are
+// sorted (tp_sort_write) and the row is done; else (a bin of many keys: ties, a narrow range)
+// false, and the cluster passes run. `work` holds the bins, the candidates and the sort buffer.
+__device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
+                                             unsigned char* work, TcShared& sh) {
+  unsigned int* bins = reinterpret_cast<unsigned int*>(work);                       // [kTpBins]
+  unsigned long long* list = reinterpret_cast<unsigned long long*>(bins + kTpBins);  // [kTpThreads]
+  unsigned long long* buf = list + kTpThreads;                                      // [2][kTpThreads]
+  const int t = threadIdx.x;
+  uint32_t key[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = t + j * kTpThreads;
+    key[j] = i < n ? key_of(s[i]) : 0u;
+  }
+#pragma unroll
+  for (int j = 0; j < kTpBinsPerThread; ++j) bins[t + j * kTpThreads] = 0;
+  if (t == 0) sh.nsel = 0;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (t + j * kTpThreads < n) atomicAdd(&bins[key[j] >> (32 - kTpBinBits)], 1u);
+  }
+  __syncthreads();
+  // Thread t holds the 8 bins below kTpBins - 8 t (thread 0 the highest); counts from the top.
+  const int top = kTpBins - kTpBinsPerThread * t - 1;
+  unsigned int c[kTpBinsPerThread];
+  unsigned int mine = 0;
+#pragma unroll
+  for (int e = 0; e < kTpBinsPerThread; ++e) {
+    c[e] = bins[top - e];
+    mine += c[e];
+  }
+  unsigned int total = 0;
+  unsigned int acc = tc_scan<kTpThreads>(mine, sh.warp, &total);  // keys in the bins above this thread's
+  const unsigned int kk = static_cast<unsigned int>(k);
+  if (acc < kk && acc + mine >= kk) {
+#pragma unroll
+    for (int e = 0; e < kTpBinsPerThread; ++e) {
+      if (acc < kk && acc + c[e] >= kk) {
+        sh.bin = static_cast<unsigned int>(top - e);
+        sh.cand = acc + c[e];
+      }
+      acc += c[e];
+    }
+  }
+  __syncthreads();
+  const unsigned int bin = sh.bin;
+  const unsigned int cand = sh.cand;
+  if (cand > static_cast<unsigned int>(kTpThreads)) return false;  // the same in every thread
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = t + j * kTpThreads;
+    if (i < n && (key[j] >> (32 - kTpBinBits)) >= bin) list[atomicAdd(&sh.nsel, 1u)] = tp_composite(key[j], i);
+  }
+  __syncthreads();
+  tp_sort_write(t < static_cast<int>(cand) ? list[t] : 0ull, k, out, buf);
+  return true;
 }
 #endif  // QGATE_TC_SM90
 
@@ -395,11 +477,16 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
   // Few eligible keys: block 0 sorts them alone, the others leave (no block has touched another's
-  // memory yet).
+  // memory yet). A short row (a cluster of one block) is selected and sorted by its block when the
+  // candidates allow it.
   if (len <= kTpThreads) {
     if (rank == 0) {
       tp_small_row(s, len, k, indices + static_cast<int64_t>(row) * k, reinterpret_cast<unsigned long long*>(cand));
     }
+    return;
+  }
+  if (csize == 1 && len <= kTpBlockN && k <= kTpThreads &&
+      tp_block_row(s, len, k, indices + static_cast<int64_t>(row) * k, reinterpret_cast<unsigned char*>(cand), sh)) {
     return;
   }
   int64_t lo = 0;
