@@ -55,10 +55,13 @@ def gemv_competitors(n: int, k: int, dtype: torch.dtype) -> dict[str, Competitor
 
 
 def hc_competitors() -> dict[str, Competitor]:
-    """vLLM's GatedResidual needs vLLM's model code; kernels_ext/tools/vllm_hc_triton.py times its
-    Triton kernels standalone where vLLM cannot be installed."""
+    """vLLM's GatedResidual needs vLLM's model code (its layers, config and custom ops); where vLLM
+    is not installed, kernels_ext/tools/vllm_hc_triton.py times its kernels standalone (Triton
+    norm and gate-mix, its CuTe hc_down_silu down projection, cuBLAS up) beside the route."""
     reason = _import_error("vllm.models.qwen4_exp.nvidia.hyperconnection")
-    return {VLLM_HC: reason or "not wired: time it with kernels_ext/tools/vllm_hc_triton.py"}
+    if reason is not None:
+        return {VLLM_HC: f"{reason}; tools/vllm_hc_triton.py times vLLM's HC kernels standalone"}
+    return {VLLM_HC: "not wired: time it with kernels_ext/tools/vllm_hc_triton.py"}
 
 
 def topk_competitors(logits: torch.Tensor, visible: torch.Tensor, k: int) -> dict[str, Competitor]:
