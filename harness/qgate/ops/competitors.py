@@ -54,14 +54,60 @@ def gemv_competitors(n: int, k: int, dtype: torch.dtype) -> dict[str, Competitor
     return {VLLM_GEMM: lambda w, x: gemm(x.view(1, -1), w, plan)}
 
 
-def hc_competitors() -> dict[str, Competitor]:
-    """vLLM's GatedResidual needs vLLM's model code (its layers, config and custom ops); where vLLM
-    is not installed, kernels_ext/tools/vllm_hc_triton.py times its kernels standalone (Triton
-    norm and gate-mix, its CuTe hc_down_silu down projection, cuBLAS up) beside the route."""
-    reason = _import_error("vllm.models.qwen4_exp.nvidia.hyperconnection")
-    if reason is not None:
-        return {VLLM_HC: f"{reason}; tools/vllm_hc_triton.py times vLLM's HC kernels standalone"}
-    return {VLLM_HC: "not wired: time it with kernels_ext/tools/vllm_hc_triton.py"}
+def hc_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Competitor]:
+    """vLLM's GatedResidual (models/qwen4_exp/nvidia/hyperconnection.py) mix / combine_and_mix as
+    the sequence of its own kernels (nvidia/ops/hc.py: Triton norm or combine-norm, _hc_silu, gate
+    mix; cuBLAS up) with the down projection `_down_and_inject` picks: the CuTe hc_down_silu for the
+    merged down + inject weight in bf16 on sm_90, else F.linear + _hc_silu. The module itself needs
+    vLLM's layers; its kernels import from vLLM or from the stub tree of
+    kernels_ext/tools/vllm_stub_tree.py. One call on the case's first set checks that it runs."""
+    import importlib
+
+    try:
+        hc_ops = importlib.import_module("vllm.models.qwen4_exp.nvidia.ops.hc")
+    except Exception as exc:  # noqa: BLE001 - any import failure means "cannot run here"
+        why = f"{type(exc).__name__}: {str(exc)[:120]}"
+        return {VLLM_HC: f"cannot run: vLLM's HC kernels (nvidia/ops/hc.py) do not import here ({why})"}
+    from qgate.ops.cases import MODEL_CONFIG
+
+    hc, rank, op = int(shape["hc_count"]), int(shape["lora_rank"]), str(shape["op"])
+    eps = float(MODEL_CONFIG["rms_norm_eps"])
+    wd = args[4]
+    use_combine = op != "final"  # the merged down + inject weight
+    fused = use_combine and wd.dtype == torch.bfloat16 and wd.shape[1] % 8 == 0
+    fused = fused and torch.cuda.get_device_capability(wd.device) >= (9, 0)
+    down_silu = None
+    if fused:
+        try:
+            module = "vllm.models.qwen4_exp.nvidia.ops.cute_dsl.hc_down_silu"
+            down_silu = importlib.import_module(module).hc_down_silu
+        except Exception as exc:  # noqa: BLE001
+            why = f"{type(exc).__name__}: {str(exc)[:120]}"
+            return {
+                VLLM_HC: f"cannot run: vLLM's CuTe hc_down_silu (what vLLM runs here) does not import ({why})"
+            }
+
+    def run(h: Any, o: Any, inj: Any, nw: Any, wd: Any, wu: Any) -> tuple[Any, ...]:
+        if op == "mix":
+            h_out, xn = None, hc_ops._grouped_gemma_rmsnorm(h, nw, eps, hc)
+        else:
+            h_out, xn = hc_ops._hc_combine_norm(h, o, inj, nw, eps, hc)
+        if down_silu is not None:
+            lora, injection = down_silu(xn, wd, rank, hc)
+        else:
+            down = torch.nn.functional.linear(xn, wd)
+            lora = hc_ops._hc_silu(down[:, :rank], hc)
+            injection = down[:, rank : rank + hc] if use_combine else None
+        block_input = hc_ops._hc_gate_mix(xn, torch.nn.functional.linear(lora, wu), hc)
+        return tuple(t for t in (h_out, block_input, injection) if t is not None)
+
+    try:
+        run(*args)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - a path that fails here cannot be timed
+        return {VLLM_HC: f"cannot run: vLLM's HC sequence failed ({type(exc).__name__}: {str(exc)[:120]})"}
+    down_name = "CuTe hc_down_silu" if down_silu is not None else "cuBLAS down"
+    return {f"vLLM GatedResidual (Triton + {down_name})": run}
 
 
 def topk_competitors(logits: torch.Tensor, visible: torch.Tensor, k: int) -> dict[str, Competitor]:
