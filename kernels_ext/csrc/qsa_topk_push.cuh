@@ -379,8 +379,9 @@ __device__ __forceinline__ unsigned long long tp_composite(uint32_t key, int ind
 // below every key of the segments before it) and its output position is the segment's start plus
 // the number of keys of its segment with a larger composite: the stable sort's order. When the
 // segments are long (many ties, a narrow range: the sum of their squared lengths above
-// kTpMaxSquares) the list is sorted (tp_sort_write) instead. More candidates than kTpThreads: false, nothing written.
-// `work` holds the bin counts, the segment cursors, the list and the sort buffer.
+// kTpMaxSquares) the list is sorted (tp_sort_write) instead. More candidates than kTpThreads:
+// false, nothing written. `work` holds the bin counts, the segment cursors, the list and the sort
+// buffer.
 __device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
                                              unsigned char* work, TcShared& sh) {
   unsigned int* bins = reinterpret_cast<unsigned int*>(work);                       // [kTpBins] counts
