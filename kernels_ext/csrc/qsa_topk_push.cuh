@@ -4,7 +4,10 @@
 // candidates are few. Same definition, key (key_of), passes and tie rule as the grid path, with the
 // helpers of qsa_topk_cluster.cuh and the ordering of qsa_topk_order.cuh: bit-identical output.
 //
-// C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per).
+// C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per). A row of at most
+// 1024 eligible keys (few visible blocks) is selected and ordered by block 0 alone; a row of at
+// most 4096 columns runs in one block, which does the same when the candidates of a 13-bit
+// histogram are few enough (tp_block_row).
 //   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
 //       histogram), pushes its 256 counts (as 16-bit pairs when a block holds at most 65535 keys)
 //       into slot r of every block's receive buffer for pass p,
@@ -62,6 +65,19 @@ static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
 static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
                   8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
               "final list and cells must fit the receive buffers");
+
+// The one-block path (tp_block_row): rows of at most kTpBlockN columns run in a cluster of one
+// block, four keys a thread; its histogram has kTpBins bins of the top key bits.
+constexpr int kTpBlockN = 4 * kTpThreads;
+constexpr int kTpBinBits = 13;
+constexpr int kTpBins = 1 << kTpBinBits;
+constexpr int kTpBinsPerThread = kTpBins / kTpThreads;
+// Ordering by counting costs about sum over the candidate bins of count^2 / 32 compares a warp
+// (each key compares with its bin's keys); past this sum the bitonic sort (~5k cycles) is cheaper.
+constexpr unsigned int kTpMaxSquares = 1u << 17;
+static_assert(2 * kTpBins * sizeof(unsigned int) + 3 * kTpThreads * sizeof(unsigned long long) <=
+                  kTpCap * sizeof(uint2),
+              "bin counts, cursors, candidates and sort buffer fit the candidate buffer");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -322,6 +338,128 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
   }
   __syncthreads();
 }
+
+// Bitonic sort, descending, of one composite a thread (key << 32 | ~index: unique per element, 0 for
+// no element: key_of is never below 0x007fffff, -inf's key), then the first k indices to `out`:
+// the stable sort's order by definition. Shuffles below a stride of 32, shared memory above (15 of
+// the 55 steps; `buf` holds 2 x kTpThreads composites, a double buffer: one barrier a step).
+__device__ __forceinline__ void tp_sort_write(unsigned long long v, int k, int* __restrict__ out,
+                                              unsigned long long* buf) {
+  const int i = threadIdx.x;
+  int b = 0;
+#pragma unroll
+  for (int size = 2; size <= kTpThreads; size <<= 1) {
+    const bool desc = (i & size) == 0;  // this run descends (the last run, size kTpThreads, does)
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      unsigned long long o;
+      if (stride >= 32) {
+        buf[b * kTpThreads + i] = v;
+        __syncthreads();
+        o = buf[b * kTpThreads + (i ^ stride)];
+        b ^= 1;
+      } else {
+        o = __shfl_xor_sync(0xffffffffu, v, stride);
+      }
+      v = (((i & stride) == 0) == desc) ? max(v, o) : min(v, o);
+    }
+  }
+  if (i < k) out[i] = static_cast<int>(~static_cast<uint32_t>(v));
+}
+
+__device__ __forceinline__ unsigned long long tp_composite(uint32_t key, int index) {
+  return (static_cast<unsigned long long>(key) << 32) | static_cast<uint32_t>(~index);
+}
+
+// One block selects and orders a row of n <= kTpBlockN keys, k <= kTpThreads: four keys a thread; a
+// histogram of the top kTpBinBits key bits (sign, exponent, 4 mantissa bits: bins 1/16 of a binade
+// wide) gives the bin B where the count from the top reaches k; the keys in bins >= B (the
+// candidates) hold the top k. When they are at most kTpThreads (always for n <= kTpThreads), each
+// goes to its bin's segment of the candidate list (bins in descending order: a segment's keys are
+// below every key of the segments before it) and its output position is the segment's start plus
+// the number of keys of its segment with a larger composite: the stable sort's order. When the
+// segments are long (many ties, a narrow range: the sum of their squared lengths above
+// kTpMaxSquares) the list is sorted (tp_sort_write) instead. More candidates than kTpThreads:
+// false, nothing written. `work` holds the bin counts, the segment cursors, the list and the sort
+// buffer.
+__device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
+                                             unsigned char* work, TcShared& sh) {
+  unsigned int* bins = reinterpret_cast<unsigned int*>(work);                       // [kTpBins] counts
+  unsigned int* cursor = bins + kTpBins;                                            // [kTpBins] segment starts
+  unsigned long long* list = reinterpret_cast<unsigned long long*>(cursor + kTpBins);  // [kTpThreads]
+  unsigned long long* buf = list + kTpThreads;                                      // [2][kTpThreads]
+  const int t = threadIdx.x;
+  const int lane = t & 31;
+  uint32_t key[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = t + j * kTpThreads;
+    key[j] = i < n ? key_of(s[i]) : 0u;
+  }
+#pragma unroll
+  for (int j = 0; j < kTpBinsPerThread; ++j) bins[t + j * kTpThreads] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (t + j * kTpThreads < n) atomicAdd(&bins[key[j] >> (32 - kTpBinBits)], 1u);
+  }
+  __syncthreads();
+  // Thread t holds the kTpBinsPerThread bins below kTpBins - kTpBinsPerThread t (thread 0 the
+  // highest); a bin is a candidate bin when fewer than k keys lie above it.
+  const int top = kTpBins - kTpBinsPerThread * t - 1;
+  unsigned int c[kTpBinsPerThread];
+  unsigned int mine = 0;
+#pragma unroll
+  for (int e = 0; e < kTpBinsPerThread; ++e) {
+    c[e] = bins[top - e];
+    mine += c[e];
+  }
+  unsigned int total = 0;
+  unsigned int acc = tc_scan<kTpThreads>(mine, sh.warp, &total);  // keys in the bins above this thread's
+  const unsigned int kk = static_cast<unsigned int>(k);
+  unsigned int squares = 0;  // sum over the candidate bins of count^2: the cost of the counting
+#pragma unroll
+  for (int e = 0; e < kTpBinsPerThread; ++e) {
+    cursor[top - e] = acc;
+    if (acc < kk) {
+      squares += c[e] * c[e];
+      if (acc + c[e] >= kk) {
+        sh.bin = static_cast<unsigned int>(top - e);
+        sh.cand = acc + c[e];
+      }
+    }
+    acc += c[e];
+  }
+  squares = __reduce_add_sync(0xffffffffu, squares);
+  if (lane == 0) sh.top_warp[t >> 5] = squares;
+  __syncthreads();
+  const unsigned int bin = sh.bin;
+  const unsigned int cand = sh.cand;
+  if (cand > static_cast<unsigned int>(kTpThreads)) return false;  // the same in every thread
+  squares = __reduce_add_sync(0xffffffffu, sh.top_warp[lane]);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = t + j * kTpThreads;
+    const unsigned int b = key[j] >> (32 - kTpBinBits);
+    if (i < n && b >= bin) list[atomicAdd(&cursor[b], 1u)] = tp_composite(key[j], i);
+  }
+  __syncthreads();
+  if (squares > kTpMaxSquares) {
+    tp_sort_write(t < static_cast<int>(cand) ? list[t] : 0ull, k, out, buf);
+    return true;
+  }
+  // One list entry a thread: the threads of a warp mostly share a segment (the same trip count).
+  if (t < static_cast<int>(cand)) {
+    const unsigned long long me = list[t];
+    const unsigned int b = static_cast<unsigned int>(me >> 32) >> (32 - kTpBinBits);
+    const unsigned int end = cursor[b];  // the segment's start plus its count, after the atomics
+    const unsigned int begin = end - bins[b];
+    unsigned int pos = begin;
+    for (unsigned int q = begin; q < end; ++q) pos += list[q] > me;
+    if (pos < kk) out[pos] = static_cast<int>(~static_cast<uint32_t>(me));
+  }
+  return true;
+}
 #endif  // QGATE_TC_SM90
 
 template <int ITEMS>
@@ -360,6 +498,16 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
+  // Few eligible keys (a short row, or a prefix of few visible blocks): block 0 selects and orders
+  // them alone and the cluster's other blocks leave (no block has touched another's memory yet).
+  // A row of at most kTpBlockN columns runs in a cluster of one block, which does the same when the
+  // candidates allow it, else runs the passes below.
+  if (len <= kTpThreads || (csize == 1 && len <= kTpBlockN && k <= kTpThreads)) {
+    if (rank != 0) return;
+    if (tp_block_row(s, len, k, indices + static_cast<int64_t>(row) * k, reinterpret_cast<unsigned char*>(cand), sh)) {
+      return;
+    }
+  }
   int64_t lo = 0;
   int64_t hi = 0;
   tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);

@@ -4,7 +4,8 @@
 # vllm_hc.json). Run from the repository root. Expects wheels for missing Python packages in .whl/
 # (pydantic on the H200 image) and, for the comparison with vLLM's own Triton HC kernels, a copy of
 # vLLM's models/qwen4_exp/nvidia/ops/hc.py in .vllm_src/ (vLLM itself does not install there), both
-# carried with the call. QUICK=1 leaves out the PDL ordering check and the default-shape screen and
+# carried with the call; for vLLM's own top-k kernel, vLLM 0.32's csrc top-k files in .vllm_src/csrc/
+# (tools/vllm_topk_build.py). QUICK=1 leaves out the PDL ordering check and the default-shape screen and
 # bench (the build, the whole test suite, vLLM's Triton HC and the production-shape bench stay).
 set -uo pipefail
 QUICK=${QUICK:-0}
@@ -38,9 +39,20 @@ timeout 120 python3 -X faulthandler -m pytest tests/kernels/test_cpu_kernels.py 
 echo "pytest test_cpu_kernels.py rc=$?" | tee -a "$LOG"
 grep -m3 -E "passed|failed|Fatal|line [0-9]+ in test_" "$OUT/pytest_cpu_kernels.log" | tee -a "$LOG"
 
+# vLLM's own CuTe kernels (the skinny GEMM in the bench, hc_down_silu in the HC comparison): CUTE_SITE
+# names a folder where the CUTLASS DSL and quack-kernels wheels are installed (pip --target),
+# VLLM_STUB the tree of tools/vllm_stub_tree.py. Without them the bench records why vLLM's GEMM
+# cannot run and judges against cuBLAS, and the HC comparison runs cuBLAS for the down projection.
+TOPK_TREE=${VLLM_STUB:-/tmp/vllm_topk}
+BENCH_PATH=$TOPK_TREE:$PYTHONPATH
+if [ -n "${CUTE_SITE:-}" ] && [ -n "${VLLM_STUB:-}" ]; then
+  BENCH_PATH=$VLLM_STUB:$CUTE_SITE:$CUTE_SITE/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+fi
+
 if [ -f .vllm_src/hc.py ]; then
-  step "vLLM's own Triton HC kernels against the route (bitwise counts, timing)"
-  timeout 180 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py --hidden 2560 >"$OUT/vllm_hc.json" 2>>"$LOG"
+  step "vLLM's own HC kernels (Triton, CuTe hc_down_silu) against the route (bitwise counts, timing)"
+  PYTHONPATH=$BENCH_PATH timeout 240 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py --hidden 2560 \
+    >"$OUT/vllm_hc.json" 2>>"$LOG"
   echo "vllm hc rc=$?" | tee -a "$LOG"
   cat "$OUT/vllm_hc.json"
 fi
@@ -50,14 +62,18 @@ if [ "$QUICK" != 1 ]; then
   timeout 200 python3 kernels_ext/tools/pdl_race_check.py --iters 200 2>&1 | tee -a "$LOG"
 fi
 
-step "ops bench at the production shapes (route, baseline, vLLM's own paths)"
-# vLLM's CuTe skinny GEMM as a competitor: CUTE_SITE names a folder where the CUTLASS DSL and
-# quack-kernels wheels are installed (pip --target), VLLM_STUB the tree of tools/vllm_stub_tree.py.
-# Without them the bench records why vLLM's GEMM cannot run and judges against cuBLAS.
-BENCH_PATH=$PYTHONPATH
-if [ -n "${CUTE_SITE:-}" ] && [ -n "${VLLM_STUB:-}" ]; then
-  BENCH_PATH=$VLLM_STUB:$CUTE_SITE:$CUTE_SITE/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+# vLLM's own top-k (cooperative_topk, what its Qwen4Exp indexer runs for a decode batch on sm_90)
+# from vLLM 0.32's csrc in .vllm_src/csrc (its sdist's files, unmodified), built into the stub tree
+# (or a tree of its own) as a stand-in vllm._C; --check compares its sets with the reference.
+if [ -f .vllm_src/csrc/cooperative_topk.cuh ]; then
+  step "vLLM's cooperative_topk built standalone"
+  timeout 300 python3 kernels_ext/tools/vllm_topk_build.py .vllm_src/csrc "$TOPK_TREE" --check \
+    >"$OUT/vllm_topk.json" 2>>"$LOG"
+  echo "vllm topk build rc=$?" | tee -a "$LOG"
+  cat "$OUT/vllm_topk.json"
 fi
+
+step "ops bench at the production shapes (route, baseline, vLLM's own paths)"
 PYTHONPATH=$BENCH_PATH timeout 300 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
 echo "prod bench rc=$?" | tee -a "$LOG"
 cat "$OUT/prod/bench.md" 2>/dev/null

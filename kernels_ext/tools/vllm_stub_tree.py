@@ -1,12 +1,15 @@
-"""Build a minimal `vllm` package tree in which vLLM's own Qwen4Exp low-latency GEMM runs where vLLM
-cannot be installed (the H200 image): its three files copied unmodified from a vLLM 0.32 source or
-install (`models/qwen4_exp/nvidia/low_latency_gemm.py`, `model_executor/kernels/linear/cute_dsl/
-skinny_gemm.py` and `_skinny_gemm.py`), and stand-ins for only the vllm modules they import
-(envs.VLLM_BATCH_INVARIANT = False, current_platform's capability and PDL answer as vLLM's CUDA
-platform gives them, current_stream, a no-op custom-op registration, empty layer base classes).
-With that tree, the CUTLASS DSL and quack-kernels on PYTHONPATH, `harness/qgate/ops/competitors.py`
-times vLLM's CuTe skinny GEMM with the plan vLLM picks for the GPU. Prints the sha256 of each copied
-file (one JSON object).
+"""Build a minimal `vllm` package tree in which vLLM's own Qwen4Exp CuTe and Triton kernels run
+where vLLM cannot be installed (the H200 image): its files copied unmodified from a vLLM 0.32 source
+or install (`models/qwen4_exp/nvidia/low_latency_gemm.py`, `model_executor/kernels/linear/cute_dsl/
+skinny_gemm.py` and `_skinny_gemm.py`; the HC kernels `models/qwen4_exp/nvidia/ops/hc.py` and the
+down projection `models/qwen4_exp/nvidia/ops/cute_dsl/hc_down_silu.py` with `_hc_down_silu_fma.py`
+and `_hc_down_silu_mma.py`), and stand-ins for only the vllm modules they import
+(envs.VLLM_BATCH_INVARIANT = False, triton_utils, current_platform's capability and PDL answer as
+vLLM's CUDA platform gives them, current_stream, a no-op custom-op registration, empty layer base
+classes). With that tree, the CUTLASS DSL and quack-kernels on PYTHONPATH,
+`harness/qgate/ops/competitors.py` times vLLM's CuTe skinny GEMM with the plan vLLM picks for the
+GPU and vLLM's GatedResidual kernel sequence (with its CuTe hc_down_silu). Prints the sha256 of each
+copied file (one JSON object).
 
 Usage: python kernels_ext/tools/vllm_stub_tree.py VLLM_PACKAGE_DIR DEST   (DEST/vllm is written)
 """
@@ -23,17 +26,27 @@ COPIED = [
     "models/qwen4_exp/nvidia/low_latency_gemm.py",
     "model_executor/kernels/linear/cute_dsl/skinny_gemm.py",
     "model_executor/kernels/linear/cute_dsl/_skinny_gemm.py",
+    "models/qwen4_exp/nvidia/ops/cute_dsl/hc_down_silu.py",
+    "models/qwen4_exp/nvidia/ops/cute_dsl/_hc_down_silu_fma.py",
+    "models/qwen4_exp/nvidia/ops/cute_dsl/_hc_down_silu_mma.py",
+    "models/qwen4_exp/nvidia/ops/hc.py",
 ]
 
 STUBS = {
     "envs.py": "VLLM_BATCH_INVARIANT = False\n",
+    "triton_utils.py": 'import triton\nimport triton.language as tl\n\n__all__ = ["tl", "triton"]\n',
     "platforms/__init__.py": (
         "import torch\n\n\n"
         "class _Cuda:\n"
         "    def get_device_capability(self):\n"
         "        return tuple(torch.cuda.get_device_capability())\n\n"
         "    def is_arch_support_pdl(self):\n"
-        "        return torch.cuda.get_device_capability()[0] >= 9\n\n\n"
+        "        return torch.cuda.get_device_capability()[0] >= 9\n\n"
+        "    def has_device_capability(self, capability):\n"
+        "        major, minor = torch.cuda.get_device_capability()\n"
+        "        if isinstance(capability, tuple):\n"
+        "            return (major, minor) >= capability\n"
+        "        return major * 10 + minor >= capability\n\n\n"
         "current_platform = _Cuda()\n"
     ),
     "utils/torch_utils.py": (

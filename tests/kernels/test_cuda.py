@@ -354,6 +354,22 @@ def test_topk_matches_the_python_oracle_on_specials() -> None:
     assert got.cpu().tolist() == topk_oracle(scores.cpu(), visible.cpu(), 300), f"seed {seed}"
 
 
+@pytest.mark.parametrize("k", [1, 300, 512])
+def test_topk_few_visible_with_specials(k: int) -> None:
+    """Visible prefixes of k + 1 .. 1025 keys (on sm_90 a row of at most 1024 is sorted by one block)
+    on tie-heavy rows with NaN payloads, signed zeros and infinities, against Python's stable sort."""
+    gen, seed = fresh_generator(DEV)
+    scores = _tie_heavy(gen, 3, 4096)
+    scores[1, :1100] = 0.0  # a prefix of only ties (+0.0 and -0.0)
+    scores[1, :1100:7] = -0.0
+    for n in sorted({k + 1, 700, 1023, 1024, 1025}):
+        visible = torch.tensor([n, n, max(n - 5, k + 1)], dtype=torch.int32, device=DEV)
+        logits = _with_stride_and_garbage(scores, visible)
+        got = qgate_kernels.qsa_topk(logits, visible, k)
+        assert got.cpu().tolist() == topk_oracle(logits.cpu(), visible.cpu(), k), f"seed {seed} n {n}"
+    assert _no_fallbacks()
+
+
 def test_ops_replay_under_cuda_graphs() -> None:
     gen, _ = fresh_generator(DEV)
     w, x = (

@@ -172,9 +172,9 @@ def _competitors(
         w = sets[0][0]
         found = competitors.gemv_competitors(int(w.shape[0]), int(w.shape[1]), w.dtype)
     elif case.route == ROUTE_HC:
-        found = competitors.hc_competitors()
+        found = competitors.hc_competitors(case.shape, sets[0])
     elif case.route == ROUTE_TOPK:
-        found = competitors.topk_competitors()
+        found = competitors.topk_competitors(*sets[0])
     else:
         found = {}
     out: dict[str, dict[str, Any]] = {}
