@@ -101,7 +101,12 @@ def test_run_ops_real_screens_every_rank_of_the_synthetic_checkpoint(synthetic: 
 
 
 def _bad_copy(tmp_path: Path, edit: str) -> Path:
-    src = ensure_tiny_qwen4exp()
+    try:
+        src = ensure_tiny_qwen4exp()
+    except Exception as exc:  # noqa: BLE001  (the H200 image: transformers 5.17 has no `indexed_attention`)
+        if "indexed_attention" not in str(exc):
+            raise
+        pytest.skip(f"this transformers cannot build the tiny Qwen4Exp: {exc}")
     tensors = load_file(str(src / "model.safetensors"))
     name = "model.layers.0.linear_attn.out_proj.weight"
     if edit == "missing":
