@@ -206,7 +206,7 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
     super() call reaches vLLM's base apply, never the route again (no recursion)."""
     import torch
 
-    from qgate_kernels import plugin
+    from qgate_kernels import plugin, registry
 
     class Base:  # stands for UnquantizedLinearMethod
         def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -228,8 +228,8 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
             return own(method, layer, x, bias)
 
     recorder = attest.Recorder(None, ["fp16_gemv"], {})
-    state = plugin._State(frozenset({"fp16_gemv"}), {}, recorder, None, [Site()])
-    monkeypatch.setattr(plugin, "_STATE", state)
+    state = registry.State(frozenset({"fp16_gemv"}), {}, recorder, None, [Site()])
+    monkeypatch.setattr(registry, "STATE", state)
     plugin._define_ops()
     method, layer, x = LowLatency(), type("Layer", (), {"_qgate_site": 0})(), torch.ones(1, 4)
     assert torch.equal(method.apply(layer, x), x * 3) and Site.calls == 1  # routed, then vLLM's fast path
@@ -240,9 +240,9 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
 def plugin_alone(monkeypatch: pytest.MonkeyPatch) -> object:
     """qgate_kernels.plugin with a fresh GEMV-only state (standalone_linear installs one), restored after."""
     pytest.importorskip("qgate_kernels.ops")
-    from qgate_kernels import ops, plugin
+    from qgate_kernels import ops, plugin, registry
 
-    monkeypatch.setattr(plugin, "_STATE", None)
+    monkeypatch.setattr(registry, "STATE", None)
     ops.reset_fallback_counts()
     return plugin
 
@@ -252,6 +252,8 @@ def test_routed_call_counts_every_hit_and_fallback_exactly(plugin_alone: object)
     batch-one calls are hits of their role, a batch of 2 keeps vLLM's path (batch_not_1), a misaligned
     x runs ops.gemv's counted reference (op_layout); every result is the linear's."""
     import torch
+
+    from qgate_kernels import registry
 
     plugin = plugin_alone
     w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
@@ -268,7 +270,7 @@ def test_routed_call_counts_every_hit_and_fallback_exactly(plugin_alone: object)
     torch.testing.assert_close(
         call(odd).float(), torch.nn.functional.linear(odd.float(), w.float()), rtol=2e-3, atol=2e-3
     )
-    counts = plugin._STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
+    counts = registry.STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
     assert tally.n == 7
     assert (
         counts["hits"] == 7 and counts["roles"] == {"standalone": 7} and counts["sites"] == {"standalone": 1}
@@ -299,6 +301,8 @@ def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alon
     keeps the fallback path, whichever shape the trace saw."""
     import torch
 
+    from qgate_kernels import registry
+
     plugin = plugin_alone
     w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
     call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
@@ -315,5 +319,5 @@ def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alon
     assert tally.n == 2  # the compiled call and the eager one
     xs = torch.randn(2, 32).half()  # [2, K]
     torch.testing.assert_close(compiled(xs), torch.nn.functional.linear(xs, w))
-    fallbacks = plugin._STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
+    fallbacks = registry.STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
     assert tally.n == 2 and fallbacks == {"batch_not_1": 1}

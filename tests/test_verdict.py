@@ -14,9 +14,8 @@ from qgate import gate as gate_mod
 from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
-from qgate.engine.arms import ids_sha256
 from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
-from qgate.results import current_schema
+from qgate.results import current_schema, ids_sha256
 from qgate.stats import StatsConfig, compare_samples
 
 _spec = importlib.util.spec_from_file_location(

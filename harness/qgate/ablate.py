@@ -42,7 +42,6 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +53,14 @@ from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError
 from qgate.gate import PASS, SEV_ERROR, Gate, decide
 from qgate.quality.runner import run_quality
-from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
+from qgate.results import (
+    ResultError,
+    atomic_write_json,
+    atomic_write_text,
+    current_schema,
+    load_result,
+    utc_now,
+)
 from qgate.speed.compare import SPEED_EXTRA_KEYS
 from qgate.speed.run import arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
@@ -492,7 +498,7 @@ def build_record(
         "status": OK if status == PASS else ERROR,
         "reasons": reasons,
         "notes": _notes(c.speed.launches),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": utc_now(),
         "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
         "design": design,
         "stats": {

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from qgate.results import (
     atomic_write_with,
     current_schema,
     load_result,
+    utc_now,
 )
 from qgate.route_env import SwitchError, routes_on
 from qgate.speed.compare import compare_speed
@@ -259,7 +259,7 @@ def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
     if "speed" in record.get("kinds", []):
         atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
         paths["plot"] = str(out / "speed.png")
-    record = {**record, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    record = {**record, "created_at": utc_now()}
     atomic_write_text(paths["report"], render_markdown(record))
     atomic_write_json(paths["verdict"], record)
     return paths

@@ -22,8 +22,8 @@ from typing import Any
 
 from qgate import routes
 from qgate.contract import Contract, LoadedContract
-from qgate.engine.arms import ids_sha256
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.results import ids_sha256
 from qgate.stats import (
     ADVICE_TARGET,
     IMPROVED,

@@ -29,19 +29,13 @@ import torch
 from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
-from qgate_kernels import record
+from qgate_kernels import record, registry
 
 _ROLE_BY_NAME = (
     ("hyper_connection_mixer", "final"),
     ("mlp_hyper_connection", "moe"),
     ("attn_hyper_connection", "attn"),
 )
-
-
-def _plugin() -> Any:
-    from qgate_kernels import plugin
-
-    return plugin
 
 
 def hc_role(name: str, use_combine: bool) -> str:
@@ -94,7 +88,7 @@ class HcSite:
         return h.new_empty((h.shape[0], 0)) if injection is None else injection.clone()
 
     def mix(self, h: Any) -> tuple[Any, Any]:
-        state = _plugin()._STATE
+        state = registry.STATE
         reason = self.reject(h)
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
@@ -102,7 +96,7 @@ class HcSite:
             return block_input.clone(), self._injection_out(h, injection)
         if record.active():
             record.save(HC_ROUTE, self.name, h, None, None)
-        out = _plugin()._invoke(
+        out = registry.invoke(
             HC_ROUTE,
             f"{self.role}.mix",
             h,
@@ -116,7 +110,7 @@ class HcSite:
         return block_input, self._injection_out(h, injection)
 
     def combine_and_mix(self, h: Any, block_output: Any, injection: Any) -> tuple[Any, Any, Any]:
-        state = _plugin()._STATE
+        state = registry.STATE
         reason = self.reject(h, block_output, injection)
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
@@ -125,7 +119,7 @@ class HcSite:
         if record.active():
             record.save(HC_ROUTE, self.name, h, block_output, injection)
         args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
-        out = _plugin()._invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
+        out = registry.invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
         h_new, block_input, inj = self._checked(out, h, None)
         return h_new, block_input, self._injection_out(h, inj)
 
@@ -149,7 +143,7 @@ def define_hc_ops() -> None:
     """qgate_routes::hc_mix / hc_combine_mix: the per-call decision, opaque to torch.compile."""
 
     def site(i: int) -> HcSite:
-        return _plugin()._STATE.sites[i]
+        return registry.STATE.sites[i]
 
     @torch.library.custom_op("qgate_routes::hc_mix", mutates_args=())
     def hc_mix(h: torch.Tensor, site_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +171,6 @@ def define_hc_ops() -> None:
 
 def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement of GatedResidual.mix (kind 'mix') or .combine_and_mix: the op for wired modules."""
-    plugin = _plugin()
     if kind == "mix":
 
         def mix(self: Any, hidden_states: Any) -> Any:
@@ -185,9 +178,9 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
             if sid is None:
                 return orig(self, hidden_states)
             block_input, inj = torch.ops.qgate_routes.hc_mix(hidden_states, sid)
-            return hidden_states, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+            return hidden_states, block_input, inj if registry.STATE.sites[sid].use_combine else None
 
-        return plugin._patched(mix, orig)
+        return registry.patched(mix, orig)
 
     def combine_and_mix(self: Any, hidden_states: Any, prev_block_output: Any, prev_injection: Any) -> Any:
         sid = getattr(self, "_qgate_hc_site", None)
@@ -195,14 +188,13 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
             return orig(self, hidden_states, prev_block_output, prev_injection)
         out = torch.ops.qgate_routes.hc_combine_mix(hidden_states, prev_block_output, prev_injection, sid)
         h_new, block_input, inj = out
-        return h_new, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+        return h_new, block_input, inj if registry.STATE.sites[sid].use_combine else None
 
-    return plugin._patched(combine_and_mix, orig)
+    return registry.patched(combine_and_mix, orig)
 
 
 def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> None:
     """One HcSite per unquantized module of the site class in the model (after the load)."""
-    plugin = _plugin()
     for name, module in model.named_modules():
         if not isinstance(module, hc_cls) or getattr(module, "_qgate_hc_site", None) is not None:
             continue
@@ -217,7 +209,7 @@ def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> No
         role = hc_role(name, use_combine)
         site = HcSite(module, role, w_down, w_up, orig)
         site.name = name  # the vLLM module name, for recorded activations (qgate_kernels.record)
-        module._qgate_hc_site = plugin._add_site(site, HC_ROUTE, role)
+        module._qgate_hc_site = registry.add_site(site, HC_ROUTE, role)
 
 
 # --- QSA top-k ----------------------------------------------------------------------------------
@@ -241,7 +233,7 @@ class TopkSite:
         block_indices: Any,
         workspace: Any,
     ) -> None:
-        state = _plugin()._STATE
+        state = registry.STATE
         k = token_topk // compress_ratio
         reason = None
         if logits.dim() != 2 or tuple(block_indices.shape) != (logits.shape[0], k):
@@ -258,7 +250,7 @@ class TopkSite:
             state.recorder.fallback(TOPK_ROUTE, reason)
             self.orig(logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace)
             return
-        out = _plugin()._invoke(TOPK_ROUTE, self.role, logits, visible_blocks, k, block_indices)
+        out = registry.invoke(TOPK_ROUTE, self.role, logits, visible_blocks, k, block_indices)
         if out is not None and out is not block_indices:
             if tuple(out.shape) != tuple(block_indices.shape):
                 got, want = tuple(out.shape), tuple(block_indices.shape)
@@ -277,7 +269,7 @@ def define_topk_op() -> None:
         workspace: torch.Tensor,
         site_id: int,
     ) -> None:
-        _plugin()._STATE.sites[site_id].run(
+        registry.STATE.sites[site_id].run(
             logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace
         )
 
@@ -299,9 +291,8 @@ def patch_topk(owner: Any, name: str, orig: Callable[..., Any]) -> list[str]:
 
     The site's own module is patched (its callers read the global at call time: checked through their
     code's global names), then every other loaded module that holds the same function object."""
-    plugin = _plugin()
-    plugin._STATE.sites.append(TopkSite(orig))  # its site count comes per model load (model_has_qsa)
-    sid = len(plugin._STATE.sites) - 1
+    registry.STATE.sites.append(TopkSite(orig))  # its site count comes per model load (model_has_qsa)
+    sid = len(registry.STATE.sites) - 1
 
     def topk(
         logits: Any, visible_blocks: Any, token_topk: int, compress_ratio: int, block_indices: Any, ws: Any
@@ -310,7 +301,7 @@ def patch_topk(owner: Any, name: str, orig: Callable[..., Any]) -> list[str]:
             logits, visible_blocks, token_topk, compress_ratio, block_indices, ws, sid
         )
 
-    patched = plugin._patched(topk, orig)
+    patched = registry.patched(topk, orig)
     where = []
     callers = [
         f"{owner.__name__}.{fname}"

@@ -10,10 +10,8 @@ with each record the child emits (`Workload`). Workloads never import each other
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
@@ -21,6 +19,7 @@ from qgate.contract import LoadedContract
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
+from qgate.results import utc_now
 from qgate.route_env import OVERRIDE_PREFIX, SITES_ENV
 from qgate.routes import check_overrides
 
@@ -28,15 +27,6 @@ ARMS = ("control", "candidate")
 
 # What the CLI shows: called with (arm, event record, result so far).
 Progress = Callable[[str, dict, dict], None]
-
-
-def ids_sha256(ids: list[int]) -> str:
-    """The hash of a token id list that every workload records (prompts, outputs)."""
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -162,7 +152,7 @@ def run_launch(
             result["fingerprint"] = ev["fingerprint"]
             result["launches"].append(
                 {**workload.launch_fields(launch), "segment": segment,
-                 "engine_start_s": ev["engine_start_s"], "started_at": now()}
+                 "engine_start_s": ev["engine_start_s"], "started_at": utc_now()}
             )  # fmt: skip
         workload.on_record(plan, result, ev)
         if progress is not None:

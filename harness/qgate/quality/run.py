@@ -20,21 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qgate.engine.arms import ids_sha256
 from qgate.errors import RunFailure
+from qgate.quality.gsm8k import build_messages
 from qgate.quality.scoring import prompt_closes_thinking, score_output
+from qgate.results import ids_sha256
 
 
 class QualityRunError(RunFailure, RuntimeError):
     """The engine did not do what the contract asks (e.g. the prefix cache would not reset)."""
-
-
-def build_messages(spec: dict[str, Any], question: str) -> list[dict[str, str]]:
-    messages = []
-    if spec.get("system_prompt"):
-        messages.append({"role": "system", "content": spec["system_prompt"]})
-    messages.append({"role": "user", "content": spec["user_template"].replace("{question}", question)})
-    return messages
 
 
 def decode_tok_s(n_tokens: int, first_ts: float, last_ts: float) -> float | None:
