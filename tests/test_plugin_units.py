@@ -139,7 +139,8 @@ def test_flat_gdn_route_output_is_what_vllms_flat_part1_gives() -> None:
     import torch
 
     gdn = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
-    from qgate_kernels import gdn_site, ops, reference
+    from qgate_kernels import ops, reference
+    from qgate_kernels.sites import gdn as gdn_site
 
     nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
     gen = torch.Generator().manual_seed(12)
@@ -207,6 +208,7 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
     import torch
 
     from qgate_kernels import plugin, registry
+    from qgate_kernels.sites import gemv
 
     class Base:  # stands for UnquantizedLinearMethod
         def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,9 +218,9 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
         def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return x * 3 if bias is None else super().apply(layer, x, bias)
 
-    monkeypatch.setattr(Base, "apply", plugin._routed_apply(Base.__dict__["apply"]))
-    own = plugin._take_apply(LowLatency)
-    assert own is LowLatency.__dict__["apply"]._qgate_orig and plugin._take_apply(LowLatency) is own  # once
+    monkeypatch.setattr(Base, "apply", gemv.routed_apply(Base.__dict__["apply"]))
+    own = gemv.take_apply(LowLatency)
+    assert own is LowLatency.__dict__["apply"]._qgate_orig and gemv.take_apply(LowLatency) is own  # once
 
     class Site:  # a site whose every call falls back (as a bf16 call does: `dtype`)
         route, role, n_out, calls = "fp16_gemv", "qkv_proj", 4, 0

@@ -243,7 +243,7 @@ class Contract(_Strict):
 
     @model_validator(mode="after")
     def _known_shims_and_sites(self) -> Contract:
-        from qgate.routes import platform_env_problem
+        from qgate.route_env import platform_env_problem
 
         problem = platform_env_problem(self.shims, self.sites)
         if problem:
@@ -278,7 +278,7 @@ class Contract(_Strict):
 
     def env_for(self, arm: str) -> dict[str, str]:
         """The arm's env, plus the contract's shims and sites (the same in both arms)."""
-        from qgate.routes import platform_env
+        from qgate.route_env import platform_env
 
         return (
             dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites) | roles_env(self.routes)

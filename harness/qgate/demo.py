@@ -208,7 +208,7 @@ def speed_figure(record: dict[str, Any]) -> str:
 
 
 def run_quality_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
-    from qgate.quality.runner import run_quality
+    from qgate.quality.run import run_quality
 
     record, outcome = _run_gate(plan, "quality", run_quality, progress)
     if record is None:

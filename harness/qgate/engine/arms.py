@@ -4,7 +4,7 @@ A run is arms x launches: for each launch, each arm in turn gets one engine star
 the child, its route counts, the save). The spine owns what every workload shares: the arm plans, the
 route pre-flight, claiming the output folder, the model, the launch bookkeeping in each arm's result
 (fingerprint, `launches`), the attestation and log paths, progress. A workload (qgate.speed.run,
-qgate.quality.runner) supplies only its result files, the child's spec for a launch, and what it does
+qgate.quality.run) supplies only its result files, the child's spec for a launch, and what it does
 with each record the child emits (`Workload`). Workloads never import each other.
 """
 
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from qgate.contract import LoadedContract
+from qgate.engine.preflight import check_overrides
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
 from qgate.results import utc_now
 from qgate.route_env import OVERRIDE_PREFIX, SITES_ENV
-from qgate.routes import check_overrides
 
 ARMS = ("control", "candidate")
 

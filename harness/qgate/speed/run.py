@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
@@ -19,6 +19,9 @@ from qgate.speed.compare import decode_stats
 from qgate.speed.sequential import Design, look_at
 from qgate.speed.sequential import record as sequential_record
 from qgate.stats import StatsConfig
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11; pyproject allows 3.10
+    from typing_extensions import Unpack
 
 
 def arm_path(out_dir: Path, arm: str) -> Path:

@@ -18,6 +18,8 @@ import torch
 from qgate.route_env import ROUTE_GDN as GDN_ROUTE
 from qgate_kernels import record, registry
 
+GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
+
 
 class GdnSite:
     """One Gated-DeltaNet layer (fused GDN input route); `run` is the body of qgate_routes::gdn_input.
@@ -146,3 +148,26 @@ def wire_gdn(model: Any) -> None:
         if getattr(module, "enable_fused_gdn_spec_decode", False) and not fp16:
             continue  # forward_cuda's own fused bf16 path: the route never replaces it
         module._qgate_gdn_site = registry.add_site(GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, GdnSite.role)
+
+
+def define_op() -> None:
+    """qgate_routes::gdn_input: a GDN layer's Part 1 under vLLM's torch.compile trace."""
+
+    @torch.library.custom_op("qgate_routes::gdn_input", mutates_args=())
+    def routed_gdn_input(
+        h: torch.Tensor, site: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert registry.STATE is not None
+        return registry.STATE.sites[site].run(h)
+
+    @routed_gdn_input.register_fake
+    def _(h: torch.Tensor, site: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert registry.STATE is not None
+        s = registry.STATE.sites[site]
+        t = h.shape[0]
+        return (
+            h.new_empty((t, 2 * s.nk * s.dk + s.nv * s.dv)),
+            h.new_empty((t, s.nv, s.dv)),
+            h.new_empty((t, s.nv)),
+            h.new_empty((t, s.nv)),
+        )
