@@ -500,7 +500,7 @@ def build_record(
         "reasons": reasons,
         "notes": _notes(c.speed.launches),
         "created_at": utc_now(),
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "contract": loaded.reference(),
         "design": design,
         "stats": {
             "alpha": cfg.alpha,

@@ -239,14 +239,13 @@ def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContrac
     if one_sided:
         gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
     verdict, reasons = decide(gates)
-    c = loaded.contract
     record: dict[str, Any] = {
         "kind": "verdict",
         "schema_version": VERDICT_SCHEMA_VERSION,
         "verdict": verdict,
         "reasons": reasons,
         "gates": [g.to_dict() for g in gates],
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "contract": loaded.reference(),
         "inputs": {p.kind: {"control": p.control_path, "candidate": p.candidate_path} for p in pairs},
         "kinds": [p.kind for p in pairs],
     }

@@ -391,7 +391,7 @@ def arm_variance(x: np.ndarray, launches: int = 1) -> dict[str, np.ndarray]:
 
 def mean_interval(mean: Any, var_of_mean: Any, df: Any, alpha: float) -> tuple[Any, Any]:
     """The Welch-t interval of an arm's mean, each bound one-sided at alpha/2 (floats or arrays, from
-    arm_variance: launch-aware). The speed floor (qgate.verdict) reads it against min_decode_tok_s."""
+    arm_variance: launch-aware). The speed floor (qgate.speed.gates) reads it against min_decode_tok_s."""
     half = sps.t.ppf(1 - alpha / 2, df) * np.sqrt(var_of_mean)
     return mean - half, mean + half
 

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from qgate.errors import RouteError
@@ -95,3 +95,17 @@ def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
         raise RouteError(f"cannot check the route overrides: {tail}")
     if problems:
         raise RouteError(str(problems[0]))
+
+
+def check_arm_envs(envs: Iterable[Mapping[str, str]], machine: bool = True) -> None:
+    """Every check of a run that needs no engine, beyond the contract's own, over each arm's env:
+    `qgate contract validate` applies it too, so a contract it passes is not refused by `qgate run`
+    before an engine starts. The engine child runs in this folder, so the check does too.
+
+    An arm's route overrides and the contract's sites are imported and checked (a child interpreter).
+    `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
+    this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
+    contract, and an import of vLLM: a minute on a loaded machine)."""
+    for env in envs:
+        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env):
+            check_overrides(dict(env), cwd=Path.cwd())

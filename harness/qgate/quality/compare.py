@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from qgate.contract import LoadedContract
+from qgate.contract.quality import Quality
 from qgate.gate import SEV_ERROR, Gate
 from qgate.quality.gates import arm_gates, paired_gate, summarize
 from qgate.quality.paired import seed_of, single_seed_caveat
-from qgate.quality.schema import Quality
 
 
 def _quality_section(loaded: LoadedContract | None, candidate: dict[str, Any]) -> Quality:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from qgate.contract import LoadedContract
+from qgate.contract.speed import PROMPT_KEYS, WORKLOAD_KEYS
 from qgate.speed import gates as vd
 from qgate.speed.figures import arm_figures, rep_values, result_launches
 from qgate.stats import (
@@ -28,20 +29,8 @@ from qgate.stats import (
 # Dotted keys a speed result adds to the refuse-to-compare check (qgate.comparable.differences).
 SPEED_EXTRA_KEYS = (
     "prompt.sha256",
-    "prompt.input_tokens",
-    "prompt.seed",
-    *(
-        f"workload.{k}"
-        for k in (
-            "output_tokens",
-            "greedy",
-            "ignore_eos",
-            "warmup",
-            "repetitions",
-            "reset_prefix_cache",
-            "launches",
-        )
-    ),
+    *(f"prompt.{key}" for key in PROMPT_KEYS.values()),
+    *(f"workload.{key}" for key in WORKLOAD_KEYS),
 )
 
 
