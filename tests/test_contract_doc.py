@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typer.testing import CliRunner
 
 from qgate.cli.contract_doc import app
-from qgate.contract_doc import generate
+from qgate.contract.reference import generate
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "contract-reference.md"
 runner = CliRunner()

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from qgate.cli import app
 from qgate.contract import load_contract
-from qgate.contract_yaml import MAX_BYTES
+from qgate.contract.strict_yaml import MAX_BYTES
 from qgate.engine import arms
 from qgate.errors import QgateError
 from qgate.speed.run import run_speed

@@ -10,8 +10,8 @@ from conftest import CONTRACTS, qgate
 from rich.console import Console
 
 from qgate import demo
+from qgate.engine.preflight import check_overrides
 from qgate.report.demo import summary_table
-from qgate.routes import check_overrides
 
 DEMO = CONTRACTS / "demo-cpu.yaml"
 

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from qgate import history
+from qgate import comparable, history
 from qgate import night as night_mod
-from qgate import verdict as vd
 from qgate.cli.history import app
 from qgate.compare import run_compare
 from qgate.report import trend
@@ -35,7 +34,7 @@ QSHA = "ab" * 32  # the quality contract's sha256 in the hand-made quality resul
 
 @pytest.fixture(autouse=True)
 def routes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vd, "routes", support.standin_routes())
+    monkeypatch.setattr(comparable, "routes", support.standin_routes())
 
 
 @pytest.fixture

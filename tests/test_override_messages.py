@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from qgate.engine.launcher import cause_in_log
-from qgate_kernels.route_sites import HcSite
+from qgate_kernels.sites.hc import HcSite
 
 
 def _site() -> HcSite:

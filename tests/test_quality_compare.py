@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from qgate.contract import load_contract
+from qgate.contract import LoadedContract, load_contract
 from qgate.quality.compare import compare_quality, miss_table
 from qgate.quality.gates import new_misses, summarize, weighted_decode_tok_s
 from qgate.quality.scoring import score_output
@@ -36,6 +36,12 @@ def _contract(repeats: int):
     return c.model_copy(update={"quality": q})
 
 
+def _loaded(repeats: int) -> LoadedContract:
+    """The contract in hand, as `qgate compare` gives it to compare_quality."""
+    loaded = load_contract(CONTRACT)
+    return loaded.model_copy(update={"contract": _contract(repeats)})
+
+
 def _result(arm: str, items: list[dict], repeats: int = 1) -> dict:
     q = _contract(repeats).quality
     return {
@@ -64,7 +70,7 @@ def _gates(out: dict) -> dict[str, dict]:
 def test_all_correct_passes_every_gate() -> None:
     ctrl = _result("control", [_good(i) for i in range(8, 24)])
     cand = _result("candidate", [_good(i) for i in range(8, 24)])
-    out = compare_quality(ctrl, cand, _contract(1))
+    out = compare_quality(ctrl, cand, _loaded(1))
     failed = [g for g in out["gates"] if not g["passed"]]
     # One seed cannot show the power to catch 2 broken items: everything passes but the paired test
     assert [(g["name"], g["severity"]) for g in failed] == [("paired test", "inconclusive")]
@@ -160,7 +166,7 @@ def _wrong(i: int) -> dict:
 
 def test_three_seeds_all_correct_pass_with_per_item_rates() -> None:
     ctrl, cand = _result("control", _three_seeds(), 3), _result("candidate", _three_seeds(), 3)
-    out = compare_quality(ctrl, cand, _contract(3))
+    out = compare_quality(ctrl, cand, _loaded(3))
     assert [g for g in out["gates"] if not g["passed"]] == []
     g = _gates(out)
     assert g["candidate natural stops"]["detail"].startswith("48/48")  # health: every output
@@ -173,7 +179,7 @@ def test_three_seeds_all_correct_pass_with_per_item_rates() -> None:
 def test_three_seeds_two_broken_items_fail_and_are_flagged() -> None:
     ctrl = _result("control", _three_seeds({1: {20}}), 3)  # the control misses item 20 once
     cand = _result("candidate", _three_seeds({0: {12, 20}, 1: {12, 20}, 2: {12, 20}}), 3)
-    out = compare_quality(ctrl, cand, _contract(3))
+    out = compare_quality(ctrl, cand, _loaded(3))
     g = _gates(out)["paired test"]
     assert not g["passed"] and g["severity"] == "fail", g
     t = out["paired_test"]
@@ -189,7 +195,7 @@ def test_three_seeds_two_broken_items_fail_and_are_flagged() -> None:
 def test_a_missing_seed_is_an_error_not_a_pass() -> None:
     ctrl = _result("control", _three_seeds(), 3)
     cand = _result("candidate", _three_seeds()[:32], 3)  # the third seed never ran
-    g = _gates(compare_quality(ctrl, cand, _contract(3)))
+    g = _gates(compare_quality(ctrl, cand, _loaded(3)))
     assert (
         not g["candidate result complete"]["passed"]
         and "32/48 outputs" in g["candidate result complete"]["detail"]
@@ -202,7 +208,7 @@ def test_schema_1_results_compare_as_the_frozen_seed() -> None:
     items = [_good(i) for i in range(8, 24)]
     items[3] = _wrong(11)
     out = compare_quality(
-        _result("control", [_good(i) for i in range(8, 24)]), _result("candidate", items), _contract(1)
+        _result("control", [_good(i) for i in range(8, 24)]), _result("candidate", items), _loaded(1)
     )
     t = out["paired_test"]
     assert t["seeds"] == [20260828] and t["b_candidate_only_misses"] == 1 and t["verdict"] == "inconclusive"

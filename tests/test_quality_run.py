@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from qgate.quality.run import QualityRunError, build_messages, run_items
+from qgate.quality.workload import QualityRunError, build_messages, run_items
 
 SPEC = {
     "items": [{"index": 8, "question": "Q8?", "gold": "8"}, {"index": 9, "question": "Q9?", "gold": "9"}],

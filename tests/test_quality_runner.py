@@ -14,8 +14,8 @@ import yaml
 from qgate.contract import load_contract
 from qgate.engine import arms
 from qgate.errors import RunFailure
-from qgate.quality import runner
-from qgate.quality.run import done_key
+from qgate.quality import run as runner
+from qgate.quality.workload import done_key
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 SEEDS = [20260828, 20260829, 20260830]

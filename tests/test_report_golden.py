@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qgate import verdict as vd
+from qgate import comparable
 from qgate.compare import Pair, build_verdict
 from qgate.report import render_markdown, speed_png
 
@@ -27,7 +27,7 @@ GOLDEN_REPORT = support.GOLDEN / "report.md"
 @pytest.fixture
 def record(monkeypatch: pytest.MonkeyPatch) -> dict:
     # The stand-in pins the attestation gate names; the real qgate.routes has its own tests.
-    monkeypatch.setattr(vd, "routes", support.standin_routes())
+    monkeypatch.setattr(comparable, "routes", support.standin_routes())
     control, candidate = support.load_pair()
     pair = Pair(
         "speed", control, candidate, "tests/golden/speed_control.json", "tests/golden/speed_candidate.json"

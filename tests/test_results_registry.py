@@ -12,7 +12,7 @@ import torch
 from qgate import ablate, compare, demo
 from qgate.engine import procs
 from qgate.ops.screen import record_header
-from qgate.quality.runner import QUALITY_SCHEMA_VERSION
+from qgate.quality.run import QUALITY_SCHEMA_VERSION
 from qgate.results import SCHEMAS, SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
 
 # Each record kind's writer and the version it stamps on its records.

@@ -10,6 +10,7 @@ from conftest import REPO
 
 from qgate import route_env, routes
 from qgate.contract import ContractError, load_contract
+from qgate.engine import preflight
 
 GEMV = "VLLM_SM70_QWEN38_FP16_GEMV"
 ROLES = [
@@ -69,7 +70,7 @@ def test_an_arm_cannot_set_the_roles_variable(tmp_path: Path, monkeypatch: pytes
         load_contract(path)
     # and an inherited one is dropped by the launcher, like the other route variables
     monkeypatch.setenv(route_env.ROLES_ENV, '{"fp16_gemv": ["o_proj"]}')
-    assert route_env.ROLES_ENV not in routes.engine_env({})
+    assert route_env.ROLES_ENV not in preflight.engine_env({})
 
 
 def _result(roles: dict[str, int], listed: list[str] | None) -> dict:

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO
 
 from qgate import route_env, routes
+from qgate.engine import preflight
 from qgate.routes import RouteError
 
 FIXTURES = str(REPO / "tests" / "fixtures")
@@ -49,14 +50,14 @@ def test_switched_on_lists_every_route() -> None:
 )  # fmt: skip
 def test_check_overrides_refuses_bad_env_without_importing(env: dict, message: str) -> None:
     with pytest.raises(RouteError) as err:
-        routes.check_overrides(env)
+        preflight.check_overrides(env)
     assert str(err.value).startswith(message)
     assert "\n" not in str(err.value)
 
 
 def test_check_overrides_accepts_plain_switches() -> None:
-    routes.check_overrides({GEMV: "1", "VLLM_SM70_QWEN38_FUSED_HC_FP16": "0"})
-    routes.check_overrides({})
+    preflight.check_overrides({GEMV: "1", "VLLM_SM70_QWEN38_FUSED_HC_FP16": "0"})
+    preflight.check_overrides({})
 
 
 @pytest.fixture()
@@ -86,7 +87,7 @@ def impl_dir(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("func", ["good", "defaulted"])
 def test_check_overrides_accepts_a_matching_signature(impl_dir: Path, func: str) -> None:
     pytest.importorskip("qgate_kernels.overrides")
-    routes.check_overrides({GEMV: "1", IMPL: f"my_impls:{func}", "PYTHONPATH": str(impl_dir)})
+    preflight.check_overrides({GEMV: "1", IMPL: f"my_impls:{func}", "PYTHONPATH": str(impl_dir)})
 
 
 @pytest.mark.parametrize(
@@ -106,7 +107,7 @@ def test_check_overrides_refuses_broken_specs_before_any_engine(
 ) -> None:
     pytest.importorskip("qgate_kernels.overrides")
     with pytest.raises(RouteError) as err:
-        routes.check_overrides({GEMV: "1", IMPL: spec, "PYTHONPATH": str(impl_dir)})
+        preflight.check_overrides({GEMV: "1", IMPL: spec, "PYTHONPATH": str(impl_dir)})
     text = str(err.value)
     assert text.startswith(f"{IMPL}={spec!r}: ") and message in text, text
     assert "\n" not in text
@@ -116,13 +117,13 @@ def test_check_overrides_imports_with_the_arms_env_not_the_callers(impl_dir: Pat
     pytest.importorskip("qgate_kernels.overrides")
     # The module is importable here only through the arm's PYTHONPATH: without it, the check fails.
     with pytest.raises(RouteError, match="cannot import 'my_impls'"):
-        routes.check_overrides({GEMV: "1", IMPL: "my_impls:good"})
+        preflight.check_overrides({GEMV: "1", IMPL: "my_impls:good"})
 
 
 def test_the_test_fixture_overrides_pass_the_check() -> None:
     pytest.importorskip("qgate_kernels.overrides")
     for func in ("slow_gemv", "perturbed_gemv"):
-        routes.check_overrides({GEMV: "1", IMPL: f"slow_routes:{func}", "PYTHONPATH": FIXTURES})
+        preflight.check_overrides({GEMV: "1", IMPL: f"slow_routes:{func}", "PYTHONPATH": FIXTURES})
 
 
 def _write(path: Path, routes_on: list[str], counts: dict, errors: list[str] | None = None) -> None:
@@ -245,16 +246,18 @@ def test_route_rows_render_in_the_report() -> None:
 
 def test_platform_env_carries_shims_and_sites_and_refuses_unknown_ones() -> None:
     sites = {"fused_hc_fp16.mix": "my_fork.hc:MyResidual.mix"}
-    env = routes.platform_env(["qwen4exp_fp16_cpu"], sites)
+    env = route_env.platform_env(["qwen4exp_fp16_cpu"], sites)
     assert env == {
         "QGATE_SHIMS": "qwen4exp_fp16_cpu",
         "QGATE_SITES": json.dumps(sites, separators=(",", ":")),
     }
-    assert routes.platform_env([], {}) == {}
-    assert routes.platform_env_problem(["qwen4exp_fp16_cpu"], sites) is None
-    assert "not a known shim" in routes.platform_env_problem(["nope"], {})
-    assert "not a known site" in routes.platform_env_problem([], {"fused_hc_fp16.mixx": "a:b"})
-    assert "expected 'module:Class.method'" in routes.platform_env_problem([], {"qsa_topk.topk": "a:b.c.d"})
+    assert route_env.platform_env([], {}) == {}
+    assert route_env.platform_env_problem(["qwen4exp_fp16_cpu"], sites) is None
+    assert "not a known shim" in route_env.platform_env_problem(["nope"], {})
+    assert "not a known site" in route_env.platform_env_problem([], {"fused_hc_fp16.mixx": "a:b"})
+    assert "expected 'module:Class.method'" in route_env.platform_env_problem(
+        [], {"qsa_topk.topk": "a:b.c.d"}
+    )
 
 
 def test_collect_shims_sums_calls_and_never_touches_the_routes(tmp_path: Path) -> None:

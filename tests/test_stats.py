@@ -368,7 +368,7 @@ def test_sample_size_estimate_reaches_the_margin_in_simulation() -> None:
 def test_arm_figures_a_broken_rep_voids_the_figures_over_it() -> None:
     """One arm-figures function (compare, ablate, history): a missing or non-finite rep is None in the
     list and makes the figures over that metric None instead of a summary of the other reps."""
-    from qgate.stats import arm_figures, rep_values
+    from qgate.speed.figures import arm_figures, rep_values
 
     reps = [{"decode_tok_s": 50.0, "tpot_ms": 20.0, "ttft_ms": 5.0}, {"decode_tok_s": 52.0, "tpot_ms": 19.0}]
     reps.append({"decode_tok_s": 48.0, "tpot_ms": 21.0, "ttft_ms": float("inf")})

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from qgate import comparable
 from qgate import compare as compare_mod
 from qgate import gate as gate_mod
-from qgate import verdict as vd
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
-from qgate.engine.arms import ids_sha256
 from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
-from qgate.results import current_schema
+from qgate.results import current_schema, ids_sha256
+from qgate.speed import gates as vd
 from qgate.stats import StatsConfig, compare_samples
 
 _spec = importlib.util.spec_from_file_location(
@@ -29,7 +29,9 @@ _spec.loader.exec_module(support)
 @pytest.fixture(autouse=True)
 def routes(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
     mod = support.standin_routes()
-    monkeypatch.setattr(vd, "routes", mod)  # the attestation's seam: verdict's plain import of qgate.routes
+    monkeypatch.setattr(
+        comparable, "routes", mod
+    )  # the attestation's seam: verdict's plain import of qgate.routes
     return mod
 
 
@@ -116,7 +118,7 @@ def test_fixture_pair_passes_with_every_gate_listed() -> None:
 def test_refuse_to_compare_lists_the_difference(section: str, key: str, value: Any) -> None:
     control, candidate = support.load_pair()
     candidate[section][key] = value
-    diffs = vd.differences(control, candidate, None, ("prompt.sha256", "workload.output_tokens"))
+    diffs = comparable.differences(control, candidate, None, ("prompt.sha256", "workload.output_tokens"))
     assert any(d.startswith(f"{section}.{key}") for d in diffs), diffs
     rec = verdict_of(control, candidate)
     assert rec["verdict"] == "ERROR"
@@ -126,7 +128,7 @@ def test_refuse_to_compare_lists_the_difference(section: str, key: str, value: A
 
 def test_env_hostname_and_commit_do_not_block_a_comparison() -> None:
     control, candidate = support.load_pair()
-    assert vd.differences(control, candidate, support.pinned_contract()) == []
+    assert comparable.differences(control, candidate, support.pinned_contract()) == []
     candidate["fingerprint"]["hostname"] = "bench-2"
     candidate["fingerprint"]["git_sha"] = "abcdef0"
     rec = verdict_of(control, candidate)
@@ -137,7 +139,7 @@ def test_env_hostname_and_commit_do_not_block_a_comparison() -> None:
 def test_result_env_must_hold_the_contract_arm_env() -> None:
     control, candidate = support.load_pair()
     candidate["env"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "0"
-    diffs = vd.differences(control, candidate, support.pinned_contract())
+    diffs = comparable.differences(control, candidate, support.pinned_contract())
     assert diffs == ["env.VLLM_SM70_QWEN38_FP16_GEMV: candidate result '0', contract says '1'"]
 
 
@@ -153,20 +155,20 @@ def test_engine_override_declared_by_the_contract_is_accepted() -> None:
     loaded = _override_contract({"enforce_eager": False})
     control, candidate = support.load_pair()
     candidate["engine_args"] = loaded.contract.engine_for("candidate")
-    assert vd.differences(control, candidate, loaded) == []
+    assert comparable.differences(control, candidate, loaded) == []
     # Without the contract in hand the same difference cannot be checked: refused.
-    assert vd.differences(control, candidate, None) == [
+    assert comparable.differences(control, candidate, None) == [
         "engine_args.enforce_eager: control True vs candidate False"
     ]
     # A difference other than the declared override is refused even with the contract.
     candidate["engine_args"]["max_num_seqs"] = 2
-    assert len(vd.differences(control, candidate, loaded)) == 2
+    assert len(comparable.differences(control, candidate, loaded)) == 2
 
 
 def test_contract_in_hand_must_be_the_one_the_results_ran() -> None:
     control, candidate = support.load_pair()
     other = LoadedContract(path="x.yaml", sha256="e" * 64, contract=support.pinned_contract().contract)
-    diffs = vd.differences(control, candidate, other)
+    diffs = comparable.differences(control, candidate, other)
     assert any("contract in hand" in d for d in diffs)
     assert verdict_of(control, candidate, other)["verdict"] == "ERROR"
 
@@ -347,7 +349,7 @@ def test_missing_or_broken_attestation_is_error(
     control, candidate = support.load_pair()
     del candidate["routes"]
     assert verdict_of(control, candidate)["verdict"] == "ERROR"  # the stand-in raises KeyError
-    gates = vd.attestation(control, candidate)
+    gates = comparable.attestation(control, candidate)
     assert gates == [
         Gate("route attestation", False, "cannot attest the routes: KeyError: 'routes'", SEV_ERROR)
     ]
@@ -417,7 +419,7 @@ def test_quality_results_dispatch_to_the_quality_comparer(monkeypatch: pytest.Mo
     ]
     loaded = support.pinned_contract()
     rec = build_verdict(pairs, [], loaded)
-    assert seen["contract"] is loaded.contract
+    assert seen["contract"] is loaded
     assert rec["verdict"] == "FAIL" and rec["reasons"] == ["quality: matched misses: item 12: 14 vs 13"]
     assert gate(rec, "quality: comparable arms")["passed"]
     # The record holds the comparer's data, not markdown; the report renders the section from it.

@@ -42,24 +42,31 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qgate import routes
-from qgate import verdict as vd
+from qgate import comparable, route_env, routes
 from qgate.compare import refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError
 from qgate.gate import PASS, SEV_ERROR, Gate, decide
-from qgate.quality.runner import run_quality
-from qgate.results import ResultError, atomic_write_json, atomic_write_text, current_schema, load_result
+from qgate.quality.run import run_quality
+from qgate.results import (
+    ResultError,
+    atomic_write_json,
+    atomic_write_text,
+    current_schema,
+    load_result,
+    utc_now,
+)
+from qgate.speed import gates as vd
 from qgate.speed.compare import SPEED_EXTRA_KEYS
+from qgate.speed.figures import arm_figures as stats_arm_figures
+from qgate.speed.figures import arm_units
 from qgate.speed.run import arm_path, run_speed
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import StatsConfig, arm_units, bootstrap_estimate, compare_samples
-from qgate.stats import arm_figures as stats_arm_figures
+from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples
 
 ABLATION_SCHEMA_VERSION = current_schema("ablation")
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
@@ -105,14 +112,14 @@ class Arm:
 
 
 def _route_vars(route: str) -> tuple[str, str]:
-    return routes.ROUTES[route], routes.override_var(route)
+    return route_env.ROUTES[route], route_env.override_var(route)
 
 
 def derive_factors(control: Mapping[str, str], candidate: Mapping[str, str]) -> list[Factor]:
     """The factors in which candidate differs from control: routes first (in ROUTES order), then env vars."""
     differing = {k for k in set(control) | set(candidate) if control.get(k) != candidate.get(k)}
     factors, grouped = [], set()
-    for route in routes.ROUTES:
+    for route in route_env.ROUTES:
         names = _route_vars(route)
         grouped.update(names)
         if differing & set(names):
@@ -407,8 +414,8 @@ def arm_gates(
     detail = "the result ran the planned env" if ok else f"result env {env} is not the planned {arm.env}"
     gates.append(Gate(f"{arm.name}: env as planned", ok, detail, SEV_ERROR))
     if arm.name != "control":
-        diffs = vd.differences(dict(control), res, loaded, SPEED_EXTRA_KEYS)
-        g = vd.comparable_gate(diffs)
+        diffs = comparable.differences(dict(control), res, loaded, SPEED_EXTRA_KEYS)
+        g = comparable.comparable_gate(diffs)
         gates.append(Gate(f"{arm.name}: comparable with control", g.passed, g.detail, g.severity))
     gates += attestation_gates(arm.name, res)
     return gates
@@ -492,8 +499,8 @@ def build_record(
         "status": OK if status == PASS else ERROR,
         "reasons": reasons,
         "notes": _notes(c.speed.launches),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "created_at": utc_now(),
+        "contract": loaded.reference(),
         "design": design,
         "stats": {
             "alpha": cfg.alpha,

@@ -5,22 +5,22 @@ DIR/<kind>/control.json when given as CONTROL and DIR/<kind>/candidate.json when
 for every kind qgate knows (speed, quality) that is present. A file is taken as it is (so two runs of
 one arm can be compared: an A/A test).
 
-Each kind present in both is compared by its comparer in COMPARERS (the one registry, and the tests'
-seam: `qgate.speed.compare.compare_speed`, `qgate.quality.compare.compare_quality`, plus the checks
-shared here), each returning qgate.gate.Gate gates; the gates of all kinds make one verdict by
-qgate.gate.decide. The verdict record carries every figure the report shows,
-so the report can be rendered again from verdict.json alone.
+Each kind present in both is compared by its comparer (`comparers()`, the one registry; one signature:
+control, candidate, loaded contract -> section with qgate.gate.Gate gates:
+`qgate.speed.compare.compare_speed`, `qgate.quality.compare.compare_quality`); `build_verdict` runs the
+checks every kind shares (qgate.comparable: refuse to compare, route attestation) once per kind, and
+the gates of all kinds make one verdict by qgate.gate.decide. The verdict record carries every figure
+the report shows, so the report can be rendered again from verdict.json alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qgate import verdict as vd
+from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
@@ -31,9 +31,10 @@ from qgate.results import (
     atomic_write_with,
     current_schema,
     load_result,
+    utc_now,
 )
 from qgate.route_env import SwitchError, routes_on
-from qgate.speed.compare import compare_speed
+from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
@@ -178,57 +179,81 @@ def _arms(pair: Pair) -> dict[str, Any]:
     }
 
 
-def compare_speed_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
-    """Speed results: qgate.speed.compare.compare_speed, plus where the arms came from."""
-    return {**compare_speed(pair.control, pair.candidate, loaded), "arms": _arms(pair)}
+@dataclass(frozen=True)
+class Comparer:
+    """What `qgate compare` knows of one result kind."""
+
+    compare: Callable[[dict[str, Any], dict[str, Any], LoadedContract], dict[str, Any]]
+    extra_keys: tuple[str, ...] = ()  # dotted keys the kind adds to the refuse-to-compare check
+    prefix: str = ""  # the kind's gate names in the verdict start with it
+    top_level: tuple[str, ...] = ()  # section entries the verdict record holds at its top level
+    own_gates: str | None = None  # where the section keeps a copy of its own gates (the report's table)
 
 
-def compare_quality_pair(pair: Pair, loaded: LoadedContract) -> dict[str, Any]:
-    """Quality results: qgate.quality.compare.compare_quality, plus the shared checks done here."""
-    diffs = vd.differences(pair.control, pair.candidate, loaded)
-    gates = [vd.comparable_gate(diffs), *vd.attestation(pair.control, pair.candidate)]
+def comparers() -> dict[str, Comparer]:
+    """The one registry of comparers, built per call (the comparer functions are the tests' seam)."""
+    return {
+        "speed": Comparer(compare_speed, SPEED_EXTRA_KEYS, top_level=("stats", "figures")),
+        "quality": Comparer(compare_quality, prefix="quality: ", own_gates="quality_gates"),
+    }
+
+
+def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict[str, Any]:
+    """One kind's section: the shared checks (once), the kind's comparison, where the arms came from.
+
+    Gates in order: comparable arms, the kind's checks of each result, route attestation, the kind's
+    gates. A comparison that cannot read its results is an ERROR verdict with the reason, never a pass."""
+    diffs = differences(pair.control, pair.candidate, loaded, comparer.extra_keys)
+    failed: list[Gate] = []
     try:
-        out = dict(compare_quality(pair.control, pair.candidate, loaded.contract))
+        section = dict(comparer.compare(pair.control, pair.candidate, loaded))
     except (KeyError, TypeError, ValueError) as exc:
-        # A quality result it cannot read is an ERROR verdict with the reason, never a pass.
-        out = {"gates": [], "error": f"The quality comparison failed: {type(exc).__name__}: {exc}"}
-        gates.append(Gate("quality comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR))
-    out["quality_gates"] = [g.to_dict() for g in out["gates"]]  # the record's copy: the report's table
-    gates += out["gates"]
-    out.update(gates=[g.prefixed("quality: ") for g in gates])
-    out.update(differences=diffs, notes=vd.notes(pair.control, pair.candidate))
-    out.setdefault("arms", _arms(pair))
-    return out
-
-
-COMPARERS: dict[str, Callable[[Pair, LoadedContract], dict[str, Any]]] = {
-    "speed": compare_speed_pair,
-    "quality": compare_quality_pair,
-}
+        section = {"gates": [], "error": f"The {pair.kind} comparison failed: {type(exc).__name__}: {exc}"}
+        failed.append(
+            Gate(f"{pair.kind} comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR)
+        )
+    own = section.pop("gates")
+    if comparer.own_gates:
+        section[comparer.own_gates] = [g.to_dict() for g in own]
+    gates = [
+        comparable_gate(diffs),
+        *section.pop("checks", []),
+        *attestation(pair.control, pair.candidate),
+        *failed,
+        *own,
+    ]
+    return {
+        "gates": [g.prefixed(comparer.prefix) for g in gates],
+        **section,
+        "differences": diffs,
+        "notes": notes(pair.control, pair.candidate),
+        "arms": _arms(pair),
+    }
 
 
 def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContract) -> dict[str, Any]:
     """The verdict record: every gate of every kind compared, the verdict and all figures."""
-    sections = {pair.kind: COMPARERS[pair.kind](pair, loaded) for pair in pairs}
+    registry = comparers()
+    sections = {pair.kind: compare_pair(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
         gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
     verdict, reasons = decide(gates)
-    c = loaded.contract
     record: dict[str, Any] = {
         "kind": "verdict",
         "schema_version": VERDICT_SCHEMA_VERSION,
         "verdict": verdict,
         "reasons": reasons,
         "gates": [g.to_dict() for g in gates],
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "contract": loaded.reference(),
         "inputs": {p.kind: {"control": p.control_path, "candidate": p.candidate_path} for p in pairs},
         "kinds": [p.kind for p in pairs],
     }
     for kind, section in sections.items():
         body = {k: v for k, v in section.items() if k != "gates"}
-        if kind == "speed":
-            record.update(stats=body.pop("stats"), figures=body.pop("figures"))
+        for key in registry[kind].top_level:
+            if key in body:
+                record[key] = body.pop(key)
         record[kind] = body
     return record
 
@@ -259,7 +284,7 @@ def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
     if "speed" in record.get("kinds", []):
         atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
         paths["plot"] = str(out / "speed.png")
-    record = {**record, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    record = {**record, "created_at": utc_now()}
     atomic_write_text(paths["report"], render_markdown(record))
     atomic_write_json(paths["verdict"], record)
     return paths

@@ -23,14 +23,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
-from qgate.results import atomic_write_json, atomic_write_text, current_schema
+from qgate.results import atomic_write_json, atomic_write_text, current_schema, utc_now
 from qgate.route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
@@ -209,7 +208,7 @@ def speed_figure(record: dict[str, Any]) -> str:
 
 
 def run_quality_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
-    from qgate.quality.runner import run_quality
+    from qgate.quality.run import run_quality
 
     record, outcome = _run_gate(plan, "quality", run_quality, progress)
     if record is None:
@@ -314,7 +313,7 @@ def summarize_demo(
     record = {
         "kind": "demo",
         "schema_version": DEMO_SCHEMA_VERSION,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": utc_now(),
         "contract": {
             "path": plan.loaded.path,
             "name": plan.loaded.contract.name,

@@ -16,3 +16,8 @@ class RunFailure(QgateError):
     """A run that could not finish honestly (engine died, a rep could not be measured): exit 1."""
 
     exit_code = 1
+
+
+class RouteError(QgateError, ValueError):
+    """An arm's route env cannot work, or its route attestation cannot be read; str() is one line
+    naming the variable and its value (or the file)."""

@@ -7,7 +7,7 @@ the verdict ERROR. severity "fail" marks evidence against the candidate: its fai
 FAIL. severity "inconclusive" marks a gate the data could not decide: its failure makes the verdict
 INCONCLUSIVE unless a fail or error gate failed too. Precedence: ERROR > FAIL > INCONCLUSIVE > PASS.
 
-Every producer (speed: qgate.verdict, quality: qgate.quality.gates, routes: qgate.routes, ablate)
+Every producer (speed: qgate.speed.gates, quality: qgate.quality.gates, routes: qgate.routes, ablate)
 returns this type; records hold `Gate.to_dict()`. A leaf module: it imports nothing of qgate.
 """
 

@@ -32,7 +32,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -46,7 +45,7 @@ from qgate.night import (  # noqa: F401  (HistoryError and collect re-exported: 
     collect,
     unjudged_kinds,
 )
-from qgate.results import atomic_write_text, atomic_write_with, file_mode
+from qgate.results import atomic_write_text, atomic_write_with, file_mode, utc_now
 
 HISTORY_SCHEMA_VERSION = 2
 FORMAT = "qgate-history"
@@ -200,7 +199,7 @@ def _create(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return utc_now()
 
 
 def _refusal(path: Path, night: str, existing: dict[str, tuple[str, str, str]], arms: list[str]) -> str:

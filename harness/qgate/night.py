@@ -8,7 +8,7 @@ workflow leaves); qgate.history is the store they are appended to.
     RESULT_DIR/verdict.json and RESULT_DIR/*/verdict.json   the verdicts of `qgate compare`
 
 and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
-every rep: qgate.stats.arm_figures), quality counts (raw/strict correct and accuracy over the selected
+every rep: qgate.speed.figures.arm_figures), quality counts (raw/strict correct and accuracy over the selected
 items, health counts), the gate lines the trend report draws, and the night's verdict (the worst of the
 verdicts found: ERROR > FAIL > INCONCLUSIVE > PASS; each kind's verdict and reasons are kept too).
 COLUMNS is the row (and the store's table); content_sha256 is a night's idempotency key.
@@ -25,7 +25,7 @@ from typing import Any
 from qgate.errors import QgateError
 from qgate.gate import VERDICT_RANK
 from qgate.results import ResultError, load_result
-from qgate.stats import arm_figures
+from qgate.speed.figures import arm_figures
 
 ARMS = ("control", "candidate")
 KINDS = ("speed", "quality")
@@ -94,8 +94,8 @@ def _num(value: Any) -> float | None:
 
 
 def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
-    """Decode figures of one speed result (qgate.stats.arm_figures, reps in index order): a rep without
-    a finite number is None in the list and makes the figures over it None."""
+    """Decode figures of one speed result (qgate.speed.figures.arm_figures, reps in index order): a rep
+    without a finite number is None in the list and makes the figures over it None."""
     reps = sorted(result.get("reps") or [], key=lambda r: r.get("index", 0))
     figs = arm_figures({**result, "reps": reps})
     return {

@@ -6,10 +6,12 @@ Format history of speed results (``kind: speed``):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,16 @@ SPEED_SCHEMA_VERSION = current_schema("speed")
 
 class ResultError(QgateError):
     """A result file that cannot be used; str() is one line for the user."""
+
+
+def ids_sha256(ids: list[int]) -> str:
+    """The hash of a token id list that every workload records (prompts, outputs)."""
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def utc_now() -> str:
+    """The timestamp every record carries (UTC, ISO 8601, to the second)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _umask() -> int:

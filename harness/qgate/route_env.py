@@ -189,3 +189,29 @@ def listed_roles(env: Mapping[str, object]) -> dict[str, list[str]]:
             raise ValueError(f"routes.{route}.roles: {roles!r} lists a role twice")
         out[str(route)] = list(roles)
     return out
+
+
+def platform_env_problem(shims: list[str], sites: Mapping[str, str]) -> str | None:
+    """One line for an unknown shim, an unknown site key or a site spec that is not
+    'module:Class.method' / 'module:function'; None when both are usable as far as syntax goes."""
+    for name in shims:
+        if name not in SHIMS:
+            return f"shims: {name!r} is not a known shim (known: {', '.join(SHIMS)})"
+    for key, spec in sites.items():
+        if key not in SITE_KEYS:
+            return f"sites.{key}: not a known site (known: {', '.join(SITE_KEYS)})"
+        module, sep, qual = str(spec).strip().partition(":")
+        names = module.split(".") + qual.split(".")
+        if not sep or len(qual.split(".")) > 2 or not all(n.isidentifier() for n in names):
+            return f"sites.{key} = {spec!r}: expected 'module:Class.method' or 'module:function'"
+    return None
+
+
+def platform_env(shims: list[str], sites: Mapping[str, str]) -> dict[str, str]:
+    """The env that carries a contract's shims and sites to every vLLM process (both arms alike)."""
+    env = {}
+    if shims:
+        env[SHIMS_ENV] = ",".join(shims)
+    if sites:
+        env[SITES_ENV] = json.dumps(dict(sorted(sites.items())), separators=(",", ":"))
+    return env

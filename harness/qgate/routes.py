@@ -1,129 +1,24 @@
-"""Kernel routes on the harness side: which routes an arm switches on, a pre-flight check of the arm's
-route env, the merge of the route plugin's per-process attestation files, and the attestation gates.
+"""Route attestation on the harness side: the merge of the route plugin's per-process attestation files
+and the gates over them.
 
 The route plugin (kernels_ext/qgate_kernels/plugin.py) runs inside every vLLM process and writes its
 counts to `$QGATE_ATTEST_DIR/<process>-<pid>.json`; `collect` merges one engine start's files into
 `{route: {hits, fallbacks: {reason: n}, roles: {role: n}}}`, the `routes` entry of a result. A route the
 candidate switches on must show hits, and the control must show none: otherwise the comparison would
 measure something else than it claims (`attestation_gates`, which `qgate compare` turns into ERROR).
-
-No vLLM or torch import here; `check_overrides` imports override modules in a child interpreter with
-the arm's env, the way the engine will.
+The route env vocabulary is qgate.route_env's; the pre-flight of an arm's route env is
+qgate.engine.preflight's.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from qgate.engine.launcher import child_env
-from qgate.errors import QgateError
+from qgate.errors import RouteError
 from qgate.gate import SEV_ERROR, Gate
-
-# The vocabulary lives in qgate.route_env; ROUTES, override_var, switched_on and ATTEST_DIR_ENV are
-# also read here as routes.<name> by ablate and the tests.
-from qgate.route_env import ATTEST_DIR_ENV as ATTEST_DIR_ENV
-from qgate.route_env import (
-    OVERRIDE_PREFIX,
-    ROUTE_GDN,
-    ROUTE_HC,
-    ROUTE_TOPK,
-    ROUTES,
-    SHIMS,
-    SHIMS_ENV,
-    SITE_KEYS,
-    SITES_ENV,
-    listed_roles,
-    static_problems,
-    switched_on,
-)
-from qgate.route_env import override_var as override_var
-
-# Routes whose sites the pre-flight check imports (GEMV's are vLLM's linear methods, always there).
-SITED_ROUTES = frozenset({ROUTE_HC, ROUTE_GDN, ROUTE_TOPK})
-CHECK_TIMEOUT_S = 120.0
-
-
-class RouteError(QgateError, ValueError):
-    """The arm's route env cannot work; str() is one line naming the variable and its value."""
-
-
-def platform_env_problem(shims: list[str], sites: Mapping[str, str]) -> str | None:
-    """One line for an unknown shim, an unknown site key or a site spec that is not
-    'module:Class.method' / 'module:function'; None when both are usable as far as syntax goes."""
-    for name in shims:
-        if name not in SHIMS:
-            return f"shims: {name!r} is not a known shim (known: {', '.join(SHIMS)})"
-    for key, spec in sites.items():
-        if key not in SITE_KEYS:
-            return f"sites.{key}: not a known site (known: {', '.join(SITE_KEYS)})"
-        module, sep, qual = str(spec).strip().partition(":")
-        names = module.split(".") + qual.split(".")
-        if not sep or len(qual.split(".")) > 2 or not all(n.isidentifier() for n in names):
-            return f"sites.{key} = {spec!r}: expected 'module:Class.method' or 'module:function'"
-    return None
-
-
-def platform_env(shims: list[str], sites: Mapping[str, str]) -> dict[str, str]:
-    """The env that carries a contract's shims and sites to every vLLM process (both arms alike)."""
-    env = {}
-    if shims:
-        env[SHIMS_ENV] = ",".join(shims)
-    if sites:
-        env[SITES_ENV] = json.dumps(dict(sorted(sites.items())), separators=(",", ":"))
-    return env
-
-
-def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
-    """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
-    return child_env(dict(arm_env), None)[0]
-
-
-def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
-    """Refuse a route env that cannot work, before any engine starts: RouteError with one clear line.
-
-    Checks switch values, override variable names, overrides of routes that are off, and, when an
-    override is set, imports it in a child interpreter with this env and cwd (the engine's: give the
-    launcher's cwd) and checks its signature against the route op's. env is the arm's env.
-    """
-    problems = static_problems(env)
-    if problems:
-        raise RouteError(problems[0])
-    sited = SITED_ROUTES & switched_on(env)
-    if not any(k.startswith(OVERRIDE_PREFIX) for k in env) and not sited and SITES_ENV not in env:
-        return
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "qgate_kernels.overrides"],
-            env=engine_env(env),
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=CHECK_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise RouteError(
-            f"checking the route overrides and sites took over {CHECK_TIMEOUT_S:.0f} s"
-        ) from None
-    _raise_child_problems(proc)
-
-
-def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
-    lines = proc.stdout.strip().splitlines()
-    try:
-        problems = json.loads(lines[-1])["problems"] if lines else None
-    except (ValueError, KeyError, TypeError):
-        problems = None
-    if problems is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        if "No module named qgate_kernels" in proc.stderr:
-            tail = "qgate_kernels is not installed (pip install --no-build-isolation -e kernels_ext)"
-        raise RouteError(f"cannot check the route overrides: {tail}")
-    if problems:
-        raise RouteError(str(problems[0]))
+from qgate.route_env import ROUTES, listed_roles, override_var, switched_on
 
 
 def _empty_route() -> dict:

@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qgate.quality.gsm8k import FROZEN_SHA256, Item, frozen_indices, load_items
-from qgate.quality.run import build_messages
+from qgate.quality.gsm8k import FROZEN_SHA256, Item, build_messages, frozen_indices, load_items
 from qgate.tiny import (
     DEFAULT_SEED,
     IM_END,

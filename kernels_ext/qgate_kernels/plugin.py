@@ -16,11 +16,11 @@ vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITE
   fallbacks run that subclass's apply. Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
   static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a fallback with its reason.
 - fused_hc_fp16: Qwen4Exp's `GatedResidual.mix` / `combine_and_mix` (also the final mixer) run
-  `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (qgate_kernels.route_sites).
+  `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (sites/hc.py).
 - fused_gdn_input_fp16: `QwenGatedDeltaNetAttention.forward_cpu/forward_cuda` Part 1 (the two input
   projections and the split into mixed_qkv, z, b, a) runs `ops.gdn_input(..., layout=...)` for batch
-  one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next) (gdn_site.py).
-- qsa_topk: `qwen4_exp/nvidia/ops/qsa_indexer.py::_topk` runs `ops.qsa_topk` (route_sites).
+  one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next) (sites/gdn.py).
+- qsa_topk: `qwen4_exp/nvidia/ops/qsa_indexer.py::_topk` runs `ops.qsa_topk` (sites/topk.py).
 (static_weight: a model's weights are not written during inference, so on sm_90 the kernels may stream
 them while the previous kernel finishes; an override gets no such argument.)
 A route with no wired site in the loaded model counts `no_site_in_model`, so a switched-on route that
@@ -32,8 +32,9 @@ Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arm
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
 whichever branch the trace saw. In eager mode (enforce_eager, the CPU demo) a linear layer's call skips
-the op's dispatcher round trip and runs the same per-call decision directly (`_routed_apply`). The set
-of routes on joins vLLM's compile-cache key, so no arm reuses another arm's compiled graph. Counts go to
+the op's dispatcher round trip and runs the same per-call decision directly (`sites/gemv.py`
+routed_apply). The set of routes on joins vLLM's compile-cache key, so no arm reuses another arm's
+compiled graph. Counts go to
 `attest.Recorder` (files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally
 (one integer increment a call), written with the other counts. Under CUDA graphs a count stays one
 Python-level call (eager run, or the op's body at capture), not one replay.
@@ -42,7 +43,9 @@ Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the rou
 the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
 (vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
 
-This module, gdn_site.py, route_sites.py and shims.py import vLLM (inside the functions that patch it).
+This module holds registration and vLLM's patches; each route's routed site is its own module under
+sites/ (gemv, hc, gdn, topk), sharing this process's state through registry.py. This module, the site
+modules and shims.py import vLLM (inside the functions that patch it).
 """
 
 from __future__ import annotations
@@ -50,50 +53,31 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate.route_env import ATTEST_DIR_ENV, GEMV_DEFAULT_ROLES, listed_roles
+from qgate.route_env import ATTEST_DIR_ENV, listed_roles
 from qgate.route_env import ROUTE_GDN as GDN_ROUTE
 from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
 from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
-from qgate_kernels import attest, overrides, record, shims, sites
+from qgate_kernels import attest, overrides, registry, shims, sites
+from qgate_kernels.sites import gdn, gemv, hc, topk
 
 logger = logging.getLogger("qgate_kernels.plugin")
 
-GEMV_ROLES = GEMV_DEFAULT_ROLES
-# Qwen4Exp's HyperConnection projections: GEMV roles while the HC route is off (the HC op takes them).
-HC_PROJ_ROLES = ("input_mix_weight_down_block_inject", "input_mix_weight_down", "input_mix_weight_up")
-GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
 NO_SITE = "no_site_in_model"
 
 
-@dataclass
-class _State:
-    routes_on: frozenset[str]
-    impls: dict[str, Callable[..., Any]]
-    recorder: attest.Recorder
-    error: str | None
-    sites: list[Any]
-    op_counts: Callable[[], dict[str, dict[str, int]]] | None = None  # ops.fallback_counts
-    overridden: frozenset[str] = frozenset()
-    site_specs: dict[str, str] | None = None  # "<route>.<kind>" -> "module:qualname" of the routes on
-    gemv_listed: tuple[str, ...] = ()  # the contract's roles for the GEMV route (checked); () = defaults
-
-
-_STATE: _State | None = None
 _REGISTERED = False
 
 
 def register() -> None:
     """vLLM's plugin hook: read the switches, resolve implementations, patch vLLM once per process."""
-    global _REGISTERED, _STATE
+    global _REGISTERED
     if _REGISTERED:
         return
     _REGISTERED = True
@@ -117,8 +101,10 @@ def register() -> None:
         listed, error = (), error or site_error or str(exc)
     error = error or site_error
     overridden = frozenset(overrides.overrides_in(os.environ))
-    _STATE = _State(frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden, site_specs)
-    _STATE.gemv_listed = listed
+    registry.STATE = registry.State(
+        frozenset(routes_on), impls, recorder, error, [], _op_counter(), overridden, site_specs
+    )
+    registry.STATE.gemv_listed = listed
     if error is not None:
         # vLLM only logs a plugin's exception; the engine must not start half-routed, so the model
         # loader hook raises this message instead (see _after_load).
@@ -190,151 +176,6 @@ def _op_counter() -> Callable[[], dict[str, dict[str, int]]] | None:
     return ops.fallback_counts
 
 
-def _invoke(
-    route: str, role: str, *args: Any, impl_key: str | None = None, tally: Any = None, **kwargs: Any
-) -> Any:
-    """Run the route's implementation; count a hit (on `tally` when the site has one), or a fallback
-    when the op itself fell back.
-
-    qgate_kernels.ops runs its reference (and counts why) when its kernel cannot take the inputs, e.g.
-    no CUDA build or a misaligned row: that call did not run the route's kernel, so it is no hit.
-    """
-    assert _STATE is not None
-    impl = _STATE.impls[impl_key or route]
-    if route in _STATE.overridden or _STATE.op_counts is None:
-        out = impl(*args, **kwargs)
-        _hit(route, role, tally)
-        return out
-    before = _STATE.op_counts().get(route, {})
-    out = impl(*args, **kwargs)
-    after = _STATE.op_counts().get(route, {})
-    if after == before:
-        _hit(route, role, tally)
-        return out
-    for reason, n in after.items():
-        if n > before.get(reason, 0):
-            _STATE.recorder.fallback(route, f"op_{reason}", n - before.get(reason, 0))
-    return out
-
-
-def _hit(route: str, role: str, tally: Any) -> None:
-    assert _STATE is not None
-    if tally is not None:
-        tally.n += 1
-    else:
-        _STATE.recorder.hit(route, role)
-
-
-# --- sites: one routed layer each ------------------------------------------------------------------
-
-
-class _LinearSite:
-    """One routed linear layer (GEMV route); `run` is the body of the qgate_routes::linear op.
-
-    The per-call cost is the op's plus ~2 us (issue 28; `qgate bench ops --device cpu` measures it): what
-    holds for the whole life of the layer (its weight's dtype, shape, layout and device, whether the op
-    has a kernel there) is checked once here, when the site is wired; a call goes straight to the C++
-    entry qgate_plugin::gemv_site (csrc/gemv_site.h), which checks x (shape, dtype, device, dense
-    16-byte aligned row), runs the kernel and adds 1 to the site's tally cell, or returns None. A None,
-    and every call of a site without that entry, takes `_checked_run`: vLLM's path or `ops.gemv` with
-    its counted reasons.
-    """
-
-    route = GEMV_ROUTE
-
-    def __init__(self, layer: Any, role: str, weight: Any, orig_apply: Callable[..., Any]) -> None:
-        assert _STATE is not None
-        self.layer = weakref.ref(layer)
-        self.role = role
-        self.n_out, self.k_in = (int(n) for n in weight.shape)
-        # [N, K] fp16, kept alive past vLLM's CPU repack; None for other dtypes (every call falls back).
-        self.weight = weight.detach() if weight.dtype == torch.float16 else None
-        self.orig_apply = orig_apply
-        self.tally = _STATE.recorder.tally(GEMV_ROUTE, role)
-        # The C++ entry, when ops.gemv would run the op for every x that passes its per-call checks.
-        self.kernel = self._direct_kernel()
-        if self.kernel is not None:
-            self.tally.cell = torch.zeros(1, dtype=torch.int64)  # [1] on the CPU: the entry's hits
-
-    def _direct_kernel(self) -> Callable[..., Any] | None:
-        assert _STATE is not None
-        if self.weight is None or GEMV_ROUTE in _STATE.overridden or _STATE.op_counts is None:
-            return None  # an override is called through _invoke (its own checks, its result checked)
-        if record.active():
-            return None  # recording saves every call's input: the checked path does that
-        from qgate_kernels import ops
-
-        if (
-            _STATE.impls.get(GEMV_ROUTE) is None
-            or getattr(_STATE.impls[GEMV_ROUTE], "func", None) is not ops.gemv
-        ):
-            return None
-        probe = self.weight.new_empty((1, self.k_in))  # [1, K]: a dense aligned x on the weight's device
-        if ops._gemv_reason(self.weight, probe) is not None:
-            return None  # the op cannot take this weight: every call takes ops.gemv's counted fallback
-        # A pure-Python install has no C++ entry: the checked path then runs the reference op.
-        entry = getattr(torch.ops.qgate_plugin, "gemv_site", None)
-        return None if entry is None else entry.default
-
-    def reject(self, x: Any) -> str | None:
-        if x.dim() != 2 or x.shape[-1] != self.k_in:
-            return "shape"
-        if x.shape[0] != 1:
-            return "batch_not_1"  # prefill, batched decode, speculative verification
-        if x.dtype != torch.float16 or self.weight is None:
-            return "dtype"
-        if x.device != self.weight.device:
-            return "device"
-        return None
-
-    def run(self, x: Any, bias: Any) -> Any:
-        kernel = self.kernel
-        if kernel is not None:
-            y = kernel(self.weight, x, self.tally.cell)  # [1, N], counted; None: not a row it takes
-            if y is not None:
-                return y if bias is None else y + bias
-        return self._checked_run(x, bias)
-
-    def _checked_run(self, x: Any, bias: Any) -> Any:
-        assert _STATE is not None
-        layer = self.layer()
-        reason = self.reject(x)
-        if reason is not None:
-            _STATE.recorder.fallback(GEMV_ROUTE, reason)
-            return self.orig_apply(layer.quant_method, layer, x, bias)
-        if record.active():
-            record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x)
-        y = _invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous(), tally=self.tally)  # [1, N]
-        if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
-            raise RuntimeError(
-                f"qgate fp16_gemv implementation returned {tuple(y.shape)} {y.dtype} for {self.role}, "
-                f"expected {(1, self.n_out)} {x.dtype}"
-            )
-        return y if bias is None else y + bias
-
-
-def _add_site(site: Any, route: str, role: str) -> int:
-    assert _STATE is not None
-    _STATE.sites.append(site)
-    _STATE.recorder.site(route, role)
-    return len(_STATE.sites) - 1
-
-
-def _role(layer: Any) -> str:
-    return str(getattr(layer, "prefix", "") or "").rsplit(".", 1)[-1]
-
-
-def _float_matrix(weight: Any) -> bool:
-    """A loaded, unquantized 2-D weight (fp16 ones are routed; others are wired to count `dtype`)."""
-    return (
-        isinstance(weight, torch.Tensor)
-        and weight.dim() == 2
-        and weight.is_floating_point()
-        and not weight.is_meta
-        and weight.numel() > 0
-    )
-
-
 # --- custom ops: the per-call decision, opaque to vLLM's torch.compile trace ----------------------
 
 _OPS_DEFINED = False
@@ -345,111 +186,38 @@ def _define_ops() -> None:
     if _OPS_DEFINED:
         return
     _OPS_DEFINED = True
-
-    @torch.library.custom_op("qgate_routes::linear", mutates_args=())
-    def routed_linear(x: torch.Tensor, bias: torch.Tensor | None, site: int) -> torch.Tensor:
-        assert _STATE is not None
-        return _STATE.sites[site].run(x, bias)
-
-    @routed_linear.register_fake
-    def _(x: torch.Tensor, bias: torch.Tensor | None, site: int) -> torch.Tensor:
-        assert _STATE is not None
-        return x.new_empty((*x.shape[:-1], _STATE.sites[site].n_out))
-
-    @torch.library.custom_op("qgate_routes::gdn_input", mutates_args=())
-    def routed_gdn_input(
-        h: torch.Tensor, site: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        assert _STATE is not None
-        return _STATE.sites[site].run(h)
-
-    @routed_gdn_input.register_fake
-    def _(h: torch.Tensor, site: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        assert _STATE is not None
-        s = _STATE.sites[site]
-        t = h.shape[0]
-        return (
-            h.new_empty((t, 2 * s.nk * s.dk + s.nv * s.dv)),
-            h.new_empty((t, s.nv, s.dv)),
-            h.new_empty((t, s.nv)),
-            h.new_empty((t, s.nv)),
-        )
+    gemv.define_op()
+    gdn.define_op()
 
 
 # --- patches of vLLM (class level, once per process) ----------------------------------------------
 
 
-def _patched(fn: Callable[..., Any], orig: Callable[..., Any]) -> Callable[..., Any]:
-    fn._qgate_orig = orig  # type: ignore[attr-defined]
-    fn.__name__ = getattr(orig, "__name__", fn.__name__)
-    fn.__doc__ = getattr(orig, "__doc__", None)
-    return fn
-
-
-def _unpatched(cls: type, name: str) -> Callable[..., Any]:
-    fn = cls.__dict__[name]
-    return getattr(fn, "_qgate_orig", fn)
-
-
-_is_compiling = torch.compiler.is_compiling
-
-
-def _routed_apply(orig: Callable[..., Any]) -> Callable[..., Any]:
-    def apply(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
-        site = getattr(layer, "_qgate_site", None)
-        # type(self).apply is not this one: a taken vLLM subclass routed the call already and its
-        # fallback reached here through super().apply
-        if site is None or getattr(type(self), "apply", apply) is not apply:
-            return orig(self, layer, x, bias)
-        if _is_compiling():  # the op keeps the per-call decision out of the traced graph
-            return torch.ops.qgate_routes.linear(x, bias, site)
-        return _STATE.sites[site].run(x, bias)  # type: ignore[union-attr]  # eager: no dispatcher round trip
-
-    return _patched(apply, orig)
-
-
-def _take_apply(cls: type) -> Callable[..., Any]:
-    """vLLM's own apply for instances of cls (a fallback runs it); a subclass of vLLM's unquantized
-    methods with an apply of its own (Qwen4ExpLowLatencyLinearMethod) gets it routed too, once."""
-    fn = cls.apply  # type: ignore[attr-defined]
-    orig = getattr(fn, "_qgate_orig", None)
-    if orig is not None:
-        return orig
-    cls.apply = _routed_apply(fn)  # type: ignore[attr-defined]
-    return fn
-
-
-def _gemv_role(role: str, hc_route_on: bool) -> bool:
-    assert _STATE is not None
-    if _STATE.gemv_listed:
-        return role in _STATE.gemv_listed
-    return role in GEMV_ROLES or (role in HC_PROJ_ROLES and not hc_route_on)
-
-
 def _stashing_pwal(orig: Callable[..., Any], orig_apply: Callable[..., Any], cls: type) -> Callable[..., Any]:
     def process_weights_after_loading(self: Any, layer: Any) -> None:
-        assert _STATE is not None
-        role = _role(layer)
+        assert registry.STATE is not None
+        role = gemv.layer_role(layer)
         weight = getattr(layer, "weight", None)
-        keep = weight.detach() if _float_matrix(weight) else None  # before vLLM's CPU repack drops it
+        keep = weight.detach() if gemv.float_matrix(weight) else None  # before vLLM's CPU repack drops it
         orig(self, layer)
         if keep is None:
             return
-        on = _STATE.routes_on
-        hc_proj = role in HC_PROJ_ROLES
+        on = registry.STATE.routes_on
+        hc_proj = role in gemv.HC_PROJ_ROLES
         if hc_proj and HC_ROUTE in on:
-            layer._qgate_weight = keep  # wired per HC module after the load (route_sites.wire_hc)
+            layer._qgate_weight = keep  # wired per HC module after the load (sites/hc.py wire_hc)
         elif (
             GEMV_ROUTE in on
-            and _gemv_role(role, HC_ROUTE in on)
-            and not (role in GDN_ROLES and GDN_ROUTE in on)
+            and gemv.gemv_role(role, HC_ROUTE in on)
+            and not (role in gdn.GDN_ROLES and GDN_ROUTE in on)
         ):
-            own_apply = _take_apply(type(self)) if type(self) is not cls else orig_apply
-            layer._qgate_site = _add_site(_LinearSite(layer, role, keep, own_apply), GEMV_ROUTE, role)
-        elif role in GDN_ROLES and GDN_ROUTE in on:
-            layer._qgate_weight = keep  # wired per GDN layer after the load (gdn_site.wire_gdn)
+            own_apply = gemv.take_apply(type(self)) if type(self) is not cls else orig_apply
+            site = gemv.LinearSite(layer, role, keep, own_apply)
+            layer._qgate_site = registry.add_site(site, GEMV_ROUTE, role)
+        elif role in gdn.GDN_ROLES and GDN_ROUTE in on:
+            layer._qgate_weight = keep  # wired per GDN layer after the load (sites/gdn.py wire_gdn)
 
-    return _patched(process_weights_after_loading, orig)
+    return registry.patched(process_weights_after_loading, orig)
 
 
 def _patch_vllm(routes_on: set[str]) -> None:
@@ -458,47 +226,40 @@ def _patch_vllm(routes_on: set[str]) -> None:
 
     if "_qgate_orig" in UnquantizedLinearMethod.__dict__["apply"].__dict__:
         return  # patched already (the module was imported twice)
-    lin_apply = _unpatched(UnquantizedLinearMethod, "apply")
-    lin_pwal = _unpatched(UnquantizedLinearMethod, "process_weights_after_loading")
-    UnquantizedLinearMethod.apply = _routed_apply(lin_apply)
+    lin_apply = registry.unpatched(UnquantizedLinearMethod, "apply")
+    lin_pwal = registry.unpatched(UnquantizedLinearMethod, "process_weights_after_loading")
+    UnquantizedLinearMethod.apply = gemv.routed_apply(lin_apply)
     UnquantizedLinearMethod.process_weights_after_loading = _stashing_pwal(
         lin_pwal, lin_apply, UnquantizedLinearMethod
     )
-    emb_apply = _unpatched(UnquantizedEmbeddingMethod, "apply")
-    UnquantizedEmbeddingMethod.apply = _routed_apply(emb_apply)
+    emb_apply = registry.unpatched(UnquantizedEmbeddingMethod, "apply")
+    UnquantizedEmbeddingMethod.apply = gemv.routed_apply(emb_apply)
     _patch_loaders()
     _patch_compile_factors(routes_on)
-    if _STATE is None or _STATE.error is not None:
+    if registry.STATE is None or registry.STATE.error is not None:
         return  # the loaders raise the error; no site is patched
     _patch_sites(routes_on)
 
 
-def _site_owner(key: str) -> Any:
-    assert _STATE is not None and _STATE.site_specs is not None
-    return sites.resolve(key, _STATE.site_specs[key])[0]
-
-
 def _patch_sites(routes_on: set[str]) -> None:
     """Patch each site of the routes on (resolved in register, so present) with its routed version."""
-    from qgate_kernels import gdn_site, route_sites
-
-    assert _STATE is not None and _STATE.site_specs is not None
-    for key, spec in _STATE.site_specs.items():
+    assert registry.STATE is not None and registry.STATE.site_specs is not None
+    for key, spec in registry.STATE.site_specs.items():
         route, kind = key.split(".", 1)
         owner, name, current = sites.resolve(key, spec)  # a fork's class may inherit the method
         orig = getattr(current, "_qgate_orig", current)
         if route == GDN_ROUTE:
-            setattr(owner, name, gdn_site.gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
+            setattr(owner, name, gdn.gdn_forward(orig, "cpu" if kind == "forward_cpu" else "cuda"))
         elif route == HC_ROUTE:
             _HC_ORIG[kind] = orig
-            setattr(owner, name, route_sites.patch_hc(owner, kind, orig))
+            setattr(owner, name, hc.patch_hc(owner, kind, orig))
         elif route == TOPK_ROUTE:
-            where = route_sites.patch_topk(owner, name, orig)
+            where = topk.patch_topk(owner, name, orig)
             logger.info("qgate qsa_topk patched at %s", "; ".join(where))
     if HC_ROUTE in routes_on:
-        route_sites.define_hc_ops()
+        hc.define_hc_ops()
     if TOPK_ROUTE in routes_on:
-        route_sites.define_topk_op()
+        topk.define_topk_op()
 
 
 _HC_ORIG: dict[str, Callable[..., Any]] = {}
@@ -522,7 +283,7 @@ def _patch_compile_factors(routes_on: set[str]) -> None:
         factors["QGATE_ROUTES"] = tag
         return factors
 
-    envs.compile_factors = _patched(compile_factors, orig)
+    envs.compile_factors = registry.patched(compile_factors, orig)
 
 
 def _patch_loaders() -> None:
@@ -537,59 +298,53 @@ def _patch_loaders() -> None:
         seen.add(cls)
         todo.extend(cls.__subclasses__())
         if "load_model" in cls.__dict__:
-            cls.load_model = _hooked_load(_unpatched(cls, "load_model"))
+            cls.load_model = _hooked_load(registry.unpatched(cls, "load_model"))
 
 
 def _hooked_load(orig: Callable[..., Any]) -> Callable[..., Any]:
     def load_model(self: Any, *args: Any, **kwargs: Any) -> Any:
-        assert _STATE is not None
-        if _STATE.error is not None:
-            raise RuntimeError(f"qgate routes: {_STATE.error}")
-        start = len(_STATE.sites)
+        assert registry.STATE is not None
+        if registry.STATE.error is not None:
+            raise RuntimeError(f"qgate routes: {registry.STATE.error}")
+        start = len(registry.STATE.sites)
         model = orig(self, *args, **kwargs)
         if not getattr(model, "_qgate_wired", False):  # a subclass's load_model may call super()'s
             model._qgate_wired = True
             _after_load(model, start)
         return model
 
-    return _patched(load_model, orig)
+    return registry.patched(load_model, orig)
 
 
 def _after_load(model: Any, start: int) -> None:
     """Wire the model-level sites (lm_head, GDN layers); count routes that found nowhere to run."""
-    assert _STATE is not None
-    if GEMV_ROUTE in _STATE.routes_on:
-        _wire_lm_head(model)
-    if GDN_ROUTE in _STATE.routes_on:
-        from qgate_kernels import gdn_site
-
-        gdn_site.wire_gdn(model)
-    if HC_ROUTE in _STATE.routes_on:
-        from qgate_kernels import route_sites
-
-        route_sites.wire_hc(model, _site_owner(f"{HC_ROUTE}.mix"), _HC_ORIG)
-    _STATE.recorder.counters.models_loaded += 1
+    assert registry.STATE is not None
+    if GEMV_ROUTE in registry.STATE.routes_on:
+        gemv.wire_lm_head(model)
+    if GDN_ROUTE in registry.STATE.routes_on:
+        gdn.wire_gdn(model)
+    if HC_ROUTE in registry.STATE.routes_on:
+        hc.wire_hc(model, registry.site_owner(f"{HC_ROUTE}.mix"), _HC_ORIG)
+    registry.STATE.recorder.counters.models_loaded += 1
     _check_listed_roles(model, start)
-    wired = {site.route for site in _STATE.sites[start:]}
-    if TOPK_ROUTE in _STATE.routes_on:
-        from qgate_kernels import route_sites
-
-        if route_sites.model_has_qsa(model):
+    wired = {site.route for site in registry.STATE.sites[start:]}
+    if TOPK_ROUTE in registry.STATE.routes_on:
+        if topk.model_has_qsa(model):
             wired.add(TOPK_ROUTE)
-            _STATE.recorder.site(TOPK_ROUTE, "topk")
-    for route in sorted(_STATE.routes_on - wired):
-        _STATE.recorder.fallback(route, NO_SITE)
-    _STATE.recorder.flush(True)
+            registry.STATE.recorder.site(TOPK_ROUTE, "topk")
+    for route in sorted(registry.STATE.routes_on - wired):
+        registry.STATE.recorder.fallback(route, NO_SITE)
+    registry.STATE.recorder.flush(True)
 
 
 def _check_listed_roles(model: Any, start: int) -> None:
     """A contract's GEMV role that matches no routed layer of this model fails the engine start, in
     one line naming it and the model's linear layer names."""
-    assert _STATE is not None
-    if GEMV_ROUTE not in _STATE.routes_on or not _STATE.gemv_listed:
+    assert registry.STATE is not None
+    if GEMV_ROUTE not in registry.STATE.routes_on or not registry.STATE.gemv_listed:
         return
-    wired = {s.role for s in _STATE.sites[start:] if s.route == GEMV_ROUTE}
-    missing = [r for r in _STATE.gemv_listed if r not in wired]
+    wired = {s.role for s in registry.STATE.sites[start:] if s.route == GEMV_ROUTE}
+    missing = [r for r in registry.STATE.gemv_listed if r not in wired]
     if not missing:
         return
     names = sorted(
@@ -599,28 +354,9 @@ def _check_listed_roles(model: Any, start: int) -> None:
         f"routes.{GEMV_ROUTE}.roles: {', '.join(missing)} match no unquantized linear layer of "
         f"{type(model).__name__} (its linear layers: {', '.join(names)})"
     )
-    _STATE.recorder.error(message)
-    _STATE.recorder.flush(True)
+    registry.STATE.recorder.error(message)
+    registry.STATE.recorder.flush(True)
     raise RuntimeError(f"qgate routes: {message}")
-
-
-def _wire_lm_head(model: Any) -> None:
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-
-    lm_head = getattr(model, "lm_head", None)
-    if lm_head is None or getattr(lm_head, "_qgate_site", None) is not None:
-        return  # absent, or an UnquantizedLinearMethod lm_head wired at load already
-    if not _gemv_role("lm_head", HC_ROUTE in _STATE.routes_on):  # type: ignore[union-attr]
-        return
-    weight = getattr(lm_head, "weight", None)
-    method = getattr(lm_head, "quant_method", None)
-    unquantized = isinstance(method, UnquantizedEmbeddingMethod)
-    if unquantized and _float_matrix(weight):
-        orig = _unpatched(UnquantizedEmbeddingMethod, "apply")
-        if type(method) is not UnquantizedEmbeddingMethod:
-            orig = _take_apply(type(method))  # Qwen4ExpLowLatencyEmbeddingMethod
-        site = _LinearSite(lm_head, "lm_head", weight, orig)
-        lm_head._qgate_site = _add_site(site, GEMV_ROUTE, "lm_head")
 
 
 # --- the routed call outside vLLM: `qgate bench ops --device cpu` times it against the op alone ----
@@ -640,24 +376,25 @@ def standalone_linear(weight: torch.Tensor) -> tuple[Callable[[torch.Tensor], to
     (no attestation file, no override) in a process where the plugin is not registered, and refuses
     to run inside a vLLM process that registered it.
     """
-    global _STATE
     if _REGISTERED:
         raise RuntimeError("standalone_linear: the route plugin is registered in this process (vLLM)")
     from qgate_kernels import ops
 
-    if _STATE is None:
+    if registry.STATE is None:
         impls = {GEMV_ROUTE: functools.partial(ops.gemv, static_weight=True)}
         recorder = attest.Recorder(None, [GEMV_ROUTE], {})
-        _STATE = _State(frozenset({GEMV_ROUTE}), impls, recorder, None, [], ops.fallback_counts)
+        registry.STATE = registry.State(
+            frozenset({GEMV_ROUTE}), impls, recorder, None, [], ops.fallback_counts
+        )
     _define_ops()  # a traced call (torch.compile) runs the op, as inside vLLM
 
     def fallback(_method: Any, _layer: Any, x: torch.Tensor, bias: Any) -> torch.Tensor:
         return torch.nn.functional.linear(x, weight, bias)
 
     layer = _StandaloneLayer()
-    site = _LinearSite(layer, "standalone", weight, fallback)
-    layer._qgate_site = _add_site(site, GEMV_ROUTE, "standalone")  # type: ignore[attr-defined]
-    apply = _routed_apply(fallback)
+    site = gemv.LinearSite(layer, "standalone", weight, fallback)
+    layer._qgate_site = registry.add_site(site, GEMV_ROUTE, "standalone")  # type: ignore[attr-defined]
+    apply = gemv.routed_apply(fallback)
 
     def call(x: torch.Tensor) -> torch.Tensor:
         return apply(layer.quant_method, layer, x, None)

@@ -4,7 +4,7 @@ Shims are not routes. They are switched on by `QGATE_SHIMS=name,name` (a contrac
 it for both arms alike), applied by the route plugin in every vLLM process of both arms, listed in the
 attestation files (`shims: {name: calls}`), the result record and the report, and never counted as a
 route hit. Each one is the smallest change that makes a step run on the CPU, and each is tested
-against vLLM's own math (tests/test_shims.py):
+against vLLM's own math (tests/plugin/test_shims.py):
 
 - `qwen2vl_pil_image_processor` (a): vLLM's `qwen3_5` model module imports `qwen3_vl`, which imports
   transformers' torchvision-only `Qwen2VLImageProcessor` (torchvision cannot be installed beside the

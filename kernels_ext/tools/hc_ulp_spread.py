@@ -3,7 +3,7 @@
 The unfused torch sequence (qgate.ops.cases.unfused_hc: the same operations and roundings, float32
 sums in F.linear's order) against the reference (qgate_kernels.reference), on the screen's random
 inputs at the production shape, by the screen's ULP measure (qgate.ops.screen.ulp_distance). The
-HC tolerance in qgate/ops/schema.py is set from this spread: a bound that this sequence crosses is a
+HC tolerance in qgate/contract/ops.py is set from this spread: a bound that this sequence crosses is a
 bound that vLLM's own path of the same math can fail.
 
 Usage: python kernels_ext/tools/hc_ulp_spread.py [--draws 1500] [--dtype fp16 --dtype bf16]

@@ -19,9 +19,9 @@ import json
 import sys
 from pathlib import Path
 
+from qgate.contract.ops import Bench
 from qgate.ops.bench import run_bench
 from qgate.ops.cases import build_cases
-from qgate.ops.schema import Bench
 from qgate.report.ops import bench_markdown
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 

@@ -194,7 +194,7 @@ def test_hc_matches_its_reference(hc: int, hs: int, rank: int, dtype: torch.dtyp
     elements are bitwise the reference's (>= 90 % of each output here; H200: 99 %+), and an
     intermediate rounding flipped (down, lora or gate) moves a block_input element where the
     streams cancel by many of its own ULPs: <= 32 at the output's magnitude (floor max / 1024),
-    the screen's tolerance (qgate.ops.schema)."""
+    the screen's tolerance (qgate.contract.ops)."""
     gen, seed = fresh_generator(DEV)
     h, o, inj, nw, wd, wu = _hc_args(gen, hc, hs, rank, dtype, use_combine=op != "final")
     kw = {"hc_count": hc, "lora_rank": rank, "eps": 1e-6}

@@ -10,7 +10,8 @@ import typer
 
 from qgate.cli._options import user_errors
 from qgate.contract import load_contract
-from qgate.engine.arms import contract_arms, preflight
+from qgate.engine.arms import contract_arms
+from qgate.engine.preflight import check_arm_envs
 
 app = typer.Typer(help="Validate and show contracts.", no_args_is_help=True)
 FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
@@ -23,7 +24,7 @@ def validate(file: FileArg) -> None:
     to `run`: whether this machine's vLLM has the sites of the routes switched on."""
     with user_errors():
         loaded = load_contract(file)
-        preflight(contract_arms(loaded), machine=False)
+        check_arm_envs([plan.env for plan in contract_arms(loaded)], machine=False)
     typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from qgate.cli._options import EXIT_FAIL, exit_with, fail
-from qgate.contract_doc import generate
+from qgate.contract.reference import generate
 from qgate.results import atomic_write_text
 
 app = typer.Typer(help="The contract reference, generated from the schema.")

@@ -20,7 +20,7 @@ DataOpt = Annotated[
 
 def _kept(out: Path, arms: tuple[str, ...]) -> str:
     """What a stopped run keeps, for its last line: the finished outputs on disk per arm."""
-    from qgate.quality.runner import result_paths
+    from qgate.quality.run import result_paths
     from qgate.results import read_jsonl
 
     counts = ", ".join(f"{a} {len(read_jsonl(result_paths(out, a)[0]))} outputs" for a in arms)
@@ -33,7 +33,7 @@ def quality(
 ) -> None:  # fmt: skip
     """Quality gate: the frozen GSM8K items under every seed, per arm; compare with `qgate compare`."""
     from qgate.contract import load_contract
-    from qgate.quality.runner import ARMS, result_paths, run_quality
+    from qgate.quality.run import ARMS, result_paths, run_quality
 
     arms = (arm.value,) if arm else ARMS
     with user_errors(kept=lambda: _kept(out, arms)):

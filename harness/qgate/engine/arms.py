@@ -4,39 +4,28 @@ A run is arms x launches: for each launch, each arm in turn gets one engine star
 the child, its route counts, the save). The spine owns what every workload shares: the arm plans, the
 route pre-flight, claiming the output folder, the model, the launch bookkeeping in each arm's result
 (fingerprint, `launches`), the attestation and log paths, progress. A workload (qgate.speed.run,
-qgate.quality.runner) supplies only its result files, the child's spec for a launch, and what it does
+qgate.quality.run) supplies only its result files, the child's spec for a launch, and what it does
 with each record the child emits (`Workload`). Workloads never import each other.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from qgate.contract import LoadedContract
+from qgate.engine.preflight import check_arm_envs
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.models import resolve_model
-from qgate.route_env import OVERRIDE_PREFIX, SITES_ENV
-from qgate.routes import check_overrides
+from qgate.results import utc_now
 
 ARMS = ("control", "candidate")
 
 # What the CLI shows: called with (arm, event record, result so far).
 Progress = Callable[[str, dict, dict], None]
-
-
-def ids_sha256(ids: list[int]) -> str:
-    """The hash of a token id list that every workload records (prompts, outputs)."""
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -53,32 +42,13 @@ def contract_arms(loaded: LoadedContract, names: tuple[str, ...] = ARMS) -> list
     return [ArmPlan(n, c.env_for(n), c.engine_for(n)) for n in names]
 
 
-def check_routes(env: dict[str, str]) -> None:
-    """Refuse a broken route override before any engine starts (the child runs in this folder)."""
-    check_overrides(env, cwd=Path.cwd())
-
-
-def preflight(plans: list[ArmPlan], machine: bool = True) -> None:
-    """Every check of a run that needs no engine, beyond the contract's own: `qgate contract validate`
-    applies it too, so a contract it passes is not refused by `qgate run` before an engine starts.
-
-    An arm's route overrides and the contract's sites are imported and checked (a child interpreter).
-    `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
-    this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
-    contract, and an import of vLLM: a minute on a loaded machine)."""
-    for plan in plans:
-        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in plan.env):
-            check_routes(plan.env)
-
-
 def result_header(kind: str, schema_version: int, loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict:
     """What every arm result starts with: who ran what, under which contract, env and engine args."""
-    c = loaded.contract
     return {
         "kind": kind,
         "schema_version": schema_version,
         "arm": plan.name,
-        "contract": {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path},
+        "contract": loaded.reference(),
         "env": dict(plan.env),
         "engine_args": dict(plan.engine_args),
         "model": model,
@@ -162,7 +132,7 @@ def run_launch(
             result["fingerprint"] = ev["fingerprint"]
             result["launches"].append(
                 {**workload.launch_fields(launch), "segment": segment,
-                 "engine_start_s": ev["engine_start_s"], "started_at": now()}
+                 "engine_start_s": ev["engine_start_s"], "started_at": utc_now()}
             )  # fmt: skip
         workload.on_record(plan, result, ev)
         if progress is not None:
@@ -194,7 +164,7 @@ def run_arms(
     out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    preflight(plans)  # a broken route override fails here, before any engine starts
+    check_arm_envs([p.env for p in plans])  # a broken route override fails here, before any engine starts
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model = resolve_model(loaded.contract.model, workload.train_data)
         results = {p.name: workload.open(p, model) for p in plans}

@@ -96,7 +96,7 @@ def _run(spec: dict, emit: Any) -> None:
 
         run_reps(engine, spec, emit)
     elif workload == "quality":
-        from qgate.quality.run import run_items
+        from qgate.quality.workload import run_items
 
         run_items(engine, spec, emit, set(spec.get("done", [])))
     else:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
+from qgate.engine.preflight import arm_process_env
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure
 from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
@@ -57,14 +58,10 @@ def inherited_env(environ: dict[str, str], arm_env: dict[str, str]) -> dict[str,
 
 
 def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[str, str], list[str]]:
-    """The child's environment: the caller's, minus qgate's and kernels_ext's variables the arm does not
-    set (returned: the dropped names), plus the arm's env and the launcher's own variables."""
-    env = dict(os.environ)
-    dropped = sorted(k for k in env if k.startswith(ARM_ENV_PREFIXES) and k not in arm_env)
-    for key in dropped:
-        del env[key]
-    env.update(arm_env)
-    env["PYTHONUNBUFFERED"] = "1"
+    """The child's environment: the engine env of the arm (preflight.arm_process_env: the caller's,
+    minus qgate's and kernels_ext's variables the arm does not set, returned as the dropped names, plus
+    the arm's env) and the launcher's own variables (run token, pid file, attestation folder: made here)."""
+    env, dropped = arm_process_env(os.environ, arm_env)
     # The child dies with this process, vLLM's processes with the child (lifeline.py); all of them
     # carry the run's token, so they can be found by walking /proc whatever happens to their parents.
     env[LIFELINE_ENV] = str(os.getpid())

@@ -26,13 +26,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from qgate.engine.lifeline import start_ticks
 from qgate.errors import QgateError
-from qgate.results import atomic_write_json, current_schema
+from qgate.results import atomic_write_json, current_schema, utc_now
 
 RUN_ENV = "QGATE_RUN"
 RECORD = "processes.json"
@@ -259,7 +258,7 @@ class RunRecord:
 
     def add_group(self, pgid: int, label: str) -> None:
         """Record an engine child's process group (its pid: the child leads its own group)."""
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        now = utc_now()
         self.data["groups"].append({"pgid": pgid, "label": label, "started_at": now})
         atomic_write_json(self.path, self.data)
 
@@ -343,7 +342,7 @@ def claimed(out_dir: Path, kill_leftovers: bool = False) -> Iterator[RunRecord]:
             "qgate_pid": os.getpid(),
             "host": socket.gethostname(),
             "boot_id": _boot_id(),
-            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": utc_now(),
             "groups": [],
         },
     )

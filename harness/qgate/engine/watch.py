@@ -129,6 +129,18 @@ class EngineWatch:
         return False
 
 
+def _read_more(fd: int, buf: bytes) -> tuple[bytes, bool]:
+    """buf with the next chunk of the pipe appended, and whether there was one (False: end of file)."""
+    chunk = os.read(fd, 1 << 16)
+    return buf + chunk, bool(chunk)
+
+
+def _complete_lines(buf: bytes) -> tuple[list[str], bytes]:
+    """The complete lines in buf (decoded), and the partial line that stays buffered."""
+    *lines, rest = buf.split(b"\n")
+    return [line.decode("utf-8") for line in lines], rest
+
+
 def read_records(fd: int, watch: EngineWatch) -> Iterator[str]:
     """Complete lines from the child's record pipe until it closes or `watch` says stop.
 
@@ -139,22 +151,17 @@ def read_records(fd: int, watch: EngineWatch) -> Iterator[str]:
     while True:
         ready, _, _ = select.select([fd], [], [], POLL_S)
         if ready:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
+            buf, more = _read_more(fd, buf)
+            if not more:
                 return
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                yield line.decode("utf-8")
+            lines, buf = _complete_lines(buf)
+            yield from lines
             continue
         if watch.check():
             if watch.death is None:  # the child is gone: what it wrote before it ended is still read
-                while select.select([fd], [], [], 0)[0]:
-                    chunk = os.read(fd, 1 << 16)
-                    if not chunk:
-                        break
-                    buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    yield line.decode("utf-8")
+                more = True
+                while more and select.select([fd], [], [], 0)[0]:
+                    buf, more = _read_more(fd, buf)
+                lines, buf = _complete_lines(buf)
+                yield from lines
             return

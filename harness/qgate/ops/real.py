@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 import qgate_kernels
-from qgate.ops.schema import DEFAULT_TOLERANCES
+from qgate.contract.ops import DEFAULT_TOLERANCES
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from qgate.contract import LoadedContract
+from qgate.contract.ops import Ops
 from qgate.errors import QgateError
-from qgate.ops.schema import Ops
 from qgate.results import atomic_write_json, atomic_write_text
 
 
@@ -41,8 +41,7 @@ def _ops_section(loaded: LoadedContract | None) -> Ops:
 def _contract_ref(loaded: LoadedContract | None) -> dict[str, Any] | None:
     if loaded is None:
         return None
-    c = loaded.contract
-    return {"name": c.name, "version": c.version, "sha256": loaded.sha256, "path": loaded.path}
+    return loaded.reference()
 
 
 def _cases(ops: Ops) -> list:

@@ -1,27 +1,27 @@
 """Compare two quality results: the contract's gates on the candidate, the paired test, per-item rates.
 
-`compare_quality(control, candidate, contract)` is what `qgate compare` calls for `kind: quality`
-results. The control is the reference (the control arm's run, or a stored reference result given in
-its place). The shared checks (same contract, model, versions; route attestation) are done by
-qgate.compare; the checks here are the quality-specific ones: the same items, sampling and prompts.
+`compare_quality(control, candidate, loaded)` is what `qgate compare` calls for `kind: quality`
+results (qgate.compare.comparers: the one comparer signature). The control is the reference (the
+control arm's run, or a stored reference result given in its place). The shared checks (same contract,
+model, versions; route attestation) are run once by qgate.compare; the checks here are the
+quality-specific ones: the same items, sampling and prompts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from qgate.contract import LoadedContract
+from qgate.contract.quality import Quality
 from qgate.gate import SEV_ERROR, Gate
 from qgate.quality.gates import arm_gates, paired_gate, summarize
 from qgate.quality.paired import seed_of, single_seed_caveat
-from qgate.quality.schema import Quality
 
 
-def _quality_section(contract: Any, candidate: dict[str, Any]) -> Quality:
-    """The Quality model from a Contract, a LoadedContract, or (without one) the candidate's record."""
-    inner = getattr(contract, "contract", contract)
-    section = getattr(inner, "quality", None)
-    if isinstance(section, Quality):
-        return section
+def _quality_section(loaded: LoadedContract | None, candidate: dict[str, Any]) -> Quality:
+    """The contract's quality section, or (without a contract in hand) the candidate's record of it."""
+    if loaded is not None and loaded.contract.quality is not None:
+        return loaded.contract.quality
     return Quality.model_validate(candidate["quality"])
 
 
@@ -80,10 +80,12 @@ def miss_table(
     return rows
 
 
-def compare_quality(control: dict[str, Any], candidate: dict[str, Any], contract: Any) -> dict[str, Any]:
+def compare_quality(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
+) -> dict[str, Any]:
     """Gates (qgate.gate.Gate) and the data the report shows: settings, miss table, figures, the paired
     test. Data only: qgate.report.quality renders it."""
-    q = _quality_section(contract, candidate)
+    q = _quality_section(loaded, candidate)
     seeds = q.run_seeds
     # Recounted from the item records: the saved summary is derived data.
     sums = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from qgate.contract.quality import QualityGates
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.quality.paired import (
     ERROR,
@@ -27,7 +28,6 @@ from qgate.quality.paired import (
     paired_test,
     seed_of,
 )
-from qgate.quality.schema import QualityGates
 
 LIST_AT_MOST = 8  # items named in a gate's detail; the report's tables list them all
 

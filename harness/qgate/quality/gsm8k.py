@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from qgate.errors import QgateError
 
@@ -41,6 +42,15 @@ class Item:
     question: str
     answer: str
     gold: str
+
+
+def build_messages(spec: dict[str, Any], question: str) -> list[dict[str, str]]:
+    """The chat messages of one GSM8K question under the contract's prompt (system + user template)."""
+    messages = []
+    if spec.get("system_prompt"):
+        messages.append({"role": "system", "content": spec["system_prompt"]})
+    messages.append({"role": "user", "content": spec["user_template"].replace("{question}", question)})
+    return messages
 
 
 def gold_answer(answer: str, where: str = "answer") -> str:

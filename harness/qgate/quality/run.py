@@ -1,121 +1,198 @@
-"""The in-engine item loop of the quality gate: chat prompt, sampling as the contract says, score, emit.
+"""`qgate run quality` core: one engine start per arm, the frozen items, results kept current on disk.
 
-Runs inside the engine child (qgate.engine.child hands it the `engine` adapter); it never imports vLLM.
-The spec (built by qgate.quality.runner.item_spec) carries everything the loop needs:
+Per arm: DIR/quality/<arm>.jsonl gets one record per finished output (item x seed; appended and
+fsynced as it comes), and DIR/quality/<arm>.json (the summary: every item record, run-level counts,
+fingerprint, routes) is rewritten atomically after every output. Each arm runs every item under every
+seed of the contract (`quality.seeds` / `quality.repeats`), the frozen seed first, in one engine start.
+`resume=True` skips the item-seed pairs already in the JSONL; without it an existing result is never
+overwritten.
 
-    items: [{index, question, gold}], user_template ("... {question} ..."), system_prompt (str | None),
-    chat_template_kwargs (dict), sampling (vllm.SamplingParams kwargs: temperature, top_p, top_k, seed,
-    max_tokens, ignore_eos False, skip_special_tokens), strict_formats ([hash|boxed|final_answer]),
-    window_chars (int), reset_prefix_cache (bool), seeds ([int], the frozen seed first; default
-    [sampling.seed])
-
-Every item runs under every seed, seed by seed (the frozen seed's run first), each record carrying its
-`seed`. Each output is independent of the others (a per-request seed, the prefix cache reset before
-it), so a resumed run gives the same records as an uninterrupted one. `done` holds what is already
-recorded: "seed:index" strings (or bare indices, meaning the first seed).
+Format history of quality results (`kind: quality`):
+  1 (2026-11-29): first version (one seed).
+  2 (2026-11-30): repeated seeds: each item record carries its `seed`, `seeds` lists the run's seeds,
+                  the summary adds per-seed counts and per-item rates. Schema 1 results still load:
+                  their records ran under the frozen seed (quality.sampling.seed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from qgate.engine.arms import ids_sha256
-from qgate.errors import RunFailure
-from qgate.quality.scoring import prompt_closes_thinking, score_output
+from qgate.contract import LoadedContract
+from qgate.contract.quality import Quality
+from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
+from qgate.quality.gates import summarize
+from qgate.quality.gsm8k import Item, load_items
+from qgate.quality.paired import seed_of
+from qgate.quality.workload import done_key
+from qgate.results import (
+    ResultError,
+    append_jsonl,
+    atomic_write_json,
+    current_schema,
+    load_result,
+    read_jsonl,
+)
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11; pyproject allows 3.10
+    from typing_extensions import Unpack
+
+QUALITY_SCHEMA_VERSION = current_schema("quality")
 
 
-class QualityRunError(RunFailure, RuntimeError):
-    """The engine did not do what the contract asks (e.g. the prefix cache would not reset)."""
+def result_paths(out_dir: Path, arm: str) -> tuple[Path, Path]:
+    """(items JSONL, summary JSON) of one arm."""
+    return out_dir / "quality" / f"{arm}.jsonl", out_dir / "quality" / f"{arm}.json"
 
 
-def build_messages(spec: dict[str, Any], question: str) -> list[dict[str, str]]:
-    messages = []
-    if spec.get("system_prompt"):
-        messages.append({"role": "system", "content": spec["system_prompt"]})
-    messages.append({"role": "user", "content": spec["user_template"].replace("{question}", question)})
-    return messages
-
-
-def decode_tok_s(n_tokens: int, first_ts: float, last_ts: float) -> float | None:
-    """Pure decode rate from the engine's own timestamps: (n - 1) tokens after the first one."""
-    if n_tokens < 2 or last_ts <= first_ts:
-        return None
-    return (n_tokens - 1) / (last_ts - first_ts)
-
-
-def run_item(
-    engine: Any, spec: dict[str, Any], item: dict[str, Any], seed: int | None = None
-) -> dict[str, Any]:
-    """Generate and score one item under `seed` (default: the spec's sampling seed); returns its record."""
-    sampling = dict(spec["sampling"])
-    if seed is not None:
-        sampling["seed"] = seed
-    messages = build_messages(spec, item["question"])
-    kwargs = dict(spec.get("chat_template_kwargs") or {})
-    prompt_ids = engine.chat_prompt_ids(messages, kwargs)
-    prompt_text = engine.decode(prompt_ids) if hasattr(engine, "decode") else None
-    reset = None
-    if spec.get("reset_prefix_cache", True):
-        reset = bool(engine.reset_prefix_cache())
-        if not reset:
-            raise QualityRunError(f"item {item['index']}: reset_prefix_cache() returned False")
-    out = engine.generate(prompt_ids, sampling)
-    closed_in_prompt = prompt_closes_thinking(prompt_text or "")
-    scores = score_output(
-        out["text"],
-        out["token_ids"],
-        out["finish_reason"],
-        item["gold"],
-        list(spec["strict_formats"]),
-        closed_in_prompt=closed_in_prompt,
-        window=int(spec.get("window_chars", 50)),
-    )
-    n = len(out["token_ids"])
+def item_spec(q: Quality, items: list[Item]) -> dict[str, Any]:
+    """What qgate.quality.workload.run_items needs inside the engine child (see its docstring)."""
     return {
-        "index": item["index"],
-        "seed": sampling.get("seed"),
-        "gold": item["gold"],
-        "messages": messages,
-        "prompt": prompt_text,
-        "prompt_token_ids": prompt_ids,
-        "prompt_sha256": ids_sha256(prompt_ids),
-        "thinking_closed_in_prompt": closed_in_prompt,
-        "output": out["text"],
-        "token_ids": out["token_ids"],
-        "token_ids_sha256": ids_sha256(out["token_ids"]),
-        "output_tokens": n,
-        "finish_reason": out["finish_reason"],
-        "first_token_ts": out["first_token_ts"],
-        "last_token_ts": out["last_token_ts"],
-        "decode_s": max(0.0, out["last_token_ts"] - out["first_token_ts"]),
-        "decode_tok_s": decode_tok_s(n, out["first_token_ts"], out["last_token_ts"]),
-        "prefix_cache_reset": reset,
-        **scores,
+        "items": [{"index": it.index, "question": it.question, "gold": it.gold} for it in items],
+        "user_template": q.user_template,
+        "system_prompt": q.system_prompt,
+        "chat_template_kwargs": dict(q.chat_template_kwargs),
+        "sampling": q.sampling.vllm_kwargs(),
+        "strict_formats": list(q.strict_formats),
+        "window_chars": q.window_chars,
+        "reset_prefix_cache": q.reset_prefix_cache,
+        "seeds": q.run_seeds,
     }
 
 
-def seeds_of(spec: dict[str, Any]) -> list[int]:
-    """The seeds to run, the frozen seed first."""
-    return [int(s) for s in spec.get("seeds") or [spec["sampling"]["seed"]]]
+def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, dataset: dict) -> dict[str, Any]:
+    c = loaded.contract
+    assert c.quality is not None
+    return {
+        **result_header("quality", QUALITY_SCHEMA_VERSION, loaded, plan, model),
+        "dataset": dataset,
+        "quality": c.quality.model_dump(mode="json"),
+        "seeds": c.quality.run_seeds,
+        "items": [],
+        "summary": summarize([], c.quality.n_items, c.quality.run_seeds),
+    }
 
 
-def done_key(seed: int, index: int) -> str:
-    return f"{seed}:{index}"
+def open_result(
+    loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict, dataset: dict
+) -> dict[str, Any]:
+    """A fresh result, or the saved one (its items re-read from the JSONL) when resuming."""
+    jsonl, summary = result_paths(out_dir, plan.name)
+    if not jsonl.exists() and not summary.exists():
+        return new_result(loaded, plan, model, dataset)
+    if not resume:
+        raise ResultError(f"{summary}: a result exists; pass --resume to continue it or choose another --out")
+    result = (
+        load_result(summary, kind="quality") if summary.exists() else new_result(loaded, plan, model, dataset)
+    )
+    if result["env"] != plan.env:
+        raise ResultError(f"{summary}: saved with env {result['env']}, not {plan.env}")
+    for key, want in (("contract", loaded.sha256), ("dataset", dataset["items_sha256"])):
+        got = result[key]["sha256" if key == "contract" else "items_sha256"]
+        if got != want:
+            raise ResultError(
+                f"{summary}: saved with {key} sha256 {got[:12]}, not {want[:12]}: cannot resume"
+            )
+    if result.get("schema_version") != QUALITY_SCHEMA_VERSION:
+        raise ResultError(
+            f"{summary}: a quality result of schema {result.get('schema_version')}: resume it with the "
+            f"qgate that wrote it, or start another --out"
+        )
+    assert loaded.contract.quality is not None
+    seeds = loaded.contract.quality.run_seeds
+    by_key = {(seed_of(r, seeds[0]), r["index"]): r for r in read_jsonl(jsonl)}
+    result["items"] = [by_key[k] for k in sorted(by_key, key=lambda k: _order(seeds, k))]
+    return result
 
 
-def _done_keys(done: set[Any] | list[Any], first_seed: int) -> set[str]:
-    return {d if isinstance(d, str) else done_key(first_seed, int(d)) for d in done}
+def _order(seeds: list[int], key: tuple[int, int]) -> tuple[int, int]:
+    """Records in run order: seed by seed (the contract's order), items by index."""
+    seed, index = key
+    return (seeds.index(seed) if seed in seeds else len(seeds), index)
 
 
-def run_items(
-    engine: Any, spec: dict[str, Any], emit: Callable[[dict[str, Any]], None], done: set[Any]
-) -> None:
-    """Run every item under every seed not in `done`, emitting {"event": "item", "item": ...}."""
-    seeds = seeds_of(spec)
-    skip = _done_keys(done, seeds[0])
-    for seed in seeds:
-        for item in spec["items"]:
-            if done_key(seed, item["index"]) in skip:
-                continue
-            emit({"event": "item", "item": run_item(engine, spec, item, seed)})
+def _expected(q: Quality) -> set[tuple[int, int]]:
+    return {(s, i) for s in q.run_seeds for i in q.indices}
+
+
+def _keys(items: list[dict]) -> set[tuple[int, int]]:
+    return {(int(r["seed"]), int(r["index"])) for r in items}
+
+
+@dataclass(frozen=True)
+class QualityWorkload:
+    """The spine's quality workload: one engine start per arm, the item-seed pairs not yet recorded
+    (qgate.quality.workload)."""
+
+    loaded: LoadedContract
+    out_dir: Path
+    resume: bool
+    items: list[Item]
+    dataset: dict[str, Any]
+    train_data: Path | None
+    kind: str = "quality"
+    launches: int = 1
+
+    @property
+    def quality(self) -> Quality:
+        q = self.loaded.contract.quality
+        assert q is not None
+        return q
+
+    def open(self, plan: ArmPlan, model: dict) -> dict:
+        return open_result(self.loaded, plan, self.out_dir, self.resume, model, self.dataset)
+
+    def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
+        done = _keys(result["items"])
+        if _expected(self.quality) <= done:
+            return None
+        return {**item_spec(self.quality, self.items), "done": sorted(done_key(*k) for k in done)}
+
+    def label(self, arm: str, launch: int) -> str:
+        return arm
+
+    def launch_fields(self, launch: int) -> dict:
+        return {}
+
+    def on_record(self, plan: ArmPlan, result: dict, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "engine_ready":
+            self.save(plan, result)
+        elif kind == "item":
+            append_jsonl(result_paths(self.out_dir, plan.name)[0], event["item"])
+            seeds = self.quality.run_seeds
+            result["items"] = sorted(
+                [*result["items"], event["item"]], key=lambda r: _order(seeds, (r["seed"], r["index"]))
+            )
+            result["summary"] = summarize(result["items"], self.quality.n_items, seeds)
+            self.save(plan, result)
+
+    def save(self, plan: ArmPlan, result: dict) -> None:
+        atomic_write_json(result_paths(self.out_dir, plan.name)[1], result)
+
+    def finish(self, result: dict) -> None:
+        q = self.quality
+        result["summary"] = summarize(result["items"], q.n_items, q.run_seeds)
+        keys = _keys(result["items"])
+        result["complete"] = keys == _expected(q) and len(keys) == len(result["items"])
+
+
+def run_quality(
+    loaded: LoadedContract, out_dir: Path, arms: tuple[str, ...] = ARMS, resume: bool = False,
+    data: Path | None = None, **run: Unpack[ArmRun],
+) -> dict[str, dict]:  # fmt: skip
+    """The frozen items on every arm, control first (engine.arms.run_arms: plans, progress,
+    kill_leftovers); returns the arm results. `data`: the GSM8K file (see gsm8k.load_items)."""
+    c = loaded.contract
+    q = c.quality
+    if q is None:
+        raise ResultError(f"{loaded.path}: quality = None: the contract has no quality section")
+    items, source = load_items(q.indices, q.items_sha256, cli_data=data, contract_path=q.data_path)
+    dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
+               "source": source}  # fmt: skip
+    # A tiny-trained model is trained (first use) on the data given here, not only the default path.
+    train_data = None if source.startswith("hf:") else Path(source)
+    workload = QualityWorkload(loaded, out_dir, resume, items, dataset, train_data)
+    return run_arms(loaded, out_dir, workload, arms, **run)

@@ -5,6 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table under its title paragraph: the header, then one line per row of cells."""
+    lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _conditions_row(c: dict[str, Any]) -> list[str]:
+    plain = c.get("plain_timing", {}).get("median_us")
+    ap = c.get("after_producer", {})
+    gb = ap.get("route_gb_s")
+    return [c["route"], c["label"], f"{c['route_timing']['median_us']:.2f}", _fmt(plain, ".2f")] + [
+        _fmt(v, ".2f")
+        for v in (ap.get("route_us"), gb / 1000 if gb else None, ap.get("baseline_us"), ap.get("producer_us"))
+    ]
+
+
 def _fmt(v: Any, spec: str = ".3g") -> str:
     if v is None:
         return "n/a"
@@ -78,58 +94,38 @@ def bench_markdown(record: dict[str, Any]) -> str:
         lines += [f"- {c['route']} {c['label']}: {c['route_fallbacks']}" for c in fell]
     rivals = [c for c in record["cases"] if c.get("competitors")]
     if rivals:
-        lines += [
-            "",
+        lines += _table(
             "Against what vLLM itself runs (same sets, same run; vs best: the best competitor's us, "
             "baseline included, over the route's):",
-            "",
-            "| route | shape | route us | competitor | us or why not | vs best |",
-            "|---|---|---|---|---|---|",
-        ]
-        for c in rivals:
-            for name, r in c["competitors"].items():
-                shown = f"{r['median_us']:.2f}" if "median_us" in r else r["cannot_run"]
-                route_us = c["route_timing"]["median_us"]
-                lines.append(
-                    f"| {c['route']} | {c['label']} | {route_us:.2f} | {name} | {shown} | "
-                    f"{c['vs_best']:.2f}x ({c['best_competitor']}) |"
-                )
+            ["route", "shape", "route us", "competitor", "us or why not", "vs best"],
+            [
+                [c["route"], c["label"], f"{c['route_timing']['median_us']:.2f}", name]
+                + [f"{r['median_us']:.2f}" if "median_us" in r else r["cannot_run"]]
+                + [f"{c['vs_best']:.2f}x ({c['best_competitor']})"]
+                for c in rivals
+                for name, r in c["competitors"].items()
+            ],
+        )
     conditions = [c for c in record["cases"] if "plain_timing" in c or "after_producer" in c]
     if conditions:
-        lines += [
-            "",
+        lines += _table(
             "Launch conditions (route us above: calls back to back, launched as the vLLM plugin launches "
             "them; plain: without the static-weight (PDL) launch; after producer: each call right after "
             "a kernel that writes its input, that kernel's time subtracted):",
-            "",
-            "| route | shape | back to back us | plain us | after producer: route us | TB/s | "
-            "baseline us | producer us |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for c in conditions:
-            plain = c.get("plain_timing", {}).get("median_us")
-            ap = c.get("after_producer", {})
-            gb = ap.get("route_gb_s")
-            lines.append(
-                f"| {c['route']} | {c['label']} | {c['route_timing']['median_us']:.2f} | "
-                f"{_fmt(plain, '.2f')} | "
-                f"{_fmt(ap.get('route_us'), '.2f')} | {_fmt(gb / 1000 if gb else None, '.2f')} | "
-                f"{_fmt(ap.get('baseline_us'), '.2f')} | {_fmt(ap.get('producer_us'), '.2f')} |"
-            )
+            ["route", "shape", "back to back us", "plain us", "after producer: route us", "TB/s"]
+            + ["baseline us", "producer us"],
+            [_conditions_row(c) for c in conditions],
+        )
     by_input = [c for c in record["cases"] if c.get("by_input")]
     if by_input:
-        lines += [
-            "",
+        lines += _table(
             "By input (the route timed on each kind of input set the case draws; the target is judged on "
             "all sets together, above):",
-            "",
-            "| route | shape | input | sets | route us | min us |",
-            "|---|---|---|---|---|---|",
-        ]
-        for c in by_input:
-            for kind, t in c["by_input"].items():
-                lines.append(
-                    f"| {c['route']} | {c['label']} | {kind} | {t['sets']} | {t['median_us']:.2f} | "
-                    f"{t['min_us']:.2f} |"
-                )
+            ["route", "shape", "input", "sets", "route us", "min us"],
+            [
+                [c["route"], c["label"], kind, f"{t['sets']}", f"{t['median_us']:.2f}", f"{t['min_us']:.2f}"]
+                for c in by_input
+                for kind, t in c["by_input"].items()
+            ],
+        )
     return "\n".join(lines) + "\n"

@@ -1,7 +1,9 @@
-"""The speed comparison: two speed results -> statistics (qgate.stats), figures and gates (qgate.verdict).
+"""The speed comparison: two speed results -> statistics (qgate.stats), figures and gates
+(qgate.speed.gates).
 
 `compare_speed(control, candidate, loaded)` is what `qgate compare` calls for `kind: speed` results
-(qgate.compare.COMPARERS); the decision over its gates is qgate.gate.decide.
+(qgate.compare.comparers: the one comparer signature); the checks every kind shares (refuse to
+compare, route attestation) are run once there; the decision over the gates is qgate.gate.decide.
 """
 
 from __future__ import annotations
@@ -11,37 +13,24 @@ from typing import Any
 
 import numpy as np
 
-from qgate import verdict as vd
 from qgate.contract import LoadedContract
+from qgate.contract.speed import PROMPT_KEYS, WORKLOAD_KEYS
+from qgate.speed import gates as vd
+from qgate.speed.figures import arm_figures, rep_values, result_launches
 from qgate.stats import (
     LaunchDataError,
     MetricStats,
     StatsConfig,
-    arm_figures,
     compare_samples,
     error_record,
     group_by_launch,
-    rep_values,
-    result_launches,
 )
 
-# Dotted keys a speed result adds to the refuse-to-compare check (qgate.verdict.differences).
+# Dotted keys a speed result adds to the refuse-to-compare check (qgate.comparable.differences).
 SPEED_EXTRA_KEYS = (
     "prompt.sha256",
-    "prompt.input_tokens",
-    "prompt.seed",
-    *(
-        f"workload.{k}"
-        for k in (
-            "output_tokens",
-            "greedy",
-            "ignore_eos",
-            "warmup",
-            "repetitions",
-            "reset_prefix_cache",
-            "launches",
-        )
-    ),
+    *(f"prompt.{key}" for key in PROMPT_KEYS.values()),
+    *(f"workload.{key}" for key in WORKLOAD_KEYS),
 )
 
 
@@ -94,7 +83,8 @@ def _change(new: float | None, old: float | None) -> float | None:
 def compare_speed(
     control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract
 ) -> dict[str, Any]:
-    """Statistics, figures and gates (qgate.gate.Gate) for two speed results."""
+    """Statistics, figures and gates (qgate.gate.Gate) for two speed results. `checks`: each result's
+    own soundness (complete, intact reps), which the verdict lists before the route attestation."""
     assert loaded.contract.speed is not None
     cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
     decode = _compare_field(control, candidate, "decode_tok_s", cfg, True)
@@ -115,22 +105,20 @@ def compare_speed(
         for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
     }
     tokens = vd.token_summary(control, candidate)
-    diffs = vd.differences(control, candidate, loaded, SPEED_EXTRA_KEYS)
-    gates = [
-        vd.comparable_gate(diffs),
+    checks = [
         vd.completeness_gate(control, "control"),
         vd.completeness_gate(candidate, "candidate"),
         vd.integrity_gate(control, "control", loaded.contract),
         vd.integrity_gate(candidate, "candidate", loaded.contract),
-        *vd.attestation(control, candidate),
+    ]
+    gates = [
         *vd.statistics_gates(decode, ttft),
         *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens),
     ]
     return {
+        "checks": checks,
         "gates": gates,
         "stats": {"decode_tok_s": decode.to_dict(), "ttft_ms": ttft.to_dict()},
         "figures": figs,
         "tokens": tokens,
-        "differences": diffs,
-        "notes": vd.notes(control, candidate),
     }

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 from qgate.contract import LoadedContract
+from qgate.contract.speed import PROMPT_KEYS
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
 from qgate.engine.launcher import EngineError
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
@@ -19,6 +20,9 @@ from qgate.speed.compare import decode_stats
 from qgate.speed.sequential import Design, look_at
 from qgate.speed.sequential import record as sequential_record
 from qgate.stats import StatsConfig
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11; pyproject allows 3.10
+    from typing_extensions import Unpack
 
 
 def arm_path(out_dir: Path, arm: str) -> Path:
@@ -30,16 +34,8 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, 
     assert s is not None
     return {
         **result_header("speed", SPEED_SCHEMA_VERSION, loaded, plan, model),
-        "prompt": {"input_tokens": s.input_tokens, "seed": s.prompt_seed, "sha256": None},
-        "workload": {
-            "output_tokens": s.output_tokens,
-            "greedy": s.greedy,
-            "ignore_eos": s.ignore_eos,
-            "warmup": s.warmup,
-            "repetitions": s.repetitions,
-            "reset_prefix_cache": s.reset_prefix_cache,
-            "launches": s.launches,
-        },
+        "prompt": {**s.prompt(), "sha256": None},
+        "workload": s.workload(),
         "reps": [],
     }
 
@@ -97,17 +93,9 @@ class SpeedWorkload:
         todo = missing_reps(result, launch, s.repetitions)
         if not todo:
             return None
-        return {
-            "input_tokens": s.input_tokens,
-            "output_tokens": s.output_tokens,
-            "greedy": s.greedy,
-            "ignore_eos": s.ignore_eos,
-            "warmup": s.warmup,
-            "reset_prefix_cache": s.reset_prefix_cache,
-            "prompt_seed": s.prompt_seed,
-            "launch": launch,
-            "rep_indices": todo,
-        }
+        # The child reads the prompt's fields by their schema names and the workload's keys.
+        prompt = {key: getattr(s, key) for key in PROMPT_KEYS}
+        return {**prompt, **s.workload(), "launch": launch, "rep_indices": todo}
 
     def label(self, arm: str, launch: int) -> str:
         return f"{arm} launch {launch}"

@@ -10,11 +10,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from qgate.engine.arms import ids_sha256
 from qgate.errors import RunFailure
+from qgate.results import ids_sha256, utc_now
 
 
 class SpeedError(RunFailure, RuntimeError):
@@ -79,7 +78,7 @@ def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | 
         "token_ids_sha256": ids_sha256(out["token_ids"]),
         "finish_reason": out["finish_reason"],
         "prefix_cache_reset": reset,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": utc_now(),
     }
 
 

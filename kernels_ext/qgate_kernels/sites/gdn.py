@@ -16,13 +16,9 @@ from typing import Any
 import torch
 
 from qgate.route_env import ROUTE_GDN as GDN_ROUTE
-from qgate_kernels import record
+from qgate_kernels import record, registry
 
-
-def _plugin() -> Any:
-    from qgate_kernels import plugin
-
-    return plugin
+GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
 
 
 class GdnSite:
@@ -59,12 +55,12 @@ class GdnSite:
     def run(self, h: Any) -> tuple[Any, Any, Any, Any]:
         reason = self.reject(h)
         if reason is not None:
-            _plugin()._STATE.recorder.fallback(GDN_ROUTE, reason)
+            registry.STATE.recorder.fallback(GDN_ROUTE, reason)
             return gdn_vllm_input(self.layer(), h)
         if record.active():
             record.save(GDN_ROUTE, f"{getattr(self.layer(), 'prefix', '')}.in_proj_qkvz+in_proj_ba", h)
         args = (h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
-        out = _plugin()._invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
+        out = registry.invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
         want = [
             (1, 2 * self.nk * self.dk + self.nv * self.dv),
             (1, self.nv, self.dv),
@@ -131,12 +127,11 @@ def gdn_forward(orig: Callable[..., Any], device: str) -> Callable[..., Any]:
             torch.ops.vllm.qwen_gdn_attention_core(mixed_qkv, b, a, core_attn_out, layer_name=name)
         return self._output_projection(core_attn_out, z)
 
-    return _plugin()._patched(forward, orig)
+    return registry.patched(forward, orig)
 
 
 def wire_gdn(model: Any) -> None:
-    plugin = _plugin()
-    gdn_cls = plugin._site_owner(f"{GDN_ROUTE}.forward_cpu")
+    gdn_cls = registry.site_owner(f"{GDN_ROUTE}.forward_cpu")
     for module in model.modules():
         if not isinstance(module, gdn_cls):
             continue
@@ -152,4 +147,27 @@ def wire_gdn(model: Any) -> None:
         fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
         if getattr(module, "enable_fused_gdn_spec_decode", False) and not fp16:
             continue  # forward_cuda's own fused bf16 path: the route never replaces it
-        module._qgate_gdn_site = plugin._add_site(GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, GdnSite.role)
+        module._qgate_gdn_site = registry.add_site(GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, GdnSite.role)
+
+
+def define_op() -> None:
+    """qgate_routes::gdn_input: a GDN layer's Part 1 under vLLM's torch.compile trace."""
+
+    @torch.library.custom_op("qgate_routes::gdn_input", mutates_args=())
+    def routed_gdn_input(
+        h: torch.Tensor, site: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert registry.STATE is not None
+        return registry.STATE.sites[site].run(h)
+
+    @routed_gdn_input.register_fake
+    def _(h: torch.Tensor, site: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        assert registry.STATE is not None
+        s = registry.STATE.sites[site]
+        t = h.shape[0]
+        return (
+            h.new_empty((t, 2 * s.nk * s.dk + s.nv * s.dv)),
+            h.new_empty((t, s.nv, s.dv)),
+            h.new_empty((t, s.nv)),
+            h.new_empty((t, s.nv)),
+        )

@@ -23,7 +23,7 @@ pytest.importorskip("qgate_kernels.plugin")
 CHECK = r"""
 import json, os, sys
 import torch
-from qgate_kernels import plugin
+from qgate_kernels import plugin, registry
 
 device = sys.argv[1]
 plugin.register()
@@ -61,7 +61,7 @@ for r, n in enumerate(visible.tolist()):
 big = torch.randn(1, 5000, generator=gen).to(device)
 out2 = torch.empty((1, 4097), dtype=torch.int32, device=device)
 qi._topk(big, torch.tensor([5000], dtype=torch.int32, device=device), 4097, 1, out2, ws)
-c = plugin._STATE.recorder.counters
+c = registry.STATE.recorder.counters
 print("RESULT " + json.dumps({
     "patched": patched, "callers": callers, "rows_ok": ok,
     "hits": c.hits.get("qsa_topk", 0), "roles": c.roles.get("qsa_topk", {}),

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from qgate.contract.base import Strict
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
 
 # The route names are route_env's (one home); Literal of them so a contract naming another is refused.
@@ -18,11 +19,7 @@ RouteName = Literal[ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK]  # type: ignore
 ALL_ROUTES: tuple[str, ...] = tuple(ROUTES)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Tolerance(_Strict):
+class Tolerance(Strict):
     """Per route, over every output element of every trial.
 
     max_ulp: distance to the reference in units in the last place of the output dtype, at the
@@ -56,13 +53,13 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 
-class GemvShape(_Strict):
+class GemvShape(Strict):
     n: int = Field(ge=1, description="output rows (weight [n, k])")
     k: int = Field(ge=1)
     dtype: Literal["fp16", "bf16"] = "fp16"
 
 
-class HcShape(_Strict):
+class HcShape(Strict):
     """One Qwen4Exp GatedResidual module: hc_count streams of `hidden`, low rank lora_rank."""
 
     hc_count: int = Field(ge=1, le=64)
@@ -74,7 +71,7 @@ class HcShape(_Strict):
     )
 
 
-class GdnShape(_Strict):
+class GdnShape(Strict):
     hidden: int = Field(ge=1)
     num_k_heads: int = Field(ge=1)
     num_v_heads: int = Field(ge=1)
@@ -94,7 +91,7 @@ class GdnShape(_Strict):
         return self
 
 
-class TopkShape(_Strict):
+class TopkShape(Strict):
     rows: int = Field(ge=1)
     length: int = Field(ge=1, description="L, the logits columns")
     k: int = Field(ge=1, le=4096, description="block_topk")
@@ -111,21 +108,21 @@ class TopkShape(_Strict):
         return self
 
 
-class Shapes(_Strict):
+class Shapes(Strict):
     fp16_gemv: list[GemvShape] = Field(default_factory=list)
     fused_hc_fp16: list[HcShape] = Field(default_factory=list)
     fused_gdn_input_fp16: list[GdnShape] = Field(default_factory=list)
     qsa_topk: list[TopkShape] = Field(default_factory=list)
 
 
-class Bench(_Strict):
+class Bench(Strict):
     warmup: int = Field(3, ge=0, description="graph replays before timing")
     reps: int = Field(30, ge=1, description="timed graph replays; the median is reported")
     rotate_bytes: int = Field(256 * 2**20, ge=0, description="distinct input bytes cycled per timed graph")
     max_sets: int = Field(512, ge=1, description="at most this many input sets per graph")
 
 
-class Ops(_Strict):
+class Ops(Strict):
     routes: list[RouteName] = Field(default_factory=lambda: list(ALL_ROUTES))
     trials: int = Field(20, ge=1, description="fresh random inputs per route and shape")
     seed: int | None = Field(None, description="None: a fresh seed per run (recorded)")

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import IN_PROCESS_ENGINE, REPO
 
-from qgate import routes
+from qgate import route_env, routes
+from qgate.engine import preflight
 from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
 
 pytestmark = pytest.mark.vllm
@@ -57,7 +58,7 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
     attest_dir = tmp / "attest"
     attest_dir.mkdir()
     arm = env | SHIMS
-    full = routes.engine_env(arm) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    full = preflight.engine_env(arm) | {route_env.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
     # The in-process engine (conftest): the subject is the route call sites and counts, not vLLM's
     # process layout (test_plugin_vllm checks that the routes run in the multi-process engine's worker).
     full |= IN_PROCESS_ENGINE
@@ -112,7 +113,7 @@ def lacking_role(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _faulty(tmp: Path, route: str, spec: str) -> dict:
     env = ALL_ON | {f"QGATE_ROUTE_IMPL_{route.upper()}": spec}
-    routes.check_overrides(env | SHIMS | {"PYTHONPATH": FIXTURES})  # the pre-flight takes it
+    preflight.check_overrides(env | SHIMS | {"PYTHONPATH": FIXTURES})  # the pre-flight takes it
     return _run(tmp, env)
 
 

@@ -1,4 +1,4 @@
-"""The HyperConnection and QSA top-k sites of the route plugin (Qwen4Exp, vLLM 0.32).
+"""The HyperConnection site of the route plugin (Qwen4Exp, vLLM 0.32).
 
 HC (`fused_hc_fp16`): every module of the loaded model whose class is the site's class
 (`GatedResidual` by default) and whose projections are unquantized is one site; its role is where it
@@ -8,18 +8,10 @@ and hits are counted per role and method (`attn.mix`, `attn.combine_and_mix`, `m
 `final.combine_and_mix`). The patched methods call the opaque ops `qgate_routes::hc_mix` /
 `qgate_routes::hc_combine_mix`; inside, batch-one fp16 calls run `ops.hc_mix` / `ops.hc_combine_and_mix`
 and everything else vLLM's own method, counted with its reason.
-
-QSA (`qsa_topk`): `_topk(logits, visible_blocks, token_topk, compress_ratio, block_indices,
-topk_workspace)` is a module function; its callers (`qsa_select_paged_decode` / `_prefill`) look it up
-in their module's globals at call time, so the module attribute is replaced, and any other loaded
-module holding the same function object is patched too (both are checked and recorded). The patched
-function calls `qgate_routes::qsa_topk`, which writes `block_indices` through `ops.qsa_topk` (float32
-logits, int32 visible_blocks and indices) or falls back to vLLM's `_topk`, counted.
 """
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -27,21 +19,14 @@ from typing import Any
 import torch
 
 from qgate.route_env import ROUTE_HC as HC_ROUTE
-from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
-from qgate_kernels import record
+from qgate_kernels import record, registry
 
 _ROLE_BY_NAME = (
     ("hyper_connection_mixer", "final"),
     ("mlp_hyper_connection", "moe"),
     ("attn_hyper_connection", "attn"),
 )
-
-
-def _plugin() -> Any:
-    from qgate_kernels import plugin
-
-    return plugin
 
 
 def hc_role(name: str, use_combine: bool) -> str:
@@ -94,7 +79,7 @@ class HcSite:
         return h.new_empty((h.shape[0], 0)) if injection is None else injection.clone()
 
     def mix(self, h: Any) -> tuple[Any, Any]:
-        state = _plugin()._STATE
+        state = registry.STATE
         reason = self.reject(h)
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
@@ -102,7 +87,7 @@ class HcSite:
             return block_input.clone(), self._injection_out(h, injection)
         if record.active():
             record.save(HC_ROUTE, self.name, h, None, None)
-        out = _plugin()._invoke(
+        out = registry.invoke(
             HC_ROUTE,
             f"{self.role}.mix",
             h,
@@ -116,7 +101,7 @@ class HcSite:
         return block_input, self._injection_out(h, injection)
 
     def combine_and_mix(self, h: Any, block_output: Any, injection: Any) -> tuple[Any, Any, Any]:
-        state = _plugin()._STATE
+        state = registry.STATE
         reason = self.reject(h, block_output, injection)
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
@@ -125,7 +110,7 @@ class HcSite:
         if record.active():
             record.save(HC_ROUTE, self.name, h, block_output, injection)
         args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
-        out = _plugin()._invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
+        out = registry.invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
         h_new, block_input, inj = self._checked(out, h, None)
         return h_new, block_input, self._injection_out(h, inj)
 
@@ -149,7 +134,7 @@ def define_hc_ops() -> None:
     """qgate_routes::hc_mix / hc_combine_mix: the per-call decision, opaque to torch.compile."""
 
     def site(i: int) -> HcSite:
-        return _plugin()._STATE.sites[i]
+        return registry.STATE.sites[i]
 
     @torch.library.custom_op("qgate_routes::hc_mix", mutates_args=())
     def hc_mix(h: torch.Tensor, site_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +162,6 @@ def define_hc_ops() -> None:
 
 def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement of GatedResidual.mix (kind 'mix') or .combine_and_mix: the op for wired modules."""
-    plugin = _plugin()
     if kind == "mix":
 
         def mix(self: Any, hidden_states: Any) -> Any:
@@ -185,9 +169,9 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
             if sid is None:
                 return orig(self, hidden_states)
             block_input, inj = torch.ops.qgate_routes.hc_mix(hidden_states, sid)
-            return hidden_states, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+            return hidden_states, block_input, inj if registry.STATE.sites[sid].use_combine else None
 
-        return plugin._patched(mix, orig)
+        return registry.patched(mix, orig)
 
     def combine_and_mix(self: Any, hidden_states: Any, prev_block_output: Any, prev_injection: Any) -> Any:
         sid = getattr(self, "_qgate_hc_site", None)
@@ -195,14 +179,13 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
             return orig(self, hidden_states, prev_block_output, prev_injection)
         out = torch.ops.qgate_routes.hc_combine_mix(hidden_states, prev_block_output, prev_injection, sid)
         h_new, block_input, inj = out
-        return h_new, block_input, inj if plugin._STATE.sites[sid].use_combine else None
+        return h_new, block_input, inj if registry.STATE.sites[sid].use_combine else None
 
-    return plugin._patched(combine_and_mix, orig)
+    return registry.patched(combine_and_mix, orig)
 
 
 def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> None:
     """One HcSite per unquantized module of the site class in the model (after the load)."""
-    plugin = _plugin()
     for name, module in model.named_modules():
         if not isinstance(module, hc_cls) or getattr(module, "_qgate_hc_site", None) is not None:
             continue
@@ -217,118 +200,4 @@ def wire_hc(model: Any, hc_cls: type, orig: dict[str, Callable[..., Any]]) -> No
         role = hc_role(name, use_combine)
         site = HcSite(module, role, w_down, w_up, orig)
         site.name = name  # the vLLM module name, for recorded activations (qgate_kernels.record)
-        module._qgate_hc_site = plugin._add_site(site, HC_ROUTE, role)
-
-
-# --- QSA top-k ----------------------------------------------------------------------------------
-
-
-class TopkSite:
-    """vLLM's `_topk` (one per process: a module function); `run` is the body of qgate_routes::qsa_topk."""
-
-    route = TOPK_ROUTE
-    role = "topk"
-
-    def __init__(self, orig: Callable[..., Any]) -> None:
-        self.orig = orig
-
-    def run(
-        self,
-        logits: Any,
-        visible_blocks: Any,
-        token_topk: int,
-        compress_ratio: int,
-        block_indices: Any,
-        workspace: Any,
-    ) -> None:
-        state = _plugin()._STATE
-        k = token_topk // compress_ratio
-        reason = None
-        if logits.dim() != 2 or tuple(block_indices.shape) != (logits.shape[0], k):
-            reason = "shape"
-        elif (
-            logits.dtype != torch.float32
-            or visible_blocks.dtype != torch.int32
-            or block_indices.dtype != torch.int32
-        ):
-            reason = "dtype"
-        elif not block_indices.is_contiguous():
-            reason = "layout"
-        if reason is not None:
-            state.recorder.fallback(TOPK_ROUTE, reason)
-            self.orig(logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace)
-            return
-        out = _plugin()._invoke(TOPK_ROUTE, self.role, logits, visible_blocks, k, block_indices)
-        if out is not None and out is not block_indices:
-            if tuple(out.shape) != tuple(block_indices.shape):
-                got, want = tuple(out.shape), tuple(block_indices.shape)
-                raise RuntimeError(f"qgate qsa_topk implementation returned {got}, expected {want}")
-            block_indices.copy_(out)
-
-
-def define_topk_op() -> None:
-    @torch.library.custom_op("qgate_routes::qsa_topk", mutates_args=("block_indices",))
-    def qsa_topk(
-        logits: torch.Tensor,
-        visible_blocks: torch.Tensor,
-        token_topk: int,
-        compress_ratio: int,
-        block_indices: torch.Tensor,
-        workspace: torch.Tensor,
-        site_id: int,
-    ) -> None:
-        _plugin()._STATE.sites[site_id].run(
-            logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace
-        )
-
-    @qsa_topk.register_fake
-    def _(
-        logits: torch.Tensor,
-        visible_blocks: torch.Tensor,
-        token_topk: int,
-        compress_ratio: int,
-        block_indices: torch.Tensor,
-        workspace: torch.Tensor,
-        site_id: int,
-    ) -> None:
-        return None
-
-
-def patch_topk(owner: Any, name: str, orig: Callable[..., Any]) -> list[str]:
-    """Replace the module function everywhere it is looked up; returns where (module.attr), callers first.
-
-    The site's own module is patched (its callers read the global at call time: checked through their
-    code's global names), then every other loaded module that holds the same function object."""
-    plugin = _plugin()
-    plugin._STATE.sites.append(TopkSite(orig))  # its site count comes per model load (model_has_qsa)
-    sid = len(plugin._STATE.sites) - 1
-
-    def topk(
-        logits: Any, visible_blocks: Any, token_topk: int, compress_ratio: int, block_indices: Any, ws: Any
-    ) -> None:
-        torch.ops.qgate_routes.qsa_topk(
-            logits, visible_blocks, token_topk, compress_ratio, block_indices, ws, sid
-        )
-
-    patched = plugin._patched(topk, orig)
-    where = []
-    callers = [
-        f"{owner.__name__}.{fname}"
-        for fname, fn in vars(owner).items()
-        if callable(fn) and name in getattr(getattr(fn, "__code__", None), "co_names", ())
-    ]
-    setattr(owner, name, patched)
-    where.append(f"{owner.__name__}.{name} (callers: {', '.join(callers) or 'none'})")
-    for mod_name, mod in list(sys.modules.items()):
-        if mod is owner or mod is None:
-            continue
-        for attr, value in list(getattr(mod, "__dict__", {}).items()):
-            if value is orig:
-                setattr(mod, attr, patched)
-                where.append(f"{mod_name}.{attr}")
-    return where
-
-
-def model_has_qsa(model: Any) -> bool:
-    """A QSA layer in the model: a module with a QSA indexer (vLLM's Qwen4ExpQSAAttention.indexer)."""
-    return any(hasattr(m, "indexer") and "qsa" in type(m).__name__.lower() for m in model.modules())
+        module._qgate_hc_site = registry.add_site(site, HC_ROUTE, role)

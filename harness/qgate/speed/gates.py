@@ -1,29 +1,19 @@
-"""Speed gates + refuse-to-compare: the gates of a speed comparison (qgate.gate.Gate) and the checks
-every result kind shares. The decision itself (gates -> PASS / FAIL / INCONCLUSIVE / ERROR, by
-severity) is qgate.gate.decide.
-
-Refuse to compare: the two results must agree on everything but the arm env: contract sha256, model,
-prompt, workload, CPU/GPU model, driver, Python/torch/vLLM/qgate versions and engine args.
-Engine args rule (the contract may give an arm its own engine overrides under `arms.<arm>.engine`):
-a differing engine arg is accepted only when both results carry the sha256 of the contract in hand and
-each arm's recorded engine args are exactly `contract.engine_for(arm)`, i.e. the difference is the
-one the contract declares. Without the contract in hand, or with any other difference, each differing
-key is listed and the verdict is ERROR. Host name and git commit are only noted: the same machine
-model and versions on another host, or a later commit, are still comparable.
+"""The speed gates (qgate.gate.Gate) of a speed comparison: each result complete and sound, the
+statistics computed, non-inferiority + advice, the floor as a bound on the candidate's mean, the
+improvement and prefill limits. The decision over them is qgate.gate.decide; the checks every kind
+shares (refuse to compare, route attestation) are qgate.comparable's.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from qgate import routes
-from qgate.contract import Contract, LoadedContract
-from qgate.engine.arms import ids_sha256
+from qgate.comparable import canon
+from qgate.contract import Contract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.results import ids_sha256
 from qgate.stats import (
     ADVICE_TARGET,
     IMPROVED,
@@ -34,146 +24,6 @@ from qgate.stats import (
 )
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
-
-FINGERPRINT_KEYS = ("cpu", "cpu_count", "gpu", "driver", "python", "torch", "vllm", "qgate")
-NOTE_KEYS = ("hostname", "git_sha")
-
-
-def _get(record: dict[str, Any], dotted: str) -> Any:
-    cur: Any = record
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return "<missing>"
-        cur = cur[part]
-    return cur
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _engine_differences(
-    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
-) -> list[str]:
-    ce, te = control.get("engine_args"), candidate.get("engine_args")
-    if not isinstance(ce, dict) or not isinstance(te, dict):
-        return [] if _canon(ce) == _canon(te) else [f"engine_args: control {ce!r} vs candidate {te!r}"]
-    keys = sorted(k for k in set(ce) | set(te) if _canon(ce.get(k)) != _canon(te.get(k)))
-    if not keys:
-        return []
-    if loaded is not None and _declared_override(control, candidate, loaded):
-        return []
-    return [
-        f"engine_args.{k}: control {ce.get(k, '<missing>')!r} vs candidate {te.get(k, '<missing>')!r}"
-        for k in keys
-    ]
-
-
-def _declared_override(control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract) -> bool:
-    """True when both arms ran the contract in hand and recorded exactly its per-arm engine args."""
-    for result in (control, candidate):
-        arm = result.get("arm")
-        if _get(result, "contract.sha256") != loaded.sha256 or arm not in ("control", "candidate"):
-            return False
-        if _canon(result.get("engine_args")) != _canon(loaded.contract.engine_for(arm)):
-            return False
-    return True
-
-
-def differences(
-    control: dict[str, Any],
-    candidate: dict[str, Any],
-    loaded: LoadedContract | None = None,
-    extra_keys: Sequence[str] = (),
-) -> list[str]:
-    """Everything but the arm env in which the two results differ; empty when they may be compared.
-
-    extra_keys: dotted keys a result kind adds (speed: prompt and workload).
-    """
-    found = []
-    keys = ["contract.sha256", "model.spec", "model.config_sha256"]
-    keys += [f"fingerprint.{k}" for k in FINGERPRINT_KEYS]
-    for key in (*keys, *extra_keys):
-        a, b = _get(control, key), _get(candidate, key)
-        if _canon(a) != _canon(b):
-            found.append(f"{key}: control {a!r} vs candidate {b!r}")
-    if loaded is not None:
-        for name, result in (("control", control), ("candidate", candidate)):
-            sha = _get(result, "contract.sha256")
-            if sha != loaded.sha256:
-                found.append(f"contract.sha256: {name} result {sha} vs contract in hand {loaded.sha256}")
-    found += _engine_differences(control, candidate, loaded)
-    found += _env_not_declared(control, candidate, loaded)
-    found += _inherited_env_differences(control, candidate)
-    return found
-
-
-def _inherited_env_differences(control: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
-    """Variables from the shell that can change what vLLM does (the launcher records them under
-    `inherited_env`) must agree between the arms, except those an arm's own env sets."""
-    a, b = control.get("inherited_env"), candidate.get("inherited_env")
-    if a is None and b is None:  # results of a qgate before the record: nothing to check
-        return []
-    if not isinstance(a, dict) or not isinstance(b, dict):
-        return [f"inherited_env: control {a!r} vs candidate {b!r}: one result does not record it"]
-    declared = set()
-    for result in (control, candidate):
-        if isinstance(result.get("env"), dict):
-            declared |= set(result["env"])
-    keys = sorted(k for k in (set(a) | set(b)) - declared if a.get(k) != b.get(k))
-    return [
-        f"inherited_env.{k}: control {a.get(k, '<unset>')!r} vs candidate {b.get(k, '<unset>')!r} "
-        "(set in the shell, not by the contract: run both arms from the same environment)"
-        for k in keys
-    ]
-
-
-def _env_not_declared(
-    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
-) -> list[str]:
-    """The contract's arm env must be in the result's env (the launcher may add its own variables)."""
-    if loaded is None:
-        return []
-    found = []
-    for name, result in (("control", control), ("candidate", candidate)):
-        arm = result.get("arm")
-        if arm not in ("control", "candidate"):
-            continue
-        env = result.get("env") if isinstance(result.get("env"), dict) else {}
-        for key, value in loaded.contract.env_for(arm).items():
-            if env.get(key) != value:
-                found.append(f"env.{key}: {name} result {env.get(key, '<unset>')!r}, contract says {value!r}")
-    return found
-
-
-def notes(control: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
-    """Differences that do not block the comparison but belong in the report."""
-    found = []
-    for key in NOTE_KEYS:
-        a, b = _get(control, f"fingerprint.{key}"), _get(candidate, f"fingerprint.{key}")
-        if a != b:
-            found.append(f"fingerprint.{key}: control {a!r} vs candidate {b!r}")
-    if control.get("arm") != "control" or candidate.get("arm") != "candidate":
-        found.append(
-            f"arm labels: control argument is {control.get('arm')!r}, candidate is {candidate.get('arm')!r}"
-        )
-    return found
-
-
-def comparable_gate(diffs: Sequence[str]) -> Gate:
-    if diffs:
-        return Gate("comparable arms", False, "refuse to compare: " + "; ".join(diffs), SEV_ERROR)
-    return Gate("comparable arms", True, "the results differ only in the arm env", SEV_ERROR)
-
-
-def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str = "") -> list[Gate]:
-    """Route attestation gates (qgate.routes); every one is ERROR-class. A result the routes module
-    cannot read proves nothing ran: ERROR with the reason."""
-    try:
-        return [g.prefixed(prefix) for g in routes.attestation_gates(control, candidate)]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        detail = f"cannot attest the routes: {type(exc).__name__}: {exc}"
-        return [Gate(f"{prefix}route attestation", False, detail, SEV_ERROR)]
 
 
 def token_summary(control: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +81,7 @@ def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None 
         if index in seen_index:
             problems.append(f"rep index {index!r} appears twice")
         seen_index.add(index)
-        body = _canon({k: v for k, v in rep.items() if k != "index"})
+        body = canon({k: v for k, v in rep.items() if k != "index"})
         if body in seen_record:
             problems.append(f"rep {index} is a copy of rep {seen_record[body]} (every figure the same)")
         seen_record.setdefault(body, index)

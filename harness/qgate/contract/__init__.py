@@ -18,12 +18,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from qgate.contract_yaml import MAX_BYTES, StrictYamlError, load_yaml
+from qgate.contract.base import Strict
+from qgate.contract.ops import Ops
+from qgate.contract.quality import Quality
+from qgate.contract.speed import Speed
+from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, load_yaml
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV
 from qgate.engine.procs import RUN_ENV
 from qgate.errors import QgateError
-from qgate.ops.schema import Ops
-from qgate.quality.schema import Quality
 from qgate.route_env import (
     ATTEST_DIR_ENV,
     OVERRIDE_PREFIX,
@@ -50,11 +52,7 @@ class ContractError(QgateError):
     """A contract that cannot be used; str() is one line for the user."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-
-class Engine(_Strict):
+class Engine(Strict):
     """vLLM engine args under their vLLM names, passed through to vllm.LLM unchanged.
 
     Only args listed here are accepted so that a typo is an error, not a silently ignored key.
@@ -108,7 +106,7 @@ def _env_values_are_strings(env: Any) -> dict[str, str]:
     return env
 
 
-class Arm(_Strict):
+class Arm(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     engine: dict[str, Any] = Field(default_factory=dict)
 
@@ -122,52 +120,12 @@ class Arm(_Strict):
         return engine
 
 
-class Arms(_Strict):
+class Arms(Strict):
     control: Arm
     candidate: Arm
 
 
-class SpeedGates(_Strict):
-    min_decode_tok_s: float | None = Field(
-        None,
-        ge=0,
-        description="the candidate's mean decode rate >= this (one-sided bound; low reps reported)",
-    )
-    max_prefill_regression_pct: float | None = Field(None, ge=0)
-    identical_tokens: bool = True
-    min_decode_improvement_pct: float | None = Field(None, ge=0)
-    max_decode_regression_pct: float = Field(
-        gt=0,
-        lt=100,
-        description="required non-inferiority margin: passes only when the Welch-t lower bound (one-sided "
-        "alpha/2) of the decode ratio (candidate/control) is >= 1 - margin/100, i.e. the data rule out a "
-        "larger slowdown; not ruled out is INCONCLUSIVE (FAIL when the whole interval is below)",
-    )
-
-
-class SpeedStats(_Strict):
-    alpha: float = Field(0.05, gt=0, lt=1)
-    min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
-    max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
-    bootstrap_resamples: int = Field(10000, ge=100)
-    seed: int = 20260828
-
-
-class Speed(_Strict):
-    input_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=2, description="at least 2: the decode rate is (n - 1) / decode time")
-    greedy: bool = True
-    ignore_eos: bool = True
-    warmup: int = Field(1, ge=0)
-    repetitions: int = Field(5, ge=1)
-    reset_prefix_cache: bool = True
-    launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
-    prompt_seed: int = 0
-    gates: SpeedGates
-    stats: SpeedStats = Field(default_factory=SpeedStats)
-
-
-class Contract(_Strict):
+class Contract(Strict):
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1)
     version: int | str
@@ -243,7 +201,7 @@ class Contract(_Strict):
 
     @model_validator(mode="after")
     def _known_shims_and_sites(self) -> Contract:
-        from qgate.routes import platform_env_problem
+        from qgate.route_env import platform_env_problem
 
         problem = platform_env_problem(self.shims, self.sites)
         if problem:
@@ -278,7 +236,7 @@ class Contract(_Strict):
 
     def env_for(self, arm: str) -> dict[str, str]:
         """The arm's env, plus the contract's shims and sites (the same in both arms)."""
-        from qgate.routes import platform_env
+        from qgate.route_env import platform_env
 
         return (
             dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites) | roles_env(self.routes)
@@ -331,6 +289,11 @@ class LoadedContract(BaseModel):
     path: str
     sha256: str
     contract: Contract
+
+    def reference(self) -> dict[str, Any]:
+        """What every record says of the contract it ran or was judged under."""
+        c = self.contract
+        return {"name": c.name, "version": c.version, "sha256": self.sha256, "path": self.path}
 
 
 def canonical_json(data: Any) -> str:
@@ -409,7 +372,7 @@ def parse_contract(data: Any, path: Path) -> Contract:
 def load_contract(path: str | Path) -> LoadedContract:
     """Read, validate and hash a contract; raise ContractError with one clear line.
 
-    The YAML is read strictly (contract_yaml.py): at most MAX_BYTES, UTF-8, no duplicate keys, no alias
+    The YAML is read strictly (contract/strict_yaml.py): at most MAX_BYTES, UTF-8, no duplicate keys, no alias
     expansion beyond a small bound, no NaN or infinity."""
     p = Path(path)
     try:

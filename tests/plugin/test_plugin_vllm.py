@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import IN_PROCESS_ENGINE, REPO
 
-from qgate import routes
+from qgate import route_env, routes
+from qgate.engine import preflight
 from qgate.tiny import ensure_tiny
 
 pytestmark = pytest.mark.vllm
@@ -64,7 +65,7 @@ def _run_engine(
     (tmp / "runner.py").write_text(RUNNER)
     attest_dir = tmp / "attest"
     attest_dir.mkdir()
-    full = routes.engine_env(env) | {routes.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
+    full = preflight.engine_env(env) | {route_env.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
     if in_process:
         full |= IN_PROCESS_ENGINE
     if cache is not None:
@@ -104,7 +105,7 @@ def candidate(tmp_path_factory: pytest.TempPathFactory, compile_cache: Path, con
 @pytest.fixture(scope="module")
 def perturbed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = {GEMV: "1", IMPL: "slow_routes:perturbed_gemv"}
-    routes.check_overrides(env | {"PYTHONPATH": FIXTURES})
+    preflight.check_overrides(env | {"PYTHONPATH": FIXTURES})
     return _run_engine(tmp_path_factory.mktemp("perturbed"), env, eager=True)
 
 
@@ -183,7 +184,7 @@ def test_broken_override_stops_the_engine_with_its_message(tmp_path: Path) -> No
     # Its own engine start: what is tested is that this env makes the start itself fail.
     env = {GEMV: "1", IMPL: "slow_routes:no_such_function"}
     with pytest.raises(routes.RouteError, match="has no attribute 'no_such_function'"):
-        routes.check_overrides(env | {"PYTHONPATH": FIXTURES})
+        preflight.check_overrides(env | {"PYTHONPATH": FIXTURES})
     # Bypassing the pre-flight check, the plugin itself refuses to let the engine run half-routed.
     run = _run_engine(tmp_path, env, eager=True)
     assert run["returncode"] != 0 and run["tokens"] is None

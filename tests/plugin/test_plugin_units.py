@@ -139,7 +139,8 @@ def test_flat_gdn_route_output_is_what_vllms_flat_part1_gives() -> None:
     import torch
 
     gdn = pytest.importorskip("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
-    from qgate_kernels import gdn_site, ops, reference
+    from qgate_kernels import ops, reference
+    from qgate_kernels.sites import gdn as gdn_site
 
     nk, nv, dk, dv, hidden = 2, 4, 16, 8, 64
     gen = torch.Generator().manual_seed(12)
@@ -206,7 +207,8 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
     super() call reaches vLLM's base apply, never the route again (no recursion)."""
     import torch
 
-    from qgate_kernels import plugin
+    from qgate_kernels import plugin, registry
+    from qgate_kernels.sites import gemv
 
     class Base:  # stands for UnquantizedLinearMethod
         def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,9 +218,9 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
         def apply(self, layer: object, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return x * 3 if bias is None else super().apply(layer, x, bias)
 
-    monkeypatch.setattr(Base, "apply", plugin._routed_apply(Base.__dict__["apply"]))
-    own = plugin._take_apply(LowLatency)
-    assert own is LowLatency.__dict__["apply"]._qgate_orig and plugin._take_apply(LowLatency) is own  # once
+    monkeypatch.setattr(Base, "apply", gemv.routed_apply(Base.__dict__["apply"]))
+    own = gemv.take_apply(LowLatency)
+    assert own is LowLatency.__dict__["apply"]._qgate_orig and gemv.take_apply(LowLatency) is own  # once
 
     class Site:  # a site whose every call falls back (as a bf16 call does: `dtype`)
         route, role, n_out, calls = "fp16_gemv", "qkv_proj", 4, 0
@@ -228,8 +230,8 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
             return own(method, layer, x, bias)
 
     recorder = attest.Recorder(None, ["fp16_gemv"], {})
-    state = plugin._State(frozenset({"fp16_gemv"}), {}, recorder, None, [Site()])
-    monkeypatch.setattr(plugin, "_STATE", state)
+    state = registry.State(frozenset({"fp16_gemv"}), {}, recorder, None, [Site()])
+    monkeypatch.setattr(registry, "STATE", state)
     plugin._define_ops()
     method, layer, x = LowLatency(), type("Layer", (), {"_qgate_site": 0})(), torch.ones(1, 4)
     assert torch.equal(method.apply(layer, x), x * 3) and Site.calls == 1  # routed, then vLLM's fast path
@@ -240,9 +242,9 @@ def test_a_vllm_subclass_with_its_own_apply_is_routed_and_falls_back_to_its_appl
 def plugin_alone(monkeypatch: pytest.MonkeyPatch) -> object:
     """qgate_kernels.plugin with a fresh GEMV-only state (standalone_linear installs one), restored after."""
     pytest.importorskip("qgate_kernels.ops")
-    from qgate_kernels import ops, plugin
+    from qgate_kernels import ops, plugin, registry
 
-    monkeypatch.setattr(plugin, "_STATE", None)
+    monkeypatch.setattr(registry, "STATE", None)
     ops.reset_fallback_counts()
     return plugin
 
@@ -252,6 +254,8 @@ def test_routed_call_counts_every_hit_and_fallback_exactly(plugin_alone: object)
     batch-one calls are hits of their role, a batch of 2 keeps vLLM's path (batch_not_1), a misaligned
     x runs ops.gemv's counted reference (op_layout); every result is the linear's."""
     import torch
+
+    from qgate_kernels import registry
 
     plugin = plugin_alone
     w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
@@ -268,7 +272,7 @@ def test_routed_call_counts_every_hit_and_fallback_exactly(plugin_alone: object)
     torch.testing.assert_close(
         call(odd).float(), torch.nn.functional.linear(odd.float(), w.float()), rtol=2e-3, atol=2e-3
     )
-    counts = plugin._STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
+    counts = registry.STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
     assert tally.n == 7
     assert (
         counts["hits"] == 7 and counts["roles"] == {"standalone": 7} and counts["sites"] == {"standalone": 1}
@@ -299,6 +303,8 @@ def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alon
     keeps the fallback path, whichever shape the trace saw."""
     import torch
 
+    from qgate_kernels import registry
+
     plugin = plugin_alone
     w = (torch.randn(64, 32) * 0.2).half()  # [N, K]
     call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
@@ -315,5 +321,5 @@ def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alon
     assert tally.n == 2  # the compiled call and the eager one
     xs = torch.randn(2, 32).half()  # [2, K]
     torch.testing.assert_close(compiled(xs), torch.nn.functional.linear(xs, w))
-    fallbacks = plugin._STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
+    fallbacks = registry.STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
     assert tally.n == 2 and fallbacks == {"batch_not_1": 1}

@@ -15,6 +15,7 @@ from conftest import REPO
 
 from qgate import routes
 from qgate.contract import ContractError, load_contract
+from qgate.engine import preflight
 
 pytest.importorskip("vllm")
 sites = pytest.importorskip("qgate_kernels.sites")
@@ -85,7 +86,7 @@ def test_preflight_refuses_a_missing_site_in_one_line() -> None:
         sites.SITES_ENV: json.dumps({"fused_hc_fp16.mix": HC_MIX + "x"}),
     }
     with pytest.raises(routes.RouteError, match="GatedResidual' has no attribute 'mixx'") as err:
-        routes.check_overrides(env)
+        preflight.check_overrides(env)
     assert "\n" not in str(err.value)
 
 

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from qgate.contract.base import Strict
 
 StrictFormat = Literal["hash", "boxed", "final_answer"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class QualitySampling(_Strict):
+class QualitySampling(Strict):
     """vllm.SamplingParams for every item; EOS is always natural (ignore_eos is never set)."""
 
     temperature: float = Field(1.0, ge=0)
@@ -47,7 +45,7 @@ class QualitySampling(_Strict):
         return {**self.model_dump(), "ignore_eos": False}
 
 
-class QualityGates(_Strict):
+class QualityGates(Strict):
     """Gates on the candidate's run: the floors count the frozen seed's run, the health limits hold for
     every output of every seed, the paired test judges correctness against the control."""
 
@@ -75,7 +73,7 @@ class QualityGates(_Strict):
     )
 
 
-class Quality(_Strict):
+class Quality(Strict):
     dataset: Literal["gsm8k"] = "gsm8k"
     split: Literal["test"] = "test"
     first_index: int = Field(ge=0)

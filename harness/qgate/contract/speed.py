@@ -1,0 +1,64 @@
+"""The contract's `speed:` section: the decode workload of one arm launch and the speed gates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from qgate.contract.base import Strict
+
+
+class SpeedGates(Strict):
+    min_decode_tok_s: float | None = Field(
+        None,
+        ge=0,
+        description="the candidate's mean decode rate >= this (one-sided bound; low reps reported)",
+    )
+    max_prefill_regression_pct: float | None = Field(None, ge=0)
+    identical_tokens: bool = True
+    min_decode_improvement_pct: float | None = Field(None, ge=0)
+    max_decode_regression_pct: float = Field(
+        gt=0,
+        lt=100,
+        description="required non-inferiority margin: passes only when the Welch-t lower bound (one-sided "
+        "alpha/2) of the decode ratio (candidate/control) is >= 1 - margin/100, i.e. the data rule out a "
+        "larger slowdown; not ruled out is INCONCLUSIVE (FAIL when the whole interval is below)",
+    )
+
+
+class SpeedStats(Strict):
+    alpha: float = Field(0.05, gt=0, lt=1)
+    min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
+    max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
+    bootstrap_resamples: int = Field(10000, ge=100)
+    seed: int = 20260828
+
+
+class Speed(Strict):
+    input_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=2, description="at least 2: the decode rate is (n - 1) / decode time")
+    greedy: bool = True
+    ignore_eos: bool = True
+    warmup: int = Field(1, ge=0)
+    repetitions: int = Field(5, ge=1)
+    reset_prefix_cache: bool = True
+    launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
+    prompt_seed: int = 0
+    gates: SpeedGates
+    stats: SpeedStats = Field(default_factory=SpeedStats)
+
+    def workload(self) -> dict[str, Any]:
+        """What an arm's result records under `workload` (WORKLOAD_KEYS, from this schema)."""
+        return {key: getattr(self, key) for key in WORKLOAD_KEYS}
+
+    def prompt(self) -> dict[str, Any]:
+        """What an arm's result records under `prompt` (its sha256 comes from the child)."""
+        return {PROMPT_KEYS[key]: getattr(self, key) for key in PROMPT_KEYS}
+
+
+# The section's keys by role, derived from the schema: the prompt's (field -> its key in a result's
+# `prompt`), the judging ones (not part of what ran), and the workload of every launch: the rest.
+PROMPT_KEYS = {"input_tokens": "input_tokens", "prompt_seed": "seed"}
+JUDGING_KEYS = ("gates", "stats")
+WORKLOAD_KEYS = tuple(k for k in Speed.model_fields if k not in PROMPT_KEYS and k not in JUDGING_KEYS)

@@ -1,0 +1,111 @@
+"""The pre-flight of an arm's route env, before any engine starts: the env an engine would see (built
+without side effects: no run token, no folder made) and the check of its route switches, overrides
+and sites.
+
+`check_overrides` refuses a route env that cannot work with one line (RouteError); when an override or
+a site must be imported it does so in a child interpreter with the engine's env, the way the engine
+will (`python -m qgate_kernels.overrides`). No vLLM or torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from qgate.errors import RouteError
+from qgate.route_env import (
+    ARM_ENV_PREFIXES,
+    OVERRIDE_PREFIX,
+    ROUTE_GDN,
+    ROUTE_HC,
+    ROUTE_TOPK,
+    SITES_ENV,
+    static_problems,
+    switched_on,
+)
+
+# Routes whose sites the pre-flight check imports (GEMV's are vLLM's linear methods, always there).
+SITED_ROUTES = frozenset({ROUTE_HC, ROUTE_GDN, ROUTE_TOPK})
+CHECK_TIMEOUT_S = 120.0
+
+
+def arm_process_env(
+    environ: Mapping[str, str], arm_env: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """An engine process's env from `environ`: minus qgate's and kernels_ext's variables the arm does
+    not set (returned: the dropped names), plus the arm's env. Pure: the launcher adds its own
+    variables (run token, pid file, attestation folder) to it."""
+    env = dict(environ)
+    dropped = sorted(k for k in env if k.startswith(ARM_ENV_PREFIXES) and k not in arm_env)
+    for key in dropped:
+        del env[key]
+    env.update(arm_env)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env, dropped
+
+
+def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
+    """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
+    return arm_process_env(os.environ, arm_env)[0]
+
+
+def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
+    """Refuse a route env that cannot work, before any engine starts: RouteError with one clear line.
+
+    Checks switch values, override variable names, overrides of routes that are off, and, when an
+    override is set, imports it in a child interpreter with this env and cwd (the engine's: give the
+    launcher's cwd) and checks its signature against the route op's. env is the arm's env.
+    """
+    problems = static_problems(env)
+    if problems:
+        raise RouteError(problems[0])
+    sited = SITED_ROUTES & switched_on(env)
+    if not any(k.startswith(OVERRIDE_PREFIX) for k in env) and not sited and SITES_ENV not in env:
+        return
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "qgate_kernels.overrides"],
+            env=engine_env(env),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise RouteError(
+            f"checking the route overrides and sites took over {CHECK_TIMEOUT_S:.0f} s"
+        ) from None
+    _raise_child_problems(proc)
+
+
+def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
+    lines = proc.stdout.strip().splitlines()
+    try:
+        problems = json.loads(lines[-1])["problems"] if lines else None
+    except (ValueError, KeyError, TypeError):
+        problems = None
+    if problems is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named qgate_kernels" in proc.stderr:
+            tail = "qgate_kernels is not installed (pip install --no-build-isolation -e kernels_ext)"
+        raise RouteError(f"cannot check the route overrides: {tail}")
+    if problems:
+        raise RouteError(str(problems[0]))
+
+
+def check_arm_envs(envs: Iterable[Mapping[str, str]], machine: bool = True) -> None:
+    """Every check of a run that needs no engine, beyond the contract's own, over each arm's env:
+    `qgate contract validate` applies it too, so a contract it passes is not refused by `qgate run`
+    before an engine starts. The engine child runs in this folder, so the check does too.
+
+    An arm's route overrides and the contract's sites are imported and checked (a child interpreter).
+    `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
+    this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
+    contract, and an import of vLLM: a minute on a loaded machine)."""
+    for env in envs:
+        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env):
+            check_overrides(dict(env), cwd=Path.cwd())

@@ -1,0 +1,29 @@
+"""No import cycle among the project's modules (qgate, qgate_kernels), lazy imports included
+(tools/import_cycles.py reads the sources with ast)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("import_cycles", REPO / "tools" / "import_cycles.py")
+assert _spec is not None and _spec.loader is not None
+import_cycles = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(import_cycles)
+
+
+def test_the_project_has_no_import_cycle() -> None:
+    assert import_cycles.cycles(import_cycles.graph(REPO)) == []
+
+
+def test_a_cycle_through_a_lazy_import_is_found(tmp_path: Path) -> None:
+    pkg = tmp_path / "harness" / "qgate"
+    (pkg / "sub").mkdir(parents=True)
+    (tmp_path / "kernels_ext" / "qgate_kernels").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from qgate.sub.b import f\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from qgate import a  # lazy\n    return a\n")
+    (pkg / "c.py").write_text("from . import a\n")  # relative, one way: no cycle
+    assert import_cycles.cycles(import_cycles.graph(tmp_path)) == [["qgate.a", "qgate.sub.b"]]

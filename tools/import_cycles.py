@@ -1,0 +1,133 @@
+"""Find import cycles among the project's own modules (qgate, qgate_kernels).
+
+Every import counts, a lazy one inside a function too: a cycle through a lazy import is still two
+modules that each need the other to be understood. Reads the sources with `ast`; imports nothing.
+Prints each cycle found (one strongly connected component a line) and exits 1 when there is one.
+
+    python tools/import_cycles.py            # from the repository root
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOTS = {"qgate": Path("harness/qgate"), "qgate_kernels": Path("kernels_ext/qgate_kernels")}
+# Compiled modules (no source to read, built only where the extension is): a leaf each.
+COMPILED = ("qgate_kernels._C",)
+
+
+def module_files(repo: Path) -> dict[str, Path]:
+    """Module name -> source file, for every .py under the project's packages."""
+    out: dict[str, Path] = {}
+    for package, rel in ROOTS.items():
+        base = repo / rel
+        for path in sorted(base.rglob("*.py")):
+            parts = [package, *path.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def graph(repo: Path) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (compiled modules are leaves)."""
+    known: dict[str, Path | None] = {**module_files(repo), **dict.fromkeys(COMPILED)}
+    return {mod: imports_of(mod, path, known) if path else set() for mod, path in known.items()}
+
+
+def _resolve(name: str, known: dict[str, Path | None]) -> str | None:
+    """The longest known module that `name` names or lies inside (a.b.func -> a.b)."""
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str, path: Path, known: dict[str, Path | None]) -> set[str]:
+    """The project modules `module` imports, at any depth of its source."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            # `from pkg import mod` is an edge to the submodule; `from pkg import name`, to pkg.
+            names = [
+                f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in known else stem for alias in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            target = _resolve(name, known)
+            if target is not None and target != module:
+                found.add(target)
+    # A package's __init__ that runs before its submodule is not counted as an edge: only what the
+    # source names.
+    return found
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return sorted(out)
+
+
+def main() -> int:
+    found = cycles(graph(Path.cwd()))
+    for component in found:
+        print("cycle: " + " <-> ".join(component))
+    print(f"{len(found)} import cycle(s)" if found else "no import cycles")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
