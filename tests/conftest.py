@@ -16,21 +16,21 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
-# The engine-starting modules, costliest first (measured seconds of one worker, 2 cores, nox -s tests):
-# under `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in
-# this order, so the long ones start first and the short ones fill the ends (longest first is the
-# usual greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
+# The engine-starting modules, costliest first (seconds of one worker in `nox -s tests` on an idle
+# 2-core machine, 2 Dec 2026, summed over the module's tests; test_plugin_vllm's after its compiled
+# starts ran eagerly: CPU-s measured at load 7-9, the others' CPU-s were about their wall there): under
+# `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in this
+# order, so the long ones start first and the short ones fill the ends (longest first is the usual
+# greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
 ENGINE_MODULES_BY_COST = (
-    "test_plugin_vllm.py",  # ~200 s: two compiled multi-process starts, the GDN model's two, two more
-    "test_stop_signals.py",  # ~165 s: six multi-process starts
-    "test_compare_cli.py",  # ~110 s: the A/A and 25 % runs (the 2 % run is `timing`: not here)
-    "test_ablate_vllm.py",  # ~75 s: five in-process starts with slowed arms
-    "test_plugin_qwen4exp.py",  # ~65 s
-    "test_speed_e2e.py",  # ~50 s: the shared speed run
-    # 216 s measured at load ~10 (other suites running on the 2 cores): one multi-process engine start
-    # (20-28 s at nox's load), one rep, a SIGKILL of the EngineCore and the end of the run (3.2 s)
-    "test_engine_death.py",
-    "test_quality_e2e.py",  # ~50 s
+    "test_stop_signals.py",  # ~495 s: six multi-process starts
+    "test_compare_cli.py",  # ~280 s: the A/A and 25 % runs, ten in-process starts (the 2 % run is `timing`)
+    "test_plugin_vllm.py",  # ~260 s: two multi-process starts, the GDN model's two, two more
+    "test_plugin_qwen4exp.py",  # ~175 s: five in-process starts, two override pre-flights
+    "test_ablate_vllm.py",  # ~160 s: five in-process starts with slowed arms
+    "test_quality_e2e.py",  # ~135 s: four in-process starts, 48 answers each
+    "test_speed_e2e.py",  # ~125 s: the shared speed run, two multi-process starts
+    "test_engine_death.py",  # ~55 s: one multi-process start, one rep, a SIGKILL of the EngineCore
 )
 
 
