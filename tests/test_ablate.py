@@ -172,7 +172,7 @@ def record_of(loaded: LoadedContract, factors: list, arms: list, speed: dict) ->
 
 def test_the_slowed_route_takes_the_blame_and_the_placebo_none(two: LoadedContract) -> None:
     rec = record_of(two, *synthetic(two))
-    assert rec["kind"] == "ablation" and rec["schema_version"] == ablate.ABLATION_SCHEMA_VERSION == 2
+    assert rec["kind"] == "ablation" and rec["schema_version"] == ablate.ABLATION_SCHEMA_VERSION == 3
     assert rec["status"] == "OK", rec["reasons"]
     eff = rec["effects"]
     for e in (eff["alone"]["fp16_gemv"], eff["leave_one_out"]["fp16_gemv"], eff["candidate"]):
@@ -287,6 +287,61 @@ def test_report_files_and_reload(tmp_path: Path, two: LoadedContract) -> None:
         assert want in md
     assert Path(paths["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert ablate.load_ablation(paths["record"])["effects"] == json.loads(json.dumps(rec["effects"]))
+
+
+def _sequential_record(launches: int, decision: str) -> dict[str, Any]:
+    from qgate.speed import sequential
+
+    design = sequential.Design.plan(0.05, 2, 6)
+    looks = [
+        sequential.Look(i + 1, n, 0.5, 0.4, 0.6, 3.0, 4.0, 2.0, 2.0, "continue", "neither bound decides")
+        for i, n in enumerate(range(2, launches))
+    ]
+    looks.append(
+        sequential.Look(len(looks) + 1, launches, 0.5, 0.4, 0.6, 3.0, 4.0, 2.0, 2.0, decision, "shown")
+    )
+    return sequential.record(design, looks)
+
+
+def test_an_ablation_run_until_decided_keeps_its_looks_and_says_where_it_stopped(
+    tmp_path: Path, two: LoadedContract
+) -> None:
+    factors, arms, speed = synthetic(two)
+    seq = _sequential_record(4, "FAIL")
+    for res in speed.values():
+        res["sequential"] = seq
+    rec = record_of(two, factors, arms, speed)
+    assert rec["sequential"] == seq
+    assert any(
+        "stopped at 4 launches per arm, the candidate against the control FAIL" in n for n in rec["notes"]
+    )
+    md = Path(ablate.write_ablation(rec, tmp_path)["report"]).read_text()
+    assert "### Sequential looks (--until-decided)" in md and "Stopped: FAIL after 4 launches per arm" in md
+    fixed = record_of(two, *synthetic(two))
+    assert fixed["sequential"] is None and not any("until-decided" in n for n in fixed["notes"])
+
+
+def test_until_decided_runs_every_derived_arm_through_the_sequential_speed_run(
+    tmp_path: Path, two: LoadedContract, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring: --until-decided hands every arm's plan to run_speed_until_decided (which looks at
+    control against candidate); the fixed design still calls run_speed."""
+    calls: list[tuple[str, Any, list[str]]] = []
+
+    def fake(name: str) -> Any:
+        def run(loaded: LoadedContract, out: Path, *args: Any, **kw: Any) -> Any:
+            calls.append((name, args[0] if args else None, [p.name for p in kw["plans"]]))
+            raise ablate.AblationError("stop here")  # the arms are not run in this test
+
+        return run
+
+    monkeypatch.setattr(ablate, "run_speed", fake("fixed"))
+    monkeypatch.setattr(ablate, "run_speed_until_decided", fake("sequential"))
+    for kw in ({}, {"max_launches": 7}):
+        with pytest.raises(ablate.AblationError):
+            ablate.run_ablation(two, tmp_path / str(len(calls)), **kw)
+    names = [a.name for a in ablate.plan_arms(two, "both")[1]]
+    assert calls == [("fixed", None, names), ("sequential", 7, names)]
 
 
 def test_factor_dict_shape() -> None:

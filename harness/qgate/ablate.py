@@ -64,7 +64,7 @@ from qgate.speed import gates as vd
 from qgate.speed.compare import SPEED_EXTRA_KEYS
 from qgate.speed.figures import arm_figures as stats_arm_figures
 from qgate.speed.figures import arm_units
-from qgate.speed.run import arm_path, run_speed
+from qgate.speed.run import arm_path, run_speed, run_speed_until_decided
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples
 
@@ -249,23 +249,28 @@ def run_ablation(
     resume: bool = False,
     progress: Progress | None = None,
     force: bool = False,
+    max_launches: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Plan, run every arm's speed gate (and quality where possible), analyse, write the report.
 
     An earlier ablation report in out_dir is refused (OutputExists, a ResultError) unless resume (which
     continues that ablation and writes its report again) or force (which rewrites the report; the arms'
-    results are still refused without resume, by the speed run)."""
+    results are still refused without resume, by the speed run).
+
+    max_launches (`--until-decided`): every arm gets one launch at a time, and after each round the
+    candidate's whole change is looked at against the control as `qgate run speed --until-decided`
+    does (qgate.speed.sequential): the ablation stops once that verdict is PASS or FAIL, or at
+    max_launches. That is the question with a stopping rule; the factors' effects are estimates, read
+    at the size that decided it (their CIs in the report), not tested for a stop of their own."""
     remedy = "pass --resume to continue that ablation or --force to overwrite its report"
     refuse_overwrite(out_dir, REPORT_FILES, force or resume, remedy)
     factors, arms = plan_arms(loaded, design)
     engine = loaded.contract.engine_for("control")
-    run_speed(
-        loaded,
-        out_dir,
-        resume=resume,
-        progress=progress,
-        plans=[ArmPlan(a.name, a.env, engine) for a in arms],
-    )
+    plans = [ArmPlan(a.name, a.env, engine) for a in arms]
+    if max_launches is None:
+        run_speed(loaded, out_dir, resume=resume, progress=progress, plans=plans)
+    else:
+        run_speed_until_decided(loaded, out_dir, max_launches, resume=resume, progress=progress, plans=plans)
     quality = run_quality_arms(loaded, out_dir, arms, resume, progress)
     record = analyse(loaded, out_dir, design, factors, arms, quality)
     return record, write_ablation(record, out_dir)
@@ -465,6 +470,24 @@ def _notes(launches: int) -> list[str]:
     ]
 
 
+def _launches_run(result: Mapping[str, Any], planned: int) -> int:
+    """The launches an arm's reps come from (more than the contract's after --until-decided)."""
+    launches = {r.get("launch", 0) for r in result.get("reps", []) if isinstance(r, dict)}
+    return len(launches) or planned
+
+
+def _sequential_notes(seq: Any) -> list[str]:
+    if not isinstance(seq, dict):
+        return []
+    if seq.get("decision") is None:
+        return ["--until-decided: the sequence was stopped before a look decided (resume it with --resume)"]
+    return [
+        f"--until-decided: stopped at {seq['stopped_at_launches']} launches per arm, the candidate against "
+        f"the control {seq['decision']} ({seq['reason']}); the factors' effects are estimates at that size, "
+        "not tested for a stop of their own"
+    ]
+
+
 def build_record(
     loaded: LoadedContract,
     design: str,
@@ -493,12 +516,14 @@ def build_record(
     eff = effects(factors, arms, speed, cfg)
     gates += _effect_gates(eff)
     status, reasons = decide(gates)
+    seq = control.get("sequential") if isinstance(control.get("sequential"), dict) else None
     return {
         "kind": "ablation",
         "schema_version": ABLATION_SCHEMA_VERSION,
         "status": OK if status == PASS else ERROR,
         "reasons": reasons,
-        "notes": _notes(c.speed.launches),
+        "notes": _notes(_launches_run(control, c.speed.launches)) + _sequential_notes(seq),
+        "sequential": seq,
         "created_at": utc_now(),
         "contract": loaded.reference(),
         "design": design,

@@ -38,7 +38,7 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     "ops_real": (1,),  # real-weight operator bounds (qgate.ops.real)
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
-    "ablation": (2,),
+    "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
     "demo": (1, 2),  # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`)
     "processes": (1,),
 }

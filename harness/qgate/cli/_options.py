@@ -90,3 +90,17 @@ def exit_with(code: int) -> NoReturn:
 
 
 Callback = Callable[..., None]
+
+
+UntilDecidedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--until-decided",
+        help="add one launch of every arm at a time (interleaved), looking at control against candidate "
+        "after each (group-sequential, O'Brien-Fleming spending), until PASS or FAIL is shown or "
+        "--max-launches is reached",
+    ),
+]
+MaxLaunchesOpt = Annotated[
+    int, typer.Option("--max-launches", min=2, help="with --until-decided: launches per arm at the last look")
+]

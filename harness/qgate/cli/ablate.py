@@ -1,4 +1,4 @@
-"""`qgate ablate --contract C --out DIR [--design D] [--resume] [--force]`.
+"""`qgate ablate -c C -o DIR [--design D] [--resume] [--force] [--until-decided [--max-launches N]]`.
 
 D: both | one-at-a-time | leave-one-out | full. An ablation report already in DIR is refused (exit 2)
 unless --resume or --force. Wiring only.
@@ -15,7 +15,16 @@ from typing import Annotated
 import typer
 
 from qgate.ablate import DEFAULT_DESIGN, OK, run_ablation
-from qgate.cli._options import EXIT_ERROR, EXIT_OK, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.cli._options import (
+    EXIT_ERROR,
+    EXIT_OK,
+    ContractOpt,
+    MaxLaunchesOpt,
+    OutOpt,
+    UntilDecidedOpt,
+    exit_with,
+    user_errors,
+)
 from qgate.cli._progress import SpeedProgress
 from qgate.contract import load_contract
 from qgate.engine.procs import claimed
@@ -47,21 +56,28 @@ def ablate(
     design: DesignOpt = _DEFAULT,
     resume: ResumeOpt = False,
     force: ForceOpt = False,
+    until_decided: UntilDecidedOpt = False,
+    max_launches: MaxLaunchesOpt = 10,
 ) -> None:
-    """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report."""
+    """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report.
+    With --until-decided, launches are added to every arm until the candidate's own verdict against
+    the control is decided (as in `qgate run speed --until-decided`)."""
     with user_errors():
         loaded = load_contract(contract)
     with user_errors(kept=lambda: f"the completed reps and items in {out}"):
         # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
         with SpeedProgress(loaded.contract) as progress, claimed(out):
             record, paths = run_ablation(
-                loaded, out, design.value, resume=resume, progress=progress, force=force
-            )
+                loaded, out, design.value, resume=resume, progress=progress, force=force,
+                max_launches=max_launches if until_decided else None,
+            )  # fmt: skip
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")
     for name, e in _effect_lines(record):
         typer.echo(f"  {name}: {e}")
+    for note in record["notes"]:
+        typer.echo(f"  note: {note}")
     typer.echo(f"report: {paths['report']}")
     exit_with(EXIT_OK if record["status"] == OK else EXIT_ERROR)
 

@@ -14,7 +14,9 @@ from qgate.cli._options import (
     ArmChoice,
     ContractOpt,
     KillLeftoversOpt,
+    MaxLaunchesOpt,
     OutOpt,
+    UntilDecidedOpt,
     fail,
     user_errors,
 )
@@ -26,17 +28,6 @@ from qgate.speed.run import ARMS, arm_path, kept_reps, run_speed, run_speed_unti
 app = typer.Typer(help="Run a gate's workload on real vLLM, one engine start per arm.", no_args_is_help=True)
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue from the saved reps")]
-UntilDecidedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--until-decided",
-        help="add launches one interleaved pair at a time, looking after each (group-sequential, "
-        "O'Brien-Fleming spending), until PASS or FAIL is shown or --max-launches is reached",
-    ),
-]
-MaxLaunchesOpt = Annotated[
-    int, typer.Option("--max-launches", min=2, help="with --until-decided: launches per arm at the last look")
-]
 SEQUENTIAL_EXIT = {"PASS": 0, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE}
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from qgate.report.markdown import counts_text, table
+from qgate.report.markdown import counts_text, sequential_lines, table
 
 
 def _num(value: Any, fmt: str = ".2f") -> str:
@@ -191,6 +191,8 @@ def render_ablation(record: dict[str, Any]) -> str:
         lines += ["**ERROR: the ablation cannot be trusted:**", ""]
         lines += [f"- {r}" for r in record["reasons"]] + [""]
     lines += [f"Note: {n}." for n in record.get("notes", [])] + ([""] if record.get("notes") else [])
+    after = "Looks compare the candidate with the control; the effects below are estimates at that size."
+    lines += sequential_lines(record.get("sequential"), after)
     for part in (_factors, _arms, _effects, _interaction, _routes, _quality):
         lines += part(record)
     return "\n".join(lines).rstrip() + "\n"

@@ -130,7 +130,12 @@ def _margin(record: dict[str, Any]) -> list[str]:
 
 def _sequential(record: dict[str, Any]) -> list[str]:
     """The looks of `qgate run speed --until-decided` (qgate.speed.sequential) and why it stopped."""
-    seq = record["figures"].get("sequential")
+    after = "This report's verdict is the fixed-design comparison of the data the sequence stopped with."
+    return sequential_lines(record["figures"].get("sequential"), after)
+
+
+def sequential_lines(seq: dict[str, Any] | None, after: str) -> list[str]:
+    """A sequential record's design, looks and stop (qgate.speed.sequential.record), then `after`."""
     if not seq:
         return []
     d = seq["design"]
@@ -157,7 +162,7 @@ def _sequential(record: dict[str, Any]) -> list[str]:
         table(pd.DataFrame(rows)),
         "",
         f"Stopped: {stop} after {seq.get('stopped_at_launches')} launches per arm: {seq.get('reason')}. "
-        "This report's verdict is the fixed-design comparison of the data the sequence stopped with.",
+        + after,
         "",
     ]
     return lines

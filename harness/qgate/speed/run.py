@@ -147,7 +147,8 @@ def run_speed_until_decided(
     of launches at a time up to max_launches, a look after each (qgate.speed.sequential), stopping at
     PASS or FAIL, INCONCLUSIVE after the last. The looks are kept in each arm's result (`sequential`),
     so `--resume` after a kill continues the sequence (the same design; looks recomputed from the reps
-    on disk). Returns the results and the sequential record."""
+    on disk). With `plans` (the ablation's derived arms) every arm gets each launch and the looks read
+    its `control` and `candidate`. Returns the results and the sequential record."""
     s = loaded.contract.speed
     if s is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
@@ -173,7 +174,7 @@ def run_speed_until_decided(
         control, candidate = (first_launches(results[a], launches) for a in ARMS)
         looks.append(look_at(design, index, decode_stats(control, candidate, cfg), s))
         rec = sequential_record(design, looks)
-        for arm in ARMS:
+        for arm in results:  # the contract's two arms, or every derived arm of an ablation (plans)
             results[arm]["sequential"] = rec
             atomic_write_json(arm_path(out_dir, arm), results[arm])
         if rec["decision"] is not None:
