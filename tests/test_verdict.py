@@ -661,6 +661,31 @@ def test_reps_that_cannot_be_a_measurement_are_error(edit: str, says: str) -> No
     assert rec["verdict"] == "ERROR" and not g["passed"] and says in g["detail"], g
 
 
+def test_a_run_until_decided_holds_the_launches_of_its_last_look() -> None:
+    """`qgate run speed --until-decided` records the launches its last look ran (here 2, the contract
+    says 1): intact with its `sequential` record, refused without it."""
+    from qgate.speed import sequential
+
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        first = [dict(r, launch=0) for r in arm["reps"]]
+        more = [
+            dict(r, index=r["index"] + len(first), launch=1, decode_tok_s=r["decode_tok_s"] * 1.01)
+            for r in first
+        ]
+        arm["reps"], arm["workload"]["launches"] = first + more, 2
+    g = gate(verdict_of(control, candidate), "candidate reps intact")
+    assert not g["passed"] and "workload.launches = 2, the contract says 1" in g["detail"], g
+    look = sequential.Look(1, 2, 1.0, 0.95, 1.05, 2.0, 8.0, 1.0, 1.0, "PASS", "shown")
+    for arm in (control, candidate):
+        arm["sequential"] = sequential.record(sequential.Design.plan(0.05, 2, 4), [look])
+    g = gate(verdict_of(control, candidate), "candidate reps intact")
+    assert g["passed"], g
+    candidate["reps"] = candidate["reps"][:-1]  # one rep short of 2 launches x 5 reps
+    g = gate(verdict_of(control, candidate), "candidate reps intact")
+    assert not g["passed"] and "the contract asks for 5 reps x 2 launches" in g["detail"], g
+
+
 def test_inherited_env_must_agree_outside_the_arms_declared_keys() -> None:
     control, candidate = support.load_pair()
     for arm in (control, candidate):

@@ -47,6 +47,15 @@ def token_summary(control: dict[str, Any], candidate: dict[str, Any]) -> dict[st
     }
 
 
+def _sequential_launches(result: dict[str, Any]) -> int | None:
+    """The launches per arm at the last look of a `--until-decided` run (its `sequential` record)."""
+    seq = result.get("sequential")
+    looks = seq.get("looks") if isinstance(seq, dict) else None
+    if not looks or not isinstance(looks[-1], dict) or not isinstance(looks[-1].get("launches"), int):
+        return None
+    return int(looks[-1]["launches"])
+
+
 def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None = None) -> Gate:
     """A speed result whose reps cannot be what the run measured is refused (ERROR): fewer reps or
     launches than the contract asks for, a rep whose prefix-cache reset was not done, a rep recorded
@@ -57,18 +66,20 @@ def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None 
     workload = result.get("workload") if isinstance(result.get("workload"), dict) else {}
     speed = contract.speed if contract is not None else None
     if speed is not None:
-        want = speed.repetitions * speed.launches
+        # A run of --until-decided holds the launches of its last look, not the contract's.
+        planned = _sequential_launches(result) or speed.launches
+        want = speed.repetitions * planned
         launches = {r.get("launch") for r in reps}
-        if len(reps) < want or len(launches) < speed.launches:
+        if len(reps) < want or len(launches) < planned:
             problems.append(
                 f"{len(reps)} reps from {len(launches)} launches, the contract asks for {speed.repetitions} "
-                f"reps x {speed.launches} launches"
+                f"reps x {planned} launches"
             )
         for key in ("repetitions", "launches", "reset_prefix_cache"):
-            if key in workload and workload[key] != getattr(speed, key):
-                problems.append(
-                    f"workload.{key} = {workload[key]!r}, the contract says {getattr(speed, key)!r}"
-                )
+            expected = planned if key == "launches" else getattr(speed, key)
+            if key in workload and workload[key] != expected:
+                said = "its last sequential look" if planned != speed.launches else "the contract"
+                problems.append(f"workload.{key} = {workload[key]!r}, {said} says {expected!r}")
     must_reset = speed.reset_prefix_cache if speed is not None else workload.get("reset_prefix_cache", True)
     seen_index: set[Any] = set()
     seen_record: dict[str, Any] = {}
