@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from qgate import routes
+from qgate import route_env, routes
 from qgate.contract import ContractError, load_contract
 from qgate.engine import preflight
 
@@ -27,8 +27,8 @@ HC_MIX = "vllm.models.qwen4_exp.nvidia.hyperconnection:GatedResidual.mix"
 def test_harness_and_plugin_know_the_same_sites_and_shims() -> None:
     from qgate_kernels import shims
 
-    assert tuple(sites.DEFAULT_SITES) == routes.SITE_KEYS
-    assert tuple(shims.SHIMS) == routes.SHIMS
+    assert tuple(sites.DEFAULT_SITES) == route_env.SITE_KEYS
+    assert tuple(shims.SHIMS) == route_env.SHIMS
 
 
 def test_builtin_sites_are_in_the_installed_vllm() -> None:
