@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 ROUTE_GEMV = "fp16_gemv"
 ROUTE_HC = "fused_hc_fp16"
@@ -164,18 +165,24 @@ def static_problems(env: Mapping[str, object]) -> list[str]:
     return problems
 
 
-def listed_roles(env: Mapping[str, object]) -> dict[str, list[str]]:
-    """The roles ROLES_ENV lists per route ({} when unset); ValueError, one line, for anything but a
-    JSON object of known routes to non-empty lists of distinct identifiers."""
-    raw = str(env.get(ROLES_ENV, "") or "").strip()
+def json_object_env(env: Mapping[str, object], name: str) -> dict[str, Any]:
+    """The JSON object in env[name] ({} when unset or blank); ValueError, one line, for anything else."""
+    raw = str(env.get(name, "") or "").strip()
     if not raw:
         return {}
     try:
         named = json.loads(raw)
     except ValueError:
-        raise ValueError(f"{ROLES_ENV}={raw!r}: not a JSON object") from None
+        named = None
     if not isinstance(named, dict):
-        raise ValueError(f"{ROLES_ENV}={raw!r}: not a JSON object")
+        raise ValueError(f"{name}={raw!r}: not a JSON object")
+    return named
+
+
+def listed_roles(env: Mapping[str, object]) -> dict[str, list[str]]:
+    """The roles ROLES_ENV lists per route ({} when unset); ValueError, one line, for anything but a
+    JSON object of known routes to non-empty lists of distinct identifiers."""
+    named = json_object_env(env, ROLES_ENV)
     out: dict[str, list[str]] = {}
     for route, roles in named.items():
         if route not in ROLE_ROUTES:

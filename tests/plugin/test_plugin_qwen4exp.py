@@ -19,6 +19,7 @@ import pytest
 from conftest import IN_PROCESS_ENGINE, REPO
 
 from qgate import route_env, routes
+from qgate.contract import load_contract
 from qgate.engine import preflight
 from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
 
@@ -79,17 +80,10 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
 
 ALL_OFF = {v: "0" for v in SW.values()}
 ALL_ON = {v: "1" for v in SW.values()}
-# The production contract's GEMV roles (contracts/qwen38-sm70-tp4-decode.yaml): the tiny model has all.
-ROLES = [
-    "out_proj",
-    "qkv_proj",
-    "o_proj",
-    "gate_up_proj",
-    "down_proj",
-    "gate",
-    "shared_expert_gate",
-    "lm_head",
-]
+# The production contract's GEMV roles, read from it (the tiny model has all of them).
+ROLES = route_env.listed_roles(
+    load_contract(REPO / "contracts" / "qwen38-sm70-tp4-decode.yaml").contract.env_for("candidate")
+)["fp16_gemv"]
 LISTED = {"QGATE_ROUTE_ROLES": json.dumps({"fp16_gemv": ROLES})}
 
 

@@ -17,11 +17,17 @@ No torch or vLLM import at module level.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
-from qgate.route_env import SITE_GDN_CPU, SITE_GDN_CUDA, SITE_HC_COMBINE, SITE_HC_MIX, SITE_TOPK
+from qgate.route_env import (
+    SITE_GDN_CPU,
+    SITE_GDN_CUDA,
+    SITE_HC_COMBINE,
+    SITE_HC_MIX,
+    SITE_TOPK,
+    json_object_env,
+)
 from qgate.route_env import SITES_ENV as SITES_ENV  # tests read it as sites.<name>
 
 _HC_MOD = "vllm.models.qwen4_exp.nvidia.hyperconnection"
@@ -44,16 +50,11 @@ class SiteError(ValueError):
 def sites_in(env: Mapping[str, str]) -> dict[str, str]:
     """The effective sites: the built-in ones with QGATE_SITES's entries on top. SiteError when the
     variable is not a JSON object of known keys and `module:qualname` strings."""
-    raw = str(env.get(SITES_ENV, "") or "").strip()
     sites = dict(DEFAULT_SITES)
-    if not raw:
-        return sites
     try:
-        named = json.loads(raw)
-    except ValueError:
-        raise SiteError(f"{SITES_ENV}={raw!r}: not a JSON object") from None
-    if not isinstance(named, dict):
-        raise SiteError(f"{SITES_ENV}={raw!r}: not a JSON object")
+        named = json_object_env(env, SITES_ENV)
+    except ValueError as exc:
+        raise SiteError(str(exc)) from None
     for key, spec in named.items():
         if key not in DEFAULT_SITES:
             raise SiteError(f"site {key!r}: unknown (known: {', '.join(DEFAULT_SITES)})")
