@@ -69,6 +69,30 @@ def test_a_vllm_process_that_dies_ends_the_reading_with_its_name() -> None:
         _end(proc)
 
 
+def test_a_killed_child_is_the_cause_not_its_vllm_process_that_died_with_it() -> None:
+    # CI, stop 33: the kill-child stage named VLLM::EngineCore (killed by its parent-death signal the
+    # moment the child was killed) when the poll saw it before the child's end.
+    proc = _group_with_vllm_process()
+    read_fd, write_fd = os.pipe()
+    try:
+        core = _member(proc.pid, f"{VLLM_NAME_PREFIX}EngineCore")
+        watch = EngineWatch(proc, stall_timeout_s=None)
+        os.write(write_fd, b'{"event": "engine_ready"}\n')
+        records = read_records(read_fd, watch)
+        assert next(records) == '{"event": "engine_ready"}'
+        watch.saw({"event": "engine_ready"})
+        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(core, signal.SIGKILL)
+        while proc.poll() is None:
+            time.sleep(0.01)
+        assert list(records) == []
+        assert watch.death is None and watch.child_gone() and proc.returncode == -signal.SIGKILL
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+        _end(proc)
+
+
 def test_a_vllm_process_ending_after_done_is_the_shutdown() -> None:
     proc = _group_with_vllm_process()
     read_fd, write_fd = os.pipe()

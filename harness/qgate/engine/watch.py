@@ -93,6 +93,12 @@ class EngineWatch:
     def child_gone(self) -> bool:
         return self.proc.poll() is not None
 
+    def _child_was_killed(self) -> bool:
+        """The child itself ended by a signal (its vLLM processes then end by their parent-death signal,
+        measured within the same poll: the child's end, not theirs, is what the launcher reports)."""
+        returncode = self.proc.poll()
+        return returncode is not None and returncode < 0
+
     def _scan(self, learn: bool = True) -> None:
         """Learn vLLM's processes in the group (a walk of /proc, a few ms: on records and until the engine
         is ready, never between them while a rep is timed); set `death` when one seen before has ended."""
@@ -108,6 +114,8 @@ class EngineWatch:
         for pid, (name, ticks) in self._vllm.items():
             fields = _stat_fields(pid)
             alive = fields is not None and fields[0] != "Z" and int(fields[19]) == ticks
+            if not alive and self._child_was_killed():
+                return  # its vLLM processes got the parent-death signal: the child's end is the cause
             if not alive:
                 how = how_it_ended(pid) or "ended (killed or crashed; an OOM kill is logged by the kernel)"
                 self.death = f"the engine died: {name} (pid {pid}) {how} while the run was in progress"
