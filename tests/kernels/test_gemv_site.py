@@ -49,6 +49,11 @@ def test_any_other_input_returns_none_and_is_not_counted(device: str) -> None:
         "strided": wide[:, ::2],  # [1, 64] with stride 2
         "misaligned": buf[1:].view(1, 64),  # dense, 2 bytes past a 16-byte boundary
     }
+    if torch.cuda.is_available() and _library.EXTENSION_HAS_CUDA:
+        # x and the weight on different devices: the dispatcher sends the call to the CUDA entry (one
+        # CUDA tensor is enough), which must refuse it rather than launch on the weight's device.
+        other = "cpu" if device == "cuda" else "cuda"
+        others["other device"] = torch.randn(1, 64).half().to(other)
     assert others["misaligned"].data_ptr() % 16 != 0 and not others["strided"].is_contiguous()
     for name, x in others.items():
         assert entry(w, x, hits) is None, name
