@@ -73,32 +73,20 @@ def _extension_current(session: nox.Session) -> bool:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Lint, format check, then the test suite, with the CUDA compile check (where the toolkits are)
-    running beside the first pytest run."""
+    running beside it."""
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # The compile check (one nvcc at a time, ~40 s of one core) runs beside the two-worker pytest run,
     # which leaves about half a core idle on average (measured: 1.5 cores busy of 2); its output and
-    # status are reported when that run ends. Not beside the `timing` run: it would load one arm.
+    # status are reported when that run ends.
     check = _start_compile_check(session, required=os.environ.get(REQUIRE_TOOLKITS) == "1")
     try:
-        # --durations=25: every engine-starting test shows its time (issue 18: under 10 min on 2 cores).
-        if session.posargs:  # the tests the caller names, in one run (two workers unless -n is given)
-            session.run("pytest", "-ra", "--durations=25", *_workers(session.posargs), *session.posargs)
-        else:  # every test but the `timing` ones on two workers
-            session.run("pytest", "-ra", "--durations=25", *_workers([]), "-m", "not timing")
+        # --durations=25: every engine-starting test shows its time (issue 28: under 10 min on 2 cores).
+        args = session.posargs  # the tests the caller names (two workers unless -n is given)
+        session.run("pytest", "-ra", "--durations=25", *_workers(args), *args)
     finally:
         _finish_compile_check(session, check)
-    if not session.posargs:
-        # Then the `timing` tests alone in one process: their verdicts are about decode timings at the
-        # smoke contract's noise, which another engine on the cores would change.
-        session.run("pytest", "-ra", "--durations=10", "-m", "timing", *TIMING_MODULES)
-
-
-# The modules that hold the `timing` tests: that run collects only them (collecting every module imports
-# torch, vLLM and transformers: ~30 s of this one-process run). tests/conftest.py stops any run that
-# finds a `timing` test elsewhere.
-TIMING_MODULES = ["tests/test_compare_cli.py"]
 
 
 def _workers(posargs: list[str]) -> list[str]:

@@ -3,7 +3,6 @@ process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -23,45 +22,14 @@ CONTRACTS = REPO / "contracts"
 # order, so the long ones start first and the short ones fill the ends (longest first is the usual
 # greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
 ENGINE_MODULES_BY_COST = (
-    "test_stop_signals.py",  # ~495 s: six multi-process starts
-    "test_compare_cli.py",  # ~280 s: the A/A and 25 % runs, ten in-process starts (the 2 % run is `timing`)
+    "test_stop_signals.py",  # ~330 s: three multi-process starts, four in-process
+    "test_compare_cli.py",  # ~330 s: the A/A, 25 % and 2 % runs, fourteen in-process starts
     "test_plugin_vllm.py",  # ~260 s: two multi-process starts, the GDN model's two, two more
     "test_plugin_qwen4exp.py",  # ~175 s: five in-process starts, two override pre-flights
     "test_ablate_vllm.py",  # ~160 s: five in-process starts with slowed arms
     "test_quality_e2e.py",  # ~135 s: four in-process starts, 48 answers each
     "test_speed_e2e.py",  # ~125 s: the shared speed run, two multi-process starts
-    "test_engine_death.py",  # ~55 s: one multi-process start, one rep, a SIGKILL of the EngineCore
 )
-
-
-def _timing_modules() -> tuple[str, ...]:
-    """noxfile.TIMING_MODULES, read from its source (nox is not importable here).
-
-    noxfile.py's `timing` run collects only these modules: collecting the whole suite imports torch,
-    vLLM and transformers for the other modules' sake (~30 CPU-s, all of it on the wall clock of that
-    one-process run). So a `timing` test in any other module stops every run (it would never run)."""
-    tree = ast.parse((REPO / "noxfile.py").read_text())
-    for node in tree.body:
-        names = [getattr(t, "id", None) for t in getattr(node, "targets", [])]
-        if isinstance(node, ast.Assign) and names == ["TIMING_MODULES"]:
-            return tuple(ast.literal_eval(node.value))
-    raise pytest.UsageError("noxfile.py has no TIMING_MODULES")
-
-
-def _check_timing_modules(items: list[pytest.Item]) -> None:
-    if not any(item.get_closest_marker("timing") is not None for item in items):
-        return
-    listed = _timing_modules()
-    stray = sorted(
-        {
-            item.path.relative_to(REPO).as_posix()
-            for item in items
-            if item.get_closest_marker("timing") is not None
-            and item.path.relative_to(REPO).as_posix() not in listed
-        }
-    )
-    if stray:
-        raise pytest.UsageError(f"tests marked `timing` outside noxfile.TIMING_MODULES: {', '.join(stray)}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -74,7 +42,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     given (noxfile passes it): by that count the one-test ablation module went last, alone. loadscope,
     not xdist_group markers: xdist 3.8 adds the group to `item._nodeid`, which pytest 9.2 no longer
     reads (measured: a marked group's fixture was set up on both workers)."""
-    _check_timing_modules(items)
     rank = {name: i for i, name in enumerate(ENGINE_MODULES_BY_COST)}
 
     def key(item: pytest.Item) -> tuple[int, bool]:  # a listed module's items stay together
@@ -90,8 +57,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # (an engine start 8 s instead of 20 s), decode 890-1010 tok/s against 690-830; with a busy-loop process
 # on the 2 cores, 910-980 tok/s (multi-process: 265-600; in-process with 2 threads: 8-1040, the OpenMP
 # threads wait on the one that shares its core). For every test whose subject is not vLLM's process
-# layout; test_stop_signals, speed_run (the path users run) and test_plugin_vllm's control and
-# candidate (which process runs the layers) keep the default multi-process engine.
+# layout (small_contract's default); test_stop_signals' stops that orphan vLLM's processes and
+# test_plugin_vllm's control and candidate (which process runs the layers) keep the default
+# multi-process engine.
 IN_PROCESS_ENGINE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 
 # vLLM's compiled path (torch.compile's trace, vLLM's piecewise split, its AOT cache keyed per route set)
@@ -105,14 +73,17 @@ DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 
 
-def small_contract(tmp: Path, name: str = "small.yaml", **speed: object) -> Path:
-    """The smoke contract shrunk for tests (short prompt and output), with speed overrides."""
+def small_contract(tmp: Path, name: str = "small.yaml", in_process: bool = True, **speed: object) -> Path:
+    """The smoke contract shrunk for tests (short prompt and output), with speed overrides; both arms
+    on the in-process engine (IN_PROCESS_ENGINE: the base, not a factor) unless `in_process` is False."""
     data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
     data["name"] = "smoke-cpu-test"
     # One engine start per arm unless a test asks for more (each start costs ~30 s here).
     small = {"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": SMALL_REPS, "launches": 1}
     data["speed"].update(small)
     data["speed"].update(speed)
+    for arm in ("control", "candidate") if in_process else ():
+        data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     path = tmp / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

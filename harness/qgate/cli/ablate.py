@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 
-from qgate.ablate import DEFAULT_DESIGN, OK, run_ablation
 from qgate.cli._options import (
     EXIT_ERROR,
     EXIT_OK,
@@ -45,7 +44,7 @@ DesignOpt = Annotated[
         "full: 2^k factorial",
     ),
 ]
-_DEFAULT = Design(DEFAULT_DESIGN)
+_DEFAULT = Design.both  # qgate.ablate.DEFAULT_DESIGN (tests/test_ablate.py checks they agree)
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue: run only the arms and reps not done")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite an ablation report already in --out")]
 
@@ -62,6 +61,8 @@ def ablate(
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report.
     With --until-decided, launches are added to every arm until the candidate's own verdict against
     the control is decided (as in `qgate run speed --until-decided`)."""
+    from qgate.ablate import OK, run_ablation  # the statistics: not imported by every qgate command
+
     with user_errors():
         loaded = load_contract(contract)
     with user_errors(kept=lambda: f"the completed reps and items in {out}"):

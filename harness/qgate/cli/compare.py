@@ -19,7 +19,6 @@ from qgate.cli._options import (
     exit_with,
     user_errors,
 )
-from qgate.compare import run_compare
 
 app = typer.Typer(help="Compare a control and a candidate result: statistics, gates, verdict.")
 ControlArg = Annotated[
@@ -63,6 +62,8 @@ def compare(
     Exit 0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE; 2 when DIR already holds a report (unless --force),
     for the same file or run as both arms, and for a candidate with the control's env (unless --aa).
     """
+    from qgate.compare import run_compare  # the statistics: not imported by every qgate command
+
     with user_errors():
         record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa)
     typer.echo(f"verdict: {record['verdict']}")

@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from qgate.cli._options import OutOpt, user_errors
-from qgate.history import append, write_report
 
 app = typer.Typer(help="History of nightly verdicts: append a night, render the trend.", no_args_is_help=True)
 StoreOpt = Annotated[
@@ -41,6 +40,8 @@ def append_cmd(
     result_dir: ResultDirArg, store: StoreOpt, night: NightOpt = None, commit: CommitOpt = None
 ) -> None:
     """Add one night (one row per arm); the same night again is a no-op if identical, else refused."""
+    from qgate.history import append  # the statistics: not imported by every qgate command
+
     with user_errors():
         outcome = append(store, result_dir, night=night, commit=commit)
     typer.echo(
@@ -52,6 +53,8 @@ def append_cmd(
 @app.command("report")
 def report_cmd(store: StoreOpt, out: OutOpt) -> None:
     """Write OUT/history.md and OUT/history.png: decode tok/s and quality per night, with the gates."""
+    from qgate.history import write_report  # the statistics: not imported by every qgate command
+
     with user_errors():
         paths = write_report(store, out)
     typer.echo(f"report: {paths['report']}")

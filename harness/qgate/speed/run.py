@@ -16,10 +16,6 @@ from qgate.contract.speed import PROMPT_KEYS
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
 from qgate.engine.launcher import EngineError
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
-from qgate.speed.compare import decode_stats
-from qgate.speed.sequential import Design, look_at
-from qgate.speed.sequential import record as sequential_record
-from qgate.stats import StatsConfig
 
 if TYPE_CHECKING:  # typing.Unpack is Python 3.11; pyproject allows 3.10
     from typing_extensions import Unpack
@@ -164,6 +160,12 @@ def run_speed_until_decided(
             f"{arm_path(out_dir, 'control')}: the sequence was planned up to {saved} launches, not "
             f"{max_launches}: resume with --max-launches {saved}"
         )
+    # The statistics (scipy: ~2 s of import on 2 cores) only here: a plain run must not pay them.
+    from qgate.speed.compare import decode_stats
+    from qgate.speed.sequential import Design, look_at
+    from qgate.speed.sequential import record as sequential_record
+    from qgate.stats import StatsConfig
+
     design = Design.plan(s.stats.alpha, first, max_launches)
     cfg = StatsConfig.from_contract(s.stats)
     looks: list = []
