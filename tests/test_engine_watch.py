@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -17,9 +18,11 @@ from qgate.route_env import ARM_ENV_PREFIXES
 
 
 def _group_with_vllm_process() -> subprocess.Popen:
-    """A 'child' leading its own group, with a member named like a vLLM process (`exec -a`)."""
+    """A 'child' leading its own group, with a member named like a vLLM process (`exec -a`); like
+    vLLM's engine child, it outlives that member (`wait; sleep`)."""
     return subprocess.Popen(
-        ["bash", "-c", f"exec -a {VLLM_NAME_PREFIX}EngineCore sleep 60 & wait"], start_new_session=True
+        ["bash", "-c", f"exec -a {VLLM_NAME_PREFIX}EngineCore sleep 60 & wait; sleep 60"],
+        start_new_session=True,
     )
 
 
@@ -71,7 +74,7 @@ def test_a_vllm_process_that_dies_ends_the_reading_with_its_name() -> None:
 
 def test_a_killed_child_is_the_cause_not_its_vllm_process_that_died_with_it() -> None:
     # CI, stop 33: the kill-child stage named VLLM::EngineCore (killed by its parent-death signal the
-    # moment the child was killed) when the poll saw it before the child's end.
+    # moment the child was killed) when the poll saw it before the child could be reaped.
     proc = _group_with_vllm_process()
     read_fd, write_fd = os.pipe()
     try:
@@ -81,10 +84,10 @@ def test_a_killed_child_is_the_cause_not_its_vllm_process_that_died_with_it() ->
         records = read_records(read_fd, watch)
         assert next(records) == '{"event": "engine_ready"}'
         watch.saw({"event": "engine_ready"})
-        os.kill(proc.pid, signal.SIGKILL)
+        # The core seen dead first, the child reaped 0.3 s later (the real race: the parent-death signal
+        # comes when the child's thread exits, the child is reaped when all of its threads have).
         os.kill(core, signal.SIGKILL)
-        while proc.poll() is None:
-            time.sleep(0.01)
+        threading.Timer(0.3, os.kill, (proc.pid, signal.SIGKILL)).start()
         assert list(records) == []
         assert watch.death is None and watch.child_gone() and proc.returncode == -signal.SIGKILL
     finally:

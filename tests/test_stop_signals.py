@@ -129,7 +129,9 @@ def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, f
         child = _engine_child(out, proc.pid)
         token = json.loads((out / procs.RECORD).read_text())["token"]
         assert child in procs.run_processes(token)  # the walk sees the run while it lives
-        killed = {"kill-child": child, "kill-engine-core": _engine_core(child)}.get(how, proc.pid)
+        killed = (
+            child if how == "kill-child" else _engine_core(child) if how == "kill-engine-core" else proc.pid
+        )
         t0 = time.monotonic()
         if how == "kill-qgate-and-child":
             os.kill(proc.pid, signal.SIGKILL)

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 POLL_S = 0.25
+CHILD_GRACE_S = 2.0  # a killed child is reaped within this of its vLLM processes' parent-death signal
 VLLM_NAME_PREFIX = "VLLM::"  # vLLM's setproctitle names: VLLM::EngineCore, VLLM::Worker_TP0, ...
 
 
@@ -94,9 +95,15 @@ class EngineWatch:
         return self.proc.poll() is not None
 
     def _child_was_killed(self) -> bool:
-        """The child itself ended by a signal (its vLLM processes then end by their parent-death signal,
-        measured within the same poll: the child's end, not theirs, is what the launcher reports)."""
-        returncode = self.proc.poll()
+        """The child itself ends by a signal within CHILD_GRACE_S. Its vLLM processes end by their
+        parent-death signal, which the kernel sends when the child's thread that started them exits,
+        before the child, a process of many threads, can be reaped: a poll then sees VLLM::EngineCore
+        dead and the child not yet (CI, stop 33). The child's end, not theirs, is what the launcher
+        reports; a child that outlives the grace is not dying with them (a killed EngineCore leaves
+        the child waiting forever)."""
+        deadline = time.monotonic() + CHILD_GRACE_S
+        while (returncode := self.proc.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         return returncode is not None and returncode < 0
 
     def _scan(self, learn: bool = True) -> None:
