@@ -1,5 +1,6 @@
-"""Shared fixtures and the xdist layout. Real-vLLM runs are expensive (an engine start is 9-12 s in
-process, 20-28 s multi-process, on 2 cores): tests share them, and `nox -s tests` runs two workers."""
+"""Shared fixtures and the xdist layout. Real-vLLM runs are expensive (an engine start is ~20-30 s in
+process, ~50-60 s multi-process, on 2 cores, nearly all of it importing vLLM, once per process):
+tests share them, and `nox -s tests` runs two workers."""
 
 from __future__ import annotations
 
@@ -15,20 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = REPO / "contracts"
 
 
-# The engine-starting modules, costliest first (seconds of one worker in `nox -s tests` on an idle
-# 2-core machine, 2 Dec 2026, summed over the module's tests; test_plugin_vllm's after its compiled
-# starts ran eagerly: CPU-s measured at load 7-9, the others' CPU-s were about their wall there): under
+# The engine-starting modules, costliest first (seconds of one worker, summed over the module's tests,
+# in the two-worker run on an idle 2-core machine): under
 # `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in this
 # order, so the long ones start first and the short ones fill the ends (longest first is the usual
 # greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
-ENGINE_MODULES_BY_COST = (
-    "test_stop_signals.py",  # ~330 s: three multi-process starts, four in-process
-    "test_compare_cli.py",  # ~330 s: the A/A, 25 % and 2 % runs, fourteen in-process starts
-    "test_plugin_vllm.py",  # ~260 s: two multi-process starts, the GDN model's two, two more
-    "test_plugin_qwen4exp.py",  # ~175 s: five in-process starts, two override pre-flights
-    "test_ablate_vllm.py",  # ~160 s: five in-process starts with slowed arms
-    "test_quality_e2e.py",  # ~135 s: four in-process starts, 48 answers each
-    "test_speed_e2e.py",  # ~125 s: the shared speed run, two multi-process starts
+ENGINE_MODULES_BY_COST = (  # 2 Dec 2026
+    "test_stop_signals.py",  # ~310 s: three multi-process starts, four in-process
+    "test_compare_cli.py",  # ~300 s: the A/A (also the 2 % margin's test) and 25 % runs, ten starts
+    "test_plugin_vllm.py",  # ~280 s: two multi-process starts, the GDN model's two, two more
+    "test_plugin_qwen4exp.py",  # ~200 s: five in-process starts, two override pre-flights
+    "test_quality_e2e.py",  # ~165 s: four in-process starts, 48 answers each
+    "test_ablate_vllm.py",  # ~145 s: five in-process starts with slowed arms
+    "test_speed_e2e.py",  # ~50 s: the shared speed run, two in-process starts
 )
 
 
