@@ -4,11 +4,14 @@ EngineCore is test_stop_signals.py's kill-engine-core stage."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -50,71 +53,64 @@ def _end(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def test_a_vllm_process_that_dies_ends_the_reading_with_its_name() -> None:
+@contextlib.contextmanager
+def _watched(
+    event: str,
+) -> Iterator[tuple[subprocess.Popen, int, EngineWatch, Iterator[str], Callable[[], None]]]:
+    """A group with a vLLM-named member, a watch on it, and a pipe whose first record (`event`) has
+    been read and seen, as the launcher does with every record; yields (child, member, watch, the
+    records still to come, a closer of the pipe's write end)."""
     proc = _group_with_vllm_process()
     read_fd, write_fd = os.pipe()
+    closed: list[bool] = []
+
+    def close_write() -> None:
+        if not closed:
+            os.close(write_fd)
+            closed.append(True)
+
     try:
         core = _member(proc.pid, f"{VLLM_NAME_PREFIX}EngineCore")
         watch = EngineWatch(proc, stall_timeout_s=None)
-        os.write(write_fd, b'{"event": "engine_ready"}\n')
+        line = json.dumps({"event": event})
+        os.write(write_fd, line.encode() + b"\n")
         records = read_records(read_fd, watch)
-        assert next(records) == '{"event": "engine_ready"}'
-        watch.saw({"event": "engine_ready"})  # as the launcher does with every record
+        assert next(records) == line
+        watch.saw({"event": event})
+        yield proc, core, watch, records, close_write
+    finally:
+        os.close(read_fd)
+        close_write()
+        _end(proc)
+
+
+def test_a_vllm_process_that_dies_ends_the_reading_with_its_name() -> None:
+    with _watched("engine_ready") as (_, core, watch, records, _):
         os.kill(core, signal.SIGKILL)
         t0 = time.monotonic()
         assert list(records) == []  # the write end is still open: only the watch can end this
         assert time.monotonic() - t0 < 5
         assert watch.death is not None
         assert f"{VLLM_NAME_PREFIX}EngineCore (pid {core})" in watch.death, watch.death
-    finally:
-        os.close(read_fd)
-        os.close(write_fd)
-        _end(proc)
 
 
 def test_a_killed_child_is_the_cause_not_its_vllm_process_that_died_with_it() -> None:
     # CI, stop 33: the kill-child stage named VLLM::EngineCore (killed by its parent-death signal the
     # moment the child was killed) when the poll saw it before the child could be reaped.
-    proc = _group_with_vllm_process()
-    read_fd, write_fd = os.pipe()
-    try:
-        core = _member(proc.pid, f"{VLLM_NAME_PREFIX}EngineCore")
-        watch = EngineWatch(proc, stall_timeout_s=None)
-        os.write(write_fd, b'{"event": "engine_ready"}\n')
-        records = read_records(read_fd, watch)
-        assert next(records) == '{"event": "engine_ready"}'
-        watch.saw({"event": "engine_ready"})
+    with _watched("engine_ready") as (proc, core, watch, records, _):
         # The core seen dead first, the child reaped 0.3 s later (the real race: the parent-death signal
         # comes when the child's thread exits, the child is reaped when all of its threads have).
         os.kill(core, signal.SIGKILL)
         threading.Timer(0.3, os.kill, (proc.pid, signal.SIGKILL)).start()
         assert list(records) == []
         assert watch.death is None and watch.child_gone() and proc.returncode == -signal.SIGKILL
-    finally:
-        os.close(read_fd)
-        os.close(write_fd)
-        _end(proc)
 
 
 def test_a_vllm_process_ending_after_done_is_the_shutdown() -> None:
-    proc = _group_with_vllm_process()
-    read_fd, write_fd = os.pipe()
-    try:
-        core = _member(proc.pid, f"{VLLM_NAME_PREFIX}EngineCore")
-        watch = EngineWatch(proc, stall_timeout_s=None)
-        os.write(write_fd, b'{"event": "done"}\n')
-        records = read_records(read_fd, watch)
-        assert next(records) == '{"event": "done"}'
-        watch.saw({"event": "done"})
+    with _watched("done") as (_, core, watch, records, close_write):
         os.kill(core, signal.SIGKILL)
-        os.close(write_fd)
-        write_fd = -1
+        close_write()
         assert list(records) == [] and watch.death is None
-    finally:
-        os.close(read_fd)
-        if write_fd >= 0:
-            os.close(write_fd)
-        _end(proc)
 
 
 def test_no_record_for_the_stall_timeout_is_a_stall() -> None:
