@@ -294,7 +294,11 @@ def test_real_aa_at_the_2_percent_margin_follows_its_ci(tmp_path: Path) -> None:
     low, high = decode["t_ci_low"], decode["t_ci_high"]
     outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
     assert ni["outcome"] == outcome, (low, high, ni)
-    assert (record["verdict"] == "PASS") == (outcome == "shown"), (record["reasons"], low, high)
+    # The margin's gate follows the CI; a PASS needs it (another gate, the contract's decode floor or
+    # the decode comparison's own conclusiveness, may still hold a shown margin at INCONCLUSIVE).
+    gate = next(g for g in record["gates"] if g["name"] == "decode regression ruled out beyond 2 %")
+    assert gate["passed"] == (outcome == "shown"), (gate, low, high)
+    assert record["verdict"] != "PASS" or outcome == "shown", (record["reasons"], low, high)
     if record["verdict"] == "INCONCLUSIVE":
         assert "per arm" in ni["sample_size"]
         assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
