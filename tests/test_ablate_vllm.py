@@ -42,7 +42,7 @@ def ablation_contract(tmp: Path) -> Path:
     # sleeps a token (~1.2 ms a sleep), as large as the placebo bound when the sleep was 3 ms (27 ms a
     # token, bound 9 ms). The bound scales with the sleep, the lateness with the number of sleeps: at
     # 12 ms the bound is 36 ms a token, 4 ms of lateness a sleep, so the test runs beside the other
-    # worker (not marked `timing`). 12 tokens keep the sleep at ~8 s per slowed arm (three of them).
+    # worker. 12 tokens keep the sleep at ~8 s per slowed arm (three of them).
     # Set in both arms: the base, not a factor; only the slowed implementation reads it. The in-process
     # engine (small_contract's) in both arms too: the subject is the attribution of a measured slowdown,
     # not vLLM's process layout.

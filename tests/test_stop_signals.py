@@ -39,7 +39,8 @@ pytestmark = pytest.mark.vllm
 # the resume.
 REPS = 16
 GONE_WITHIN_S = 10.0
-CORE_GONE_WITHIN_S = 15.0  # a dead EngineCore is found by the watch's poll, then the group is stopped
+# A dead EngineCore: the watch's poll finds it, waits out the child's grace, then stops the group.
+CORE_GONE_WITHIN_S = 15.0
 
 
 def _contract(root: Path, in_process: bool) -> Path:

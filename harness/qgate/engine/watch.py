@@ -8,7 +8,9 @@ launcher does not rely on the child to notice: while no record arrives it polls 
 - the child: gone means no more records (those still in the pipe are read first);
 - vLLM's processes in the child's process group (named `VLLM::...` by vLLM): one that ends before
   the child reported `done` or `error` died; its wait status is read while it is a zombie, when the
-  poll catches it there, so the line can say "killed by SIGKILL";
+  poll catches it there, so the line can say "killed by SIGKILL". Unless the child itself ends by a
+  signal within CHILD_GRACE_S: then they died with it (their parent-death signal), and the child's
+  end is what the launcher reports;
 - the time since the last record: beyond the contract's `stall_timeout_s` the engine has stalled.
 
 Any of these sets `death` (one line) and stops the reading; the launcher then stops the whole group.
