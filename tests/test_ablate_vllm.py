@@ -5,8 +5,10 @@ lm_head); a second route switched on would have zero hits, an attestation ERROR 
 plugin has no per-role switch to split fp16_gemv in two. So the second factor is a plain env factor
 that is known to do nothing (QGATE_ABLATE_PLACEBO reaches every vLLM process, nothing reads it): the
 negative control. The positive control is fp16_gemv through the test-only `slow_routes:slow_gemv`
-(the exact reference result after a 1 ms sleep per call). Two factors give the 4 arms of the full
-factorial (one engine start each), and a resume re-runs only the arm whose result is missing.
+(the exact reference result after a sleep per call, QGATE_SLOW_GEMV_DELAY_MS). Two factors give the 4
+arms of the full factorial (one engine start each), and a resume re-runs only the arm whose result is
+missing: five engine starts. The control and candidate are also `qgate compare`d: a real routed speed
+run, judged and attested.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, small_contract
+from conftest import REPO, qgate, small_contract
 
 from qgate.ablate import run_ablation
 from qgate.contract import load_contract
@@ -88,6 +90,17 @@ def test_real_ablation_blames_the_slowed_route_and_resumes(
     assert sum(hits["control"].values()) == 0 and sum(hits[f"only-{PLACEBO}"].values()) == 0
     assert arms[f"only-{PLACEBO}"]["tokens"]["identical_to_control"]
     assert Path(paths["plot"]).stat().st_size > 0 and json.loads(Path(paths["record"]).read_text())
+
+    # The control and the candidate are a speed run of one contract: `qgate compare` judges and attests
+    # them as it does `qgate run speed`'s (the routed candidate is ~90 % slower: FAIL, the route attested).
+    proc = qgate("compare", str(out), str(out), "--out", str(tmp_path / "cmp"))
+    verdict = json.loads((tmp_path / "cmp" / "verdict.json").read_text())
+    gates = {g["name"]: g for g in verdict["gates"]}
+    assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"], gates
+    assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
+    assert gates["decode statistics computed"]["passed"], gates["decode statistics computed"]["detail"]
+    assert verdict["verdict"] == "FAIL" and proc.returncode == 1, verdict["reasons"]
+    assert "verdict: FAIL" in proc.stdout and (tmp_path / "cmp" / "speed.png").stat().st_size > 0
 
     # Interrupted ablation: the candidate's result is missing. Without --resume nothing is clobbered;
     # with it, only the candidate gets an engine start.

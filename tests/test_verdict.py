@@ -547,7 +547,7 @@ def test_constant_ttft_in_both_arms_is_not_an_error() -> None:
 def _synthetic_run_arms(kill_after: int | None, slow: float) -> Any:
     """A stand-in for the engine spine (qgate.engine.arms.run_arms) that folds deterministic reps into
     the workload's results the way the spine does, launch-major and interleaved; it raises after
-    `kill_after` engine starts (a killed run). For the sequence logic only: tests/test_compare_cli.py and
+    `kill_after` engine starts (a killed run). For the sequence logic only: tests/test_speed_e2e.py and
     the report's real runs start real engines."""
     from qgate.engine.arms import ArmPlan
 
