@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -84,28 +85,49 @@ def impl_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture()
+def importable(impl_dir: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """The check the pre-flight's child interpreter runs (qgate_kernels.overrides.env_problems), here,
+    with impl_dir on this process's path: one spec per case without a torch import per case (the
+    child's own path, one interpreter per check, is tested below once each way)."""
+    overrides = pytest.importorskip("qgate_kernels.overrides")
+    monkeypatch.syspath_prepend(str(impl_dir))
+    yield overrides
+    for name in ("my_impls", "broken_impl"):
+        sys.modules.pop(name, None)
+
+
 @pytest.mark.parametrize("func", ["good", "defaulted"])
-def test_check_overrides_accepts_a_matching_signature(impl_dir: Path, func: str) -> None:
-    pytest.importorskip("qgate_kernels.overrides")
-    preflight.check_overrides({GEMV: "1", IMPL: f"my_impls:{func}", "PYTHONPATH": str(impl_dir)})
+def test_a_matching_signature_is_accepted(importable: object, func: str) -> None:
+    assert importable.env_problems({GEMV: "1", IMPL: f"my_impls:{func}"}) == []
 
 
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ("no_such_pkg_qgate.mod:f", "cannot import 'no_such_pkg_qgate.mod' (ModuleNotFoundError"),
-        ("broken_impl:f", "cannot import 'broken_impl' (ModuleNotFoundError"),
-        ("my_impls:missing", "module 'my_impls' has no attribute 'missing'"),
-        ("my_impls:not_callable", "'not_callable' is not callable"),
-        ("my_impls:one_arg", "signature one_arg(weight) does not match the route op gemv("),
-        ("my_impls:three_args", "signature three_args(weight, x, extra) does not match"),
-        ("my_impls:needs_keyword", "does not match the route op"),
-    ],
-)
-def test_check_overrides_refuses_broken_specs_before_any_engine(
-    impl_dir: Path, spec: str, message: str
-) -> None:
+BROKEN_SPECS = [
+    ("no_such_pkg_qgate.mod:f", "cannot import 'no_such_pkg_qgate.mod' (ModuleNotFoundError"),
+    ("broken_impl:f", "cannot import 'broken_impl' (ModuleNotFoundError"),
+    ("my_impls:missing", "module 'my_impls' has no attribute 'missing'"),
+    ("my_impls:not_callable", "'not_callable' is not callable"),
+    ("my_impls:one_arg", "signature one_arg(weight) does not match the route op gemv("),
+    ("my_impls:three_args", "signature three_args(weight, x, extra) does not match"),
+    ("my_impls:needs_keyword", "does not match the route op"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), BROKEN_SPECS)
+def test_a_broken_spec_is_one_problem_line(importable: object, spec: str, message: str) -> None:
+    (text,) = importable.env_problems({GEMV: "1", IMPL: spec})
+    assert text.startswith(f"{IMPL}={spec!r}: ") and message in text, text
+    assert "\n" not in text
+
+
+def test_check_overrides_takes_a_matching_override_through_the_child(impl_dir: Path) -> None:
     pytest.importorskip("qgate_kernels.overrides")
+    preflight.check_overrides({GEMV: "1", IMPL: "my_impls:good", "PYTHONPATH": str(impl_dir)})
+
+
+def test_check_overrides_refuses_a_broken_spec_before_any_engine_in_one_line(impl_dir: Path) -> None:
+    pytest.importorskip("qgate_kernels.overrides")
+    spec, message = BROKEN_SPECS[4]
     with pytest.raises(RouteError) as err:
         preflight.check_overrides({GEMV: "1", IMPL: spec, "PYTHONPATH": str(impl_dir)})
     text = str(err.value)
