@@ -126,9 +126,11 @@ def test_a_site_missing_from_vllm_fails_the_engine_start(tmp_path: Path) -> None
 
 
 MODEL_WIRING = """
-import inspect, json
+import importlib.util, inspect, json
 from qgate_kernels import shims, sites
-shims.apply(["qwen2vl_pil_image_processor"])  # vLLM's Qwen4Exp module imports qwen3_vl
+torchvision = importlib.util.find_spec("torchvision") is not None
+applied = shims.apply(["qwen2vl_pil_image_processor"])  # vLLM's Qwen4Exp module imports qwen3_vl
+import vllm.model_executor.models.qwen3_vl as q3vl
 import vllm.models.qwen4_exp.nvidia.model as m
 import vllm.models.qwen4_exp.nvidia.hyperconnection as hcm
 import vllm.models.qwen4_exp.nvidia.qsa as qsa
@@ -144,6 +146,9 @@ model_src = inspect.getsource(m.Qwen4ExpModel.__init__)
 hc_src = inspect.getsource(hcm.GatedResidual.__init__)
 fwd_src = inspect.getsource(m.Qwen4ExpDecoderLayer.forward) + inspect.getsource(m.Qwen4ExpModel.forward)
 print(json.dumps({
+    "torchvision": torchvision,
+    "pil_alias_applied": bool(applied["qwen2vl_pil_image_processor"]),
+    "qwen3_vl_image_processor": q3vl.Qwen2VLImageProcessor.__name__,
     "fused_hc_fp16": m.GatedResidual is own("fused_hc_fp16.mix") is own("fused_hc_fp16.combine_and_mix")
         and "GatedResidual(" in layer_src and "use_combine=False" in model_src
         and ".mix(" in fwd_src and ".combine_and_mix(" in fwd_src,
@@ -187,3 +192,13 @@ def test_production_route_set_has_a_site_in_vllms_qwen4exp(name: str, qwen4exp_w
     # every GEMV role the contract lists is a module vLLM's Qwen4Exp builds (its engine start would fail)
     listed = routes.listed_roles(c.env_for("candidate"))["fp16_gemv"]
     assert set(listed) <= set(qwen4exp_wiring["module_names"]), qwen4exp_wiring["module_names"]
+
+
+def test_pil_alias_lets_qwen3_vl_import_without_torchvision(qwen4exp_wiring: dict) -> None:
+    """The probe above imports vLLM's qwen3_vl (Qwen4Exp's module imports it) after the shim: without
+    torchvision, vLLM's Qwen3-VL takes transformers' PIL image processor (tests/plugin/test_shims.py
+    has the shim's own tests)."""
+    if qwen4exp_wiring["torchvision"]:
+        pytest.skip("torchvision is installed here: the shim is not needed")
+    assert qwen4exp_wiring["pil_alias_applied"]
+    assert qwen4exp_wiring["qwen3_vl_image_processor"] == "Qwen2VLImageProcessorPil"
