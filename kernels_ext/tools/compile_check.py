@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -112,18 +113,20 @@ def compile_unit(source: Path, arch: str, nvcc: str, env: dict[str, str], outdir
     return unit
 
 
-def run(archs: list[str]) -> tuple[list[Unit], list[str]]:
-    """Compile every csrc/*.cu for each arch; also returns the archs whose toolkit is missing."""
-    units: list[Unit] = []
+def run(archs: list[str], jobs: int = 1) -> tuple[list[Unit], list[str]]:
+    """Compile every csrc/*.cu for each arch, `jobs` nvcc at a time (units in arch, then file, order);
+    also returns the archs whose toolkit is missing."""
+    tasks: list[tuple[Path, str, tuple]] = []
     missing: list[str] = []
     sources = sorted(CSRC.glob("*.cu"))
-    with tempfile.TemporaryDirectory() as tmp:
-        for arch in archs:
-            chain = _toolchain(arch)
-            if chain is None:
-                missing.append(f"sm_{arch}")
-                continue
-            units.extend(compile_unit(src, arch, *chain, Path(tmp)) for src in sources)
+    for arch in archs:
+        chain = _toolchain(arch)
+        if chain is None:
+            missing.append(f"sm_{arch}")
+            continue
+        tasks.extend((src, arch, chain) for src in sources)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        units = list(pool.map(lambda t: compile_unit(t[0], t[1], *t[2], Path(tmp)), tasks))
     return units, missing
 
 
@@ -134,8 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-missing", action="store_true", help="skip an arch whose toolkit is not installed"
     )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="nvcc processes at a time (default: the cores)"
+    )
     args = parser.parse_args(argv)
-    units, missing = run(args.arch or ["70", "90"])
+    units, missing = run(args.arch or ["70", "90"], args.jobs)
     bad = 0
     for u in units:
         worst = max((k.registers for k in u.kernels), default=0)
