@@ -21,13 +21,13 @@ CONTRACTS = REPO / "contracts"
 # `-n 2 --dist loadscope --no-loadscope-reorder` each module is one unit of work, handed out in this
 # order, so the long ones start first and the short ones fill the ends (longest first is the usual
 # greedy bound for two workers). Not listed: the tests marked vllm, then the rest, in file order.
-ENGINE_MODULES_BY_COST = (  # 2 Dec 2026
-    "test_stop_signals.py",  # ~310 s: three multi-process starts, four in-process
-    "test_speed_e2e.py",  # ~240 s: the A/A (also the 2 % margin's test) and 25 % runs, ten starts
-    "test_plugin_vllm.py",  # ~280 s: two multi-process starts, the GDN model's two, two more
-    "test_plugin_qwen4exp.py",  # ~200 s: five in-process starts, two override pre-flights
-    "test_quality_e2e.py",  # ~165 s: four in-process starts, 48 answers each
-    "test_ablate_vllm.py",  # ~145 s: five in-process starts with slowed arms
+ENGINE_MODULES_BY_COST = (  # 2 Dec 2026, after the cuts of issue 28 (pytest 533 s in all)
+    "test_speed_e2e.py",  # ~190 s: the A/A (also the 2 % margin's test) and 25 % runs, ten starts
+    "test_stop_signals.py",  # ~190 s: three multi-process starts, four in-process
+    "test_plugin_vllm.py",  # ~170 s: two multi-process starts, the GDN model's two, two more
+    "test_ablate_vllm.py",  # ~110 s: five in-process starts with slowed arms
+    "test_quality_e2e.py",  # ~90 s: four in-process starts, 48 answers each
+    "test_plugin_qwen4exp.py",  # ~80 s: five in-process starts, one override pre-flight
 )
 
 
