@@ -53,7 +53,9 @@ def _setup(session: nox.Session) -> None:
         session.install("--no-build-isolation", "-e", "kernels_ext")
     else:
         session.log("kernels_ext's built library is newer than its sources: not rebuilt")
-    session.env.setdefault("QGATE_GSM8K_PATH", str(GSM8K))
+    # session.env holds what nox adds to the caller's env: a path the caller set is kept (a clone
+    # elsewhere than beside ../shared gives its own; found by a fresh clone in /tmp, 2 Dec 2026).
+    session.env.setdefault("QGATE_GSM8K_PATH", os.environ.get("QGATE_GSM8K_PATH", str(GSM8K)))
 
 
 def _extension_current(session: nox.Session) -> bool:
