@@ -116,7 +116,7 @@ def compile_unit(source: Path, arch: str, nvcc: str, env: dict[str, str], outdir
 def run(archs: list[str], jobs: int = 1) -> tuple[list[Unit], list[str]]:
     """Compile every csrc/*.cu for each arch, `jobs` nvcc at a time (units in arch, then file, order);
     also returns the archs whose toolkit is missing."""
-    tasks: list[tuple[Path, str, tuple]] = []
+    tasks: list[tuple] = []  # (source, arch, nvcc, env): compile_unit's arguments before outdir
     missing: list[str] = []
     sources = sorted(CSRC.glob("*.cu"))
     for arch in archs:
@@ -124,9 +124,9 @@ def run(archs: list[str], jobs: int = 1) -> tuple[list[Unit], list[str]]:
         if chain is None:
             missing.append(f"sm_{arch}")
             continue
-        tasks.extend((src, arch, chain) for src in sources)
+        tasks.extend((src, arch, *chain) for src in sources)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        units = list(pool.map(lambda t: compile_unit(t[0], t[1], *t[2], Path(tmp)), tasks))
+        units = list(pool.map(lambda task: compile_unit(*task, Path(tmp)), tasks))
     return units, missing
 
 
