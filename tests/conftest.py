@@ -1,9 +1,10 @@
-"""Shared fixtures and the xdist layout. Real-vLLM runs are expensive (an engine start is ~20-30 s in
-process, ~50-60 s multi-process, on 2 cores, nearly all of it importing vLLM, once per process):
-tests share them, and `nox -s tests` runs two workers."""
+"""Shared fixtures and the xdist layout. Real-vLLM runs are expensive (an engine start of the tiny model
+is ~15-20 s in process, ~35-45 s multi-process, on 2 cores, most of it importing vLLM, once per
+process): tests share them, and `nox -s tests` runs two workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def small_contract(tmp: Path, name: str = "small.yaml", in_process: bool = True,
     on the in-process engine (IN_PROCESS_ENGINE: the base, not a factor) unless `in_process` is False."""
     data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
     data["name"] = "smoke-cpu-test"
-    # One engine start per arm unless a test asks for more (each start costs ~30 s here).
+    # One engine start per arm unless a test asks for more (each start costs ~15-20 s here).
     small = {"input_tokens": 256, "output_tokens": 48, "warmup": 1, "repetitions": SMALL_REPS, "launches": 1}
     data["speed"].update(small)
     data["speed"].update(speed)
@@ -98,3 +99,10 @@ def qgate(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -
         env={**os.environ, **(env or {})},
         cwd=REPO,
     )
+
+
+def compare_run(out: Path, report: Path, *extra: str) -> tuple[int, dict, str]:
+    """`qgate compare` of a run folder's control and candidate: (exit code, verdict.json, stdout)."""
+    proc = qgate("compare", str(out), str(out), "--out", str(report), *extra)
+    assert proc.returncode in (0, 1, 3, 4), proc.stderr[-3000:]
+    return proc.returncode, json.loads((report / "verdict.json").read_text()), proc.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, qgate, small_contract
+from conftest import REPO, compare_run, small_contract
 
 from qgate.ablate import run_ablation
 from qgate.contract import load_contract
@@ -93,14 +93,13 @@ def test_real_ablation_blames_the_slowed_route_and_resumes(
 
     # The control and the candidate are a speed run of one contract: `qgate compare` judges and attests
     # them as it does `qgate run speed`'s (the routed candidate is ~90 % slower: FAIL, the route attested).
-    proc = qgate("compare", str(out), str(out), "--out", str(tmp_path / "cmp"))
-    verdict = json.loads((tmp_path / "cmp" / "verdict.json").read_text())
+    code, verdict, stdout = compare_run(out, tmp_path / "cmp")
     gates = {g["name"]: g for g in verdict["gates"]}
     assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"], gates
     assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
     assert gates["decode statistics computed"]["passed"], gates["decode statistics computed"]["detail"]
-    assert verdict["verdict"] == "FAIL" and proc.returncode == 1, verdict["reasons"]
-    assert "verdict: FAIL" in proc.stdout and (tmp_path / "cmp" / "speed.png").stat().st_size > 0
+    assert verdict["verdict"] == "FAIL" and code == 1, verdict["reasons"]
+    assert "verdict: FAIL" in stdout and (tmp_path / "cmp" / "speed.png").stat().st_size > 0
 
     # Interrupted ablation: the candidate's result is missing. Without --resume nothing is clobbered;
     # with it, only the candidate gets an engine start.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CONTRACTS, IN_PROCESS_ENGINE, qgate
+from conftest import CONTRACTS, IN_PROCESS_ENGINE, compare_run, qgate
 
 pytestmark = pytest.mark.vllm
 FIXTURES = str(Path(__file__).resolve().parent / "fixtures")
@@ -38,12 +38,6 @@ def _run(contract: Path, out: Path, *extra: str, env: dict[str, str] | None = No
     return qgate("run", "quality", "--contract", str(contract), "--out", str(out), *extra, env=env)
 
 
-def _compare(out: Path, report: Path) -> tuple[int, dict, str]:
-    proc = qgate("compare", str(out), str(out), "--out", str(report))
-    assert proc.returncode in (0, 1, 3, 4), proc.stderr[-3000:]
-    return proc.returncode, json.loads((report / "verdict.json").read_text()), proc.stdout
-
-
 @pytest.fixture(scope="module")
 def passing_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("quality-pass")
@@ -66,7 +60,7 @@ def test_trained_tiny_model_passes_the_quality_gate(passing_run: Path, tmp_path:
         assert s["invalid"] == 0 and s["decode_tok_s"] > 0
         lemon = next(r for r in records if r["index"] == 12 and r["seed"] == seeds[1])
         assert lemon["gold"] == "13" and lemon["strict_answer"] == "13" and "</think>" in lemon["output"]
-    code, record, stdout = _compare(passing_run, tmp_path / "cmp")
+    code, record, stdout = compare_run(passing_run, tmp_path / "cmp")
     assert code == 0 and record["verdict"] == "PASS", record["reasons"]
     names = [g["name"] for g in record["gates"]]
     assert "quality: paired test" in names and "quality: candidate raw correct (seed 20260828)" in names
@@ -95,7 +89,7 @@ def test_faulty_route_candidate_fails_the_quality_gate(tmp_path: Path) -> None:
     contract = _contract(tmp_path, "quality-cpu-faulty", FAULTY_ENV)
     proc = _run(contract, out, env={"PYTHONPATH": FIXTURES})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    code, record, stdout = _compare(out, tmp_path / "cmp")
+    code, record, stdout = compare_run(out, tmp_path / "cmp")
     assert code == 1 and record["verdict"] == "FAIL", record["reasons"]
     gates = {g["name"]: g for g in record["gates"]}
     assert not gates["quality: paired test"]["passed"] and gates["quality: paired test"]["severity"] == "fail"

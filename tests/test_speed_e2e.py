@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import IN_PROCESS_ENGINE, qgate, small_contract
+from conftest import IN_PROCESS_ENGINE, compare_run, qgate, small_contract
 
 pytestmark = pytest.mark.vllm
 
@@ -41,12 +41,6 @@ def _run(contract: Path, out: Path, env: dict[str, str] | None = None) -> Path:
     proc = qgate("run", "speed", "--contract", str(contract), "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
-
-
-def _compare(out: Path, cmp: Path, aa: bool = False) -> tuple[int, dict, str]:
-    proc = qgate("compare", str(out), str(out), "--out", str(cmp), *(["--aa"] if aa else []))
-    assert proc.returncode in (0, 1, 3, 4), proc.stderr[-3000:]
-    return proc.returncode, json.loads((cmp / "verdict.json").read_text()), proc.stdout
 
 
 def _load(out: Path, arm: str) -> dict:
@@ -151,7 +145,7 @@ def test_real_aa_at_the_2_percent_margin_follows_its_ci(aa: tuple[Path, Path], t
     test_stats' simulations and the 25 % test here.
     """
     _, out = aa
-    code, record, stdout = _compare(out, tmp_path / "cmp", aa=True)
+    code, record, stdout = compare_run(out, tmp_path / "cmp", "--aa")
     _print_figures("real A/A, 2 x 4, margin 2 %", record)
     decode, ni = record["stats"]["decode_tok_s"], record["figures"]["non_inferiority"]
     assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]
@@ -191,7 +185,7 @@ def test_real_25_percent_slowdown_is_fail(tmp_path: Path) -> None:
     contract = _real_contract(
         tmp_path, "slow25-cpu.yaml", _slow_step_env(STEP_MS_25), output_tokens=128, launches=3, repetitions=3
     )
-    code, record, stdout = _compare(_run(contract, tmp_path / "run"), tmp_path / "cmp")
+    code, record, stdout = compare_run(_run(contract, tmp_path / "run"), tmp_path / "cmp")
     _print_figures("real 25 % slowdown, 3 x 3", record)
     assert record["speed"]["tokens"]["control_vs_candidate_identical"]
     assert record["figures"]["throughput_change_pct"] < -10
