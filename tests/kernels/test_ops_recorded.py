@@ -183,3 +183,22 @@ def test_a_tp2_recording_screens_each_rank_on_its_slice_and_a_mismatch_fails_nam
     assert tp1.failures == (
         f"rank 0 was recorded at TP 2 ({recording / 'rank0' / 'rank.json'}), the screen slices for TP 1",
     )
+
+
+def test_a_corrupt_recording_file_is_one_line_naming_it(tmp_path: Path, tiny: Path) -> None:
+    from typer.testing import CliRunner
+
+    from qgate.cli.ops import app
+
+    acts = tmp_path / "acts"
+    (acts / "rank0").mkdir(parents=True)
+    (acts / "rank0" / "rank.json").write_text("{")
+    contract = str(Path(__file__).resolve().parents[2] / "contracts" / "qwen4exp-cpu.yaml")
+    args = ["run", "-c", contract, "-o", str(tmp_path / "o"), "--real", "--model", str(tiny)]
+    res = CliRunner().invoke(app, [*args, "--activations", str(acts), "--device", "cpu"])
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert line.endswith(
+        f"{acts / 'rank0' / 'rank.json'}: not a recording's file (JSONDecodeError: "
+        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"
+    )

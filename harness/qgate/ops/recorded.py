@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from qgate.errors import QgateError
 from qgate.ops.weights import Site
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_TOPK
 
@@ -38,6 +39,27 @@ RANK_FILE = "rank.json"  # qgate_kernels.record.RANK_FILE (the plugin is not imp
 TOPK_NAME = "_topk"  # qgate_kernels.record.TOPK_NAME
 _RANK_DIR = re.compile(r"rank(\d+)")
 _MAX_LINES = 20  # failure lines kept in a section (the count is always whole)
+
+
+class RecordingError(QgateError):
+    """A recording file that cannot be read (bad input, exit 2); str() is one line naming the file."""
+
+
+def _json(path: Path, key: str) -> Any:
+    try:
+        return json.loads(path.read_text())[key]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecordingError(f"{path}: not a recording's file ({type(exc).__name__}: {exc})") from None
+
+
+def _calls(path: Path) -> list[Any]:
+    try:
+        calls = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001  (torch.load raises many kinds on a corrupt file)
+        raise RecordingError(f"{path}: not a recording's file ({type(exc).__name__})") from None
+    if not isinstance(calls, list) or not all(isinstance(c, tuple) for c in calls):
+        raise RecordingError(f"{path}: not a recording's file (want a list of calls, each a tuple)")
+    return calls
 
 
 @dataclass(frozen=True)
@@ -58,7 +80,7 @@ def open_recording(root: Path, tp: int) -> Recording:
     failures: list[str] = []
     for r in ranks:
         f = root / f"rank{r}" / RANK_FILE
-        sizes[r] = int(json.loads(f.read_text())["tensor_parallel_size"]) if f.is_file() else None
+        sizes[r] = int(_json(f, "tensor_parallel_size")) if f.is_file() else None
         if sizes[r] is not None and sizes[r] != tp:
             failures.append(f"rank {r} was recorded at TP {sizes[r]} ({f}), the screen slices for TP {tp}")
         if r >= tp:
@@ -93,7 +115,7 @@ def slice_inputs(site: Site) -> list[list[list[int] | None] | None]:
 
 def _input_mismatch(calls: list[Any], want: list[Any]) -> str | None:
     for i, call in enumerate(calls):
-        got = [_shape(x) for x in call]
+        got = [_shape(x) if x is None or isinstance(x, Tensor) else type(x).__name__ for x in call]
         if len(got) != len(want) or any(g not in w for g, w in zip(got, want, strict=False)):
             return f"call {i} inputs {got}"
     return None
@@ -112,13 +134,13 @@ def site_inputs(
     held = path.with_suffix(".json")
     slice_shapes = [list(t.shape) for t in site.tensors]
     if held.is_file():
-        weights = json.loads(held.read_text())["weights"]
+        weights = _json(held, "weights")
         if weights != slice_shapes:
             return [], (
                 f"rank {rank} {site.name}: the engine's worker held weights {weights} ({held}), "
                 f"rank {rank}'s slice of the checkpoint is {slice_shapes}"
             )
-    calls = torch.load(path, map_location="cpu", weights_only=True)
+    calls = _calls(path)
     want = slice_inputs(site)
     bad = _input_mismatch(calls, want)
     if bad is not None:
@@ -201,7 +223,7 @@ def screen_topk(
     shapes: set[tuple[int, int, int]] = set()
     failures: list[str] = []
     for rank, path in files:
-        for i, call in enumerate(torch.load(path, map_location="cpu", weights_only=True)):
+        for i, call in enumerate(_calls(path)):
             calls += 1
             problem = _topk_call_problem(call)
             if problem is not None:
