@@ -109,8 +109,7 @@ class PostgresStore:
         try:
             return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()
-            raise HistoryError(f"{self.label}: cannot connect to the history store: {first}") from None
+            raise HistoryError(f"{self.label}: cannot connect to the history store: {_reason(exc)}") from None
 
     def _tables(self, cur: Any) -> set[str]:
         cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.namespace,))
@@ -253,3 +252,11 @@ class PostgresStore:
 def _one_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def _reason(exc: BaseException) -> str:
+    """The server's own words when it gave some (FATAL: ...), else the driver's first line."""
+    text = str(exc)
+    if "FATAL:" in text:
+        return " ".join(text.rsplit("FATAL:", 1)[1].split())
+    return _one_line(exc)
