@@ -108,7 +108,10 @@ def test_the_database_refuses_what_breaks_the_rules(
     cases = [
         # a night without verdicts, or without the verdict of one of its kinds
         (row_with(**fresh, night="2026-12-09", verdict=None), "without verdicts|nights_judged"),
-        (row_with(**fresh, night="2026-12-09", verdicts=json.dumps({"speed": {}})), "without verdicts|judged"),
+        (
+            row_with(**fresh, night="2026-12-09", verdicts=json.dumps({"speed": {}})),
+            "without verdicts|judged",
+        ),
         # the run folder of night 2026-12-01 as another night
         (row_with(night="2026-12-08", appended_at=fresh["appended_at"]), "another night"),
         # a row added to a night that an earlier append recorded
