@@ -9,7 +9,8 @@ and writing the night's report. Prints each step's outcome and the report.
 
     flock /tmp/qgate-engine.lock python tools/fleet_night_cpu.py [--keep DIR]
 
-Engine runs: run it under the shared engine lock. Not part of the test suite (three engine runs, a few
+Engine runs: run it under the shared engine lock, from a clean checkout (the results record its HEAD:
+a commit made while it runs gives the arms two commits, which the history refuses to guess between). Not part of the test suite (three engine runs, a few
 minutes on 2 cores); tests/test_fleet.py tests the gather step on run folders the suite makes.
 """
 
@@ -107,9 +108,12 @@ def main() -> int:
 
     server = pgserver.get_server(root / "pgdata", cleanup_mode="stop")
     url = server.get_uri("postgres")
+    # As the workflow's gather: the night's commit named (the results record the checkout's HEAD).
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     try:
         gather = subprocess.run(
-            ["qgate", "fleet", "gather", "fleet.yaml", "artifacts", "--out", "report", "--store", url],
+            ["qgate", "fleet", "gather", "fleet.yaml", "artifacts", "--out", "report", "--store", url,
+             "--commit", head.stdout.strip()],
             cwd=root, env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         print(f"gather: exit {gather.returncode}\n{gather.stdout}{gather.stderr}")
