@@ -138,6 +138,7 @@ def test_gather_appends_every_entry_and_writes_one_report(
         assert (out / name / "history.md").is_file()
     assert {r["verdict"] for r in history.read_rows(store, entry="wide")} == {"FAIL"}
     text = (out / "fleet.md").read_text()
+    assert text.startswith("# qgate fleet night 2026-12-01\n")
     assert "| wide | self-hosted, cpu, wide | FAIL | PASS | FAIL | [appended](wide/history.md) |" in text
     assert "| lost | self-hosted, cpu, lost | none | - | - | not run: no qgate-entry-lost artifact |" in text
     assert "3 of 5 entries recorded." in text

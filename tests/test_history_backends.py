@@ -232,6 +232,9 @@ def test_postgres_foreign_or_newer_store_is_refused_unchanged(
     run, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40)
     execute(pg_url, "CREATE TABLE users (name TEXT)")
     _one_line(_cli_append(run, pg_url), "not a qgate history store (tables: users)")
+    res = runner.invoke(app, ["append", str(run), "--store", pg_url, "--entry", "fp16"])
+    _one_line(res, "not a qgate history store (tables: users)")
+    assert execute(pg_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'qgate_fp16'") == [(0,)]
     assert execute(pg_url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'") == [("users",)]
     execute(pg_url, "DROP TABLE users")
     assert history.append(pg_url, run).status == "appended"

@@ -9,9 +9,10 @@ and writing the night's report. Prints each step's outcome and the report.
 
     flock /tmp/qgate-engine.lock python tools/fleet_night_cpu.py [--keep DIR]
 
-Engine runs: run it under the shared engine lock, from a clean checkout (the results record its HEAD:
-a commit made while it runs gives the arms two commits, which the history refuses to guess between). Not part of the test suite (three engine runs, a few
-minutes on 2 cores); tests/test_fleet.py tests the gather step on run folders the suite makes.
+Engine runs: run it under the shared engine lock, from a checkout nobody commits to meanwhile (the
+results record its HEAD: a commit made while it runs gives the arms two commits, which the history
+refuses to guess between). Not part of the test suite (three engine runs, ~3.5 min on 2 cores);
+tests/test_fleet.py tests the gather step on run folders the suite makes.
 """
 
 from __future__ import annotations

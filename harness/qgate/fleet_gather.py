@@ -35,6 +35,7 @@ class EntryOutcome:
     detail: str
     verdicts: dict[str, str]  # kind -> verdict
     report: str | None
+    night: str | None = None  # the night recorded (None when none was)
 
 
 def _verdict_records(folder: Path) -> list[dict[str, Any]]:
@@ -68,7 +69,12 @@ def _one(
     paths = history.write_report(store, out / entry.name, entry=entry.name)
     detail = f"night {outcome.night} -> {outcome.store}"
     return EntryOutcome(
-        **base, status=outcome.status, detail=detail, verdicts=verdicts, report=paths["report"]
+        **base,
+        status=outcome.status,
+        detail=detail,
+        verdicts=verdicts,
+        report=paths["report"],
+        night=outcome.night,
     )
 
 
@@ -103,7 +109,8 @@ def store_failed(outcomes: list[EntryOutcome]) -> bool:
 
 
 def render(outcomes: list[EntryOutcome], night: str | None) -> str:
-    lines = [f"# qgate fleet night {night or ''}".rstrip(), ""]
+    nights = night or ", ".join(sorted({o.night for o in outcomes if o.night})) or "(none recorded)"
+    lines = [f"# qgate fleet night {nights}", ""]
     lines += ["| entry | runner | verdict | speed | quality | history |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         worst = _worst(o.verdicts)

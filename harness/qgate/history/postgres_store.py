@@ -133,6 +133,19 @@ class PostgresStore:
         missing = schema.check_columns(cols, version, self.label)
         return missing if version < schema.HISTORY_SCHEMA_VERSION else ()
 
+    def _check_database(self, cur: Any) -> None:
+        """Before a fleet entry's schema is made a store: the database's own (public) schema must be
+        empty or a qgate store, so that qgate never settles into another application's database."""
+        if self.namespace == "public":
+            return
+        cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        public = {r[0] for r in cur.fetchall()}
+        if public and not {"qgate_history", "nights"} <= public:
+            raise HistoryError(
+                f"{redact(self.url)}: a database that is not a qgate history store (tables: "
+                f"{', '.join(sorted(public))}); nothing was changed"
+            )
+
     def _create(self, cur: Any) -> None:
         for stmt in _schema_sql():
             cur.execute(stmt)
@@ -178,6 +191,7 @@ class PostgresStore:
                     self._use_namespace(cur, create=True)
                     tables = self._tables(cur)
                     if not tables:
+                        self._check_database(cur)
                         self._create(cur)
                     else:
                         self._upgrade(cur, self._validate(cur, tables))
