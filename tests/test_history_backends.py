@@ -256,3 +256,26 @@ def test_postgres_report_from_the_env_store(tmp_path: Path, contract: Path, pg_u
     assert res.exit_code == 0, res.output
     text = (tmp_path / "rep" / "history.md").read_text()
     assert "**regression came in** (speed)" in text and (tmp_path / "rep" / "history.png").is_file()
+
+
+def test_an_older_store_is_read_and_upgraded_by_its_next_append(
+    tmp_path: Path,
+    contract: Path,  # noqa: F811
+    store: str,
+) -> None:
+    run, _ = make_night(tmp_path / "a", contract, "2026-12-01", "a" * 40, misses=1)
+    history.append(store, run)
+    # Make it what schema 1 wrote: no V2 columns (the triggers would refuse an UPDATE of nights, not
+    # of qgate_history). The upgrade adds whatever night.COLUMNS has beyond the store's columns.
+    for col in history.V2_COLUMNS:
+        execute(store, f"ALTER TABLE nights DROP COLUMN {col}")
+    execute(store, "UPDATE qgate_history SET value = '1' WHERE key = 'schema_version'")
+    old = history.read_rows(store)
+    assert len(old) == 2 and all(r["quality_seeds"] is None for r in old)
+    assert history.append(store, run).status == "already recorded"  # a no-op: nothing upgraded either
+    assert execute(store, "SELECT value FROM qgate_history WHERE key = 'schema_version'") == [("1",)]
+    later, _ = make_night(tmp_path / "b", contract, "2026-12-02", "b" * 40)
+    assert history.append(store, later).status == "appended"
+    version = str(history.HISTORY_SCHEMA_VERSION)
+    assert execute(store, "SELECT value FROM qgate_history WHERE key = 'schema_version'") == [(version,)]
+    assert [r["night"] for r in history.read_rows(store)] == ["2026-12-01"] * 2 + ["2026-12-02"] * 2
