@@ -86,6 +86,15 @@ def test_matrix_and_entry_contracts(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no fleet entry 'c'" in res.output
 
 
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Made once for both backends (five compares): (the artifacts folder, the fleet list)."""
+    tmp_path = tmp_path_factory.mktemp("fleet")
+    contract_path = tmp_path / "contract.yaml"
+    shutil.copy(support.FIXTURE_CONTRACT, contract_path)
+    return _artifacts(tmp_path, contract_path)
+
+
 def _artifacts(tmp_path: Path, contract: Path) -> tuple[Path, Path]:  # noqa: F811
     """Three judged entries (one failing on quality), one whose compare did not run, one never run."""
     art = tmp_path / "artifacts"
@@ -106,13 +115,13 @@ def _artifacts(tmp_path: Path, contract: Path) -> tuple[Path, Path]:  # noqa: F8
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_gather_appends_every_entry_and_writes_one_report(
     tmp_path: Path,
-    contract: Path,  # noqa: F811
+    artifacts: tuple[Path, Path],
     backend: str,
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = str(tmp_path / "h.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
-    art, fleet = _artifacts(tmp_path, contract)
+    art, fleet = artifacts
     monkeypatch.chdir(REPO)  # the list's contract paths are the repository's
     out = tmp_path / "report"
     args = [
