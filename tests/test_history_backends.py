@@ -114,8 +114,13 @@ def test_the_database_refuses_what_breaks_the_rules(
         ),
         # the run folder of night 2026-12-01 as another night
         (row_with(night="2026-12-08", appended_at=fresh["appended_at"]), "another night"),
-        # a row added to a night that an earlier append recorded
+        # a row added to a night that an earlier append recorded (its stamp and folder or not)
         (row_with(**fresh, arm="candidate-2"), "night already recorded"),
+        *(
+            [(row_with(arm="candidate-2"), "night already recorded")]
+            if store.startswith("postgresql://")  # Postgres knows the writer (xmin); SQLite the stamp
+            else []
+        ),
     ]
     for values, message in cases:
         with pytest.raises(error, match=message):
@@ -218,6 +223,10 @@ def test_postgres_connection_errors_are_one_line(
     socket_url = postgres.url().replace("postgres:@", "qgate_pw:wrong@", 1)
     res = _cli_append(run, socket_url)
     _one_line(res, "cannot connect", "password authentication failed", "qgate_pw:***@")
+    assert "wrong" not in res.output
+    in_query = postgres.url().replace("postgres:@", "qgate_pw@", 1) + "&password=wrong"
+    res = _cli_append(run, in_query)
+    _one_line(res, "password authentication failed", "password=***")
     assert "wrong" not in res.output
     right = socket_url.replace(":wrong@", ":right@")
     with psycopg.connect(right) as conn:

@@ -6,9 +6,9 @@ entry's history (qgate.history.store_for). The rules are the database's:
 - `nights_judged`, a CHECK constraint: a row carries the verdict of each kind it has figures of;
 - `qgate_nights_insert`, a BEFORE INSERT trigger that first takes a transaction-level advisory lock
   (every writer of the store queues there, as SQLite's BEGIN IMMEDIATE makes them) and then refuses a
-  run folder already recorded as another night, and a row for a night already holding another
-  append's rows (the night is recorded once: the Python side tells an identical night, a no-op, from
-  a different one, refused);
+  run folder already recorded as another night, and a row for a night that holds rows another
+  transaction wrote (by their xmin: the night is recorded once, by one append; the Python side tells
+  an identical night, a no-op, from a different one, refused);
 - `qgate_append_only`: UPDATE, DELETE and TRUNCATE of `nights` are refused.
 The trigger functions pin their search_path (SET search_path FROM CURRENT), so a client with another
 search_path cannot point them at other tables. Every append is one transaction (READ COMMITTED: each
@@ -40,12 +40,13 @@ def is_url(store: object) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL without its password (it goes into messages and reports)."""
+    """The URL without its password, in the user part or the query (it goes into messages, reports)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    if parts.password is not None:
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
+    return urlunsplit(parts._replace(query=query))
 
 
 def _pg_type(sql: str) -> str:
@@ -71,8 +72,10 @@ BEGIN
   IF EXISTS (SELECT 1 FROM nights WHERE source = NEW.source AND night <> NEW.night) THEN
     RAISE EXCEPTION '{schema.OTHER_NIGHT}' USING ERRCODE = 'integrity_constraint_violation';
   END IF;
+  -- A row of this night that another transaction wrote: xmin, the writer's transaction id (the
+  -- 32-bit one: txid_current() modulo 2^32), not a stamp the client gives.
   IF EXISTS (SELECT 1 FROM nights WHERE night = NEW.night
-             AND (appended_at <> NEW.appended_at OR source IS DISTINCT FROM NEW.source)) THEN
+             AND xmin <> (txid_current() % 4294967296)::text::xid) THEN
     RAISE EXCEPTION '{schema.RECORDED}' USING ERRCODE = 'integrity_constraint_violation';
   END IF;
   RETURN NEW;
