@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,19 @@ def _one_line(res: Any, *needles: str) -> None:
         assert needle in lines[0], lines[0]
 
 
+def _wait_for_password_auth(wrong: str) -> None:
+    """pg_reload_conf() only signals the server: wait until it has read the new pg_hba.conf."""
+    import psycopg
+
+    for _ in range(100):
+        try:
+            psycopg.connect(wrong).close()
+        except psycopg.OperationalError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the server never asked qgate_pw for a password (pg_hba.conf not reloaded)")
+
+
 def test_postgres_connection_errors_are_one_line(
     tmp_path: Path,
     contract: Path,  # noqa: F811
@@ -221,6 +235,7 @@ def test_postgres_connection_errors_are_one_line(
             hba.write_text("local all qgate_pw scram-sha-256\n" + hba.read_text())
             conn.execute("SELECT pg_reload_conf()")
     socket_url = postgres.url().replace("postgres:@", "qgate_pw:wrong@", 1)
+    _wait_for_password_auth(socket_url)
     res = _cli_append(run, socket_url)
     _one_line(res, "cannot connect", "password authentication failed", "qgate_pw:***@")
     assert "wrong" not in res.output
