@@ -192,8 +192,8 @@ def bench_chains(
         }
         try:
             vllm = Ops("vllm", first)
-        except (RuntimeError, ValueError) as exc:
-            rec["vllm_cannot_run"] = str(exc)[:200]
+        except Exception as exc:  # noqa: BLE001 - any failure to set vLLM's side up: it cannot run here
+            rec["vllm_cannot_run"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         else:
             v_total = _median_chain(timer, cfg, layer, vllm, sets, False)
             rec.update({"vllm_total_us": v_total, "vllm_us": v_total - glue})
