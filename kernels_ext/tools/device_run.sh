@@ -40,7 +40,7 @@ python3 kernels_ext/tools/compile_check.py --arch 90 2>&1 | tee -a "$LOG"
 step "pytest tests/kernels"
 # test_cpu_kernels.py (the C++ CPU kernels) runs on its own after the rest: a crash there (seen on
 # this image) must not hide the other tests' results.
-timeout 420 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider --ignore=tests/kernels/test_cpu_kernels.py \
+timeout 300 python3 -m pytest tests/kernels -q -ra -p no:cacheprovider -p timeout --timeout 150 --ignore=tests/kernels/test_cpu_kernels.py \
   >"$OUT/pytest.log" 2>&1
 echo "pytest rc=$?" | tee -a "$LOG"
 tail -n 25 "$OUT/pytest.log"
@@ -62,7 +62,7 @@ fi
 
 if [ -f .vllm_src/hc.py ] && [ "$HC_CHECK" = 1 ]; then
   step "vLLM's own HC kernels (Triton, CuTe hc_down_silu) against the route (bitwise counts, timing)"
-  PYTHONPATH=$BENCH_PATH timeout 240 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py --hidden 2560 \
+  PYTHONPATH=$BENCH_PATH timeout 90 python3 kernels_ext/tools/vllm_hc_triton.py --src .vllm_src/hc.py --hidden 2560 \
     >"$OUT/vllm_hc.json" 2>>"$LOG"
   echo "vllm hc rc=$?" | tee -a "$LOG"
   cat "$OUT/vllm_hc.json"
@@ -96,15 +96,16 @@ fi
 
 if [ "$BENCH" = 1 ]; then
   step "ops bench at the production shapes (decode step, back to back, layer chains; vLLM's own paths)"
-  PYTHONPATH=$BENCH_PATH timeout 420 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
+  PYTHONPATH=$BENCH_PATH timeout 300 python3 kernels_ext/tools/prod_bench.py "$OUT/prod" >>"$LOG" 2>&1
   echo "prod bench rc=$?" | tee -a "$LOG"
   cat "$OUT/prod/bench.md" 2>/dev/null | head -n 60
 fi
 
-if [ "$NCU" = 1 ] && command -v ncu >/dev/null; then
+NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+if [ "$NCU" = 1 ] && [ -n "$NCU_BIN" ]; then
   step "Nsight Compute: the routes' and vLLM's kernels after a producer (tools/profile_kernels.py)"
-  PYTHONPATH=$BENCH_PATH timeout 300 ncu --clock-control none --kernel-name-base function \
-    -k 'regex:gemv|hc_|topk|cutlass|cute|Cute|skinny|silu|fused|gdn|norm|mix' -c 90 \
+  PYTHONPATH=$BENCH_PATH timeout 150 "$NCU_BIN" --clock-control none --kernel-name-base function \
+    -k 'regex:gemv|gemm|hc_|topk|cutlass|cute|Cute|skinny|silu|fused|gdn|norm|mix' -c 150 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
     python3 kernels_ext/tools/profile_kernels.py >"$OUT/ncu.txt" 2>&1
   echo "ncu rc=$?" | tee -a "$LOG"

@@ -1,7 +1,8 @@
 """The routes' kernels and vLLM's for the same ops, at the production shapes (TP=4, bf16), each call
 after a producer of another kind as in a decode step, eager, weights rotated past L2: the target
 program for Nsight Compute (where the decode-step time goes), and on its own a torch.profiler table
-of device time per kernel. Needs a CUDA GPU; vLLM's paths where the stub tree and the CUTLASS DSL are
+of device time per kernel (weights rotated over 5 sets only: Nsight Compute flushes the caches before
+each profiled kernel, so there every call reads its weights from device memory). Needs a CUDA GPU; vLLM's paths where the stub tree and the CUTLASS DSL are
 on PYTHONPATH (else the routes alone).
 
     ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \\
@@ -29,7 +30,7 @@ def _calls() -> list[tuple[str, Callable[..., Any], list[tuple[Any, ...]], int]]
     out = []
     for n, k in ((24, 2560), (320, 10240), (62080, 2560), (4096, 2560)):
         case = gemv_case(n, k, "bf16")
-        sets = [case.make(gen, dev) for _ in range(max(2, (256 << 20) // (2 * n * k)))]
+        sets = [case.make(gen, dev) for _ in range(5)]  # ncu flushes the caches before each kernel
         out.append((f"route gemv {n}x{k}", case.kernel, sets, 1))
         cute = competitors.vllm_linear(n, k, torch.bfloat16)
         if not isinstance(cute, str):
