@@ -1,9 +1,9 @@
 """The routes' kernels and vLLM's for the same ops, at the production shapes (TP=4, bf16), each call
-after a producer of another kind as in a decode step, eager, weights rotated past L2: the target
-program for Nsight Compute (where the decode-step time goes), and on its own a torch.profiler table
-of device time per kernel (weights rotated over 5 sets only: Nsight Compute flushes the caches before
-each profiled kernel, so there every call reads its weights from device memory). Needs a CUDA GPU; vLLM's paths where the stub tree and the CUTLASS DSL are
-on PYTHONPATH (else the routes alone).
+after a producer of another kind as in a decode step, eager: the target program for Nsight Compute
+(where the decode-step time goes), and on its own (--table) a torch.profiler table of device time per
+kernel. Weights rotate over 5 sets only: Nsight Compute flushes the caches before each profiled
+kernel, so there every call reads its weights from device memory. Needs a CUDA GPU; vLLM's paths
+where the stub tree and the CUTLASS DSL are on PYTHONPATH (else the routes alone).
 
     ncu --clock-control none --section SpeedOfLight --section LaunchStats --section Occupancy \\
         --section MemoryWorkloadAnalysis -k regex:'...' python3 kernels_ext/tools/profile_kernels.py
