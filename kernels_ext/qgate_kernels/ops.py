@@ -307,11 +307,11 @@ def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int, out: Tensor | None 
     visible_blocks: [rows] int32; k: vLLM's block_topk (512, 1024 or 2048 in Qwen4Exp; 1..4096
     taken); out: block_indices [rows, k] int32 to write (allocated when None). Returns out.
     Row r uses only its first n = visible_blocks[r] columns (clamped to [0, L]); the rest may hold
-    garbage and is never selected. n <= k: 0..n-1 then -1. n > k: the k largest values, ordered
-    by value descending, equal values by increasing index (ties at the k-th value go to the lower
-    indices: deterministic, unlike vLLM's own kernels). NaN ranks above +inf; -0.0 == +0.0.
-    The CUDA kernel: four 8-bit radix passes over an order-preserving key, exact tie compaction by
-    increasing index, a rank-by-count ordering (sm_90: one thread-block cluster a row). Other
+    garbage and is never selected. n <= k: 0..n-1 then -1. n > k: the set of the k largest values
+    (ties at the k-th value go to the lower indices: deterministic, unlike vLLM's own kernels),
+    written in increasing index order (vLLM's expand_qsa_block_indices needs no order). NaN ranks
+    above +inf; -0.0 == +0.0. The CUDA kernel: four 8-bit radix passes over an order-preserving key,
+    then an exact compaction by increasing index (sm_90: one thread-block cluster a row). Other
     dtypes (dtype), k > 4096 (k_not_supported), L >= 2^31 (shape) run the reference, counted.
     """
     if logits.dim() != 2 or tuple(visible_blocks.shape) != (logits.shape[0],) or k < 1:
