@@ -20,12 +20,13 @@ from torch import Tensor
 
 import qgate_kernels
 from qgate.contract.ops import DEFAULT_TOLERANCES
+from qgate.ops import bound as B
+from qgate.ops.load import hc_params_dtype
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
 from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 from qgate_kernels import reference
-
-ROUTE_DTYPES = {ROUTE_GEMV: ("fp16",), ROUTE_GDN: ("fp16", "bf16"), ROUTE_HC: ("fp16", "bf16")}
+from qgate_kernels.dtypes import route_dtypes
 
 
 def _calls(site: Site, dev: torch.device) -> tuple[Any, Any]:
@@ -103,15 +104,84 @@ def _recorded(activations: Path | None, rank: int, site: Site, dev: torch.device
     return [tuple(None if x is None else x.to(dev).to(dt) for x in c) for c in calls]
 
 
+def _hc_judge(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tally: B.Tally) -> None:
+    """HC: h' (the pending combine: one float32 fma a stream, rounded) and the injection logits (rows
+    R..R+HC of the down projection of xn, the route's own norm of its h') by their bounds."""
+    norm, down, _ = site.tensors
+    m = site.meta
+    hc, rank, eps = m["hc_count"], m["lora_rank"], m["eps"]
+    h, o, inj = args
+    dt = h.dtype
+    if o is not None:  # combine_and_mix: outs = (h', block_input[, injection'])
+        hs = h.shape[-1] // hc
+        c = (
+            torch.ones(1, hc, 1, dtype=torch.float64, device=h.device)
+            if inj is None
+            else 2 * torch.sigmoid(inj.double() / hc).view(1, hc, 1)
+        )
+        bo = o.double().view(1, 1, hs) * c  # [1, HC, HS]
+        exact = h.double().view(1, hc, hs) + bo
+        slack = 16 * B.U32 * (h.double().view(1, hc, hs).abs() + bo.abs())
+        tally.add(B.judge(outs[0], exact, slack, dt), "h")
+        h_route = outs[0]
+    else:
+        h_route = h
+    if down.shape[0] == rank:  # the final mixer: no injection
+        return
+    xn, extra_in = _hc_xn(h_route, norm, hc, eps)  # [D] rounded as the route, and where unsure
+    w_inj = down[rank : rank + hc].double()  # [HC, D]
+    exact = w_inj @ xn
+    slack = B.gamma(xn.numel()) * (w_inj.abs() @ xn.abs()) + w_inj.abs() @ extra_in
+    tally.add(B.judge(outs[-1].reshape(-1), exact, slack, dt), "injection")
+
+
+def _hc_xn(h: Tensor, norm: Tensor, hc: int, eps: float) -> tuple[Tensor, Tensor]:
+    """The grouped Gemma RMSNorm of h [1, D] in float64, correctly rounded to h's dtype ([D]), and per
+    element one ULP where the route's float32 norm may round the other way (the float64 value within
+    2^-18 relative of a rounding midpoint: the float32 norm's error is below ~50 u = 2^-18.4), else 0."""
+    d = h.shape[-1]
+    g = h.double().view(hc, d // hc)
+    y = g / torch.sqrt(g.square().mean(dim=-1, keepdim=True) + eps)
+    y = (y + y * norm.double().reshape(-1, d // hc)).reshape(-1)  # norm [D] or shared [HS]
+    r = B.round_nearest(y, h.dtype)
+    q = B.ulp(r, h.dtype)
+    unsure = (0.5 * q - (y - r).abs()) <= 2.0**-18 * y.abs()
+    return r, torch.where(unsure, q, torch.zeros_like(q))
+
+
+def _judge_call(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tally: B.Tally) -> None:
+    """The forward-error bound (qgate.ops.bound) of every dot product the call's outputs hold."""
+    if site.route == ROUTE_GEMV:
+        (w,) = site.tensors
+        tally.add(B.judge_dot(w, args[0], outs[0]), "y")
+    elif site.route == ROUTE_GDN:
+        wq, wb = site.tensors
+        mixed, z, b, a = (t.reshape(-1) for t in outs)
+        tally.add(B.judge_dot(wq, args[0], torch.cat([mixed, z])), "qkvz")
+        tally.add(B.judge_dot(wb, args[0], torch.cat([b, a])), "ba")
+    else:
+        _hc_judge(site, args, outs, tally)
+
+
 def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device) -> dict[str, Any]:
+    """Every input through the route and its reference: the bound of each dot product (qgate.ops.bound),
+    and as information bit equality, the worst absolute and ULP difference to the reference (HC's
+    block_input, no dot product of its own, is judged by that ULP distance and the route's tolerance)."""
     route, ref = _calls(site, dev)
-    bitwise, max_abs, max_ulp = 0, 0.0, 0.0
+    on_dev = Site(site.name, site.role, site.route, tuple(t.to(dev) for t in site.tensors), site.meta)
+    bitwise, max_abs, max_ulp, chain_ulp = 0, 0.0, 0.0, 0.0
+    tally = B.Tally()
     for args in inputs:
         outs, refs = route(*args), ref(*args)
         bitwise += bitwise_equal(outs, refs)
         max_abs = max(max_abs, _max_abs_diff(outs, refs))
-        max_ulp = max(max_ulp, max(ulp_distance(o, r) for o, r in zip(outs, refs, strict=True)))
-    return {"calls": len(inputs), "bitwise_equal": bitwise, "max_abs_diff": max_abs, "max_ulp": max_ulp}
+        ulps = [ulp_distance(o, r) for o, r in zip(outs, refs, strict=True)]
+        max_ulp = max(max_ulp, max(ulps))
+        if site.route == ROUTE_HC:  # block_input: outs[0] of a mix, outs[1] after a combine
+            chain_ulp = max(chain_ulp, ulps[0 if args[1] is None else 1])
+        _judge_call(on_dev, args, outs, tally)
+    return {"calls": len(inputs), "bitwise_equal": bitwise, "max_abs_diff": max_abs, "max_ulp": max_ulp,
+            "chain_max_ulp": chain_ulp, "bound": tally.as_dict(), "_tally": tally}  # fmt: skip
 
 
 def run_real_screen(
@@ -124,22 +194,41 @@ def run_real_screen(
     seed: int | None = None,
     contract: dict[str, Any] | None = None,
     routes: tuple[str, ...] = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC),
+    shims: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Screen every routed site of the checkpoint on every TP rank; the record passes when every role
-    is within its route's tolerance. WeightsError for a checkpoint that cannot be read as asked."""
+    """Screen every routed site of the checkpoint on every TP rank, its weights as vLLM loads them in
+    `dtype` (qgate.ops.load; `shims`: the contract's, for the HC parameters' dtype). The record passes
+    when no routed weight is non-finite, every role's outputs are within their bounds and no route's
+    sign test finds a bias. WeightsError for a checkpoint that cannot be read as asked."""
+    takes = route_dtypes(device)
     for route in routes:
-        if dtype not in ROUTE_DTYPES[route]:
-            raise WeightsError(f"--dtype {dtype}: route {route} takes {', '.join(ROUTE_DTYPES[route])}")
+        if dtype not in takes[route]:
+            have = ", ".join(takes[route]) or "no dtype"
+            raise WeightsError(f"--dtype {dtype}: route {route}'s op on {device} runs its kernel for {have}")
     dev = torch.device(device)
     seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
     gen = torch.Generator(device=dev).manual_seed(seed)
     ck = Checkpoint(model_dir)
+    hc_dtype = hc_params_dtype(dtype, shims, device)
+    skipped: dict[str, str] = {}
+    if ROUTE_HC in routes and hc_dtype != dtype:
+        skipped[ROUTE_HC] = (
+            f"vLLM holds the HC parameters in {hc_dtype} (qwen4_exp/nvidia/model.py: HyperConnectionConfig"
+            f"(params_dtype=torch.bfloat16)) and the activations in {dtype}: the HC site counts `dtype` and "
+            "runs vLLM's own path; its tensors are read and checked, not screened"
+        )
     sites: list[dict[str, Any]] = []
+    tallies: dict[str, B.Tally] = {}
     for rank in range(tp):
-        for site in routed_weights(ck, tp, rank, dtype, routes):
+        for site in routed_weights(ck, tp, rank, dtype, routes, hc_dtype):
+            if site.route in skipped:
+                continue
             recorded = _recorded(activations, rank, site, dev)
             inputs = recorded or _random_inputs(site, gen, dev, trials)
             row = screen_site(site, inputs, dev)
+            tally = row.pop("_tally")
+            if rank == 0 or site.role not in _REPLICATED:  # a replicated site's outputs count once
+                tallies.setdefault(site.route, B.Tally()).merge(tally)
             sites.append(
                 {
                     "name": site.name,
@@ -152,16 +241,46 @@ def run_real_screen(
                 }
             )
     roles = _per_role(sites)
+    bias = [{"route": r, **B.sign_test(t.up, t.down)} for r, t in tallies.items()]
+    casts = ck.casts()
+    bad_weights = [_weight_failure(c) for c in casts if c["first_bad"] is not None]
     return {
         **record_header("ops_real", contract, seed, dev),
         "model_dir": str(model_dir),
         "tp": tp,
         "dtype": dtype,
+        "hc_dtype": hc_dtype,
+        "route_dtypes": {r: list(takes[r]) for r in routes},
+        "bound": {
+            "u": B.U32,
+            "lambda": B.LAMBDA,
+            "c": "lambda sqrt(ceil(K/32) + 12)",
+            "alpha_bias": B.ALPHA_BIAS,
+        },
         "activations": None if activations is None else str(activations),
+        "skipped": skipped,
+        "casts": casts,
+        "weight_failures": bad_weights,
         "sites": sites,
         "roles": roles,
-        "passed": bool(roles) and all(r["passed"] for r in roles),
+        "bias": bias,
+        "passed": bool(roles)
+        and all(r["passed"] for r in roles)
+        and all(b["passed"] for b in bias)
+        and not bad_weights,
     }
+
+
+# Roles whose weight every rank holds whole (router, shared expert gate, HC): with the same recorded
+# input on every rank their outputs repeat, so the sign test counts them on rank 0 only.
+_REPLICATED = frozenset({"gate", "shared_expert_gate", "attn", "moe", "final"})
+
+
+def _weight_failure(c: dict[str, Any]) -> str:
+    cast = f"overflow to inf in the cast {c['stored']} -> {c['engine']}"
+    kinds = (("nan_stored", "NaN"), ("inf_stored", "inf stored"), ("overflow_to_inf", cast))
+    what = [f"{c[k]} {label}" for k, label in kinds if c[k]]
+    return f"tensor {c['tensor']}: {', '.join(what)}; first at index {c['first_bad']}"
 
 
 def _per_role(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -170,9 +289,11 @@ def _per_role(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
         r = out.setdefault(
             (s["route"], s["role"]),
             {"route": s["route"], "role": s["role"], "sites": 0, "calls": 0, "bitwise_equal": 0,
-             "max_abs_diff": 0.0, "max_ulp": 0.0, "inputs": set()},
+             "max_abs_diff": 0.0, "max_ulp": 0.0, "chain_max_ulp": 0.0, "inputs": set(), "bound": B.Tally()},
         )  # fmt: skip
         r["sites"] += 1
+        r["chain_max_ulp"] = max(r["chain_max_ulp"], s["chain_max_ulp"])
+        r["bound"].merge(B.Tally(**{k: v for k, v in _tally_fields(s["bound"]).items()}))
         r["calls"] += s["calls"]
         r["bitwise_equal"] += s["bitwise_equal"]
         r["max_abs_diff"] = max(r["max_abs_diff"], s["max_abs_diff"])
@@ -180,29 +301,75 @@ def _per_role(sites: list[dict[str, Any]]) -> list[dict[str, Any]]:
         r["inputs"].add(s["inputs"])
     rows = []
     for r in out.values():
-        bound = DEFAULT_TOLERANCES[r["route"]].max_ulp
-        rows.append({**r, "inputs": "+".join(sorted(r["inputs"])), "max_ulp_bound": bound,
-                     "passed": r["calls"] > 0 and r["max_ulp"] <= bound})  # fmt: skip
+        tol = DEFAULT_TOLERANCES[r["route"]].max_ulp if r["route"] == ROUTE_HC else None
+        b = r["bound"]
+        ok = (
+            r["calls"] > 0
+            and b.outputs > 0
+            and b.exceeded == 0
+            and (tol is None or r["chain_max_ulp"] <= tol)
+        )
+        rows.append({**r, "inputs": "+".join(sorted(r["inputs"])), "bound": b.as_dict(),
+                     "chain_ulp_bound": tol, "passed": ok})  # fmt: skip
     return rows
 
 
+def _tally_fields(d: dict[str, Any]) -> dict[str, Any]:
+    return {"outputs": d["outputs"], "exceeded": d["over_bound"], "worst_ratio": d["worst_ratio"],
+            "up": d["above_rn"], "down": d["below_rn"], "first": d["first_over"]}  # fmt: skip
+
+
 def real_markdown(record: dict[str, Any]) -> str:
-    """Per role, in the seed's form: bitwise n/N, worst absolute and ULP difference."""
+    """Per role: outputs over their bound and the worst |err| / bound; bitwise n/N, worst absolute and
+    ULP difference as information; the casts, non-finite weights, the sign tests, skipped routes."""
+    b = record["bound"]
     lines = [
         f"# Real-weight operator bounds: {record['model_dir']} (TP={record['tp']}, {record['dtype']}, "
-        f"{record['device']['device']})",
+        f"HC parameters {record['hc_dtype']}, {record['device']['device']})",
         "",
         f"**{'PASS' if record['passed'] else 'FAIL'}**; inputs recorded at the sites where a recording "
-        "exists, else random; every TP rank.",
+        f"exists, else random; every TP rank. Bound per output: |y - y_exact| <= c u sum|w x| + ulp/2, "
+        f"u = 2^-24, c = {b['c']} (lambda {b['lambda']}); sign test at alpha {b['alpha_bias']} per route.",
         "",
-        "| route | role | sites | inputs | bitwise | worst abs | worst ULP | bound | |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| route | role | sites | inputs | outputs | over bound | worst err/bound | bitwise | worst abs "
+        "| worst ULP | |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in record["roles"]:
-        lines.append(
-            f"| {r['route']} | {r['role']} | {r['sites']} | {r['inputs']} "
-            f"| {r['bitwise_equal']}/{r['calls']} "
-            f"| {r['max_abs_diff']:.8g} | {r['max_ulp']:.3g} | {r['max_ulp_bound']} | "
-            f"{'ok' if r['passed'] else 'FAIL'} |"
+        chain = (
+            ""
+            if r["chain_ulp_bound"] is None
+            else f" (block_input {r['chain_max_ulp']:.3g} <= {r['chain_ulp_bound']})"
         )
+        lines.append(
+            f"| {r['route']} | {r['role']} | {r['sites']} | {r['inputs']} | {r['bound']['outputs']} "
+            f"| {r['bound']['over_bound']} | {r['bound']['worst_ratio']:.3g} "
+            f"| {r['bitwise_equal']}/{r['calls']} "
+            f"| {r['max_abs_diff']:.8g} | {r['max_ulp']:.3g}{chain} | {'ok' if r['passed'] else 'FAIL'} |"
+        )
+        if r["bound"]["first_over"] is not None:
+            f = r["bound"]["first_over"]
+            lines.append(
+                f"|  | first over: {f['at']}[{f['index']}] err/bound {f['ratio']:.3g} | | | | | | | | | |"
+            )
+    lines += ["", "| route | above RN | below RN | sign test p | |", "|---|---|---|---|---|"]
+    for t in record["bias"]:
+        lines.append(f"| {t['route']} | {t['above_rn']} | {t['below_rn']} | {t['p_value']:.3g} "
+                     f"| {'ok' if t['passed'] else 'FAIL'} |")  # fmt: skip
+    for route, why in record["skipped"].items():
+        lines.append(f"\n{route}: not screened: {why}")
+    for line in record["weight_failures"]:
+        lines.append(f"\nFAIL {line}")
+    cast = [c for c in record["casts"] if c["stored"] != c["engine"]]
+    hazards = [c for c in record["casts"] if c["flushed_to_zero"] or c["overflow_to_inf"] or c["first_bad"]]
+    kinds = ", ".join(sorted({c["stored"] + " -> " + c["engine"] for c in cast})) or "none"
+    lines += ["", f"Casts: {len(cast)} of {len(record['casts'])} tensors cast to the engine dtype ({kinds})."]
+    if hazards:
+        head = "| tensor | cast | NaN stored | inf stored | overflow to inf | flushed to 0 | first bad |"
+        lines += ["", head, "|---|---|---|---|---|---|---|"]
+        for c in hazards:
+            lines.append(
+                f"| {c['tensor']} | {c['stored']} -> {c['engine']} | {c['nan_stored']} | {c['inf_stored']} "
+                f"| {c['overflow_to_inf']} | {c['flushed_to_zero']} | {c['first_bad']} |"
+            )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,161 @@
+"""The forward-error bound of a route's dot products, and the bias statistic over many of them.
+
+A route computes y = sum_k w_k x_k (fp16 / bf16 w and x) in float32 and rounds once to the activation
+dtype. Each product is exact in float32 (11 + 11 or 8 + 8 significand bits fit in 24), so the error
+comes from the float32 additions, then the one output rounding. Every term passes through at most
+d(K) = ceil(K / 32) + 12 additions in both shipped kernels (csrc/cpu/row_dot.h: 32 lane sums of K/32
+terms, then a 5-level tree; csrc/gemv_rows.cuh: lane sums of K/256 chunks of 8, a 5-level xor
+butterfly, then up to 7 warp partials in slot order). The judged bound of each output is
+
+    |y_route - y_exact| <= gamma(K) * sum_k |w_k x_k|  +  1/2 ulp_dtype(max(|y_exact|, |y_route|))
+
+with y_exact and sum |w x| in float64 (the reference: fp64 rounding ~2^-53 K relative, far below),
+u = 2^-24 (float32's unit roundoff) and gamma(K) = expm1(LAMBDA sqrt(d) u + d u^2 / (1 - u)) ~ c u
+with c = LAMBDA sqrt(d(K)): Higham and Mary's probabilistic bound (SIAM J. Sci. Comput. 41(5), 2019,
+Thm 3.1 / 4.1): with rounding errors independent and of mean zero it holds with probability at least
+1 - 2 K exp(-LAMBDA^2 (1 - u)^2 / 2) per output. LAMBDA = 9 makes that <= 2.6e-18 K per output: over
+the whole production model (about 5e7 judged outputs per run at TP 4, K <= 10240) the bound
+false-FAILs a run with probability <= 1.4e-6 even under the union bound. The deterministic worst case
+(c = d, tens to hundreds of u) would hide an fp16 accumulation and a one-ULP bias; the simulation
+(ops/calibration.py, docs/ops.md) measures the error rates of this choice.
+
+The bias statistic: a bound that holds cannot see a small systematic shift. Per output, the signed
+distance of the route's result to the correctly rounded exact result, in ULPs of the result:
+delta = (y_route - RN(y_exact)) / ulp. A correct route has delta = 0 except where y_exact lies
+within its float32 error of a rounding midpoint, and there the sign is that of its float32 error:
++1 and -1 equally likely. The test: the exact two-sided binomial sign test of #(delta > 0) against
+#(delta != 0) at p = 1/2, at ALPHA_BIAS per route. (The raw errors over their bounds are not mean
+zero even for a correct route: inside an ULP cell the density of y slopes, so rounding to nearest is
+biased by ~1e-4 of a bound, which 5e7 outputs would detect.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+U32 = 2.0**-24  # float32 unit roundoff: the routes accumulate in float32
+LAMBDA = 9.0  # the probabilistic bound's lambda (module docstring)
+ALPHA_BIAS = 3e-4  # the sign test's level, per route (three routes judged: 9e-4 of the 0.1 % budget)
+_MANT = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23}
+_EMIN = {torch.float16: -14, torch.bfloat16: -126, torch.float32: -126}
+_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
+
+
+def depth(k: int) -> int:
+    """The most float32 additions a term passes through in the shipped row-dot engines (CPU, CUDA)."""
+    return math.ceil(k / 32) + 12
+
+
+def gamma(k: int, lam: float = LAMBDA) -> float:
+    """Higham-Mary's gamma~_d(lambda) at d = depth(k): the relative bound of the float32 sum."""
+    d = depth(k)
+    return math.expm1(lam * math.sqrt(d) * U32 + d * U32 * U32 / (1 - U32))
+
+
+def c_of(k: int, lam: float = LAMBDA) -> float:
+    """The constant c of |err| <= c u sum|w x| (= gamma / u)."""
+    return gamma(k, lam) / U32
+
+
+def ulp(v: Tensor, dtype: torch.dtype) -> Tensor:
+    """The spacing of dtype at |v| (float64 in, float64 out; subnormal spacing below the normal range)."""
+    e = torch.floor(torch.log2(v.abs().clamp_min(2.0 ** _EMIN[dtype]))).clamp_min(_EMIN[dtype])
+    return torch.exp2(e - _MANT[dtype])
+
+
+def round_nearest(v: Tensor, dtype: torch.dtype) -> Tensor:
+    """float64 v correctly rounded to dtype (ties to even), as float64; +-inf past dtype's range.
+    (v.to(float16) goes through float32 and can round twice.)"""
+    q = ulp(v, dtype)
+    r = torch.round(v / q) * q  # v / q is exact (a power of two); round() is half-to-even
+    return torch.where(r.abs() > _MAX[dtype], torch.sign(r) * math.inf, r)
+
+
+@dataclass
+class Judged:
+    """Per output of one call: ratio |err| / bound, and delta (y_route - RN(y_exact)) / ulp."""
+
+    ratio: Tensor  # float64 [N]; inf where the route is non-finite and the exact result is not
+    delta: Tensor  # float64 [N]
+    exact: Tensor
+    bound: Tensor
+
+
+def judge(out: Tensor, exact: Tensor, slack: Tensor, dtype: torch.dtype) -> Judged:
+    """out (the route's, in dtype) against exact (float64) with slack (the float32 part of the bound,
+    float64), plus half an ULP of dtype at the larger of the two."""
+    o, y = out.double().reshape(-1), exact.reshape(-1)
+    both = torch.maximum(o.abs().nan_to_num(posinf=0.0), y.abs())
+    bound = slack.reshape(-1) + 0.5 * ulp(both, dtype)
+    err = (o - y).abs()
+    ratio = torch.where(torch.isfinite(o), err / bound, torch.full_like(err, math.inf))
+    rn = round_nearest(y, dtype)
+    overflow = torch.isinf(o) & torch.isinf(rn) & (torch.sign(o) == torch.sign(rn))
+    ratio = torch.where(overflow, torch.zeros_like(ratio), ratio)  # both past the range, same sign
+    delta = torch.where(overflow | ~torch.isfinite(o), torch.zeros_like(o), (o - rn) / ulp(rn, dtype))
+    return Judged(ratio=ratio.nan_to_num(nan=math.inf), delta=delta, exact=y, bound=bound)
+
+
+def judge_dot(w: Tensor, x: Tensor, out: Tensor, extra: Tensor | None = None) -> Judged:
+    """Rows of w [N, K] dotted with x [K] (both in the route's dtype) against the route's out [N].
+    extra: float64 [N] added to the bound (an input the route rounds itself, e.g. HC's xn)."""
+    w64, x64 = w.double(), x.double().reshape(-1)
+    exact = w64 @ x64  # [N]
+    slack = gamma(w.shape[1]) * (w64.abs() @ x64.abs())  # [N]
+    if extra is not None:
+        slack = slack + extra
+    return judge(out, exact, slack, w.dtype)
+
+
+@dataclass
+class Tally:
+    """The judged outputs of many calls, summed: what a role's row and the bias test read."""
+
+    outputs: int = 0
+    exceeded: int = 0
+    worst_ratio: float = 0.0
+    up: int = 0  # delta > 0: above the correctly rounded exact result
+    down: int = 0
+    first: dict[str, Any] | None = None  # the first output over its bound
+    where: list[str] = field(default_factory=list)
+
+    def add(self, j: Judged, what: str) -> None:
+        self.outputs += j.ratio.numel()
+        over = j.ratio > 1.0
+        n_over = int(over.sum())
+        if n_over and self.first is None:
+            i = int(torch.nonzero(over)[0])
+            self.first = {"at": what, "index": i, "ratio": float(j.ratio[i]), "exact": float(j.exact[i]),
+                          "bound": float(j.bound[i])}  # fmt: skip
+        self.exceeded += n_over
+        if j.ratio.numel():
+            self.worst_ratio = max(self.worst_ratio, float(j.ratio.max()))
+        self.up += int((j.delta > 0).sum())
+        self.down += int((j.delta < 0).sum())
+
+    def merge(self, other: Tally) -> None:
+        self.outputs += other.outputs
+        self.exceeded += other.exceeded
+        self.worst_ratio = max(self.worst_ratio, other.worst_ratio)
+        self.up += other.up
+        self.down += other.down
+        if self.first is None:
+            self.first = other.first
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"outputs": self.outputs, "over_bound": self.exceeded, "worst_ratio": self.worst_ratio,
+                "above_rn": self.up, "below_rn": self.down, "first_over": self.first}  # fmt: skip
+
+
+def sign_test(up: int, down: int, alpha: float = ALPHA_BIAS) -> dict[str, Any]:
+    """Exact two-sided binomial test of up against up + down at 1/2; passed when p >= alpha."""
+    from scipy.stats import binomtest
+
+    n = up + down
+    p = 1.0 if n == 0 else float(binomtest(up, n, 0.5).pvalue)
+    return {"above_rn": up, "below_rn": down, "p_value": p, "alpha": alpha, "passed": p >= alpha}
