@@ -112,6 +112,80 @@ def judge_dot(w: Tensor, x: Tensor, out: Tensor, extra: Tensor | None = None) ->
     return judge(out, exact, slack, w.dtype)
 
 
+def judge_gdn(
+    x: Tensor, wq: Tensor, wb: Tensor, heads: tuple[int, int, int, int], layout: str, outs: tuple[Tensor, ...]
+) -> Judged:
+    """GDN input: every element of (mixed_qkv, z, b, a) is one row of w_qkvz or w_ba dotted with x; the
+    exact values and sums |w x| go through the layout's split as the outputs did (reference.gdn_input)."""
+    x64 = x.double().reshape(-1)
+    k = x64.numel()
+    exact = _gdn_split(wq.double() @ x64, wb.double() @ x64, heads, layout)
+    slack = gamma(k) * _gdn_split(wq.double().abs() @ x64.abs(), wb.double().abs() @ x64.abs(), heads, layout)
+    out = torch.cat([t.reshape(-1) for t in outs])
+    return judge(out, exact, slack, x.dtype)
+
+
+def _gdn_split(qkvz: Tensor, ba: Tensor, heads: tuple[int, int, int, int], layout: str) -> Tensor:
+    """[mixed_qkv | z | b | a] flattened, from the rows of w_qkvz x and w_ba x (reference.gdn_input)."""
+    nk, nv, dk, dv = heads
+    if layout == "flat":
+        return torch.cat([qkvz, ba])  # [q | k | v | z], [b | a]: the outputs in row order
+    r = nv // nk
+    q, k, v, z = torch.split(qkvz.view(nk, 2 * dk + 2 * r * dv), [dk, dk, r * dv, r * dv], dim=1)
+    b, a = torch.split(ba.view(nk, 2 * r), [r, r], dim=1)
+    return torch.cat([t.reshape(-1) for t in (q, k, v, z, b, a)])
+
+
+def judge_hc(
+    h: Tensor,
+    o: Tensor | None,
+    inj: Tensor | None,
+    outs: tuple[Tensor, ...],
+    norm: Tensor,
+    down: Tensor,
+    hc: int,
+    rank: int,
+    eps: float,
+) -> list[tuple[str, Judged]]:
+    """HC's judged quantities: h' (a combine_and_mix's pending combine: h + 2 sigmoid(inj / HC) o per
+    stream, one float32 fma rounded; slack 16 u (|h| + |o c|) for the float32 sigmoid and fma) and the
+    injection logits (rows R..R+HC of the down projection: a dot product of xn, the route's own norm
+    of its h', with one ULP of xn allowed where the float32 norm may round the other way: _hc_xn).
+    outs: the op's (h', block_input, injection) or, for a mix (o None), (block_input, injection); the
+    final mixer (down [R, D]) has no injection. block_input (norm -> down -> silu -> up -> sigmoid mix)
+    is no single dot product: the screen judges it by the route's ULP tolerance."""
+    judged = []
+    h_route = h
+    if o is not None:
+        hs = h.shape[-1] // hc
+        ones = torch.ones(1, hc, 1, dtype=torch.float64, device=h.device)
+        c = ones if inj is None else 2 * torch.sigmoid(inj.double() / hc).view(1, hc, 1)
+        bo = o.double().view(1, 1, hs) * c  # [1, HC, HS]
+        hh = h.double().view(1, hc, hs)
+        judged.append(("h", judge(outs[0], hh + bo, 16 * U32 * (hh.abs() + bo.abs()), h.dtype)))
+        h_route = outs[0]
+    if down.shape[0] != rank:  # the final mixer has no injection
+        xn, unsure = _hc_xn(h_route, norm, hc, eps)  # [D] rounded as the route rounds it
+        w_inj = down[rank : rank + hc].double()  # [HC, D]
+        slack = gamma(xn.numel()) * (w_inj.abs() @ xn.abs()) + w_inj.abs() @ unsure
+        judged.append(("injection", judge(outs[-1].reshape(-1), w_inj @ xn, slack, h.dtype)))
+    return judged
+
+
+def _hc_xn(h: Tensor, norm: Tensor, hc: int, eps: float) -> tuple[Tensor, Tensor]:
+    """The grouped Gemma RMSNorm of h [1, D] in float64, correctly rounded to h's dtype ([D]), and per
+    element one ULP where the route's float32 norm may round the other way (the float64 value within
+    2^-18 relative of a rounding midpoint: the float32 norm's error is below ~50 u = 2^-18.4), else 0."""
+    d = h.shape[-1]
+    g = h.double().view(hc, d // hc)
+    y = g / torch.sqrt(g.square().mean(dim=-1, keepdim=True) + eps)
+    y = (y + y * norm.double().reshape(-1, d // hc)).reshape(-1)  # norm [D] or shared [HS]
+    r = round_nearest(y, h.dtype)
+    q = ulp(r, h.dtype)
+    unsure = (0.5 * q - (y - r).abs()) <= 2.0**-18 * y.abs()
+    return r, torch.where(unsure, q, torch.zeros_like(q))
+
+
 @dataclass
 class Tally:
     """The judged outputs of many calls, summed: what a role's row and the bias test read."""

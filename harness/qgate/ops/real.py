@@ -104,51 +104,6 @@ def _recorded(activations: Path | None, rank: int, site: Site, dev: torch.device
     return [tuple(None if x is None else x.to(dev).to(dt) for x in c) for c in calls]
 
 
-def _hc_judge(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tally: B.Tally) -> None:
-    """HC: h' (the pending combine: one float32 fma a stream, rounded) and the injection logits (rows
-    R..R+HC of the down projection of xn, the route's own norm of its h') by their bounds."""
-    norm, down, _ = site.tensors
-    m = site.meta
-    hc, rank, eps = m["hc_count"], m["lora_rank"], m["eps"]
-    h, o, inj = args
-    dt = h.dtype
-    if o is not None:  # combine_and_mix: outs = (h', block_input[, injection'])
-        hs = h.shape[-1] // hc
-        c = (
-            torch.ones(1, hc, 1, dtype=torch.float64, device=h.device)
-            if inj is None
-            else 2 * torch.sigmoid(inj.double() / hc).view(1, hc, 1)
-        )
-        bo = o.double().view(1, 1, hs) * c  # [1, HC, HS]
-        exact = h.double().view(1, hc, hs) + bo
-        slack = 16 * B.U32 * (h.double().view(1, hc, hs).abs() + bo.abs())
-        tally.add(B.judge(outs[0], exact, slack, dt), "h")
-        h_route = outs[0]
-    else:
-        h_route = h
-    if down.shape[0] == rank:  # the final mixer: no injection
-        return
-    xn, extra_in = _hc_xn(h_route, norm, hc, eps)  # [D] rounded as the route, and where unsure
-    w_inj = down[rank : rank + hc].double()  # [HC, D]
-    exact = w_inj @ xn
-    slack = B.gamma(xn.numel()) * (w_inj.abs() @ xn.abs()) + w_inj.abs() @ extra_in
-    tally.add(B.judge(outs[-1].reshape(-1), exact, slack, dt), "injection")
-
-
-def _hc_xn(h: Tensor, norm: Tensor, hc: int, eps: float) -> tuple[Tensor, Tensor]:
-    """The grouped Gemma RMSNorm of h [1, D] in float64, correctly rounded to h's dtype ([D]), and per
-    element one ULP where the route's float32 norm may round the other way (the float64 value within
-    2^-18 relative of a rounding midpoint: the float32 norm's error is below ~50 u = 2^-18.4), else 0."""
-    d = h.shape[-1]
-    g = h.double().view(hc, d // hc)
-    y = g / torch.sqrt(g.square().mean(dim=-1, keepdim=True) + eps)
-    y = (y + y * norm.double().reshape(-1, d // hc)).reshape(-1)  # norm [D] or shared [HS]
-    r = B.round_nearest(y, h.dtype)
-    q = B.ulp(r, h.dtype)
-    unsure = (0.5 * q - (y - r).abs()) <= 2.0**-18 * y.abs()
-    return r, torch.where(unsure, q, torch.zeros_like(q))
-
-
 def _judge_call(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tally: B.Tally) -> None:
     """The forward-error bound (qgate.ops.bound) of every dot product the call's outputs hold."""
     if site.route == ROUTE_GEMV:
@@ -156,11 +111,13 @@ def _judge_call(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tal
         tally.add(B.judge_dot(w, args[0], outs[0]), "y")
     elif site.route == ROUTE_GDN:
         wq, wb = site.tensors
-        mixed, z, b, a = (t.reshape(-1) for t in outs)
-        tally.add(B.judge_dot(wq, args[0], torch.cat([mixed, z])), "qkvz")
-        tally.add(B.judge_dot(wb, args[0], torch.cat([b, a])), "ba")
+        m = site.meta
+        tally.add(B.judge_gdn(args[0], wq, wb, (m["nk"], m["nv"], m["dk"], m["dv"]), "flat", outs), "gdn")
     else:
-        _hc_judge(site, args, outs, tally)
+        norm, down, _ = site.tensors
+        m = site.meta
+        for what, j in B.judge_hc(*args, outs, norm, down, m["hc_count"], m["lora_rank"], m["eps"]):
+            tally.add(j, what)
 
 
 def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device) -> dict[str, Any]:
