@@ -30,12 +30,16 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     "verdict": (1, 2),
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
-    "ops": (1, 2),
+    # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
+    # `bias` (the sign test); GEMV / GDN failures are the bound's, not max_ulp's
+    "ops": (1, 2, 3),
     # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
     # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
     "ops_bench": (1, 2, 3),
     "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
-    "ops_real": (1,),  # real-weight operator bounds (qgate.ops.real)
+    # real-weight operator bounds (qgate.ops.real); 2: casts, weight_failures, hc_dtype, route_dtypes,
+    # skipped, per role `bound` and chain_max_ulp (max_ulp_bound gone), per route `bias`
+    "ops_real": (1, 2),
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
     "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)

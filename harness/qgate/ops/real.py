@@ -151,10 +151,11 @@ def run_real_screen(
     seed: int | None = None,
     contract: dict[str, Any] | None = None,
     routes: tuple[str, ...] = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC),
-    shims: tuple[str, ...] = (),
+    shims: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Screen every routed site of the checkpoint on every TP rank, its weights as vLLM loads them in
-    `dtype` (qgate.ops.load; `shims`: the contract's, for the HC parameters' dtype). The record passes
+    `dtype` (qgate.ops.load; `shims`: the contract's, for the HC parameters' dtype; None: a caller that
+    names no engine, the HC parameters in `dtype` too). The record passes
     when no routed weight is non-finite, every role's outputs are within their bounds and no route's
     sign test finds a bias. WeightsError for a checkpoint that cannot be read as asked."""
     takes = route_dtypes(device)
@@ -166,7 +167,7 @@ def run_real_screen(
     seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
     gen = torch.Generator(device=dev).manual_seed(seed)
     ck = Checkpoint(model_dir)
-    hc_dtype = hc_params_dtype(dtype, shims, device)
+    hc_dtype = dtype if shims is None else hc_params_dtype(dtype, shims, device)
     skipped: dict[str, str] = {}
     if ROUTE_HC in routes and hc_dtype != dtype:
         skipped[ROUTE_HC] = (
