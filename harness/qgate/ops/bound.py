@@ -101,15 +101,23 @@ def judge(out: Tensor, exact: Tensor, slack: Tensor, dtype: torch.dtype) -> Judg
     return Judged(ratio=ratio.nan_to_num(nan=math.inf), delta=delta, exact=y, bound=bound)
 
 
+ROWS_PER_BLOCK = 4096  # weight rows converted to float64 at a time (lm_head: 62080 x 2560 at TP 4)
+
+
 def judge_dot(w: Tensor, x: Tensor, out: Tensor, extra: Tensor | None = None) -> Judged:
-    """Rows of w [N, K] dotted with x [K] (both in the route's dtype) against the route's out [N].
-    extra: float64 [N] added to the bound (an input the route rounds itself, e.g. HC's xn)."""
-    w64, x64 = w.double(), x.double().reshape(-1)
-    exact = w64 @ x64  # [N]
-    slack = gamma(w.shape[1]) * (w64.abs() @ x64.abs())  # [N]
+    """Rows of w [N, K] dotted with x [K] or [T, K] (calls; the route's dtype) against the route's
+    out [N] or [T, N]; flattened call-major. extra: float64 [N] added to the bound (an input the route
+    rounds itself). The float64 copies are made ROWS_PER_BLOCK rows at a time."""
+    x64 = x.double().reshape(-1, w.shape[1])  # [T, K]
+    exact, total = [], []
+    for r in range(0, w.shape[0], ROWS_PER_BLOCK):
+        w64 = w[r : r + ROWS_PER_BLOCK].double()  # [n, K]
+        exact.append(x64 @ w64.t())  # [T, n]
+        total.append(x64.abs() @ w64.abs().t())
+    slack = gamma(w.shape[1]) * torch.cat(total, dim=1)  # [T, N]
     if extra is not None:
         slack = slack + extra
-    return judge(out, exact, slack, w.dtype)
+    return judge(out.reshape(x64.shape[0], -1), torch.cat(exact, dim=1), slack, w.dtype)
 
 
 def judge_gdn(
