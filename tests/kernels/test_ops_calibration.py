@@ -4,7 +4,7 @@ role, 20 trials): false FAIL <= 0.1 % of runs, power >= 99 % for each planted de
 
 from __future__ import annotations
 
-from qgate.ops.calibration import DEFECTS, run_outputs, simulate
+from qgate.ops.calibration import DEFECTS, FIGURES, run_outputs, simulate
 
 
 def test_whole_model_output_count() -> None:
@@ -21,7 +21,12 @@ def test_false_fail_and_power_of_the_docs() -> None:
     assert ff["run"] <= 1e-3 and ff["bound_union"] < 1e-4
     for d in DEFECTS:
         assert r["power"][d]["run"] >= 0.99, (d, r["power"][d])
-    # the figures docs/ops.md quotes
+    # the figures docs/ops.md quotes and the records carry (calibration.FIGURES)
+    assert round(ff["run"], 5) == FIGURES["false_fail_per_run"]
+    q = r["power"]["one_ulp_up_on_1pct"]["per_output_min"]
+    assert round(1 - (1 - q) ** r["run_outputs"]["smallest_role"], 5) == FIGURES["power_one_ulp_up_on_1pct"]
+    assert FIGURES["power_fp16_accumulation"] == round(r["power"]["fp16_accumulation"]["run"], 5)
+    assert FIGURES["power_last_k_tile_dropped"] == round(r["power"]["last_k_tile_dropped"]["run"], 5)
     assert round(ff["shipped_worst_ratio"], 2) == 0.99
     assert {d: round(r["power"][d]["per_output_min"], 4) for d in DEFECTS} == {
         "fp16_accumulation": 0.645,

@@ -21,6 +21,7 @@ from torch import Tensor
 import qgate_kernels
 from qgate.contract.ops import DEFAULT_TOLERANCES
 from qgate.ops import bound as B
+from qgate.ops.calibration import FIGURES
 from qgate.ops.load import hc_params_dtype
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
@@ -219,6 +220,7 @@ def run_real_screen(
             "c": "lambda sqrt(ceil(K/32) + 12)",
             "alpha_bias": B.ALPHA_BIAS,
         },
+        "error_rates": dict(FIGURES),
         "activations": None if activations is None else str(activations),
         "skipped": skipped,
         "casts": casts,
@@ -284,14 +286,17 @@ def _tally_fields(d: dict[str, Any]) -> dict[str, Any]:
 def real_markdown(record: dict[str, Any]) -> str:
     """Per role: outputs over their bound and the worst |err| / bound; bitwise n/N, worst absolute and
     ULP difference as information; the casts, non-finite weights, the sign tests, skipped routes."""
-    b = record["bound"]
+    b, rates = record["bound"], record["error_rates"]
+    power = min(v for k, v in rates.items() if k.startswith("power"))
     lines = [
         f"# Real-weight operator bounds: {record['model_dir']} (TP={record['tp']}, {record['dtype']}, "
         f"HC parameters {record['hc_dtype']}, {record['device']['device']})",
         "",
         f"**{'PASS' if record['passed'] else 'FAIL'}**; inputs recorded at the sites where a recording "
         f"exists, else random; every TP rank. Bound per output: |y - y_exact| <= c u sum|w x| + ulp/2, "
-        f"u = 2^-24, c = {b['c']} (lambda {b['lambda']}); sign test at alpha {b['alpha_bias']} per route.",
+        f"u = 2^-24, c = {b['c']} (lambda {b['lambda']}); sign test at alpha {b['alpha_bias']} per route. "
+        f"Error rates (docs/ops.md): false FAIL {rates['false_fail_per_run']:.2%} of "
+        f"whole-model runs; power per planted defect >= {power:.3%}.",
         "",
         "| route | role | sites | inputs | outputs | over bound | worst err/bound | bitwise | worst abs "
         "| worst ULP | |",
