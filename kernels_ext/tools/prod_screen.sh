@@ -8,7 +8,9 @@
 # (GEMV, GDN and HC in bf16). Assumes kernels_ext is built for the device (kernels_ext/tools/device_run.sh
 # does it) and runs from the repository root. Writes $OUT/log.txt, $OUT/times.txt and the two records
 # ($OUT/fp16/ops/real.{json,md}, $OUT/bf16/ops/real.{json,md}); the checkpoint (~8 GB) goes to $CK,
-# outside $OUT. LAYERS, TRIALS (default: the contract's 20), DEVICE (cuda) for a smaller check.
+# outside $OUT. DTYPES ("fp16 bf16": the engine dtypes screened, in order), LAYERS, TRIALS (default:
+# the contract's 20), DEVICE (cuda) for a smaller check. times.txt has each step's seconds and the
+# record's own split (read_s: reading + casting the weights on the CPU; screen_s: routes + judging).
 set -uo pipefail
 OUT=${OUT:-/tmp/qgate-prod-screen}
 CK=${CK:-/tmp/qgate-prod-checkpoint}
@@ -33,7 +35,7 @@ t1=$(date +%s)
 echo "checkpoint_s=$((t1 - t0)) layers=$LAYERS bytes=$(du -sb "$CK" | cut -f1)" | tee -a "$OUT/times.txt"
 
 rc=0
-for dt in fp16 bf16; do
+for dt in ${DTYPES:-fp16 bf16}; do
   step "run ops --real --tp 4 --device $DEVICE, engine dtype $dt"
   extra=()
   [ "$dt" = bf16 ] && extra=(--dtype bf16)
@@ -44,6 +46,8 @@ for dt in fp16 bf16; do
   t1=$(date +%s)
   echo "screen_$dt rc=$r seconds=$((t1 - t0)) layers=$LAYERS trials=${TRIALS:-contract} device=$DEVICE" \
     | tee -a "$OUT/times.txt"
+  $PY -c "import json, sys; r = json.load(open(sys.argv[1])); print('timing_$dt', r['timing'], 'passed', r['passed'])" \
+    "$OUT/$dt/ops/real.json" 2>&1 | tee -a "$OUT/times.txt"
   head -n 40 "$OUT/$dt.txt" | tee -a "$LOG"
   [ "$r" -ne 0 ] && rc=$r
 done

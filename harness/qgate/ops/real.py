@@ -12,6 +12,7 @@ tolerance of the operator screen (ops.schema.DEFAULT_TOLERANCES). Plain data in,
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,13 +183,21 @@ def run_real_screen(
         )
     sites: list[dict[str, Any]] = []
     tallies: dict[str, B.Tally] = {}
+    clock = {"read_s": 0.0, "screen_s": 0.0}  # reading + casting the weights; the routes + the judging
     for rank in range(tp):
-        for site in routed_weights(ck, tp, rank, dtype, routes, hc_dtype):
+        t0 = time.perf_counter()
+        rank_sites = routed_weights(ck, tp, rank, dtype, routes, hc_dtype)
+        clock["read_s"] += time.perf_counter() - t0
+        for site in rank_sites:
             if site.route in skipped:
                 continue
+            t0 = time.perf_counter()
             recorded = _recorded(activations, rank, site, dev)
             inputs = recorded or _random_inputs(site, gen, dev, trials)
             row = screen_site(site, inputs, dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            clock["screen_s"] += time.perf_counter() - t0
             tally = row.pop("_tally")
             if rank == 0 or site.role not in _REPLICATED:  # a replicated site's outputs count once
                 tallies.setdefault(site.route, B.Tally()).merge(tally)
@@ -221,6 +230,7 @@ def run_real_screen(
             "alpha_bias": B.ALPHA_BIAS,
         },
         "error_rates": dict(FIGURES),
+        "timing": {k: round(v, 3) for k, v in clock.items()},
         "activations": None if activations is None else str(activations),
         "skipped": skipped,
         "casts": casts,
@@ -334,9 +344,14 @@ def real_markdown(record: dict[str, Any]) -> str:
     if hazards:
         head = "| tensor | cast | NaN stored | inf stored | overflow to inf | flushed to 0 | first bad |"
         lines += ["", head, "|---|---|---|---|---|---|---|"]
-        for c in hazards:
+        for c in hazards[:_HAZARD_ROWS]:
             lines.append(
                 f"| {c['tensor']} | {c['stored']} -> {c['engine']} | {c['nan_stored']} | {c['inf_stored']} "
                 f"| {c['overflow_to_inf']} | {c['flushed_to_zero']} | {c['first_bad']} |"
             )
+        if len(hazards) > _HAZARD_ROWS:
+            lines.append(f"\n{len(hazards) - _HAZARD_ROWS} more tensors with a hazard: `casts` in real.json.")
     return "\n".join(lines) + "\n"
+
+
+_HAZARD_ROWS = 30
