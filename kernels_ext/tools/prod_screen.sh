@@ -9,7 +9,7 @@
 # does it) and runs from the repository root. Writes $OUT/log.txt, $OUT/times.txt and the two records
 # ($OUT/fp16/ops/real.{json,md}, $OUT/bf16/ops/real.{json,md}); the checkpoint (~8 GB) goes to $CK,
 # outside $OUT. DTYPES ("fp16 bf16": the engine dtypes screened, in order), LAYERS, TRIALS (default:
-# the contract's 20), DEVICE (cuda) for a smaller check. times.txt has each step's seconds and the
+# the contract's 20), DEVICE (cuda) for a smaller check; REUSE=1 keeps a checkpoint already at $CK. times.txt has each step's seconds and the
 # record's own split (read_s: reading + casting the weights on the CPU; screen_s: routes + judging).
 set -uo pipefail
 OUT=${OUT:-/tmp/qgate-prod-screen}
@@ -24,6 +24,9 @@ TRIAL_ARGS=()
 
 step "checkpoint: $LAYERS layers, bf16, vocabulary 248320 -> $CK"
 t0=$(date +%s)
+if [ "${REUSE:-0}" = 1 ] && [ -f "$CK/config.json" ]; then
+  echo "reusing $CK (REUSE=1)" | tee -a "$LOG"
+else
 rm -rf "$CK"
 $PY -c "
 import sys, torch
@@ -31,6 +34,7 @@ from pathlib import Path
 from qgate.ops.synthetic import write_synthetic_checkpoint
 write_synthetic_checkpoint(Path(sys.argv[1]), layers=int(sys.argv[2]), vocab=248320, dtype=torch.bfloat16)
 " "$CK" "$LAYERS" >>"$LOG" 2>&1 || { echo "CHECKPOINT FAILED" | tee -a "$LOG"; exit 1; }
+fi
 t1=$(date +%s)
 echo "checkpoint_s=$((t1 - t0)) layers=$LAYERS bytes=$(du -sb "$CK" | cut -f1)" | tee -a "$OUT/times.txt"
 
