@@ -47,20 +47,26 @@ def cast_like_vllm(stored: Tensor, dtype: torch.dtype, offset: tuple[int, ...] =
     `offset`: where the slice starts in the full tensor, per dimension (for first_bad)."""
     out = torch.empty(stored.shape, dtype=dtype)
     out.copy_(stored)  # the loader's copy_: round to nearest even
-    nan_s, inf_s = torch.isnan(stored), torch.isinf(stored)
-    bad = ~torch.isfinite(out)
+    n = stored.numel()
+    bad = n - int(torch.count_nonzero(torch.isfinite(out)))  # count_nonzero: bool .sum() is slow
+    nan_s = inf_s = overflow = 0
     first = None
-    if bool(bad.any()):
-        idx = [int(i) for i in torch.nonzero(bad)[0]]
+    if bad:  # rare: the detail only then
+        nan_s = int(torch.count_nonzero(torch.isnan(stored)))
+        inf_s = int(torch.count_nonzero(torch.isinf(stored)))
+        overflow = bad - nan_s - inf_s
+        idx = [int(i) for i in torch.nonzero(~torch.isfinite(out))[0]]
         first = tuple(i + (offset[d] if d < len(offset) else 0) for d, i in enumerate(idx))
+    # a stored zero stays zero (and a NaN stays non-zero), so new zeros are the flushed values
+    flushed = 0 if stored.dtype == dtype else int(torch.count_nonzero(stored)) - int(torch.count_nonzero(out))
     return out, Cast(
         stored=NAMES.get(stored.dtype, str(stored.dtype)),
         engine=NAMES[dtype],
-        elements=stored.numel(),
-        nan_stored=int(nan_s.sum()),
-        inf_stored=int(inf_s.sum()),
-        overflow_to_inf=int((torch.isinf(out) & ~inf_s & ~nan_s).sum()),
-        flushed_to_zero=int(((out == 0) & (stored != 0) & ~nan_s).sum()),
+        elements=n,
+        nan_stored=nan_s,
+        inf_stored=inf_s,
+        overflow_to_inf=overflow,
+        flushed_to_zero=flushed,
         first_bad=first,
     )
 
