@@ -96,6 +96,9 @@ def test_round_nearest_is_one_correct_rounding() -> None:
 def test_sign_test_level_and_the_constant() -> None:
     assert bound.sign_test(0, 0)["passed"] and bound.sign_test(50, 50)["passed"]
     assert not bound.sign_test(80, 20)["passed"]
+    # scipy.stats.binomtest's two-sided p (the screen computes it without scipy)
+    assert math.isclose(bound.sign_test(31, 25)["p_value"], 0.5044037600228255, rel_tol=1e-9)
+    assert math.isclose(bound.sign_test(10000, 9700)["p_value"], 0.03314531235812716, rel_tol=1e-6)
     assert 80 < bound.c_of(2560) < 90 and bound.depth(2560) == 92
 
 

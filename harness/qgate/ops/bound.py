@@ -235,9 +235,18 @@ class Tally:
 
 
 def sign_test(up: int, down: int, alpha: float = ALPHA_BIAS) -> dict[str, Any]:
-    """Exact two-sided binomial test of up against up + down at 1/2; passed when p >= alpha."""
-    from scipy.stats import binomtest
-
-    n = up + down
-    p = 1.0 if n == 0 else float(binomtest(up, n, 0.5).pvalue)
+    """Exact two-sided binomial test of up against up + down at 1/2; passed when p >= alpha.
+    (No scipy: the device image may lack it. At 1/2 the two-sided p is twice the upper tail of the
+    larger count, capped at 1: scipy's binomtest gives the same.)"""
+    n, m = up + down, max(up, down)
+    if n == 0 or 2 * m == n:
+        p = 1.0
+    else:
+        i = torch.arange(m, n + 1, dtype=torch.float64)
+        log_terms = (
+            torch.lgamma(torch.tensor(n + 1.0, dtype=torch.float64))
+            - torch.lgamma(i + 1)
+            - torch.lgamma(n - i + 1)
+        )
+        p = min(1.0, 2.0 * float(torch.exp(torch.logsumexp(log_terms, 0) - n * math.log(2.0))))
     return {"above_rn": up, "below_rn": down, "p_value": p, "alpha": alpha, "passed": p >= alpha}
