@@ -123,8 +123,8 @@ def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device)
     """Every input through the route and its reference: the bound of each dot product (qgate.ops.bound),
     and as information bit equality, the worst absolute and ULP difference to the reference (HC's
     block_input, no dot product of its own, is judged by that ULP distance and the route's tolerance)."""
-    route, ref = _calls(site, dev)
     on_dev = Site(site.name, site.role, site.route, tuple(t.to(dev) for t in site.tensors), site.meta)
+    route, ref = _calls(on_dev, dev)  # the tensors are on dev already: one copy
     bitwise, max_abs, max_ulp, chain_ulp = 0, 0.0, 0.0, 0.0
     tally = B.Tally()
     gemv_calls: list[tuple[Tensor, Tensor]] = []  # GEMV: judged at once (one float64 pass over w)
