@@ -187,3 +187,27 @@ def test_a_non_finite_routed_weight_fails_naming_the_tensor(tmp_path: Path, edit
     assert "Traceback" not in res.output and message in res.output
     record = json.loads((out / "ops" / "real.json").read_text())
     assert not record["passed"] and record["weight_failures"] == [message.removeprefix("FAIL ")]
+
+
+def test_a_dtype_the_routes_op_does_not_take_on_the_device_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dtypes come from the op's dispatch (qgate_kernels.dtypes); a device whose GEMV kernel took fp16
+    only would refuse --dtype bf16 in one line, before anything is read."""
+    import qgate.ops.real as real
+
+    takes = {
+        "fp16_gemv": ("fp16",),
+        "fused_gdn_input_fp16": ("fp16", "bf16"),
+        "fused_hc_fp16": ("fp16", "bf16"),
+    }
+    monkeypatch.setattr(real, "route_dtypes", lambda device: takes)
+    args = ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--real", "--dtype", "bf16", "--device", "cpu"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert "--dtype bf16: route fp16_gemv's op on cpu runs its kernel for fp16" in line
+    bad = CliRunner().invoke(
+        app, ["run", "-c", CONTRACT, "-o", str(tmp_path / "p"), "--real", "--dtype", "fp32"]
+    )
+    assert bad.exit_code == 2 and "--dtype 'fp32': expected fp16 or bf16" in bad.output
