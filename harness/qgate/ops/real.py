@@ -320,7 +320,7 @@ def real_markdown(record: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {r['route']} | {r['role']} | {r['sites']} | {r['inputs']} | {r['bound']['outputs']} "
-            f"| {r['bound']['over_bound']} | {r['bound']['worst_ratio']:.3g} "
+            f"| {r['bound']['over_bound']} | {r['bound']['worst_ratio']:.4g} "
             f"| {r['bitwise_equal']}/{r['calls']} "
             f"| {r['max_abs_diff']:.8g} | {r['max_ulp']:.3g}{chain} | {'ok' if r['passed'] else 'FAIL'} |"
         )
