@@ -30,14 +30,18 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     "verdict": (1, 2),
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
-    "ops": (1, 2),
+    # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
+    # `bias` (the sign test); GEMV / GDN failures are the bound's, not max_ulp's
+    "ops": (1, 2, 3),
     # 4: the headline is the decode step (cases carry decode_step; vs_best and target_met judge it,
     # the back-to-back ratio is vs_best_back_to_back) and the record carries the layer chains.
     # 1-3 (vs_best judged back to back) are no longer read: rendered as today they would misstate it.
     "ops_bench": (4,),
     "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
-    # real-weight operator bounds (qgate.ops.real); 2: `recording` (the recording's ranks and shapes
-    # against the slices, qgate.ops.recorded) and `topk` (the QSA top-k on recorded score rows)
+    # real-weight operator bounds (qgate.ops.real); 2: casts, weight_failures, hc_dtype, route_dtypes,
+    # skipped, per role `bound` and chain_max_ulp (max_ulp_bound gone), per route `bias`; `recording`
+    # (the recording's ranks and shapes against the slices, qgate.ops.recorded) and `topk` (the QSA
+    # top-k on recorded score rows)
     "ops_real": (1, 2),
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)

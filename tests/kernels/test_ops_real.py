@@ -114,7 +114,14 @@ def _bad_copy(tmp_path: Path, edit: str) -> Path:
     elif edit == "shape":
         tensors[name] = tensors[name][:, :-1].contiguous()
     elif edit == "dtype":
+        tensors[name] = tensors[name].to(torch.uint8)
+    elif edit == "bf16":  # every tensor stored in bf16 (how NVFP4 exports keep the unquantized ones)
+        tensors = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
+    elif edit == "nan":
+        tensors[name][3, 7] = float("nan")
+    elif edit == "big":  # a bf16 value past fp16's 65504: the fp16 engine's cast makes it inf
         tensors[name] = tensors[name].to(torch.bfloat16)
+        tensors[name][5, 2] = 1.0e5
     dst = tmp_path / edit
     dst.mkdir()
     if edit != "no_safetensors":
@@ -129,7 +136,7 @@ def _bad_copy(tmp_path: Path, edit: str) -> Path:
         ("no_safetensors", "no *.safetensors file"),
         ("missing", "tensor model.layers.0.linear_attn.out_proj.weight is missing"),
         ("shape", "tensor model.layers.0.linear_attn.out_proj.weight: shape [128, 255], expected [128, 256]"),
-        ("dtype", "tensor model.layers.0.linear_attn.out_proj.weight: dtype BF16, the route takes F16"),
+        ("dtype", "tensor model.layers.0.linear_attn.out_proj.weight: dtype U8, the routes read F16, BF16"),
     ],
 )
 def test_a_bad_model_directory_is_one_line_naming_the_tensor(tmp_path: Path, edit: str, message: str) -> None:
@@ -138,3 +145,69 @@ def test_a_bad_model_directory_is_one_line_naming_the_tensor(tmp_path: Path, edi
     assert res.exit_code == 2, res.output
     (line,) = res.output.strip().splitlines()
     assert message in line
+
+
+def test_a_bf16_stored_model_screens_with_an_fp16_engine_casts_reported(tmp_path: Path) -> None:
+    model = _bad_copy(tmp_path, "bf16")
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app, ["run", "-c", CONTRACT, "-o", str(out), "--model", str(model), "--trials", "2"]
+    )
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "ops" / "real.json").read_text())
+    assert (
+        record["passed"] and record["dtype"] == "fp16" and record["hc_dtype"] == "fp16"
+    )  # the fp16 CPU shim
+    assert record["casts"] and all(c["stored"] == "BF16" and c["engine"] == "F16" for c in record["casts"])
+    assert not record["weight_failures"] and {r["route"] for r in record["roles"]} == {
+        "fp16_gemv", "fused_gdn_input_fp16", "fused_hc_fp16"
+    }  # fmt: skip
+    assert all(r["bound"]["outputs"] > 0 and r["bound"]["over_bound"] == 0 for r in record["roles"])
+    assert "tensors cast to the engine dtype (BF16 -> F16)" in (out / "ops" / "real.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("nan", "FAIL tensor model.layers.0.linear_attn.out_proj.weight: 1 NaN; first at index [3, 7]"),
+        (
+            "big",
+            "FAIL tensor model.layers.0.linear_attn.out_proj.weight: 1 overflow to inf in the cast "
+            "BF16 -> F16; first at index [5, 2]",
+        ),
+    ],
+)
+def test_a_non_finite_routed_weight_fails_naming_the_tensor(tmp_path: Path, edit: str, message: str) -> None:
+    model = _bad_copy(tmp_path, edit)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        app, ["run", "-c", CONTRACT, "-o", str(out), "--model", str(model), "--trials", "1"]
+    )
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output and message in res.output
+    record = json.loads((out / "ops" / "real.json").read_text())
+    assert not record["passed"] and record["weight_failures"] == [message.removeprefix("FAIL ")]
+
+
+def test_a_dtype_the_routes_op_does_not_take_on_the_device_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dtypes come from the op's dispatch (qgate_kernels.dtypes); a device whose GEMV kernel took fp16
+    only would refuse --dtype bf16 in one line, before anything is read."""
+    import qgate.ops.real as real
+
+    takes = {
+        "fp16_gemv": ("fp16",),
+        "fused_gdn_input_fp16": ("fp16", "bf16"),
+        "fused_hc_fp16": ("fp16", "bf16"),
+    }
+    monkeypatch.setattr(real, "route_dtypes", lambda device: takes)
+    args = ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--real", "--dtype", "bf16", "--device", "cpu"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert "--dtype bf16: route fp16_gemv's op on cpu runs its kernel for fp16" in line
+    bad = CliRunner().invoke(
+        app, ["run", "-c", CONTRACT, "-o", str(tmp_path / "p"), "--real", "--dtype", "fp32"]
+    )
+    assert bad.exit_code == 2 and "--dtype 'fp32': expected fp16 or bf16" in bad.output

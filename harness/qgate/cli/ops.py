@@ -38,6 +38,10 @@ ActsOpt = Annotated[
         "--activations", help="with --real: inputs the plugin recorded (QGATE_RECORD_DIR)", file_okay=False
     ),
 ]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option("--dtype", help="with --real: fp16 or bf16 instead of the contract's engine.dtype"),
+]
 ArmOpt = Annotated[
     str | None,
     typer.Option(
@@ -57,6 +61,7 @@ def run_ops_cmd(
     tp: TpOpt = None,
     activations: ActsOpt = None,
     arm: ArmOpt = None,
+    dtype: DtypeOpt = None,
 ) -> None:
     """Operator screen: every route at the contract's shapes against its reference; with --real, every
     routed projection of the checkpoint on its own weights (recorded or random inputs).
@@ -67,11 +72,11 @@ def run_ops_cmd(
 
     with user_errors():
         loaded = load_contract(contract)
-        if real or model is not None or activations is not None:
+        if real or model is not None or activations is not None or dtype is not None:
             from qgate.ops.real import real_markdown
 
             record = run_real_ops(
-                loaded, out, model, tp, activations, device=device, trials=trials, force=force
+                loaded, out, model, tp, activations, device=device, trials=trials, force=force, dtype=dtype
             )
             text, name = real_markdown(record), "real.json"
         else:

@@ -20,7 +20,9 @@ ALL_ROUTES: tuple[str, ...] = tuple(ROUTES)
 
 
 class Tolerance(Strict):
-    """Per route, over every output element of every trial.
+    """Per route, over every trial. The dot products (GEMV's and GDN input's outputs, HC's h' and
+    injection) are judged by their forward-error bound (docs/ops.md); max_ulp judges HC's block_input
+    and the top-k.
 
     max_ulp: distance to the reference in units in the last place of the output dtype, at the
     element's magnitude but never below 1/1024 of the output's largest magnitude (so cancellation

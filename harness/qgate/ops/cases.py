@@ -182,6 +182,7 @@ def hc_case(hc_count: int, hidden: int, lora_rank: int, dtype: str = "bf16", op:
         probe=probe,
         probe_reason="m_gt_1",
         bytes_moved=2 * (weights + acts),
+        meta={"eps": eps},
     )
 
 

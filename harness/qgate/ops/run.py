@@ -152,15 +152,19 @@ def run_real_ops(
     device: str = "auto",
     trials: int | None = None,
     force: bool = False,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """Real-weight bounds on the checkpoint (the contract's model unless `model` is given), at the
-    contract's tensor parallel size and dtype; writes real.json and real.md; returns the record."""
+    contract's tensor parallel size and dtype (`dtype`: fp16 or bf16 instead); writes real.json and
+    real.md; returns the record."""
     from qgate.models import model_dir
     from qgate.ops.real import real_markdown, run_real_screen
 
     c = loaded.contract
     engine = c.engine_for("candidate")
-    dtype = _ENGINE_DTYPES.get(str(engine.get("dtype", "auto")))
+    if dtype is not None and dtype not in ("fp16", "bf16"):
+        raise OpsError(f"--dtype {dtype!r}: expected fp16 or bf16")
+    dtype = dtype or _ENGINE_DTYPES.get(str(engine.get("dtype", "auto")))
     if dtype is None:
         raise OpsError(f"engine.dtype = {engine.get('dtype')!r}: the routes take float16 or bfloat16")
     path = _target(out, "real.json", force)
@@ -176,6 +180,7 @@ def run_real_ops(
         resolve_device(device),
         _ops_section(loaded).seed,
         _contract_ref(loaded),
+        shims=tuple(c.shims),
     )
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), real_markdown(record))

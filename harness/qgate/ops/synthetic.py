@@ -21,17 +21,32 @@ from qgate.ops.shapes import MODEL_CONFIG
 
 LAYER_TYPES = ["linear_attention", "full_attention"]
 CUT = {"num_experts": 8, "vocab_size": 4096, "num_hidden_layers": 2}
+_ST = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
 
 
-def synthetic_config(cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+def synthetic_config(
+    cfg: dict[str, Any] | None = None, layers: int = 2, vocab: int = 4096, dtype: torch.dtype = torch.float16
+) -> dict[str, Any]:
+    """The cut config: `layers` decoder layers (2: one GDN, one attention; more: the model's own
+    pattern, every full_attention_interval-th an attention layer), `vocab` rows of lm_head."""
     base = {k: v for k, v in (cfg or MODEL_CONFIG).items() if not k.startswith("_")}
-    return {**base, **CUT, "layer_types": LAYER_TYPES, "torch_dtype": "float16"}
+    every = int(base["full_attention_interval"])
+    types = LAYER_TYPES if layers == 2 else [
+        "full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)
+    ]  # fmt: skip
+    cut = {**CUT, "vocab_size": vocab, "num_hidden_layers": layers}
+    return {**base, **cut, "layer_types": types, "torch_dtype": _ST[dtype]}
 
 
-def write_synthetic_checkpoint(path: Path, seed: int = 0) -> Path:
+def write_synthetic_checkpoint(
+    path: Path, seed: int = 0, layers: int = 2, vocab: int = 4096, dtype: torch.dtype = torch.float16
+) -> Path:
+    """Stored in `dtype` (bf16: as NVFP4 exports keep the unquantized tensors); one safetensors file,
+    or one a layer past 2 layers (48 layers at the full vocabulary: about 8 GB in 16-bit)."""
     from safetensors.torch import save_file
 
-    cfg = synthetic_config()
+    cfg = synthetic_config(layers=layers, vocab=vocab, dtype=dtype)
+    types = cfg["layer_types"]
     gen = torch.Generator().manual_seed(seed)
     h, d = cfg["hidden_size"], cfg["hc_count"] * cfg["hidden_size"]
     rank, hc = cfg["hc_lowrank"], cfg["hc_count"]
@@ -40,9 +55,14 @@ def write_synthetic_checkpoint(path: Path, seed: int = 0) -> Path:
     heads, kvh, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     idx = (cfg["indexer_n_heads"] + cfg["indexer_kv_heads"]) * cfg["indexer_head_dim"]
     inter = cfg["shared_expert_intermediate_size"]
-    shapes: dict[str, tuple[int, ...]] = {"lm_head.weight": (cfg["vocab_size"], h)}
     m = "model.language_model"
-    for i, kind in enumerate(LAYER_TYPES):
+    path.mkdir(parents=True, exist_ok=True)
+    files: list[dict[str, tuple[int, ...]]] = [{"lm_head.weight": (cfg["vocab_size"], h)}]
+    shapes = files[0]
+    for i, kind in enumerate(types):
+        if layers > 2:
+            shapes = {}
+            files.append(shapes)
         p = f"{m}.layers.{i}"
         if kind == "linear_attention":
             a = f"{p}.linear_attn"
@@ -71,19 +91,23 @@ def write_synthetic_checkpoint(path: Path, seed: int = 0) -> Path:
         }
         for where in ("attn_hyper_connection", "mlp_hyper_connection"):
             shapes |= _hc(f"{p}.{where}", d, rank, hc, inject=True)
-    shapes |= _hc(f"{m}.hyper_connection_mixer", d, rank, hc, inject=False)
-    tensors = {
-        name: (torch.randn(*shape, generator=gen) * (0.1 if len(shape) == 1 else shape[-1] ** -0.5)).half()
-        for name, shape in shapes.items()
-    }
-    for i in range(len(LAYER_TYPES)):  # an NVFP4 expert: packed e2m1 pairs + fp8 block scales (never read)
-        e = f"{m}.layers.{i}.mlp.experts.0"
-        tensors[f"{e}.down_proj.weight"] = torch.randint(
-            0, 255, (h, inter // 2), generator=gen, dtype=torch.uint8
-        )
-        tensors[f"{e}.down_proj.weight_scale"] = torch.ones(h, inter // 16).to(torch.float8_e4m3fn)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "model.safetensors"))
+    files[0] |= _hc(f"{m}.hyper_connection_mixer", d, rank, hc, inject=False)
+    for n, part in enumerate(files):
+        tensors = {
+            name: (torch.randn(*shape, generator=gen) * (0.1 if len(shape) == 1 else shape[-1] ** -0.5)).to(
+                dtype
+            )
+            for name, shape in part.items()
+        }
+        for name in part:  # an NVFP4 expert a layer: packed e2m1 pairs + fp8 block scales (never read)
+            if name.endswith("mlp.gate.weight"):
+                e = name.removesuffix("mlp.gate.weight") + "mlp.experts.0"
+                tensors[f"{e}.down_proj.weight"] = torch.randint(
+                    0, 255, (h, inter // 2), generator=gen, dtype=torch.uint8
+                )
+                tensors[f"{e}.down_proj.weight_scale"] = torch.ones(h, inter // 16).to(torch.float8_e4m3fn)
+        name = "model.safetensors" if len(files) == 1 else f"model-{n:05d}.safetensors"
+        save_file(tensors, str(path / name))
     (path / "config.json").write_text(json.dumps({"architectures": ["Qwen4ExpForCausalLM"], **cfg}, indent=1))
     return path
 

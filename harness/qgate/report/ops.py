@@ -39,9 +39,9 @@ def screen_markdown(record: dict[str, Any]) -> str:
         f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}, seed {record['seed']}, "
         f"started {record['started_at']}.",
         "",
-        "| route | shape | bitwise = ref | max abs diff | max ULP | deterministic | graph replay | "
-        "fallback probe | result |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| route | shape | over bound | worst err/bound | bitwise = ref | max abs diff | max ULP "
+        "| deterministic | graph replay | fallback probe | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if record.get("overrides"):  # the arm's overrides ran instead of the routes' kernels
         runs = ", ".join(f"{route}: `{spec}`" for route, spec in record["overrides"].items())
@@ -52,11 +52,22 @@ def screen_markdown(record: dict[str, Any]) -> str:
         probe = c.get("fallback_probe")
         probe_txt = "n/a" if probe is None else _fmt(probe["counted"] and probe["equal_to_reference"])
         verdict = "pass" if c["passed"] else "FAIL: " + "; ".join(c["failures"])
+        b = c.get("bound") or {}
+        judged = bool(b.get("outputs"))
+        over = f"{b['over_bound']}/{b['outputs']}" if judged else "n/a"
         lines.append(
-            f"| {c['route']} | {c['label']} | {c.get('bitwise_equal', 'n/a')}/{c['trials']} | "
+            f"| {c['route']} | {c['label']} | {over} | {_fmt(b['worst_ratio'] if judged else None, '.4g')} "
+            f"| {c.get('bitwise_equal', 'n/a')}/{c['trials']} | "
             f"{_fmt(c.get('max_abs_diff'))} | {_fmt(c.get('max_ulp'))} | {_fmt(c.get('deterministic'))} | "
             f"{_fmt(c.get('graph_replay_identical'))} | {probe_txt} | {verdict} |"
         )
+    if record.get("bias"):
+        lines += ["", "Sign test of the deviations from the correctly rounded result (docs/ops.md):", ""]
+        lines += [
+            f"- {t['route']}: {t['above_rn']} above, {t['below_rn']} below, p = {t['p_value']:.3g} "
+            f"(alpha {t['alpha']}): {'ok' if t['passed'] else 'FAIL'}"
+            for t in record["bias"]
+        ]
     return "\n".join(lines) + "\n"
 
 
