@@ -190,7 +190,7 @@ def test_a_non_finite_routed_weight_fails_naming_the_tensor(tmp_path: Path, edit
 
 
 def test_a_dtype_the_routes_op_does_not_take_on_the_device_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    synthetic: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The dtypes come from the op's dispatch (qgate_kernels.dtypes); a device whose GEMV kernel took fp16
     only would refuse --dtype bf16 in one line, before anything is read."""
@@ -202,12 +202,26 @@ def test_a_dtype_the_routes_op_does_not_take_on_the_device_is_one_line(
         "fused_hc_fp16": ("fp16", "bf16"),
     }
     monkeypatch.setattr(real, "route_dtypes", lambda device: takes)
-    args = ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--real", "--dtype", "bf16", "--device", "cpu"]
+    # the synthetic checkpoint, not the contract's tiny Qwen4Exp: transformers builds that one only from 5.18
+    args = ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--real", "--model", str(synthetic)]
+    args += ["--dtype", "bf16", "--device", "cpu"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2, res.output
     (line,) = res.output.strip().splitlines()
     assert "--dtype bf16: route fp16_gemv's op on cpu runs its kernel for fp16" in line
     bad = CliRunner().invoke(
-        app, ["run", "-c", CONTRACT, "-o", str(tmp_path / "p"), "--real", "--dtype", "fp32"]
+        app,
+        [
+            "run",
+            "-c",
+            CONTRACT,
+            "-o",
+            str(tmp_path / "p"),
+            "--real",
+            "--model",
+            str(synthetic),
+            "--dtype",
+            "fp32",
+        ],
     )
     assert bad.exit_code == 2 and "--dtype 'fp32': expected fp16 or bf16" in bad.output
