@@ -22,6 +22,9 @@ Format history of the store (`qgate_history.schema_version`):
                   correct rates). A version-1 store is read as it is (the new columns read as unset)
                   and upgraded in place, in the append's own transaction, on its next append (columns
                   added; no row is changed).
+  3 (2026-12-03): decode_launch_ids (the launch of every decode rep, nights of 2+ launches: the
+                  history's between-launch estimate, qgate.launch_cv). A version-1 or -2 store is read
+                  as it is and upgraded in place on its next append, as above.
 """
 
 from __future__ import annotations
@@ -40,14 +43,18 @@ from qgate.night import (  # noqa: F401  (HistoryError and collect re-exported: 
     COLUMN_NAMES,
     COLUMNS,
     V1_COLUMN_NAMES,
+    V2_COLUMN_NAMES,
     V2_COLUMNS,
+    V3_COLUMNS,
     HistoryError,
     collect,
     unjudged_kinds,
 )
 from qgate.results import atomic_write_text, atomic_write_with, file_mode, utc_now
 
-HISTORY_SCHEMA_VERSION = 2
+HISTORY_SCHEMA_VERSION = 3
+# The columns of the table nights per schema version this qgate reads.
+_VERSION_COLUMNS = {"1": V1_COLUMN_NAMES, "2": V2_COLUMN_NAMES, str(HISTORY_SCHEMA_VERSION): COLUMN_NAMES}
 FORMAT = "qgate-history"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -107,12 +114,12 @@ def _validate(conn: sqlite3.Connection, path: Path) -> int:
     if meta.get("format") != FORMAT:
         raise HistoryError(f"{path}: qgate_history.format = {meta.get('format')!r}, expected {FORMAT!r}")
     version = meta.get("schema_version")
-    if version not in ("1", str(HISTORY_SCHEMA_VERSION)):
+    if version not in _VERSION_COLUMNS:
         raise HistoryError(
-            f"{path}: history schema_version = {version!r}; this qgate reads 1 and {HISTORY_SCHEMA_VERSION}"
+            f"{path}: history schema_version = {version!r}; this qgate reads 1 to {HISTORY_SCHEMA_VERSION}"
         )
     cols = tuple(r[1] for r in conn.execute("PRAGMA table_info(nights)"))
-    if cols != (V1_COLUMN_NAMES if version == "1" else COLUMN_NAMES):
+    if cols != _VERSION_COLUMNS[version]:
         raise HistoryError(f"{path}: table nights has columns {cols}, not those of schema {version}")
     check = conn.execute("PRAGMA quick_check").fetchone()
     if not check or check[0] != "ok":
@@ -120,10 +127,11 @@ def _validate(conn: sqlite3.Connection, path: Path) -> int:
     return int(version)
 
 
-def _upgrade(conn: sqlite3.Connection) -> None:
-    """Schema 1 -> 2 inside the caller's transaction: add the new columns; no row changes."""
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Schema 1 or 2 -> 3 inside the caller's transaction: add the new columns; no row changes."""
+    have = set(_VERSION_COLUMNS[str(version)])
     for name, sql in COLUMNS:
-        if name in V2_COLUMNS:
+        if name not in have:
             conn.execute(f"ALTER TABLE nights ADD COLUMN {name} {sql}")
     conn.execute(
         "UPDATE qgate_history SET value = ? WHERE key = 'schema_version'", (str(HISTORY_SCHEMA_VERSION),)
@@ -140,8 +148,9 @@ def _open(path: Path, readonly: bool) -> Iterator[sqlite3.Connection]:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None)
         if not readonly:
             conn.execute("BEGIN IMMEDIATE")  # one writer; validation and insert see the same store
-        if _validate(conn, path) == 1 and not readonly:
-            _upgrade(conn)
+        version = _validate(conn, path)
+        if version < HISTORY_SCHEMA_VERSION and not readonly:
+            _upgrade(conn, version)
         yield conn
         if not readonly:
             conn.execute("COMMIT")
@@ -269,7 +278,7 @@ def read_rows(store: str | Path) -> list[dict[str, Any]]:
         raise HistoryError(f"{path}: no such history store")
     with _open(path, readonly=True) as conn:
         have = {r[1] for r in conn.execute("PRAGMA table_info(nights)")}
-        cols = [c for c in COLUMN_NAMES if c in have]  # a version-1 store lacks the V2 columns
+        cols = [c for c in COLUMN_NAMES if c in have]  # an older store lacks the later columns
         cur = conn.execute(
             f"SELECT {', '.join(cols)} FROM nights "
             "ORDER BY night, CASE arm WHEN 'control' THEN 0 WHEN 'candidate' THEN 1 ELSE 2 END, arm"

@@ -1,4 +1,4 @@
-"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force]`: wiring only.
+"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force] [--aa] [--history STORE]`: wiring only.
 
 Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR, 4 INCONCLUSIVE.
 """
@@ -45,6 +45,16 @@ AaOpt = Annotated[
     bool,
     typer.Option("--aa", help="the arms ran with the same env on purpose (an A/A test); refused without it"),
 ]
+HistoryOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--history",
+        envvar="QGATE_HISTORY_STORE",
+        dir_okay=False,
+        help="history store: with one engine start per arm, the control's between-launch CV from its "
+        "earlier nights of this contract and runner (a store not yet created: none)",
+    ),
+]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
@@ -56,6 +66,7 @@ def compare(
     contract: MaybeContractOpt = None,
     force: ForceOpt = False,
     aa: AaOpt = False,
+    history: HistoryOpt = None,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
@@ -65,7 +76,7 @@ def compare(
     from qgate.compare import run_compare  # the statistics: not imported by every qgate command
 
     with user_errors():
-        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa)
+        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa, history=history)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")
