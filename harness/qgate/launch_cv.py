@@ -127,6 +127,16 @@ def _launch_groups(row: Mapping[str, Any], reps: int) -> tuple[list[list[float]]
     return [groups[k] for k in sorted(groups, key=str)], ""
 
 
+def between_var(logs: np.ndarray, confidence: float = CONFIDENCE) -> tuple[Any, Any, Any]:
+    """(point, upper bound, MSW) of the between-launch variance from log reps [..., G launches, R reps]
+    (module docstring; arrays in, arrays out, so the simulation of tests/test_launch_cv.py runs this)."""
+    g, r = logs.shape[-2], logs.shape[-1]
+    v = logs.mean(axis=-1).var(axis=-1, ddof=1)  # [...]
+    msw = logs.var(axis=-1, ddof=1).mean(axis=-1)  # [...]
+    upper_v = v * (g - 1) / float(sps.chi2.ppf(1 - confidence, g - 1))
+    return np.maximum(0.0, v - msw / r), np.maximum(0.0, upper_v - msw / r), msw
+
+
 def estimate(
     rows: Iterable[Mapping[str, Any]],
     tonight: Mapping[str, Any],
@@ -176,10 +186,7 @@ def estimate(
         return LaunchCV(False, why, **base, nights=tuple(nights), skipped=tuple(skipped))
     logs = np.log(np.array(groups, dtype=float))  # [G, R]
     g = logs.shape[0]
-    v = float(logs.mean(axis=1).var(ddof=1))
-    msw = float(logs.var(axis=1, ddof=1).mean())
-    upper_v = v * (g - 1) / float(sps.chi2.ppf(1 - confidence, g - 1))
-    point, upper = max(0.0, v - msw / reps), max(0.0, upper_v - msw / reps)
+    point, upper, msw = (float(x) for x in between_var(logs, confidence))
     return LaunchCV(
         True,
         f"{g} launches of {len(nights)} {where}",

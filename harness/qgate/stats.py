@@ -379,7 +379,7 @@ def arm_variance(
         within = x.var(axis=1, ddof=1) / n
         if between is None:
             return {**out, "var_of_mean": within, "df": np.full(p, n - 1.0)}
-        start = float(between["rel_var"]) * out["mean"] ** 2
+        start = np.asarray(between["rel_var"], dtype=float) * out["mean"] ** 2  # a float or one per row
         df = _satterthwaite(within, start, np.full(p, n - 1.0), np.full(p, float(between["df"])))
         df = np.where(start > 0, df, n - 1.0)  # no offset: the reps' own df
         return {
