@@ -8,9 +8,10 @@ workflow leaves); qgate.history is the store they are appended to.
     RESULT_DIR/verdict.json and RESULT_DIR/*/verdict.json   the verdicts of `qgate compare`
 
 and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
-every rep, and with 2+ launches the launch of every rep: qgate.speed.figures.arm_figures), quality counts (raw/strict correct and accuracy over the selected
-items, health counts), the gate lines the trend report draws, and the night's verdict (the worst of the
-verdicts found: ERROR > FAIL > INCONCLUSIVE > PASS; each kind's verdict and reasons are kept too).
+every rep, with 2+ launches the launch of every rep: qgate.speed.figures.arm_figures), quality counts
+(raw/strict correct and accuracy over the selected items, health counts), the gate lines the trend
+report draws, and the night's verdict (the worst of the verdicts found: ERROR > FAIL > INCONCLUSIVE >
+PASS; each kind's verdict and reasons are kept too).
 COLUMNS is the row (and the store's table); content_sha256 is a night's idempotency key.
 """
 
