@@ -53,7 +53,8 @@ def test_report_names_what_the_issue_asks_for(record: dict) -> None:
     for needle in (
         "# qgate verdict: PASS",
         "| arm | route | steady samples (tok/s) | mean (tok/s) | mean TPOT (ms) |",
-        "| control | none switched on | 50.12, 49.87, 50.31, 49.95, 50.08, 50.27, 49.93, 50.49, 50.16, 50.11 | 50.13 |",
+        "| control | none switched on | 50.12, 49.87, 50.31, 49.95, 50.08, 50.27, 49.93, 50.49, 50.16, "
+        "50.11 | 50.13 |",
         "| candidate | fp16_gemv |",
         "Throughput change: +19.58 %; TPOT change: -16.37 %.",
         "sample sd (tok/s)",

@@ -88,6 +88,23 @@ def standin_routes() -> types.ModuleType:
     return mod
 
 
+def history_night(root: Path, night: str, control: dict[str, Any], candidate: dict[str, Any]) -> Path:
+    """A night's run folder as the nightly leaves it (speed results and the speed verdict's record),
+    for `qgate history append`: the results' first engine start moved to `night`."""
+    run = root / night
+    for arm, result in (("control", control), ("candidate", candidate)):
+        result = copy.deepcopy(result)
+        for launch in result["launches"]:
+            launch["started_at"] = f"{night}T01:30:00+00:00"
+        write_json(run / "speed" / f"{arm}.json", result)
+    verdict = {
+        "kind": "verdict", "schema_version": 2, "verdict": "INCONCLUSIVE", "reasons": [], "gates": [],
+        "kinds": ["speed"], "contract": control["contract"], "figures": {},
+    }  # fmt: skip
+    write_json(run / "compare-speed" / "verdict.json", verdict)
+    return run
+
+
 def write_json(path: Path, data: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
