@@ -13,8 +13,10 @@ stay <= alpha/2 (plus the Monte-Carlo allowance of 3 sd).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +30,12 @@ FLOOR = 1 - MARGIN / 100
 SPREADS = (0.0, 0.005, 0.01, 0.02, 0.05)
 SIMS = 4000
 ALLOWANCE = ALPHA / 2 + 3 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / SIMS)
+
+_spec = importlib.util.spec_from_file_location(
+    "golden_support", Path(__file__).parent / "golden" / "support.py"
+)
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
 
 FP = {
     "hostname": "v100-runner",
@@ -204,3 +212,41 @@ def test_simulated_error_rates_across_engine_starts(design: str) -> None:
         assert worst_fail > 0.2 and worst_margin > 0.2
         return
     assert worst_fail <= ALLOWANCE and worst_margin <= ALLOWANCE, rows
+
+
+# ---- the history's rows know which rep came from which launch (schema 3) ---------------------------
+
+
+def test_history_rows_carry_launch_ids_and_a_version_2_store_is_upgraded(tmp_path: Path) -> None:
+    import sqlite3
+
+    from qgate import history
+
+    control, candidate = support.load_pair()  # two launches of 5 reps per arm
+    store = tmp_path / "h.sqlite"
+    history.append(store, support.history_night(tmp_path, "2026-12-01", control, candidate))
+    conn = sqlite3.connect(store)  # make it what schema 2 wrote: no decode_launch_ids
+    conn.execute("ALTER TABLE nights DROP COLUMN decode_launch_ids")
+    conn.execute("UPDATE qgate_history SET value = '2' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    assert [r["decode_launch_ids"] for r in history.read_rows(store)] == [None, None]
+    single = [support.one_launch(arm) for arm in support.load_pair()]
+    one = support.history_night(tmp_path, "2026-12-02", *single)
+    assert history.append(store, one).status == "appended"
+    rows = history.read_rows(store)
+    assert [r["decode_launch_ids"] for r in rows] == [None, None, None, None]  # one launch: unset
+    conn = sqlite3.connect(store)
+    assert conn.execute("SELECT value FROM qgate_history WHERE key = 'schema_version'").fetchone() == ("3",)
+    conn.close()
+    two = support.history_night(tmp_path, "2026-12-03", control, candidate)
+    history.append(store, two)
+    rows = history.read_rows(store)
+    assert json.loads(rows[4]["decode_launch_ids"]) == [0] * 5 + [1] * 5
+    # A one-launch night hashes as it did before schema 3: its content has no unset launch ids.
+    assert history.append(store, one).status == "already recorded"
+    # The estimator reads these rows: 2026-12-01's ten reps lost their launch ids in the downgrade.
+    est = launch_cv.estimate(rows, {**single[0], "launches": [
+        {"launch": 0, "started_at": "2026-12-09T01:00:00+00:00"}]}, min_nights=2)  # fmt: skip
+    assert est.used and est.nights == ("2026-12-02", "2026-12-03") and est.launches == 3
+    assert est.skipped == ("2026-12-01: 10 reps without launch ids (the contract runs 5 a launch)",)
