@@ -28,7 +28,7 @@ from qgate.stats import arm_variance, log_ratio_se_df
 ALPHA, MARGIN, MIN_EFFECT, REPS, WITHIN = 0.05, 2.0, 2.0, 5, 0.01
 FLOOR = 1 - MARGIN / 100
 SPREADS = (0.0, 0.005, 0.01, 0.02, 0.05)
-SIMS = 4000
+SIMS = 20000
 ALLOWANCE = ALPHA / 2 + 3 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / SIMS)
 
 _spec = importlib.util.spec_from_file_location(
@@ -157,17 +157,27 @@ def _fixed(rng: np.random.Generator, spread: float, ratio: float, launches: int)
 
 
 def _sequential(rng: np.random.Generator, spread: float, ratio: float, most: int) -> tuple[float, float]:
+    """The nightly: looks from 2 to `most` launches per arm, stopping at the first PASS or FAIL; then
+    `qgate compare` of the data it stopped with, at the stopping look's boundary: its verdict counts.
+    (At the fixed design's alpha/2 instead, the stopped data's PASS at the margin reached 3.0 % at a
+    launch sd of 1 %, the A/A FAIL 3.0 % at 5 %: stopping when a look decides, then judging looser.)"""
+    from scipy import stats as sps
+
     design = Design.plan(ALPHA, 2, most)
     c = _launches(rng, SIMS, most, spread, 1.0)
     t = _launches(rng, SIMS, most, spread, ratio)
-    state = np.zeros(SIMS, dtype=int)  # 0 continue, -1 FAIL, 1 PASS
+    open_ = np.ones(SIMS, dtype=bool)
+    fail_end, pass_end = np.zeros(SIMS, dtype=bool), np.zeros(SIMS, dtype=bool)
     for index, n in enumerate(design.launches):
         vc, vt = arm_variance(c[:, : n * REPS], n), arm_variance(t[:, : n * REPS], n)
         fail, passed = _decide(vc, vt, lambda df, i=index: design.t_critical(i, df))
-        open_ = state == 0
-        state[open_ & fail] = -1
-        state[open_ & passed & ~fail] = 1
-    return float((state == -1).mean()), float((state == 1).mean())
+        stop = open_ & ((fail | passed) | (index == len(design.launches) - 1))
+        # compare judges the stopped data at the stopping look's boundary (speed.compare.stopped_look_z)
+        z = float(design.z[index])
+        last_fail, last_pass = _decide(vc, vt, lambda df, z=z: sps.t.isf(sps.norm.sf(z), df))
+        fail_end[stop], pass_end[stop] = last_fail[stop], last_pass[stop]
+        open_ &= ~stop
+    return float(fail_end.mean()), float(pass_end.mean())
 
 
 def _history(rng: np.random.Generator, spread: float, ratio: float, nights: int) -> tuple[float, float]:
@@ -186,7 +196,9 @@ def _history(rng: np.random.Generator, spread: float, ratio: float, nights: int)
 
 DESIGNS = {
     "in the run: 2 launches (the contract)": lambda rng, s, r: _fixed(rng, s, r, 2),
-    "in the run: --until-decided 2..5 (the nightly)": lambda rng, s, r: _sequential(rng, s, r, 5),
+    "in the run: --until-decided 2..5, then compare (the nightly)": lambda rng, s, r: _sequential(
+        rng, s, r, 5
+    ),
     "history: 1 launch, 5 nights": lambda rng, s, r: _history(rng, s, r, 5),
     "history: 1 launch, 20 nights": lambda rng, s, r: _history(rng, s, r, 20),
     "no launch variance: 1 launch, the reps only": lambda rng, s, r: _fixed(rng, s, r, 1),
@@ -243,10 +255,32 @@ def test_history_rows_carry_launch_ids_and_a_version_2_store_is_upgraded(tmp_pat
     history.append(store, two)
     rows = history.read_rows(store)
     assert json.loads(rows[4]["decode_launch_ids"]) == [0] * 5 + [1] * 5
-    # A one-launch night hashes as it did before schema 3: its content has no unset launch ids.
+    # Nights hash as they did before schema 3 (launch ids are not content): appended again, each is
+    # "already recorded", the two-launch night stored under schema 2 (no launch ids) too.
     assert history.append(store, one).status == "already recorded"
+    assert history.append(store, tmp_path / "2026-12-01").status == "already recorded"
     # The estimator reads these rows: 2026-12-01's ten reps lost their launch ids in the downgrade.
     est = launch_cv.estimate(rows, {**single[0], "launches": [
         {"launch": 0, "started_at": "2026-12-09T01:00:00+00:00"}]}, min_nights=2)  # fmt: skip
     assert est.used and est.nights == ("2026-12-02", "2026-12-03") and est.launches == 3
     assert est.skipped == ("2026-12-01: 10 reps without launch ids (the contract runs 5 a launch)",)
+
+
+def test_a_sequential_result_is_judged_at_the_boundary_of_the_look_it_stopped_at() -> None:
+    from scipy import stats as sps
+
+    from qgate.compare import Pair, build_verdict
+    from qgate.speed import sequential
+
+    control, candidate = support.load_pair()
+    fixed = build_verdict([Pair("speed", control, candidate, "c", "t")], [], support.pinned_contract())
+    look = sequential.Look(1, 2, 1.2, 1.1, 1.3, 4.0, 2.0, 0.4, 0.3, "PASS", "shown")
+    design = sequential.Design.plan(0.05, 2, 5)  # its first look's z is 3.4
+    for arm in (control, candidate):
+        arm["sequential"] = sequential.record(design, [look])
+    seq = build_verdict([Pair("speed", control, candidate, "c", "t")], [], support.pinned_contract())
+    a, b = fixed["stats"]["decode_tok_s"], seq["stats"]["decode_tok_s"]
+    assert a["ratio"] == b["ratio"] and a["log_ratio_se"] == b["log_ratio_se"] and a["df"] == b["df"]
+    q = sps.t.isf(sps.norm.sf(design.z[0]), b["df"])
+    assert b["t_ci_low"] == pytest.approx(math.exp(math.log(b["ratio"]) - q * b["log_ratio_se"]))
+    assert b["t_ci_low"] < a["t_ci_low"] and b["t_ci_high"] > a["t_ci_high"]

@@ -320,7 +320,7 @@ def run_compare(
     loaded = resolve_contract(contract, pairs)
     rows = history_rows(history, pairs)
     record = build_verdict(pairs, one_sided, loaded, rows)
-    if history is not None:
+    if rows is not None:  # the store was read (a speed pair of one launch per arm)
         record["inputs"]["history"] = str(history)
     if aa:
         record["aa"] = True

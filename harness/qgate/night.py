@@ -78,8 +78,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("decode_launch_ids", "TEXT"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
-# Columns added by schema 2 (absent from a version-1 store) and 3; unset ones stay out of
-# content_sha256, so a one-seed, one-launch night hashes as it did under schema 1.
+# Columns added by schema 2 (absent from a version-1 store) and 3; unset schema-2 ones and the schema-3
+# one stay out of content_sha256, so a night hashes as it did under schema 1.
 V2_COLUMNS = ("quality_seeds", "quality_outputs", "quality_item_rates")
 V3_COLUMNS = ("decode_launch_ids",)
 ADDED_COLUMNS = V2_COLUMNS + V3_COLUMNS
@@ -296,11 +296,13 @@ def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
 
 
 def content_sha256(row: dict[str, Any]) -> str:
-    """Hash of what a night says (not where or when it was appended): the idempotency key."""
+    """Hash of what a night says (not where or when it was appended): the idempotency key. The launch
+    ids (schema 3) are left out: they come from the same result files as the reps, and a night of 2+
+    launches recorded before schema 3 must still be appended again as "already recorded"."""
     content = {
         k: row.get(k)
         for k in COLUMN_NAMES
-        if k not in _NOT_CONTENT and not (k in ADDED_COLUMNS and row.get(k) is None)
+        if k not in _NOT_CONTENT and k not in V3_COLUMNS and not (k in V2_COLUMNS and row.get(k) is None)
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 

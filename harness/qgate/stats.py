@@ -435,8 +435,13 @@ def decide_batch(
     higher_is_better: bool = True,
     launches: int = 1,
     between: Mapping[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The decision rule on P pairs at once (rows); used by compare_samples and the honesty tests.
+
+    critical_z: the interval of the ratio at this one-sided normal boundary instead of alpha/2 (the
+    look a `--until-decided` run stopped at, qgate.speed.sequential: its data are judged as it judged
+    them, so stopping early does not inflate the error rates); each bound keeps the tail of that z.
 
     control: [P, n], candidate: [P, m], all positive and finite (compare_samples checks); with
     launches L >= 2 each row holds L launches of equal size, launch-major; with one launch, `between`
@@ -457,7 +462,7 @@ def decide_batch(
         welch_p = 2 * sps.t.sf(np.abs(welch_t), welch_df)
         # The Welch-t interval of the ratio, on its log (delta method).
         log_ratio, se, df = log_ratio_se_df(vc, vt)
-        q = sps.t.ppf(1 - cfg.alpha / 2, df)
+        q = sps.t.ppf(1 - cfg.alpha / 2, df) if critical_z is None else sps.t.isf(sps.norm.sf(critical_z), df)
         t_ci_low, t_ci_high = np.exp(log_ratio - q * se), np.exp(log_ratio + q * se)
         mwu_u, mwu_p, methods = _mwu_batch(control, candidate)
         ci_low, ci_high = _bootstrap_ratio_ci(control, candidate, cfg)
@@ -779,12 +784,14 @@ def compare_samples(
     unit: str = "rep",
     launches: int = 1,
     between: Mapping[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> MetricStats:
     """Compare one metric's samples of two arms; never raises for bad data, returns an error record.
 
     launches L >= 2: each arm's samples are its L * R reps, launch-major (`group_by_launch`), and the
     unit is the launch (one-way random effects). launches = 1: the samples are the units as given;
-    `between` ({"rel_var", "df"}, arm_variance) adds a between-launch variance known from outside.
+    `between` ({"rel_var", "df"}, arm_variance) adds a between-launch variance known from outside;
+    critical_z (decide_batch): the ratio's interval at a sequential look's boundary.
     """
     between = None if launches > 1 or between is None else {k: float(between[k]) for k in ("rel_var", "df")}
     unit = "launch" if launches > 1 else unit
@@ -811,7 +818,7 @@ def compare_samples(
         if t.ndim == 1 and t.size and np.all(np.isfinite(t)):
             sums["candidate"] = summarize(t)
         return MetricStats(**base, verdict=ERROR, reason=problem, error=problem, **sums, **settings)
-    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better, launches, between)
+    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better, launches, between, critical_z)
     row = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in out.items()}
     verdict = VERDICTS[int(row["code"])]
     reason = _reason(verdict, row, cfg, c.size, t.size)

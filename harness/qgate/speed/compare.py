@@ -67,6 +67,7 @@ def _compare_field(
     cfg: StatsConfig,
     higher: bool,
     between: dict[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> MetricStats:
     launches = result_launches(control)
     c, why_c = _arm_samples(control, field, "control")
@@ -74,7 +75,22 @@ def _compare_field(
     if c is None or t is None:
         reason = str(why_c or why_t)
         return error_record(field, reason, higher, "launch" if launches > 1 else "rep")
-    return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches, between=between)
+    return compare_samples(
+        c, t, cfg, field, higher_is_better=higher, launches=launches, between=between, critical_z=critical_z
+    )
+
+
+def stopped_look_z(result: dict[str, Any]) -> float | None:
+    """The z boundary of the look a `--until-decided` run stopped at (its `sequential` record), or None
+    for a fixed-design run: compare judges the decode ratio of stopped data at that look's boundary."""
+    seq = result.get("sequential")
+    if not isinstance(seq, dict) or not isinstance(seq.get("looks"), list) or not seq["looks"]:
+        return None
+    z = (seq.get("design") or {}).get("z_boundaries")
+    index = len(seq["looks"]) - 1
+    if not isinstance(z, list) or index >= len(z) or not isinstance(z[index], (int, float)):
+        return None
+    return float(z[index])
 
 
 def decode_stats(control: dict[str, Any], candidate: dict[str, Any], cfg: StatsConfig) -> MetricStats:
@@ -105,7 +121,8 @@ def compare_speed(
     if history_rows is not None and result_launches(control) == 1:
         history = history_estimate(history_rows, control)
     between = {"rel_var": history.rel_var, "df": math.inf} if history is not None and history.used else None
-    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True, between)
+    critical_z = stopped_look_z(control)
+    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True, between, critical_z)
     ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
     figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
     c, t = figs["control"], figs["candidate"]
