@@ -14,6 +14,7 @@ run, judged and attested.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def ablation_contract(tmp: Path) -> Path:
 def test_real_ablation_blames_the_slowed_route_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", FIXTURES)  # the override module, for every engine process
+    # The override module, for every engine process (and the caller's path kept: a worktree's qgate).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [FIXTURES, os.environ.get("PYTHONPATH")])))
     loaded = load_contract(ablation_contract(tmp_path))
     out = tmp_path / "out"
     record, paths = run_ablation(loaded, out, "both")
