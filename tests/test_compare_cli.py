@@ -342,7 +342,7 @@ def test_the_sm70_pr_numbers_pass_with_the_runners_history(tmp_path: Path) -> No
     assert load_contract(contract).contract.speed.launches == 1
 
 
-def test_the_production_contract_runs_two_launches_per_arm() -> None:
+def test_the_production_contract_runs_at_least_two_launches_per_arm() -> None:
     from qgate.contract import load_contract
 
     prod = Path(__file__).resolve().parents[1] / "contracts" / "qwen38-sm70-tp4-decode.yaml"

@@ -8,7 +8,7 @@ rep, 5 reps a launch (the production contract), margin 2 %, alpha 0.05. A FAIL o
 counted when the Welch-t interval's upper bound lies below the margin's floor, or below 1 with a change
 of at least min_effect_pct the wrong way (a superset of the gates' FAIL: "regressed" needs Mann-Whitney
 and the bootstrap too); a PASS when its lower bound clears the floor (a superset of PASS). Both must
-stay <= alpha/2 (plus the Monte-Carlo allowance of 3 sd).
+stay <= alpha/2.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ ALPHA, MARGIN, MIN_EFFECT, REPS, WITHIN = 0.05, 2.0, 2.0, 5, 0.01
 FLOOR = 1 - MARGIN / 100
 SPREADS = (0.0, 0.005, 0.01, 0.02, 0.05)
 SIMS = 20000
-ALLOWANCE = ALPHA / 2 + 3 * math.sqrt(ALPHA / 2 * (1 - ALPHA / 2) / SIMS)
 
 _spec = importlib.util.spec_from_file_location(
     "golden_support", Path(__file__).parent / "golden" / "support.py"
@@ -156,14 +155,17 @@ def _fixed(rng: np.random.Generator, spread: float, ratio: float, launches: int)
     return float(fail.mean()), float(passed.mean())
 
 
-def _sequential(rng: np.random.Generator, spread: float, ratio: float, most: int) -> tuple[float, float]:
-    """The nightly: looks from 2 to `most` launches per arm, stopping at the first PASS or FAIL; then
+def _sequential(
+    rng: np.random.Generator, spread: float, ratio: float, first: int, most: int
+) -> tuple[float, float]:
+    """The nightly: looks from `first` to `most` launches per arm, stopping at the first PASS or FAIL; then
     `qgate compare` of the data it stopped with, at the stopping look's boundary: its verdict counts.
     (At the fixed design's alpha/2 instead, the stopped data's PASS at the margin reached 3.0 % at a
-    launch sd of 1 %, the A/A FAIL 3.0 % at 5 %: stopping when a look decides, then judging looser.)"""
+    launch sd of 1 %, the A/A FAIL 3.0 % at 5 %: stopping when a look decides, then judging looser.
+    Looks from 2 launches: 2.76 % at 1-2 %, the first look's one df; from 3: within 2.5 %.)"""
     from scipy import stats as sps
 
-    design = Design.plan(ALPHA, 2, most)
+    design = Design.plan(ALPHA, first, most)
     c = _launches(rng, SIMS, most, spread, 1.0)
     t = _launches(rng, SIMS, most, spread, ratio)
     open_ = np.ones(SIMS, dtype=bool)
@@ -195,9 +197,10 @@ def _history(rng: np.random.Generator, spread: float, ratio: float, nights: int)
 
 
 DESIGNS = {
-    "in the run: 2 launches (the contract)": lambda rng, s, r: _fixed(rng, s, r, 2),
-    "in the run: --until-decided 2..5, then compare (the nightly)": lambda rng, s, r: _sequential(
-        rng, s, r, 5
+    "in the run: 2 launches": lambda rng, s, r: _fixed(rng, s, r, 2),
+    "in the run: 3 launches (the contract)": lambda rng, s, r: _fixed(rng, s, r, 3),
+    "in the run: --until-decided 3..5, then compare (the nightly)": lambda rng, s, r: _sequential(
+        rng, s, r, 3, 5
     ),
     "history: 1 launch, 5 nights": lambda rng, s, r: _history(rng, s, r, 5),
     "history: 1 launch, 20 nights": lambda rng, s, r: _history(rng, s, r, 20),
@@ -223,7 +226,9 @@ def test_simulated_error_rates_across_engine_starts(design: str) -> None:
         # Why the gate exists: the reps alone are far off once starts differ (kept as a check of it).
         assert worst_fail > 0.2 and worst_margin > 0.2
         return
-    assert worst_fail <= ALLOWANCE and worst_margin <= ALLOWANCE, rows
+    # Seeded, so the figures of docs/compare.md are what this asserts: at most alpha/2 (20,000 runs a
+    # cell: a Monte-Carlo sd of ~0.11 % at 2.5 %).
+    assert worst_fail <= ALPHA / 2 and worst_margin <= ALPHA / 2, rows
 
 
 # ---- the history's rows know which rep came from which launch (schema 3) ---------------------------
