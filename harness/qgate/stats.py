@@ -14,6 +14,12 @@ offsets; their maximum never estimates below the within-launch floor and follows
 launches differ by more than their reps do. tests/test_stats.py checks the calibration by simulation
 (A/A with launch offsets of sd 10 %, and a true slowdown equal to the margin).
 
+With L = 1 the reps say nothing of the offset between the two arms' engine starts. A between-launch
+variance known from outside the run (`between`: qgate.launch_cv's bound from the history, relative to
+the mean squared) is then added to each arm's mean: var(mean) = s^2 / n + rel_var * mean^2, df by
+Satterthwaite (tests/test_launch_cv.py simulates the error rates). Without it the speed gates do not
+let the decode ratio PASS or FAIL (qgate.speed.gates).
+
 The interval. The CI of the ratio of means (candidate / control) is a Welch-t interval on its log:
 log(mean_t / mean_c) +- t(1 - alpha/2, df) * se, se^2 = var(mean_t)/mean_t^2 + var(mean_c)/mean_c^2
 (delta method), df by Satterthwaite. Each bound is one-sided at alpha/2; the verdict layer's
