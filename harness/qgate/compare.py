@@ -335,8 +335,10 @@ def history_rows(store: str | Path | None, pairs: list[Pair]) -> list[dict[str, 
     speed = [p for p in pairs if p.kind == "speed" and result_launches(p.control) == 1]
     if store is None or not speed:
         return None
-    if not Path(store).exists():
-        return []
-    from qgate.history import read_rows  # SQLite: only when a store is read
+    from qgate.history import open_store  # the store's backend: only when a store is read
+    from qgate.history.sqlite_store import SqliteStore
 
-    return read_rows(store)
+    backend = open_store(store)
+    if isinstance(backend, SqliteStore) and not backend.path.exists():
+        return []
+    return backend.read_rows()

@@ -35,7 +35,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
     "ops_bench": (1, 2, 3),
     "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
-    "ops_real": (1,),  # real-weight operator bounds (qgate.ops.real)
+    # real-weight operator bounds (qgate.ops.real); 2: `recording` (the recording's ranks and shapes
+    # against the slices, qgate.ops.recorded) and `topk` (the QSA top-k on recorded score rows)
+    "ops_real": (1, 2),
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
     "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
