@@ -14,6 +14,7 @@ run, judged and attested.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def ablation_contract(tmp: Path) -> Path:
 def test_real_ablation_blames_the_slowed_route_and_resumes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", FIXTURES)  # the override module, for every engine process
+    # The override module, for every engine process (and the caller's path kept: a worktree's qgate).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [FIXTURES, os.environ.get("PYTHONPATH")])))
     loaded = load_contract(ablation_contract(tmp_path))
     out = tmp_path / "out"
     record, paths = run_ablation(loaded, out, "both")
@@ -92,13 +94,22 @@ def test_real_ablation_blames_the_slowed_route_and_resumes(
     assert Path(paths["plot"]).stat().st_size > 0 and json.loads(Path(paths["record"]).read_text())
 
     # The control and the candidate are a speed run of one contract: `qgate compare` judges and attests
-    # them as it does `qgate run speed`'s (the routed candidate is ~90 % slower: FAIL, the route attested).
+    # them as it does `qgate run speed`'s (the routed candidate is ~90 % slower, the route attested).
+    # One engine start per arm: the decode ratio's gates cannot FAIL without the variance between starts
+    # (INCONCLUSIVE, issue 40); the FAIL is the floor's, a statistic on the candidate's mean (~9 tok/s
+    # against the smoke contract's 100).
     code, verdict, stdout = compare_run(out, tmp_path / "cmp")
     gates = {g["name"]: g for g in verdict["gates"]}
     assert gates["routes.fp16_gemv.ran"]["passed"] and gates["routes.control_clean"]["passed"], gates
     assert gates["comparable arms"]["passed"], gates["comparable arms"]["detail"]
     assert gates["decode statistics computed"]["passed"], gates["decode statistics computed"]["detail"]
     assert verdict["verdict"] == "FAIL" and code == 1, verdict["reasons"]
+    across = gates["decode ratio across engine starts"]
+    assert not across["passed"] and across["severity"] == "inconclusive", across
+    ratio = gates["no significant decode regression"]
+    assert not ratio["passed"] and ratio["severity"] == "inconclusive", ratio
+    floor = next(g for name, g in gates.items() if name.startswith("candidate mean decode >="))
+    assert not floor["passed"] and floor["severity"] == "fail", floor
     assert "verdict: FAIL" in stdout and (tmp_path / "cmp" / "speed.png").stat().st_size > 0
 
     # Interrupted ablation: the candidate's result is missing. Without --resume nothing is clobbered;

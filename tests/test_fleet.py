@@ -98,7 +98,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _artifacts(tmp_path: Path, contract: Path) -> tuple[Path, Path]:  # noqa: F811
     """Three judged entries (one failing on quality), one whose compare did not run, one never run."""
     art = tmp_path / "artifacts"
-    plan = {"fp16": (1.0, 1), "bf16": (0.9, 1), "wide": (1.02, 5)}
+    # bf16 0.85: its candidate mean (~51 tok/s over two launches) shown below the floor of 55: FAIL.
+    plan = {"fp16": (1.0, 1), "bf16": (0.85, 1), "wide": (1.02, 5)}
     for i, (name, (scale, misses)) in enumerate(plan.items()):
         run, _ = make_night(tmp_path / "runs" / name, contract, "2026-12-01", f"{i + 1}" * 40, scale, misses)
         shutil.copytree(run, art / f"{ARTIFACT_PREFIX}{name}")

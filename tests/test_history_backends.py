@@ -273,7 +273,7 @@ def test_postgres_foreign_or_newer_store_is_refused_unchanged(
 
 def test_postgres_report_from_the_env_store(tmp_path: Path, contract: Path, pg_url: str) -> None:  # noqa: F811
     for i, night in enumerate(("2026-12-01", "2026-12-02")):
-        run, _ = make_night(tmp_path / night, contract, night, f"{i + 1}" * 40, 1 - i / 10)
+        run, _ = make_night(tmp_path / night, contract, night, f"{i + 1}" * 40, 1 - 0.15 * i)  # FAIL: floor
         res = runner.invoke(app, ["append", str(run)], env={"QGATE_HISTORY_STORE": pg_url})
         assert res.exit_code == 0 and res.output.startswith("appended: night"), res.output
     res = runner.invoke(app, ["report", "--out", str(tmp_path / "rep")], env={"QGATE_HISTORY_STORE": pg_url})
@@ -291,7 +291,7 @@ def test_an_older_store_is_read_and_upgraded_by_its_next_append(
     history.append(store, run)
     # Make it what schema 1 wrote: no V2 columns (the triggers would refuse an UPDATE of nights, not
     # of qgate_history). The upgrade adds whatever night.COLUMNS has beyond the store's columns.
-    for col in history.V2_COLUMNS:
+    for col in (*history.V2_COLUMNS, *history.V3_COLUMNS):
         execute(store, f"ALTER TABLE nights DROP COLUMN {col}")
     execute(store, "UPDATE qgate_history SET value = '1' WHERE key = 'schema_version'")
     old = history.read_rows(store)

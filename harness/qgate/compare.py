@@ -15,6 +15,7 @@ the report shows, so the report can be rendered again from verdict.json alone.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,10 +191,16 @@ class Comparer:
     own_gates: str | None = None  # where the section keeps a copy of its own gates (the report's table)
 
 
-def comparers() -> dict[str, Comparer]:
-    """The one registry of comparers, built per call (the comparer functions are the tests' seam)."""
+def comparers(history_rows: list[dict[str, Any]] | None = None) -> dict[str, Comparer]:
+    """The one registry of comparers, built per call (the comparer functions are the tests' seam);
+    history_rows (a store's rows, or None) go to the speed comparer (one launch per arm: qgate.launch_cv)."""
+    speed = (
+        functools.partial(compare_speed, history_rows=history_rows)
+        if history_rows is not None
+        else compare_speed
+    )
     return {
-        "speed": Comparer(compare_speed, SPEED_EXTRA_KEYS, top_level=("stats", "figures")),
+        "speed": Comparer(speed, SPEED_EXTRA_KEYS, top_level=("stats", "figures")),
         "quality": Comparer(compare_quality, prefix="quality: ", own_gates="quality_gates"),
     }
 
@@ -231,9 +238,14 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     }
 
 
-def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContract) -> dict[str, Any]:
+def build_verdict(
+    pairs: list[Pair],
+    one_sided: list[str],
+    loaded: LoadedContract,
+    history_rows: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The verdict record: every gate of every kind compared, the verdict and all figures."""
-    registry = comparers()
+    registry = comparers(history_rows)
     sections = {pair.kind: compare_pair(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
@@ -297,14 +309,36 @@ def run_compare(
     out_dir: str | Path,
     force: bool = False,
     aa: bool = False,
+    history: str | Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Load, compare, write the report; raises ResultError / ContractError for bad input (an A/A not
-    asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False."""
+    asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False.
+    history: a history store (qgate.history), read only for speed results of one launch per arm."""
     refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
     refuse_unasked_aa(pairs, aa)
     loaded = resolve_contract(contract, pairs)
-    record = build_verdict(pairs, one_sided, loaded)
+    rows = history_rows(history, pairs)
+    record = build_verdict(pairs, one_sided, loaded, rows)
+    if rows is not None:  # the store was read (a speed pair of one launch per arm)
+        record["inputs"]["history"] = str(history)
     if aa:
         record["aa"] = True
     return record, write_report(record, out_dir)
+
+
+def history_rows(store: str | Path | None, pairs: list[Pair]) -> list[dict[str, Any]] | None:
+    """The store's rows when a speed pair ran one launch per arm (its between-launch estimate); [] for a
+    store that does not exist yet (a first night: nothing to estimate from), None when not needed."""
+    from qgate.speed.figures import result_launches
+
+    speed = [p for p in pairs if p.kind == "speed" and result_launches(p.control) == 1]
+    if store is None or not speed:
+        return None
+    from qgate.history import open_store  # the store's backend: only when a store is read
+    from qgate.history.sqlite_store import SqliteStore
+
+    backend = open_store(store)
+    if isinstance(backend, SqliteStore) and not backend.path.exists():
+        return []
+    return backend.read_rows()

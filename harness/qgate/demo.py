@@ -201,9 +201,11 @@ def speed_figure(record: dict[str, Any]) -> str:
     if change is not None:
         parts.append(f"{change:+.1f} %")
     decode = (record.get("stats") or {}).get("decode_tok_s") or {}
-    lo, hi, level = decode.get("ci_low"), decode.get("ci_high"), decode.get("ci_level") or 0.95
+    # The Welch-t interval the gates read (launch-aware), not the bootstrap of the reps (which ignores
+    # the spread between engine starts).
+    lo, hi, level = decode.get("t_ci_low"), decode.get("t_ci_high"), decode.get("ci_level") or 0.95
     if lo is not None and hi is not None:
-        parts.append(f"{100 * level:.0f} % CI {100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f} %")
+        parts.append(f"{100 * level:.0f} % Welch-t CI {100 * (lo - 1):+.1f}..{100 * (hi - 1):+.1f} %")
     return ", ".join(parts) or "-"
 
 

@@ -8,9 +8,10 @@ workflow leaves); qgate.history is the store they are appended to.
     RESULT_DIR/verdict.json and RESULT_DIR/*/verdict.json   the verdicts of `qgate compare`
 
 and returns one row per arm found: contract names + sha256, commit, night, decode tok/s (mean, min and
-every rep: qgate.speed.figures.arm_figures), quality counts (raw/strict correct and accuracy over the selected
-items, health counts), the gate lines the trend report draws, and the night's verdict (the worst of the
-verdicts found: ERROR > FAIL > INCONCLUSIVE > PASS; each kind's verdict and reasons are kept too).
+every rep, with 2+ launches the launch of every rep: qgate.speed.figures.arm_figures), quality counts
+(raw/strict correct and accuracy over the selected items, health counts), the gate lines the trend
+report draws, and the night's verdict (the worst of the verdicts found: ERROR > FAIL > INCONCLUSIVE >
+PASS; each kind's verdict and reasons are kept too).
 COLUMNS is the row (and the store's table); content_sha256 is a night's idempotency key.
 """
 
@@ -73,12 +74,17 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("quality_seeds", "INTEGER"),
     ("quality_outputs", "INTEGER"),
     ("quality_item_rates", "TEXT"),  # JSON {index: [correct, runs]} (raw and strict right); 2+ seeds only
+    # schema 3, last: JSON list, the launch of every rep of decode_tok_s_reps; 2+ launches only
+    ("decode_launch_ids", "TEXT"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
-# Columns added by schema 2 (absent from a version-1 store); unset ones stay out of content_sha256, so
-# a one-seed night hashes as it did under schema 1.
+# Columns added by schema 2 (absent from a version-1 store) and 3; unset schema-2 ones and the schema-3
+# one stay out of content_sha256, so a night hashes as it did under schema 1.
 V2_COLUMNS = ("quality_seeds", "quality_outputs", "quality_item_rates")
-V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V2_COLUMNS)
+V3_COLUMNS = ("decode_launch_ids",)
+ADDED_COLUMNS = V2_COLUMNS + V3_COLUMNS
+V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in ADDED_COLUMNS)
+V2_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V3_COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
 _FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
@@ -98,6 +104,7 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
     without a finite number is None in the list and makes the figures over it None."""
     reps = sorted(result.get("reps") or [], key=lambda r: r.get("index", 0))
     figs = arm_figures({**result, "reps": reps})
+    several = len({json.dumps(x) for x in figs["launch_ids"]}) > 1
     return {
         "speed_contract": (result.get("contract") or {}).get("name"),
         "speed_contract_sha256": (result.get("contract") or {}).get("sha256"),
@@ -108,6 +115,7 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
         "tpot_ms_mean": figs["tpot_ms_mean"],
         "ttft_ms_median": figs["ttft_ms_median"],
         "speed_complete": int(result.get("complete") is True),
+        "decode_launch_ids": json.dumps(figs["launch_ids"]) if several else None,
     }
 
 
@@ -288,11 +296,13 @@ def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
 
 
 def content_sha256(row: dict[str, Any]) -> str:
-    """Hash of what a night says (not where or when it was appended): the idempotency key."""
+    """Hash of what a night says (not where or when it was appended): the idempotency key. The launch
+    ids (schema 3) are left out: they come from the same result files as the reps, and a night of 2+
+    launches recorded before schema 3 must still be appended again as "already recorded"."""
     content = {
         k: row.get(k)
         for k in COLUMN_NAMES
-        if k not in _NOT_CONTENT and not (k in V2_COLUMNS and row.get(k) is None)
+        if k not in _NOT_CONTENT and k not in V3_COLUMNS and not (k in V2_COLUMNS and row.get(k) is None)
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 

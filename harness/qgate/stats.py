@@ -14,6 +14,12 @@ offsets; their maximum never estimates below the within-launch floor and follows
 launches differ by more than their reps do. tests/test_stats.py checks the calibration by simulation
 (A/A with launch offsets of sd 10 %, and a true slowdown equal to the margin).
 
+With L = 1 the reps say nothing of the offset between the two arms' engine starts. A between-launch
+variance known from outside the run (`between`: qgate.launch_cv's bound from the history, relative to
+the mean squared) is then added to each arm's mean: var(mean) = s^2 / n + rel_var * mean^2, df by
+Satterthwaite (tests/test_launch_cv.py simulates the error rates). Without it the speed gates do not
+let the decode ratio PASS or FAIL (qgate.speed.gates).
+
 The interval. The CI of the ratio of means (candidate / control) is a Welch-t interval on its log:
 log(mean_t / mean_c) +- t(1 - alpha/2, df) * se, se^2 = var(mean_t)/mean_t^2 + var(mean_c)/mean_c^2
 (delta method), df by Satterthwaite. Each bound is one-sided at alpha/2; the verdict layer's
@@ -57,7 +63,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-STATS_SCHEMA_VERSION = 2
+STATS_SCHEMA_VERSION = 3  # 3: `between` (the between-launch variance given from outside the run)
 DEFAULT_POWER = 0.8
 IMPROVED = "improved"
 REGRESSED = "regressed"
@@ -171,6 +177,9 @@ class MetricStats:
     launches: int = 1
     control_components: Components | None = None
     candidate_components: Components | None = None
+    # With one launch per arm: the between-launch variance added to each arm's mean from outside the
+    # run (qgate.launch_cv, the history), as {"rel_var", "df"}; None when none was given.
+    between: dict[str, float] | None = None
     schema_version: int = STATS_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -357,18 +366,32 @@ def _counts(idx: np.ndarray, size: int) -> np.ndarray:
     return counts
 
 
-def arm_variance(x: np.ndarray, launches: int = 1) -> dict[str, np.ndarray]:
+def arm_variance(
+    x: np.ndarray, launches: int = 1, between: Mapping[str, float] | None = None
+) -> dict[str, np.ndarray]:
     """Per row of x [P, L*R] (launch-major): the variance of the row's mean, its df and the components.
 
-    L = 1: var(x, ddof=1) / n with n - 1 df. L >= 2, R >= 2: one-way random effects (module docstring):
-    max(MSB, MSW) / (L R) with the df of the mean square used. R = 1: MSB / L with L - 1 df.
+    L = 1: var(x, ddof=1) / n with n - 1 df; with `between` ({"rel_var", "df"}: the between-launch
+    variance relative to the mean squared, known from outside the run, qgate.launch_cv) the one start's
+    offset is added: var / n + rel_var * mean^2, df by Satterthwaite (rel_var's df may be inf).
+    L >= 2, R >= 2: one-way random effects (module docstring): max(MSB, MSW) / (L R) with the df of the
+    mean square used. R = 1: MSB / L with L - 1 df.
     """
     x = np.asarray(x, dtype=float)
     p, n = x.shape
     nan = np.full(p, np.nan)
     out = {"mean": x.mean(axis=1), "msb": nan, "msw": nan, "var_between": nan, "var_within": nan}
     if launches <= 1:
-        return {**out, "var_of_mean": x.var(axis=1, ddof=1) / n, "df": np.full(p, n - 1.0)}
+        within = x.var(axis=1, ddof=1) / n
+        if between is None:
+            return {**out, "var_of_mean": within, "df": np.full(p, n - 1.0)}
+        start = np.asarray(between["rel_var"], dtype=float) * out["mean"] ** 2  # a float or one per row
+        df = _satterthwaite(within, start, np.full(p, n - 1.0), np.full(p, float(between["df"])))
+        df = np.where(start > 0, df, n - 1.0)  # no offset: the reps' own df
+        return {
+            **out, "var_of_mean": within + start, "df": df, "var_between": start,
+            "var_within": x.var(axis=1, ddof=1),
+        }  # fmt: skip
     if n % launches:
         raise ValueError(f"{n} samples do not split into {launches} launches")
     r = n // launches
@@ -417,18 +440,27 @@ def decide_batch(
     cfg: StatsConfig,
     higher_is_better: bool = True,
     launches: int = 1,
+    between: Mapping[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> dict[str, np.ndarray]:
     """The decision rule on P pairs at once (rows); used by compare_samples and the honesty tests.
 
+    critical_z: the interval of the ratio at this one-sided normal boundary instead of alpha/2 (the
+    look a `--until-decided` run stopped at, qgate.speed.sequential: its data are judged as it judged
+    them, so stopping early does not inflate the error rates); each bound keeps the tail of that z.
+
     control: [P, n], candidate: [P, m], all positive and finite (compare_samples checks); with
-    launches L >= 2 each row holds L launches of equal size, launch-major. Returns arrays of length P:
+    launches L >= 2 each row holds L launches of equal size, launch-major; with one launch, `between`
+    (arm_variance) adds a between-launch variance known from outside the run to both arms' means (the
+    Welch statistics and interval carry it; Mann-Whitney and the bootstrap, on the reps, cannot, and
+    "significant" needs all of them). Returns arrays of length P:
     welch_t, welch_p, df, mwu_u, mwu_p, ratio, change_pct, ci_low, ci_high (bootstrap), t_ci_low,
     t_ci_high, log_ratio_se, cv_control, cv_candidate and `code` (index into VERDICTS).
     """
     control = np.asarray(control, dtype=float)
     candidate = np.asarray(candidate, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        vc, vt = arm_variance(control, launches), arm_variance(candidate, launches)
+        vc, vt = arm_variance(control, launches, between), arm_variance(candidate, launches, between)
         mean_c, mean_t = vc["mean"], vt["mean"]
         # Welch on the unit (raw scale): with L = 1 this is scipy's ttest_ind(equal_var=False).
         welch_df = _satterthwaite(vt["var_of_mean"], vc["var_of_mean"], vt["df"], vc["df"])
@@ -436,7 +468,7 @@ def decide_batch(
         welch_p = 2 * sps.t.sf(np.abs(welch_t), welch_df)
         # The Welch-t interval of the ratio, on its log (delta method).
         log_ratio, se, df = log_ratio_se_df(vc, vt)
-        q = sps.t.ppf(1 - cfg.alpha / 2, df)
+        q = sps.t.ppf(1 - cfg.alpha / 2, df) if critical_z is None else sps.t.isf(sps.norm.sf(critical_z), df)
         t_ci_low, t_ci_high = np.exp(log_ratio - q * se), np.exp(log_ratio + q * se)
         mwu_u, mwu_p, methods = _mwu_batch(control, candidate)
         ci_low, ci_high = _bootstrap_ratio_ci(control, candidate, cfg)
@@ -757,12 +789,17 @@ def compare_samples(
     higher_is_better: bool = True,
     unit: str = "rep",
     launches: int = 1,
+    between: Mapping[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> MetricStats:
     """Compare one metric's samples of two arms; never raises for bad data, returns an error record.
 
     launches L >= 2: each arm's samples are its L * R reps, launch-major (`group_by_launch`), and the
-    unit is the launch (one-way random effects). launches = 1: the samples are the units as given.
+    unit is the launch (one-way random effects). launches = 1: the samples are the units as given;
+    `between` ({"rel_var", "df"}, arm_variance) adds a between-launch variance known from outside;
+    critical_z (decide_batch): the ratio's interval at a sequential look's boundary.
     """
+    between = None if launches > 1 or between is None else {k: float(between[k]) for k in ("rel_var", "df")}
     unit = "launch" if launches > 1 else unit
     base = {"metric": metric, "higher_is_better": higher_is_better, "unit": unit, "launches": launches}
     settings = {
@@ -787,7 +824,7 @@ def compare_samples(
         if t.ndim == 1 and t.size and np.all(np.isfinite(t)):
             sums["candidate"] = summarize(t)
         return MetricStats(**base, verdict=ERROR, reason=problem, error=problem, **sums, **settings)
-    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better, launches)
+    out = decide_batch(c[None, :], t[None, :], cfg, higher_is_better, launches, between, critical_z)
     row = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in out.items()}
     verdict = VERDICTS[int(row["code"])]
     reason = _reason(verdict, row, cfg, c.size, t.size)
@@ -813,6 +850,7 @@ def compare_samples(
         df=float(row["df"]),
         control_components=_components(out["var_control"], launches, c.size),
         candidate_components=_components(out["var_candidate"], launches, t.size),
+        between=between,
         **settings,
     )
 

@@ -1,7 +1,9 @@
 """Shared helpers of the compare tests (loaded by path: tests/ is not a package).
 
 The fixture pair (speed_control.json, speed_candidate.json) is hand-made: control ~50 tok/s,
-candidate ~60 tok/s (+20 %), CV ~0.3 %, identical tokens, one route switched on and attested.
+candidate ~60 tok/s (+20 %), CV ~0.3 %, identical tokens, one route switched on and attested; two
+launches of 5 reps per arm (the contract's launches: 2; a verdict across engine starts needs them).
+`one_launch` cuts a result to its first launch (what a run of launches: 1 records).
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ def load_pair() -> tuple[dict[str, Any], dict[str, Any]]:
     """Fresh deep copies of the fixture pair, safe to mutate."""
     pair = [json.loads((GOLDEN / f"speed_{arm}.json").read_text()) for arm in ("control", "candidate")]
     return copy.deepcopy(pair[0]), copy.deepcopy(pair[1])
+
+
+def one_launch(result: dict[str, Any]) -> dict[str, Any]:
+    """The result as a run of one launch would have recorded it: launch 0's reps and segment."""
+    result["reps"] = [r for r in result["reps"] if r.get("launch", 0) == 0]
+    result["launches"] = [x for x in result["launches"] if x.get("launch", 0) == 0]
+    result["workload"]["launches"] = 1
+    for route in result["routes"].values():
+        route["hits"] //= 2
+        route["fallbacks"] = {k: v // 2 for k, v in route.get("fallbacks", {}).items()}
+        route["roles"] = {k: v // 2 for k, v in route.get("roles", {}).items()}
+    return result
 
 
 def pinned_contract() -> LoadedContract:
@@ -72,6 +86,23 @@ def standin_routes() -> types.ModuleType:
 
     mod.attestation_gates = attestation_gates
     return mod
+
+
+def history_night(root: Path, night: str, control: dict[str, Any], candidate: dict[str, Any]) -> Path:
+    """A night's run folder as the nightly leaves it (speed results and the speed verdict's record),
+    for `qgate history append`: the results' first engine start moved to `night`."""
+    run = root / night
+    for arm, result in (("control", control), ("candidate", candidate)):
+        result = copy.deepcopy(result)
+        for launch in result["launches"]:
+            launch["started_at"] = f"{night}T01:30:00+00:00"
+        write_json(run / "speed" / f"{arm}.json", result)
+    verdict = {
+        "kind": "verdict", "schema_version": 2, "verdict": "INCONCLUSIVE", "reasons": [], "gates": [],
+        "kinds": ["speed"], "contract": control["contract"], "figures": {},
+    }  # fmt: skip
+    write_json(run / "compare-speed" / "verdict.json", verdict)
+    return run
 
 
 def write_json(path: Path, data: dict[str, Any]) -> Path:

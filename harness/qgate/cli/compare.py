@@ -1,4 +1,4 @@
-"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force]`: wiring only.
+"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force] [--aa] [--history STORE]`: wiring only.
 
 Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR, 4 INCONCLUSIVE.
 """
@@ -59,6 +59,16 @@ BmfOpt = Annotated[
         dir_okay=False,
     ),
 ]
+HistoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--history",
+        envvar="QGATE_HISTORY_STORE",
+        help="history store (a SQLite file or a postgresql:// URL): with one engine start per arm, the "
+        "control's between-launch CV from its earlier nights of this contract and runner (a SQLite store "
+        "not yet created: none)",
+    ),
+]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
@@ -72,6 +82,7 @@ def compare(
     aa: AaOpt = False,
     junit: JunitOpt = None,
     bmf: BmfOpt = None,
+    history: HistoryOpt = None,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
@@ -82,7 +93,7 @@ def compare(
     from qgate.report.exports import write_exports
 
     with user_errors():
-        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa)
+        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa, history=history)
         write_exports(record, junit, bmf)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:

@@ -43,7 +43,12 @@ class Speed(Strict):
     warmup: int = Field(1, ge=0)
     repetitions: int = Field(5, ge=1)
     reset_prefix_cache: bool = True
-    launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
+    launches: int = Field(
+        1,
+        ge=1,
+        description="engine starts per arm, interleaved; a PASS or FAIL on the decode ratio needs >= 2 "
+        "(or `qgate compare --history`)",
+    )
     prompt_seed: int = 0
     gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)

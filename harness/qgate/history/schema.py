@@ -6,6 +6,8 @@ Format history of the store (`qgate_history.schema_version`):
   1 (2026-11-29): first version.
   2 (2026-11-30): quality_seeds, quality_outputs, quality_item_rates (repeated seeds: per-item
                   correct rates).
+  3 (2026-12-03): decode_launch_ids (the launch of every decode rep, nights of 2+ launches: the
+                  between-launch estimate of qgate.launch_cv).
 A store of an older version is read as it is (the columns it lacks read as unset) and upgraded in
 place, in the append's own transaction, on its next append: the columns it lacks are added at the end
 (night.COLUMNS only ever grows at the end), no row is changed. A store of a newer version is refused.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from qgate.night import COLUMN_NAMES, V1_COLUMN_NAMES, HistoryError
 
-HISTORY_SCHEMA_VERSION = 2
+HISTORY_SCHEMA_VERSION = 3
 FORMAT = "qgate-history"
 # The messages the backends' database rules raise (triggers, checks); the Python side maps them to
 # the user's one line. Prefixed so that a foreign error is never taken for one of them.

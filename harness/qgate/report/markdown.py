@@ -355,15 +355,39 @@ def _list(title: str, items: list[str]) -> list[str]:
     return [title, "", *[f"- {i}" for i in items], ""] if items else []
 
 
+def _history_estimate(hist: dict[str, Any] | None) -> list[str]:
+    """The history's between-launch estimate (qgate.launch_cv), when the comparison looked for one."""
+    if not hist:
+        return []
+    lines = ["### Between engine starts: the history", ""]
+    if not hist["used"]:
+        return [*lines, f"Not used: {hist['reason']}.", ""]
+    lines += [
+        f"- Between-launch CV of the control: {hist['cv_between_pct']:.2f} %, upper "
+        f"{100 * hist['confidence']:g} % bound {hist['cv_between_upper_pct']:.2f} % (used for both arms); "
+        f"within-launch CV {hist['cv_within_pct']:.2f} %.",
+        f"- From {hist['reason']}.",
+        f"- Nights: {', '.join(hist['nights'])}.",
+    ]
+    if hist.get("skipped"):
+        lines.append(f"- Skipped: {'; '.join(hist['skipped'])}.")
+    return [*lines, ""]
+
+
 def _speed(record: dict[str, Any]) -> list[str]:
     figs, sp = record["figures"], record["speed"]
     unit = figs["unit"]
+    across = figs.get("between_launch") or {}
     unit_line = f"Statistics unit: {unit} ({figs['control']['reps']} v {figs['candidate']['reps']} reps" + (
         f", {figs['control']['launches']} launches per arm: one-way random effects, the variance between "
         "engine starts is in the statistics)."
         if unit == "launch"
+        else "). Each arm is one engine start; the variance between engine starts comes from the "
+        "history (below)."
+        if across.get("source") == "history"
         else "). Each arm is one engine start, so variation between engine starts is not in these "
-        "statistics; use the contract's `launches` (>= 2) for a verdict across engine starts."
+        "statistics and the decode ratio can neither PASS nor FAIL: use the contract's `launches` (>= 2), "
+        "`--until-decided`, or `qgate compare --history STORE` for a verdict across engine starts."
     )
     return [
         "## Speed",
@@ -373,6 +397,7 @@ def _speed(record: dict[str, Any]) -> list[str]:
         *_throughput(record),
         *_statistics(record),
         *_margin(record),
+        *_history_estimate(across.get("history")),
         *_sequential(record),
         *_prefill(record),
         *_tokens(record),

@@ -2,8 +2,11 @@
 (qgate.speed.gates).
 
 `compare_speed(control, candidate, loaded)` is what `qgate compare` calls for `kind: speed` results
-(qgate.compare.comparers: the one comparer signature); the checks every kind shares (refuse to
-compare, route attestation) are run once there; the decision over the gates is qgate.gate.decide.
+(qgate.compare.comparers: the one comparer signature, with the history's rows bound when a store was
+given); the checks every kind shares (refuse to compare, route attestation) are run once there; the
+decision over the gates is qgate.gate.decide. With one engine start per arm the decode ratio is judged
+across starts only with the history's between-launch estimate (qgate.launch_cv); without it the gates
+on the ratio are INCONCLUSIVE (qgate.speed.gates.across_starts).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 
 from qgate.contract import LoadedContract
 from qgate.contract.speed import PROMPT_KEYS, WORKLOAD_KEYS
+from qgate.launch_cv import estimate as history_estimate
 from qgate.speed import gates as vd
 from qgate.speed.figures import arm_figures, rep_values, result_launches
 from qgate.stats import (
@@ -57,7 +61,13 @@ def _arm_samples(result: dict[str, Any], field: str, name: str) -> tuple[np.ndar
 
 
 def _compare_field(
-    control: dict[str, Any], candidate: dict[str, Any], field: str, cfg: StatsConfig, higher: bool
+    control: dict[str, Any],
+    candidate: dict[str, Any],
+    field: str,
+    cfg: StatsConfig,
+    higher: bool,
+    between: dict[str, float] | None = None,
+    critical_z: float | None = None,
 ) -> MetricStats:
     launches = result_launches(control)
     c, why_c = _arm_samples(control, field, "control")
@@ -65,7 +75,22 @@ def _compare_field(
     if c is None or t is None:
         reason = str(why_c or why_t)
         return error_record(field, reason, higher, "launch" if launches > 1 else "rep")
-    return compare_samples(c, t, cfg, field, higher_is_better=higher, launches=launches)
+    return compare_samples(
+        c, t, cfg, field, higher_is_better=higher, launches=launches, between=between, critical_z=critical_z
+    )
+
+
+def stopped_look_z(result: dict[str, Any]) -> float | None:
+    """The z boundary of the look a `--until-decided` run stopped at (its `sequential` record), or None
+    for a fixed-design run: compare judges the decode ratio of stopped data at that look's boundary."""
+    seq = result.get("sequential")
+    if not isinstance(seq, dict) or not isinstance(seq.get("looks"), list) or not seq["looks"]:
+        return None
+    z = (seq.get("design") or {}).get("z_boundaries")
+    index = len(seq["looks"]) - 1
+    if not isinstance(z, list) or index >= len(z) or not isinstance(z[index], (int, float)):
+        return None
+    return float(z[index])
 
 
 def decode_stats(control: dict[str, Any], candidate: dict[str, Any], cfg: StatsConfig) -> MetricStats:
@@ -81,13 +106,23 @@ def _change(new: float | None, old: float | None) -> float | None:
 
 
 def compare_speed(
-    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract
+    control: dict[str, Any],
+    candidate: dict[str, Any],
+    loaded: LoadedContract,
+    history_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Statistics, figures and gates (qgate.gate.Gate) for two speed results. `checks`: each result's
-    own soundness (complete, intact reps), which the verdict lists before the route attestation."""
+    own soundness (complete, intact reps), which the verdict lists before the route attestation.
+    history_rows (qgate.history.read_rows): with one launch per arm, the between-launch variance of the
+    control estimated from them (qgate.launch_cv) goes into the decode statistics when it can be used."""
     assert loaded.contract.speed is not None
     cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
-    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True)
+    history = None
+    if history_rows is not None and result_launches(control) == 1:
+        history = history_estimate(history_rows, control)
+    between = {"rel_var": history.rel_var, "df": math.inf} if history is not None and history.used else None
+    critical_z = stopped_look_z(control)
+    decode = _compare_field(control, candidate, "decode_tok_s", cfg, True, between, critical_z)
     ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
     figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
     c, t = figs["control"], figs["candidate"]
@@ -100,6 +135,7 @@ def compare_speed(
     figs["non_inferiority"] = {**ni, "sample_size": vd.sample_size_text(ni) or None}
     seq = control.get("sequential")
     figs["sequential"] = seq if isinstance(seq, dict) else None
+    figs["between_launch"] = across = vd.across_starts(decode, history, result_launches(control))
     figs["variance_components"] = {
         arm: (None if comp is None else comp.__dict__.copy())
         for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
@@ -113,7 +149,7 @@ def compare_speed(
     ]
     gates = [
         *vd.statistics_gates(decode, ttft),
-        *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens),
+        *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens, across),
     ]
     return {
         "checks": checks,

@@ -13,6 +13,7 @@ from typing import Any
 from qgate.comparable import canon
 from qgate.contract import Contract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.launch_cv import MIN_NIGHTS
 from qgate.results import ids_sha256
 from qgate.stats import (
     ADVICE_TARGET,
@@ -156,16 +157,21 @@ def speed_gates(
     decode: MetricStats,
     ttft_change_pct: float | None,
     tokens: dict[str, Any],
+    across: dict[str, Any] | None = None,
 ) -> list[Gate]:
-    """The contract's speed gates, plus 'no significant decode regression' (always on)."""
+    """The contract's speed gates, plus 'no significant decode regression' (always on). across: where
+    the between-launch variance came from (across_starts); without it ("none") the gates on the decode
+    ratio cannot FAIL (their failure is INCONCLUSIVE) and the across-starts gate fails INCONCLUSIVE."""
     assert contract.speed is not None
     g = contract.speed.gates
+    across = across or across_starts(decode, None)
     gates = [
+        _across_gate(decode, across, contract.speed),
         Gate(
             "no significant decode regression",
             decode.verdict != REGRESSED,
             f"decode verdict {decode.verdict} (change {_pct(decode.change_pct)}, {_ci(decode)})",
-        )
+        ),
     ]
     if g.min_decode_tok_s is not None:
         gates.append(_floor_gate(candidate, decode, g.min_decode_tok_s))
@@ -180,7 +186,72 @@ def speed_gates(
     gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))
+    if across["source"] == "none":
+        gates = [_one_start(gate) for gate in gates]
     return gates
+
+
+# The gates on the decode ratio: a PASS or FAIL of theirs needs the between-launch variance.
+_RATIO_GATES = (
+    "no significant decode regression",
+    "decode regression ruled out beyond",
+    "decode improvement",
+)
+
+
+def _one_start(gate: Gate) -> Gate:
+    if gate.passed or not gate.name.startswith(_RATIO_GATES) or gate.severity == SEV_ERROR:
+        return gate
+    note = " [one engine start per arm: not evidence across engine starts]"
+    return Gate(gate.name, False, gate.detail + note, SEV_INCONCLUSIVE)
+
+
+def across_starts(decode: MetricStats, history: Any, launches: int | None = None) -> dict[str, Any]:
+    """Where the decode statistics' between-launch variance comes from: "run" (launches >= 2 per arm),
+    "history" (one launch, qgate.launch_cv's estimate used) or "none"; with the history's record
+    (qgate.launch_cv.LaunchCV.to_dict) whenever one was looked for."""
+    launches = decode.launches if launches is None else launches
+    source = "run" if launches > 1 else ("history" if decode.between is not None else "none")
+    record = None if history is None else history.to_dict()
+    return {"source": source, "launches": launches, "history": record}
+
+
+def _across_gate(decode: MetricStats, across: dict[str, Any], speed: Any) -> Gate:
+    """A PASS or FAIL on the decode ratio needs the variance between engine starts: measured (launches
+    >= 2 per arm) or from the history (qgate.launch_cv); without either INCONCLUSIVE, with advice."""
+    name = "decode ratio across engine starts"
+    hist = across.get("history") or {}
+    if across["source"] == "run":
+        cc, tc = decode.control_components, decode.candidate_components
+        cvs = " / ".join(_pct_abs(c.cv_between_pct if c else None) for c in (cc, tc))
+        detail = f"measured in the run: {across['launches']} launches per arm; between-launch CV {cvs}"
+        return Gate(name, True, detail, SEV_INCONCLUSIVE)
+    if across["source"] == "history":
+        detail = (
+            f"from the history: between-launch CV of the control {hist['cv_between_pct']:.2f} % (upper "
+            f"{100 * hist['confidence']:g} % bound {hist['cv_between_upper_pct']:.2f} %, used for both arms) "
+            f"from {hist['reason']}: {', '.join(hist['nights'])}"
+        )
+        return Gate(name, True, detail, SEV_INCONCLUSIVE)
+    ni = non_inferiority(decode, speed.gates.max_decode_regression_pct, speed)
+    units = (ni.get("advice") or {}).get("units") or 10
+    said = f"the reps say change {_pct(decode.change_pct)}"
+    if decode.t_ci_low is not None and decode.t_ci_high is not None:
+        said += f", Welch-t CI of the ratio [{decode.t_ci_low:.4f}, {decode.t_ci_high:.4f}]"
+    advice = sample_size_text(ni) if ni["outcome"] != "shown" else ""
+    advice = advice or f"at least {max(2, speed.launches)} launches of {speed.repetitions} reps per arm"
+    no_history = f" (history: {hist['reason']})" if hist else ""
+    detail = (
+        f"one engine start per arm and no between-launch variance{no_history}: {said}, but the difference "
+        f"between two engine starts is not in these statistics. To decide: speed.launches >= 2 ({advice}), "
+        f"or `qgate run speed --until-decided --max-launches {max(10, units)}`, or `qgate compare --history "
+        f"STORE` with >= {MIN_NIGHTS} earlier control nights of this contract on this runner"
+    )
+    return Gate(name, False, detail, SEV_INCONCLUSIVE)
+
+
+def _pct_abs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} %"
 
 
 def non_inferiority(decode: MetricStats, margin_pct: float, speed: Any = None) -> dict[str, Any]:
@@ -221,18 +292,29 @@ def non_inferiority(decode: MetricStats, margin_pct: float, speed: Any = None) -
     out["outcome"] = "inferior" if decode.t_ci_high < floor else "undecided"
     out["reps_per_launch"] = cc.reps_per_launch
     out["units_now"] = min(cc.units, tc.units)
-    what = "reps" if decode.unit == "rep" else f"launches of {cc.reps_per_launch} reps"
+    # The advice is in launches: with one start per arm more reps do not shrink the start's offset.
+    out["advice_in"] = "launch"
+    cv_c, cv_t = cc.unit_cv_pct, tc.unit_cv_pct
+    if decode.unit == "rep":
+        out["units_now"] = 1
+        rel = float((decode.between or {}).get("rel_var") or 0.0)
+        out["between_known"] = decode.between is not None
+        cv_c, cv_t = (
+            100 * math.sqrt(rel + (arm.cv_pct / 100) ** 2 / cc.units)
+            for arm in (decode.control, decode.candidate)
+        )
+    what = f"launches of {cc.reps_per_launch} reps"
     min_units, max_cv, floor_z = 2, math.inf, None
     if speed is not None:
-        min_units = speed.launches if speed.launches > 1 else speed.repetitions
+        min_units = max(2, speed.launches)
         max_cv = float(speed.stats.max_cv_pct)
         tok_floor = speed.gates.min_decode_tok_s
-        if tok_floor is not None and tc.unit_cv_pct > 0:
-            floor_z = (tc.mean - tok_floor) / (tc.unit_cv_pct / 100 * tc.mean)
+        if tok_floor is not None and cv_t > 0:
+            floor_z = (tc.mean - tok_floor) / (cv_t / 100 * tc.mean)
     advice = advise_units(
-        ratio=decode.ratio, cv_unit_c=cc.unit_cv_pct, cv_unit_t=tc.unit_cv_pct,
+        ratio=decode.ratio, cv_unit_c=cv_c, cv_unit_t=cv_t,
         cv_rep_c=decode.control.cv_pct, cv_rep_t=decode.candidate.cv_pct,
-        reps_per_unit=1 if decode.unit == "rep" else cc.reps_per_launch, margin_pct=margin_pct,
+        reps_per_unit=cc.reps_per_launch, margin_pct=margin_pct,
         alpha=decode.alpha, max_cv_pct=max_cv, units_now=out["units_now"], min_units=min_units,
         floor_z=floor_z, what=what, df_c=cc.df, df_t=tc.df,
     )  # fmt: skip
@@ -249,10 +331,17 @@ def sample_size_text(ni: dict[str, Any]) -> str:
         return ""
     if advice["units"] is None:
         return str(advice["text"])
-    what = "reps" if ni.get("unit") == "rep" else f"launches of {ni.get('reps_per_launch')} reps"
+    in_launches = ni.get("unit") != "rep" or ni.get("advice_in") == "launch"
+    what = f"launches of {ni.get('reps_per_launch')} reps" if in_launches else "reps"
+    size = "at least " if ni.get("between_known") is False else ""
+    noise = (
+        "the reps' own noise (the spread between engine starts, unknown here, adds to it)"
+        if ni.get("between_known") is False
+        else "the observed noise"
+    )
     return (
-        f"a fresh run of {advice['units']} {what} per arm (now {ni.get('units_now')}) decides PASS or FAIL "
-        f"with a planned {100 * advice['decide_prob']:.0f} % probability at the observed noise, whether "
+        f"a fresh run of {size}{advice['units']} {what} per arm (now {ni.get('units_now')}) decides PASS or "
+        f"FAIL with a planned {100 * advice['decide_prob']:.0f} % probability at {noise}, whether "
         f"the candidate is as fast as the control or as observed (every gate counted: the margin, the CV "
         f"limit, the floor; {_SIZE_SET_BY.get(advice['limited_by'], advice['limited_by'])})"
     )
