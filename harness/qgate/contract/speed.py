@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from qgate.contract.base import Strict
+from qgate.contract.base import NonNegativeSeed, Strict
 
 
 class SpeedGates(Strict):
@@ -32,7 +32,7 @@ class SpeedStats(Strict):
     min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
     max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
     bootstrap_resamples: int = Field(10000, ge=100)
-    seed: int = 20260828
+    seed: NonNegativeSeed = Field(20260828, description="the bootstrap's numpy generator")
 
 
 class Speed(Strict):
@@ -44,7 +44,7 @@ class Speed(Strict):
     repetitions: int = Field(5, ge=1)
     reset_prefix_cache: bool = True
     launches: int = Field(1, ge=1, description="engine starts per arm, interleaved")
-    prompt_seed: int = 0
+    prompt_seed: NonNegativeSeed = 0
     gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)
 
