@@ -128,20 +128,20 @@ def _known_keys(model: type[BaseModel], parent: tuple[Any, ...]) -> list[str]:
         field = cur.model_fields.get(part) if isinstance(part, str) else None
         if field is None:
             return []
-        cur = _model_in(field.annotation)
+        cur = model_in(field.annotation)
         if cur is None:
             return []
     return list(cur.model_fields)
 
 
-def _model_in(annotation: Any) -> type[BaseModel] | None:
+def model_in(annotation: Any) -> type[BaseModel] | None:
     import inspect
     from typing import get_args
 
     if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):
-        found = _model_in(arg)
+        found = model_in(arg)
         if found is not None:
             return found
     return None

@@ -34,7 +34,7 @@ StrictFormat = Literal["hash", "boxed", "final_answer"]
 # fills in {question} (quality/gsm8k.py) and nothing else, so any other field would reach the model as
 # written; `{answer}` names the reference answer, which a prompt
 # must never carry (the frozen gate would measure reading, not solving).
-_FIELD = re.compile(r"\{\s*([A-Za-z_][\w.\[\]]*)\s*(?:[!:][^{}]*)?\}")
+_FIELD = re.compile(r"\{\s*(\w[\w.\[\]]*)\s*(?:[!:][^{}]*)?\}")
 
 
 def _only_the_question(text: str, allowed: tuple[str, ...] = ("question",)) -> None:
