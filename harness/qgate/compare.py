@@ -22,6 +22,7 @@ from typing import Any
 
 from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
+from qgate.contract.messages import cut
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
 from qgate.results import (
@@ -105,6 +106,22 @@ def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[li
         f"{k} result only for the {'control' if k in ctrl else 'candidate'}" for k in set(ctrl) ^ set(cand)
     ]
     return pairs, sorted(one_sided)
+
+
+def refuse_wrong_arms(pairs: list[Pair], aa: bool) -> None:
+    """The control argument must hold the control arm's result and the candidate argument the
+    candidate's: swapped files compare the wrong way round (a pair that FAILs in order PASSes swapped).
+    With --aa, two results of one arm (two runs of the control) may be compared; never a swapped pair."""
+    for pair in pairs:
+        got = (pair.control.get("arm"), pair.candidate.get("arm"))
+        if got == ("control", "candidate") or (aa and got[0] == got[1] and isinstance(got[0], str)):
+            continue
+        swapped = "; swapped? " if got == ("candidate", "control") else "; "
+        raise ResultError(
+            f"the CONTROL argument {pair.control_path} holds arm {cut(repr(got[0]))} and the CANDIDATE "
+            f"argument {pair.candidate_path} arm {cut(repr(got[1]))}{swapped}give the control's result "
+            "first, the candidate's second (--aa compares two results of one arm)"
+        )
 
 
 def refuse_unasked_aa(pairs: list[Pair], aa: bool) -> None:
@@ -207,7 +224,7 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     failed: list[Gate] = []
     try:
         section = dict(comparer.compare(pair.control, pair.candidate, loaded))
-    except (KeyError, TypeError, ValueError) as exc:
+    except Exception as exc:  # a result that cannot be read as its kind: ERROR with the reason, never a pass
         section = {"gates": [], "error": f"The {pair.kind} comparison failed: {type(exc).__name__}: {exc}"}
         failed.append(
             Gate(f"{pair.kind} comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR)
@@ -231,10 +248,25 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     }
 
 
+def _section_or_error(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict[str, Any]:
+    """compare_pair, or, when the results cannot be read as their kind at all (a malformed record that
+    the shared checks trip over), a section of one ERROR gate that says why: never a traceback."""
+    try:
+        return compare_pair(pair, loaded, comparer)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {cut(str(exc))}"
+        gate = Gate(f"{pair.kind} comparison computed", False, detail, SEV_ERROR)
+        return {
+            "gates": [gate.prefixed(comparer.prefix)],
+            "error": f"The {pair.kind} comparison failed: {detail}",
+            "arms": {"control": {"path": pair.control_path}, "candidate": {"path": pair.candidate_path}},
+        }
+
+
 def build_verdict(pairs: list[Pair], one_sided: list[str], loaded: LoadedContract) -> dict[str, Any]:
     """The verdict record: every gate of every kind compared, the verdict and all figures."""
     registry = comparers()
-    sections = {pair.kind: compare_pair(pair, loaded, registry[pair.kind]) for pair in pairs}
+    sections = {pair.kind: _section_or_error(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
         gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
@@ -274,20 +306,50 @@ def refuse_overwrite(
         )
 
 
-def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
-    """verdict.json, report.md and (with speed) speed.png in out_dir, each written atomically."""
+def write_report(record: dict[str, Any], out_dir: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """verdict.json, report.md and (with speed figures) speed.png in out_dir, each written atomically;
+    returns the record as written and the paths.
+
+    A record that cannot be rendered (results malformed in a way no gate named) is written as an ERROR
+    verdict with the reason and a plain report of its gates: compare never ends in a traceback."""
     from qgate.report import plots, render_markdown
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"verdict": str(out / "verdict.json"), "report": str(out / "report.md")}
-    if "speed" in record.get("kinds", []):
-        atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
-        paths["plot"] = str(out / "speed.png")
     record = {**record, "created_at": utc_now()}
-    atomic_write_text(paths["report"], render_markdown(record))
+    try:
+        text = render_markdown(record)
+        if "speed" in record.get("kinds", []) and "figures" in record:
+            atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
+            paths["plot"] = str(out / "speed.png")
+    except Exception as exc:
+        record = _unrenderable(record, exc)
+        text = _plain_report(record)
+        paths.pop("plot", None)
+        (out / "speed.png").unlink(missing_ok=True)  # a plot of results the report calls malformed
+    atomic_write_text(paths["report"], text)
     atomic_write_json(paths["verdict"], record)
-    return paths
+    return record, paths
+
+
+def _unrenderable(record: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    gate = Gate("report rendered", False, f"{type(exc).__name__}: {cut(str(exc))}", SEV_ERROR)
+    gates = [Gate(**g) for g in record.get("gates", [])] + [gate]
+    verdict, reasons = decide(gates)
+    return {**record, "verdict": verdict, "reasons": reasons, "gates": [g.to_dict() for g in gates]}
+
+
+def _plain_report(record: dict[str, Any]) -> str:
+    """The verdict, its reasons and gates, without the figures (which the results could not give)."""
+    lines = [f"# qgate verdict: {record['verdict']}", "", *[f"- {r}" for r in record["reasons"]], ""]
+    lines += ["| gate | passed | detail |", "|---|---|---|"]
+    for g in record["gates"]:
+        detail = str(g.get("detail", "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {g.get('name')} | {g.get('passed')} | {detail} |")
+    inputs = record.get("inputs", {})
+    lines += ["", *[f"- {kind}: {arms}" for kind, arms in inputs.items()]]
+    return "\n".join(lines) + "\n"
 
 
 def run_compare(
@@ -302,9 +364,10 @@ def run_compare(
     asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False."""
     refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
+    refuse_wrong_arms(pairs, aa)
     refuse_unasked_aa(pairs, aa)
     loaded = resolve_contract(contract, pairs)
     record = build_verdict(pairs, one_sided, loaded)
     if aa:
         record["aa"] = True
-    return record, write_report(record, out_dir)
+    return write_report(record, out_dir)

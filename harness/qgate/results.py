@@ -143,6 +143,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
     """Load a result JSON and check its kind and schema_version."""
     p = Path(path)
@@ -156,8 +160,11 @@ def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
         raise ResultError(f"{p}: expected a JSON object")
     got_kind = data.get("kind")
     if kind is not None and got_kind != kind:
-        raise ResultError(f"{p}: kind = {got_kind!r}, expected {kind!r}")
+        raise ResultError(f"{p}: kind = {_cut(repr(got_kind))}, expected {kind!r}")
     version = data.get("schema_version")
-    if version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
-        raise ResultError(f"{p}: schema_version = {version!r} of kind {got_kind!r} is not one qgate knows")
+    if type(version) is not int or version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
+        raise ResultError(
+            f"{p}: schema_version = {_cut(repr(version))} of kind {_cut(repr(got_kind))} is not one qgate "
+            "knows"
+        )
     return data
