@@ -34,8 +34,8 @@ from qgate.results import (
     load_result,
     utc_now,
 )
-from qgate.route_env import SwitchError, routes_on
 from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
+from qgate_route_env import SwitchError, routes_on
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
@@ -158,7 +158,7 @@ def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> Loa
 
 
 def switched_routes(env: dict[str, Any]) -> list[str]:
-    """Route names whose env switch is on (qgate.route_env), in route order.
+    """Route names whose env switch is on (qgate_route_env), in route order.
 
     A switch value that is neither on nor off is a ResultError: the run's pre-flight refuses one, so
     such a result was edited, and reading it as on (or off) would report routes the arm never had.

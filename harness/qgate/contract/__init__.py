@@ -34,10 +34,9 @@ from qgate.contract.ops import Ops
 from qgate.contract.quality import Quality
 from qgate.contract.speed import Speed
 from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, describe_yaml_error, load_yaml
-from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV
-from qgate.engine.procs import RUN_ENV
-from qgate.route_env import (
-    ATTEST_DIR_ENV,
+from qgate.launch_env import LAUNCHER_ENV
+from qgate.route_roles import Routes, roles_env
+from qgate_route_env import (
     OVERRIDE_PREFIX,
     ROLES_ENV,
     ROUTES,
@@ -47,7 +46,6 @@ from qgate.route_env import (
     override_var,
     static_problems,
 )
-from qgate.route_roles import Routes, roles_env
 
 CONTRACT_SCHEMA_VERSION = 1
 # Far above an engine start (8-200 s measured on the CPU test machine, compiled GPU starts take minutes)
@@ -96,8 +94,6 @@ class Engine(Strict):
         return self.model_dump(exclude_none=True)
 
 
-# Set by qgate's launcher for every engine (engine/launcher.py, lifeline.py, procs.py): an arm cannot.
-LAUNCHER_ENV = (ATTEST_DIR_ENV, RUN_ENV, PIDS_ENV, LIFELINE_ENV, "PYTHONUNBUFFERED")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -225,7 +221,7 @@ class Contract(Strict):
 
     @model_validator(mode="after")
     def _known_shims_and_sites(self) -> Contract:
-        from qgate.route_env import platform_env_problem
+        from qgate_route_env import platform_env_problem
 
         problem = platform_env_problem(self.shims, self.sites)
         if problem:
@@ -271,7 +267,7 @@ class Contract(Strict):
 
     def env_for(self, arm: str) -> dict[str, str]:
         """The arm's env, plus the contract's shims and sites (the same in both arms)."""
-        from qgate.route_env import platform_env
+        from qgate_route_env import platform_env
 
         return (
             dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites) | roles_env(self.routes)
@@ -297,7 +293,7 @@ def _min_reps(alpha: float) -> int:
 def route_env_typo(key: str) -> str | None:
     """Why an arm env key looks like a route switch or route override but is none qgate knows; else None.
 
-    The known names come from qgate.route_env (route switches ROUTES, overrides OVERRIDE_PREFIX + route):
+    The known names come from qgate_route_env (route switches ROUTES, overrides OVERRIDE_PREFIX + route):
     a key with their prefix (in any case) that is not one of them, or a key within a few edits of one.
     """
     switches = sorted(ROUTES.values())

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from qgate.contract.base import SamplingSeed, Strict
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
 
 # The route names are route_env's (one home); Literal of them so a contract naming another is refused.
 RouteName = Literal[ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK]  # type: ignore[valid-type]

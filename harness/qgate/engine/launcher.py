@@ -33,7 +33,7 @@ from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.engine.preflight import arm_process_env
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure
-from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
+from qgate_route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
 
 
 class EngineError(RunFailure, RuntimeError):

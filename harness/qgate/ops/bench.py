@@ -30,7 +30,7 @@ import qgate_kernels
 from qgate.ops import competitors
 from qgate.ops.cases import Case
 from qgate.ops.screen import record_header
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 # Targets on the H200 (benchmark figures, never timed tests): the route at or ahead of the best
 # competitor measured in the same run at every shape; the top-k case of 1 x 131072, k 2048 also

@@ -22,8 +22,8 @@ import qgate_kernels
 from qgate.contract.ops import DEFAULT_TOLERANCES
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 from qgate_kernels import reference
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 ROUTE_DTYPES = {ROUTE_GEMV: ("fp16",), ROUTE_GDN: ("fp16", "bf16"), ROUTE_HC: ("fp16", "bf16")}
 

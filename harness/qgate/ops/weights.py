@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from qgate.errors import QgateError
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _ST_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}
