@@ -75,6 +75,12 @@ def tests(session: nox.Session) -> None:
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # The workflows against GitHub's workflow schema, then GitHub Actions security analysis (offline:
+    # no GitHub API; the auditor persona, zizmor's strictest): a finding fails the command unless the
+    # workflow answers it in a comment beside an ignore (docs/nightly.md, "The workflows' own checks").
+    workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    session.run("zizmor", "--offline", "--no-progress", "--persona=auditor", *workflows)
     # Before pytest, with an nvcc per core (~45 CPU-s, ~25 s on 2 cores): a kernel that no longer
     # compiles fails the command before the suite's ten minutes. It ran beside pytest while that left
     # half a core idle; the suite now keeps both cores busy (measured 97-99 % over a run, 2 Dec 2026),

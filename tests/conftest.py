@@ -27,8 +27,10 @@ ENGINE_MODULES_BY_COST = (  # 2 Dec 2026, after the cuts of issue 28 (pytest 533
     "test_stop_signals.py",  # ~190 s: three multi-process starts, four in-process
     "test_plugin_vllm.py",  # ~170 s: two multi-process starts, the GDN model's two, two more
     "test_ablate_vllm.py",  # ~110 s: five in-process starts with slowed arms
+    # ~105 s: four in-process starts, one at TP 2 (two workers, +25 s alone: 102 -> 126 s, issue 36),
+    # one override pre-flight
+    "test_plugin_qwen4exp.py",
     "test_quality_e2e.py",  # ~90 s: four in-process starts, 48 answers each
-    "test_plugin_qwen4exp.py",  # ~80 s: five in-process starts, one override pre-flight
 )
 
 

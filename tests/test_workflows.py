@@ -5,13 +5,19 @@ Every `qgate ...` command line in a `run:` script is split into words (shlex, as
 command path must exist and end at a command, each --option used must be one of that command's, an
 option that takes a value must have one, the positional arguments must fit, required options must be
 given. Then the nightly's structure: triggers, runner labels, one-at-a-time concurrency, a time limit
-on every step, sm_70 build, the production contracts, summary, artifacts, history.
+on every step, sm_70 build, the production contracts, summary, artifacts, history; the fleet's matrix,
+its entries' artifacts and the gather job; and the two tools `nox -s tests` runs on every workflow
+(check-jsonschema with GitHub's workflow schema, zizmor), which must pass ours and catch a broken one.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +27,11 @@ import yaml
 
 from qgate.cli import app as qgate_app
 from qgate.contract import load_contract
+from qgate.fleet import ARTIFACT_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
-NIGHTLY, CI = WORKFLOWS / "nightly.yml", WORKFLOWS / "ci.yml"
+NIGHTLY, CI, FLEET = WORKFLOWS / "nightly.yml", WORKFLOWS / "ci.yml", WORKFLOWS / "fleet.yml"
 
 _OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "<", ">", ">>", ">&", "<&", "2>", "&>"}
 
@@ -139,7 +146,7 @@ def problems(words: list[str]) -> list[str]:
 
 def _cases() -> list[Any]:
     cases = []
-    for path in (NIGHTLY, CI):
+    for path in (NIGHTLY, CI, FLEET):
         for step in steps(load(path)):
             for words in qgate_commands(str(step.get("run", ""))):
                 label = f"{path.name}:{step.get('name', '?')}:qgate {' '.join(words)}"
@@ -247,3 +254,109 @@ def test_nightly_ends_leftover_processes_before_and_after() -> None:
     # The runs exec qgate: the runner's cancel signals reach it, not a shell that waits for it.
     for kind in ("speed", "quality"):
         assert any(r.strip().startswith(f"exec qgate run {kind} ") for r in runs), kind
+
+
+def test_every_workflow_is_known_to_the_tests() -> None:
+    assert sorted(WORKFLOWS.glob("*.y*ml")) == sorted([CI, FLEET, NIGHTLY])
+
+
+@pytest.mark.parametrize("path", [CI, NIGHTLY, FLEET], ids=lambda p: p.name)
+def test_actions_pinned_credentials_not_kept_inputs_through_env(path: Path) -> None:
+    data = load(path)
+    for job in data["jobs"].values():
+        for step in job.get("steps", []):
+            uses = step.get("uses")
+            if uses:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), f"{uses}: pin to a commit SHA"
+            if uses and uses.startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False
+            assert "${{ inputs." not in str(step.get("run", "")), "untrusted input pasted into a script"
+            assert "${{ matrix." not in str(step.get("run", "")), "matrix value pasted into a script"
+            assert isinstance(step.get("timeout-minutes"), int), f"{step.get('name')}: no time limit"
+
+
+def test_nightly_checks_the_runner_before_anything_long() -> None:
+    for path, job in ((NIGHTLY, "nightly"), (FLEET, "entry")):
+        runs = [str(s.get("run", "")) for s in load(path)["jobs"][job]["steps"]]
+        check = next(i for i, r in enumerate(runs) if re.search(r'qgate"? check-runner', r))
+        build = next(i for i, r in enumerate(runs) if "-e kernels_ext" in r)
+        first_run = next(i for i, r in enumerate(runs) if "qgate run speed" in r)
+        assert check < build < first_run, path.name
+        setup = runs[check]
+        assert setup.index('install "$QGATE_VLLM_SPEC"') < setup.index("check-runner")
+
+
+def test_history_store_may_be_a_secret_url() -> None:
+    env = load(NIGHTLY)["jobs"]["nightly"]["env"]
+    assert "secrets.QGATE_HISTORY_STORE" in env["QGATE_HISTORY_STORE"]
+    gather = load(FLEET)["jobs"]["gather"]
+    assert gather["env"]["QGATE_HISTORY_STORE"] == "${{ secrets.QGATE_HISTORY_STORE }}"
+    # A secret only in a job with an environment (zizmor: secrets-outside-env).
+    assert gather["environment"] == load(NIGHTLY)["jobs"]["nightly"]["environment"] == "qgate-history"
+
+
+def test_fleet_is_a_matrix_whose_entries_never_block_each_other() -> None:
+    data = load(FLEET)
+    jobs = data["jobs"]
+    assert "workflow_dispatch" in data["on"] and data["concurrency"]["cancel-in-progress"] is False
+    lines = [" ".join(w) for s in jobs["matrix"]["steps"] for w in qgate_commands(str(s.get("run", "")))]
+    assert "fleet check $FLEET" in lines and "fleet matrix $FLEET" in lines
+    assert data["env"]["FLEET"] == ".github/fleet.yaml" and (REPO / data["env"]["FLEET"]).is_file()
+    entry = jobs["entry"]
+    assert entry["strategy"]["fail-fast"] is False
+    assert entry["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
+    assert entry["runs-on"] == "${{ matrix.runs-on }}"
+    upload = next(s for s in entry["steps"] if "upload-artifact" in str(s.get("uses")))
+    assert upload["if"] == "always()" and upload["with"]["name"] == ARTIFACT_PREFIX + "${{ matrix.name }}"
+    gather = jobs["gather"]
+    assert set(gather["needs"]) == {"matrix", "entry"} and "always()" in gather["if"]
+    assert "ubuntu" in gather["runs-on"]  # a CPU runner
+    download = next(s for s in gather["steps"] if "download-artifact" in str(s.get("uses")))
+    assert download["with"]["pattern"] == ARTIFACT_PREFIX + "*"
+    script = " ".join(str(s.get("run", "")) for s in gather["steps"])
+    assert f'qgate fleet gather "$FLEET" {download["with"]["path"]} --out' in script
+    assert "GITHUB_STEP_SUMMARY" in script
+    report = [s for s in gather["steps"] if "upload-artifact" in str(s.get("uses"))]
+    assert report and report[0]["if"] == "always()"
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if not found:
+        pytest.skip(f"{name} is not installed (the test extra has it; nox -s tests runs it on the workflows)")
+    return found
+
+
+def _check(tool: str, files: list[Path]) -> subprocess.CompletedProcess:
+    args = {  # as noxfile.py runs them
+        "check-jsonschema": ["--builtin-schema", "vendor.github-workflows"],
+        "zizmor": ["--offline", "--persona=auditor"],
+    }
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [_tool(tool), *args[tool], *map(str, files)], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def test_workflow_tools_pass_ours_and_catch_a_broken_one(tmp_path: Path) -> None:
+    ours = sorted(WORKFLOWS.glob("*.yml"))
+    for tool in ("check-jsonschema", "zizmor"):
+        proc = _check(tool, ours)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    broken = tmp_path / ".github" / "workflows" / "fleet.yml"
+    broken.parent.mkdir(parents=True)
+    text = FLEET.read_text()
+    broken.write_text(text.replace("timeout-minutes: 30\n", "timeout-minutes: soon\n", 1))
+    assert _check("check-jsonschema", [broken]).returncode != 0
+    unpinned = text.replace(
+        "actions/checkout@11d5960a326750d5838078e36cf38b85af677262", "actions/checkout@v4"
+    )
+    broken.write_text(
+        unpinned.replace("ENTRY: ${{ matrix.name }}", "ENTRY: x", 1).replace(
+            'echo "RUN_DIR=$GITHUB_WORKSPACE/fleet/$ENTRY"',
+            'echo "RUN_DIR=$GITHUB_WORKSPACE/fleet/${{ matrix.name }}"',
+        )
+    )
+    proc = _check("zizmor", [broken])
+    assert proc.returncode != 0 and "unpinned-uses" in proc.stdout + proc.stderr
+    assert "template-injection" in proc.stdout + proc.stderr

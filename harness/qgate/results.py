@@ -32,11 +32,14 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
     "ops": (1, 2),
-    # 2: cases may carry plain_timing and after_producer (launch conditions); 3: and by_input (the
-    # route timed on each kind of input the case draws, e.g. top-k rows with and without ties)
-    "ops_bench": (1, 2, 3),
+    # 4: the headline is the decode step (cases carry decode_step; vs_best and target_met judge it,
+    # the back-to-back ratio is vs_best_back_to_back) and the record carries the layer chains.
+    # 1-3 (vs_best judged back to back) are no longer read: rendered as today they would misstate it.
+    "ops_bench": (4,),
     "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
-    "ops_real": (1,),  # real-weight operator bounds (qgate.ops.real)
+    # real-weight operator bounds (qgate.ops.real); 2: `recording` (the recording's ranks and shapes
+    # against the slices, qgate.ops.recorded) and `topk` (the QSA top-k on recorded score rows)
+    "ops_real": (1, 2),
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
     "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)

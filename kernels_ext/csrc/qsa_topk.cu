@@ -1,9 +1,10 @@
 // Route qsa_topk: Qwen4Exp's QSA block selection (vLLM's `_topk` contract), per row of a batch.
 //
 // Row r holds n = clamp(visible[r], 0, L) eligible fp32 logits at scores + r * stride (the columns past
-// n are never read). Output block_indices [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the first k
-// of a stable sort by value descending (equal values: lower index first). NaN of any payload ranks
-// above +inf and all NaNs tie; -0.0 and +0.0 tie.
+// n are never read). Output block_indices [rows, k] int32: n <= k: 0..n-1 then -1; n > k: the set of
+// the first k of a stable sort by value descending (equal values at the k-th: lower index first),
+// written in increasing index order (vLLM's consumer, expand_qsa_block_indices, needs no order). NaN
+// of any payload ranks above +inf and all NaNs tie; -0.0 and +0.0 tie.
 //
 // Kernels: on sm_90 the push kernel (qsa_topk_push.cuh: one thread-block cluster a row); before
 // sm_90 (no clusters) the portable grid kernel below. Both give the same bits.
@@ -17,12 +18,10 @@
 //               reads the same counts and picks the same byte. After four passes the k-th largest
 //               key T is known exactly, and how many keys equal to T are needed (need_eq).
 //   compaction: every block counts its keys > T and == T; after a barrier, exclusive sums over the
-//               blocks before it (in index order) give each block its range of slots for keys > T
-//               and the keys == T it takes, by increasing index, until need_eq are taken.
+//               blocks before it (in index order) give each block its first output slot and the
+//               ties it may still take; each block then writes its selected indices (keys > T, and
+//               keys == T by increasing index until need_eq are taken) in index order.
 // Each thread holds its keys in registers across the passes when the block's range fits one tile.
-//   ordering:   the k candidates carry the composite (key << 32 | ~index), unique per element; each
-//               candidate's output position is the number of candidates with a larger composite,
-//               counted exactly, so the order is the stable sort's on every call.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,7 +66,6 @@ struct RowWorkspace {
   unsigned int* hist;         // [4][256], zeroed by the caller
   unsigned int* barrier;      // arrival counter, zeroed by the caller
   uint2* counts;              // [G]: (keys > T, keys == T) per block
-  unsigned long long* cand;   // [k] composites
 };
 
 __device__ __forceinline__ RowWorkspace row_workspace(unsigned char* ws, size_t row_bytes, int row, int blocks) {
@@ -76,7 +74,6 @@ __device__ __forceinline__ RowWorkspace row_workspace(unsigned char* ws, size_t 
   w.hist = reinterpret_cast<unsigned int*>(base);
   w.barrier = reinterpret_cast<unsigned int*>(base + 4 * 256 * sizeof(unsigned int));
   w.counts = reinterpret_cast<uint2*>(base + kRowHeaderBytes);
-  w.cand = reinterpret_cast<unsigned long long*>(base + kRowHeaderBytes + static_cast<size_t>(blocks) * sizeof(uint2));
   return w;
 }
 
@@ -198,8 +195,7 @@ __device__ __forceinline__ unsigned int block_rank(bool flag, unsigned int* warp
 __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int k, int blocks, unsigned char* ws,
                                                                 size_t row_bytes, int* __restrict__ indices) {
   __shared__ unsigned int sh_hist[256];
-  __shared__ unsigned int sh_bin, sh_above, sh_gt_fill, sh_warp[kTopkWarps];
-  __shared__ unsigned long long sh_cand[kTopkMaxK];
+  __shared__ unsigned int sh_bin, sh_above, sh_warp[kTopkWarps];
   const int row = blockIdx.x / blocks;
   const int g = blockIdx.x - row * blocks;
   const int64_t len = topk_row_len(in, row);
@@ -245,7 +241,7 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
   }
   const uint32_t thr = prefix;  // the k-th largest key; `need` keys equal to it are taken
 
-  // Compaction: keys > thr at fixed slots [0, k - need), keys == thr by increasing index after them.
+  // Compaction: every block counts its keys > thr and == thr.
   unsigned int my_gt = 0;
   unsigned int my_eq = 0;
   for (int64_t base = lo; base < hi; base += kTopkTile) {
@@ -260,7 +256,6 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
   const unsigned int n_gt = block_sum(my_gt, sh_warp);
   const unsigned int n_eq = block_sum(my_eq, sh_warp);
   if (threadIdx.x == 0) w.counts[g] = make_uint2(n_gt, n_eq);
-  if (threadIdx.x == 0) sh_gt_fill = 0;
   row_barrier(w.barrier, ++phase * blocks);
   unsigned int gt_before = 0;
   unsigned int eq_before = 0;
@@ -269,44 +264,29 @@ __global__ void __launch_bounds__(kTopkThreads) qsa_topk_kernel(TopkRows in, int
     gt_before += c.x;
     eq_before += c.y;
   }
-  // Keys > thr: any slot in the block's range will do (the ordering below sorts them), so a
-  // shared counter hands them out. Keys == thr: by increasing index, and only while some are
-  // still needed, so a block-wide rank runs only in blocks that hold needed ties.
-  const unsigned int eq_slot0 = static_cast<unsigned int>(k) - need;
+  // Output in increasing index order: a key is selected when it is > thr, or == thr and among the
+  // first `need` ties of the row by index. The blocks before this one hold gt_before + min(eq_before,
+  // need) selected keys; within the block, tiles and items run in index order and a block-wide rank
+  // per item gives each selected key its slot. The tie rank runs only in blocks that hold needed ties.
   const bool take_eq = n_eq > 0 && eq_before < need;
+  unsigned int slot = gt_before + (eq_before < need ? eq_before : need);
+  int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
   unsigned int tile_total = 0;
   for (int64_t base = lo; base < hi; base += kTopkTile) {
     if (!one_tile) load_tile(keys, s, base, hi);
 #pragma unroll
     for (int j = 0; j < kTopkItems; ++j) {
       const int64_t i = base + j * kTopkThreads + threadIdx.x;
-      const unsigned long long comp =
-          (static_cast<unsigned long long>(keys[j]) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
-      if (i < hi && keys[j] > thr) w.cand[gt_before + atomicAdd(&sh_gt_fill, 1u)] = comp;
+      bool sel = i < hi && keys[j] > thr;
       if (take_eq) {  // uniform across the block
         const bool eq = i < hi && keys[j] == thr;
         const unsigned int r_eq = block_rank(eq, sh_warp, &tile_total);
-        if (eq && eq_before + r_eq < need) w.cand[eq_slot0 + eq_before + r_eq] = comp;
+        sel = sel || (eq && eq_before + r_eq < need);
         eq_before += tile_total;
       }
-    }
-  }
-  row_barrier(w.barrier, ++phase * blocks);
-
-  // Ordering: position = number of candidates with a larger composite.
-  for (int j = threadIdx.x; j < k; j += kTopkThreads) sh_cand[j] = __ldcg(w.cand + j);
-  __syncthreads();
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  for (int c = g + blocks * warp; c < k; c += blocks * kTopkWarps) {
-    const unsigned long long mine = sh_cand[c];
-    unsigned int larger = 0;
-    for (int j = lane; j < k; j += 32) larger += sh_cand[j] > mine ? 1u : 0u;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) larger += __shfl_xor_sync(0xffffffffu, larger, off);
-    if (lane == 0) {
-      const int64_t idx = 0xffffffffu - static_cast<uint32_t>(mine & 0xffffffffu);
-      indices[static_cast<int64_t>(row) * k + larger] = static_cast<int>(idx);
+      const unsigned int at = block_rank(sel, sh_warp, &tile_total);
+      if (sel) out[slot + at] = static_cast<int>(i);
+      slot += tile_total;
     }
   }
 }
@@ -416,7 +396,7 @@ cudaError_t plan_qsa_topk(int64_t rows, int64_t len, int64_t k, int device, Topk
   if (blocks < 1) blocks = 1;
   if (rows * blocks > 0x7fffffff) return cudaErrorInvalidValue;
   plan->blocks_per_row = static_cast<int>(blocks);
-  const size_t row_bytes = kRowHeaderBytes + static_cast<size_t>(blocks) * sizeof(uint2) + static_cast<size_t>(k) * 8;
+  const size_t row_bytes = kRowHeaderBytes + static_cast<size_t>(blocks) * sizeof(uint2);
   plan->row_workspace_bytes = (row_bytes + 15) / 16 * 16;
   plan->workspace_bytes = plan->row_workspace_bytes * static_cast<size_t>(rows);
   return cudaSuccess;

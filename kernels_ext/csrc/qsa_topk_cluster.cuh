@@ -19,15 +19,13 @@ namespace {
 constexpr int kTcItems = 8;       // consecutive keys a thread holds per tile
 constexpr int kTcMaxCluster = 16;
 constexpr size_t kTcStripedBytes = 256 * 32 * sizeof(unsigned int);
-// Bytes of dynamic shared memory before the pass counts: the striped histogram, aliased by the cell
-// offsets and fill counters of the ordering afterwards.
+// Bytes of dynamic shared memory before the pass counts: the striped histogram.
 constexpr size_t kTcUnionBytes = kTcStripedBytes;
-constexpr int kTcCells = 4 * 256;
 
 // Small per-block state, in static shared memory.
 struct TcShared {
   unsigned long long bar[5];  // one mbarrier per pass, one for the lists
-  unsigned int bin, above, eq_before, nsel, max_key, cand, queued, mixed;
+  unsigned int bin, above, eq_before, nsel, cand;
   unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];
@@ -166,7 +164,6 @@ __device__ __forceinline__ unsigned int tc_scan(unsigned int v, unsigned int* wa
   return before + incl - v;
 }
 
-#include "qsa_topk_order.cuh"
 #endif  // QGATE_TC_SM90
 
 // Launch of `blocks` blocks of `threads` in clusters of `csize`, optionally with programmatic

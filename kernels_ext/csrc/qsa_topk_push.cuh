@@ -2,12 +2,12 @@
 // (st.async into every block's shared memory, completing on that block's mbarrier) rather than
 // pulled after cluster barriers (one barrier a pass fewer), and the passes finished locally once the
 // candidates are few. Same definition, key (key_of), passes and tie rule as the grid path, with the
-// helpers of qsa_topk_cluster.cuh and the ordering of qsa_topk_order.cuh: bit-identical output.
+// helpers of qsa_topk_cluster.cuh: bit-identical output (the selected indices in increasing order).
 //
 // C blocks of 1024 threads share a row, block r owning [r per, (r + 1) per). A row of at most
-// 1024 eligible keys (few visible blocks) is selected and ordered by block 0 alone; a row of at
-// most 4096 columns runs in one block, which does the same when the candidates of a 13-bit
-// histogram are few enough (tp_block_row).
+// 1024 eligible keys (few visible blocks) is selected by block 0 alone; a row of at most 4096
+// columns runs in one block, which does the same when the candidates of a 13-bit histogram are few
+// enough (tp_block_row).
 //   cluster passes: every block counts byte p of its keys matching the prefix (lane-striped
 //       histogram), pushes its 256 counts (as 16-bit pairs when a block holds at most 65535 keys)
 //       into slot r of every block's receive buffer for pass p,
@@ -20,11 +20,10 @@
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
 //       others, then waits on its list mbarrier.
-//   local pass: every block counts the next byte over the candidate list in its own shared memory
-//       (the same counts in every block). Those cells order the candidates (a shallow order:
-//       tc_order ranks the candidates in the cells that start below k) unless one holds more than
-//       kTpMaxCell keys; then the remaining passes run locally, the ties are trimmed by index into
-//       the final list of k, and tc_order orders that. Each block writes its 1/C of the ranks.
+//   local passes: every block runs the remaining passes over the candidate list in its own shared
+//       memory (the same counts in every block), which gives the k-th largest key T and the ties
+//       it takes; one block scan trims the list to the keys > T and the first `need` ties (the k
+//       selected keys, still in index order). Each block writes its 1/C of the k indices.
 // No block reads another block's shared memory, so no cluster barrier is needed after the one that
 // publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
 #pragma once
@@ -37,12 +36,6 @@ constexpr int kTpCap = 12288;     // candidates a block holds for the local pass
 // The cluster passes stop once the candidates are at most this many times k (fewer passes against a
 // longer local list).
 constexpr unsigned int kTpPerK = 4;
-// Largest cell of the first local pass for the shallow order (ranking costs cell / 32 steps a key
-// of a cell of several keys, a cell of one key is ranked from the list order; the cell items,
-// k + this many, must fit the 64 KiB of the receive buffers). 4096, not 2048: a row of integers
-// 0..63 at 1 x 131072, k = 2048 has a tie cell of about k keys, which at 2048 half the time took
-// the deep path (two more local passes, trim, full order).
-constexpr unsigned int kTpMaxCell = 4096;
 constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block][bin]
 // Second histogram of pass 0: each block also counts byte 2 of its keys whose top byte is its
 // largest (lane-striped over 8 lanes). When pass 0 picks the row's largest top byte (nothing above
@@ -56,15 +49,13 @@ constexpr size_t kTpRecvWords = 4 * kTcMaxCluster * 256;  // [pass][source block
 // would invalidate L1 in every warp at every wait, and nothing read after it is in global memory).
 constexpr unsigned int kTpSpecLanes = 8;
 constexpr size_t kTpSpecBytes = 256 * kTpSpecLanes * sizeof(unsigned int);
-// Dynamic shared memory: striped histogram (aliased by tc_order's cell tables), this block's counts
-// of a pass, the row totals [4][256], the receive buffers (aliased by the final list and the cell
-// items once the offsets are known: 16 k bytes <= 64 KiB for k <= 4096), the candidate buffer.
+// Dynamic shared memory: striped histogram, this block's counts of a pass, the row totals [4][256],
+// the receive buffers (aliased by the final list of k keys once the offsets are known), the
+// candidate buffer.
 constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) * sizeof(unsigned int) +
                                 static_cast<size_t>(kTpCap) * sizeof(uint2) + kTpSpecBytes;  // + [256][8] (*)
-static_assert(kTpCap < 65536, "tc_order packs list positions into 16 bits");
-static_assert(16 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int) &&
-                  8 * (kTopkMaxK + kTpMaxCell) <= kTpRecvWords * sizeof(unsigned int),
-              "final list and cells must fit the receive buffers");
+static_assert(kTpCap < 65536, "tp_trim packs candidate counts into 16 bits");
+static_assert(8 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int), "the final list must fit the receive buffers");
 
 // The one-block path (tp_block_row): rows of at most kTpBlockN columns run in a cluster of one
 // block, four keys a thread; its histogram has kTpBins bins of the top key bits.
@@ -75,9 +66,9 @@ constexpr int kTpBinsPerThread = kTpBins / kTpThreads;
 // Ordering by counting costs about sum over the candidate bins of count^2 / 32 compares a warp
 // (each key compares with its bin's keys); past this sum the bitonic sort (~5k cycles) is cheaper.
 constexpr unsigned int kTpMaxSquares = 1u << 17;
-static_assert(2 * kTpBins * sizeof(unsigned int) + 3 * kTpThreads * sizeof(unsigned long long) <=
+static_assert(2 * kTpBins * sizeof(unsigned int) + 3 * kTpThreads * sizeof(unsigned long long) + kTpBlockN <=
                   kTpCap * sizeof(uint2),
-              "bin counts, cursors, candidates and sort buffer fit the candidate buffer");
+              "bin counts, cursors, candidates, sort buffer and marks fit the candidate buffer");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -278,9 +269,9 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
 }
 
 // The counts of one local pass over the candidate list (the same in every block): the candidates
-// that match the prefix above byte `pass`, by that byte, into tot[pass]. Returns the largest bin.
-__device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, unsigned int* tot, TcShared& sh,
-                                                       const uint2* cand, unsigned int m, int pass, uint32_t prefix) {
+// that match the prefix above byte `pass`, by that byte, into tot[pass].
+__device__ __forceinline__ void tp_local_count(unsigned int* striped, unsigned int* tot, const uint2* cand,
+                                               unsigned int m, int pass, uint32_t prefix) {
   const int shift = 24 - 8 * pass;
   const unsigned int lane = threadIdx.x & 31;
   for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
@@ -290,15 +281,6 @@ __device__ __forceinline__ unsigned int tp_local_count(unsigned int* striped, un
   __syncthreads();
   tc_reduce<kTpThreads>(striped, tot + pass * 256);
   __syncthreads();
-  if (threadIdx.x < 32) {
-    unsigned int mx = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) mx = max(mx, tot[pass * 256 + 8 * threadIdx.x + e]);
-    mx = __reduce_max_sync(0xffffffffu, mx);
-    if (threadIdx.x == 0) sh.max_key = mx;
-  }
-  __syncthreads();
-  return sh.max_key;
 }
 
 // Picks the byte of pass `pass` from tot[pass] (every block the same).
@@ -340,11 +322,11 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
 }
 
 // Bitonic sort, descending, of one composite a thread (key << 32 | ~index: unique per element, 0 for
-// no element: key_of is never below 0x007fffff, -inf's key), then the first k indices to `out`:
-// the stable sort's order by definition. Shuffles below a stride of 32, shared memory above (15 of
+// no element: key_of is never below 0x007fffff, -inf's key), then the first k elements (the stable
+// sort's first k) marked in `sel` by index. Shuffles below a stride of 32, shared memory above (15 of
 // the 55 steps; `buf` holds 2 x kTpThreads composites, a double buffer: one barrier a step).
-__device__ __forceinline__ void tp_sort_write(unsigned long long v, int k, int* __restrict__ out,
-                                              unsigned long long* buf) {
+__device__ __forceinline__ void tp_sort_mark(unsigned long long v, int k, unsigned char* sel,
+                                             unsigned long long* buf) {
   const int i = threadIdx.x;
   int b = 0;
 #pragma unroll
@@ -364,30 +346,31 @@ __device__ __forceinline__ void tp_sort_write(unsigned long long v, int k, int* 
       v = (((i & stride) == 0) == desc) ? max(v, o) : min(v, o);
     }
   }
-  if (i < k) out[i] = static_cast<int>(~static_cast<uint32_t>(v));
+  if (i < k) sel[~static_cast<uint32_t>(v)] = 1;
 }
 
 __device__ __forceinline__ unsigned long long tp_composite(uint32_t key, int index) {
   return (static_cast<unsigned long long>(key) << 32) | static_cast<uint32_t>(~index);
 }
 
-// One block selects and orders a row of n <= kTpBlockN keys, k <= kTpThreads: four keys a thread; a
-// histogram of the top kTpBinBits key bits (sign, exponent, 4 mantissa bits: bins 1/16 of a binade
-// wide) gives the bin B where the count from the top reaches k; the keys in bins >= B (the
-// candidates) hold the top k. When they are at most kTpThreads (always for n <= kTpThreads), each
-// goes to its bin's segment of the candidate list (bins in descending order: a segment's keys are
-// below every key of the segments before it) and its output position is the segment's start plus
-// the number of keys of its segment with a larger composite: the stable sort's order. When the
-// segments are long (many ties, a narrow range: the sum of their squared lengths above
-// kTpMaxSquares) the list is sorted (tp_sort_write) instead. More candidates than kTpThreads:
-// false, nothing written. `work` holds the bin counts, the segment cursors, the list and the sort
-// buffer.
+// One block selects a row of n <= kTpBlockN keys, k <= kTpThreads: four keys a thread; a histogram
+// of the top kTpBinBits key bits (sign, exponent, 4 mantissa bits: bins 1/16 of a binade wide) gives
+// the bin B where the count from the top reaches k; the keys in bins >= B (the candidates) hold the
+// top k. When they are at most kTpThreads (always for n <= kTpThreads), each goes to its bin's
+// segment of the candidate list (bins in descending order: a segment's keys are below every key of
+// the segments before it) and its rank is the segment's start plus the number of keys of its
+// segment with a larger composite (the stable sort's rank); when the segments are long (many ties,
+// a narrow range: the sum of their squared lengths above kTpMaxSquares) the list is sorted
+// (tp_sort_mark) instead. The keys ranked below k are marked by index, and one block scan over the
+// marks writes their indices in increasing order. More candidates than kTpThreads: false, nothing
+// written. `work` holds the bin counts, the segment cursors, the list, the sort buffer and the marks.
 __device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
                                              unsigned char* work, TcShared& sh) {
   unsigned int* bins = reinterpret_cast<unsigned int*>(work);                       // [kTpBins] counts
   unsigned int* cursor = bins + kTpBins;                                            // [kTpBins] segment starts
   unsigned long long* list = reinterpret_cast<unsigned long long*>(cursor + kTpBins);  // [kTpThreads]
   unsigned long long* buf = list + kTpThreads;                                      // [2][kTpThreads]
+  unsigned char* sel = reinterpret_cast<unsigned char*>(buf + 2 * kTpThreads);      // [kTpBlockN] marks
   const int t = threadIdx.x;
   const int lane = t & 31;
   uint32_t key[4];
@@ -398,6 +381,7 @@ __device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_
   }
 #pragma unroll
   for (int j = 0; j < kTpBinsPerThread; ++j) bins[t + j * kTpThreads] = 0;
+  reinterpret_cast<uchar4*>(sel)[t] = make_uchar4(0, 0, 0, 0);  // marks of indices 4t .. 4t + 3
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -445,19 +429,25 @@ __device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_
   }
   __syncthreads();
   if (squares > kTpMaxSquares) {
-    tp_sort_write(t < static_cast<int>(cand) ? list[t] : 0ull, k, out, buf);
-    return true;
-  }
-  // One list entry a thread: the threads of a warp mostly share a segment (the same trip count).
-  if (t < static_cast<int>(cand)) {
+    tp_sort_mark(t < static_cast<int>(cand) ? list[t] : 0ull, k, sel, buf);
+  } else if (t < static_cast<int>(cand)) {
+    // One list entry a thread: the threads of a warp mostly share a segment (the same trip count).
     const unsigned long long me = list[t];
     const unsigned int b = static_cast<unsigned int>(me >> 32) >> (32 - kTpBinBits);
     const unsigned int end = cursor[b];  // the segment's start plus its count, after the atomics
     const unsigned int begin = end - bins[b];
     unsigned int pos = begin;
     for (unsigned int q = begin; q < end; ++q) pos += list[q] > me;
-    if (pos < kk) out[pos] = static_cast<int>(~static_cast<uint32_t>(me));
+    if (pos < kk) sel[~static_cast<uint32_t>(me)] = 1;
   }
+  __syncthreads();
+  // The marked indices in increasing order: thread t holds the marks of 4t .. 4t + 3.
+  const uchar4 f = reinterpret_cast<const uchar4*>(sel)[t];
+  unsigned int at = tc_scan<kTpThreads>(static_cast<unsigned int>(f.x + f.y + f.z + f.w), sh.warp, &total);
+  if (f.x) out[at++] = 4 * t;
+  if (f.y) out[at++] = 4 * t + 1;
+  if (f.z) out[at++] = 4 * t + 2;
+  if (f.w) out[at] = 4 * t + 3;
   return true;
 }
 #endif  // QGATE_TC_SM90
@@ -475,7 +465,6 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   unsigned int* tot = hist + 256;                                               // [4][256] row totals
   unsigned int* recv = tot + 4 * 256;                                           // [4][16][256] pushed counts
   uint2* all = reinterpret_cast<uint2*>(recv);                                  // [k] after the offsets
-  unsigned long long* cell_items = reinterpret_cast<unsigned long long*>(all + k);  // [k]
   uint2* cand = reinterpret_cast<uint2*>(recv + kTpRecvWords);                  // [kTpCap]
   unsigned int* spec = reinterpret_cast<unsigned int*>(cand + kTpCap);  // [256][8] (*) second histogram
   const uint32_t rank = tc_rank();
@@ -611,31 +600,25 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
     }
   }
   tp_wait(tp_saddr(&sh.bar[4]));
-  // The ordering runs at one call site (the kernel's code is fetched once per launch: its size costs).
-  const uint2* list = cand;  // after pass 3 the candidates are the k keys already (full order)
-  int n = k;
-  int depth = 4;
-  unsigned long long* items = cell_items;
+  // After pass 3 the candidates are the k selected keys, in index order. Else every block finishes
+  // the passes over its copy of the candidate list (the same counts in every block) and trims it to
+  // the keys > T and the first `need` ties by index: the k selected keys in index order.
+  const uint2* list = cand;
   if (last < 3) {
 #pragma unroll 1
     for (int pass = last + 1; pass < 4; ++pass) {
-      const unsigned int largest = tp_local_count(striped, tot, sh, cand, m, pass, prefix);
-      if (pass == last + 1 && largest <= kTpMaxCell) {
-        // Shallow order: the cells of passes 0..last and the byte of pass last + 1 order the candidates.
-        n = static_cast<int>(m);
-        depth = last + 1;
-        items = reinterpret_cast<unsigned long long*>(recv);
-        break;
-      }
-      tp_select(tot, sh, pass, prefix, need);  // a large cell: finish the passes
+      tp_local_count(striped, tot, cand, m, pass, prefix);
+      tp_select(tot, sh, pass, prefix, need);
     }
-    if (depth == 4) {
-      tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
-      list = all;
-    }
+    tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
+    list = all;
   }
-  tc_order<kNT>(striped, tot, sh, list, n, depth, items, k, need, prefix, rank, csize,
-                indices + static_cast<int64_t>(row) * k);
+  // Each block writes its 1/C of the k indices.
+  int* __restrict__ out = indices + static_cast<int64_t>(row) * k;
+  const int lg = __ffs(csize) - 1;
+  const int w_lo = static_cast<int>((static_cast<unsigned int>(k) * rank) >> lg);
+  const int w_hi = static_cast<int>((static_cast<unsigned int>(k) * (rank + 1)) >> lg);
+  for (int p = w_lo + static_cast<int>(threadIdx.x); p < w_hi; p += kNT) out[p] = static_cast<int>(list[p].y);
 #endif
 }
 

@@ -63,17 +63,29 @@ def cuda_kernels_available() -> bool:
 
 # The kernel each route's op runs, by where it runs (csrc/*.cu: one kernel per route per arch; a
 # shape the sm_90 HC launch does not take runs the portable three kernels there too).
+_GEMV_ROWS = (
+    "gemv_rows: the one-group kernel where K = WPR x G x 256 with G = 6, 8 or 10 (each warp's whole share "
+    "of a row loaded at once; K = 1536, 2560, 10240 ...), else the looping rows kernel; x staged in "
+    "shared memory up to 48 KiB, else read through L1"
+)
 KERNELS_SM90 = {
-    ROUTE_GEMV: "gemv_rows (one-group kernel at K = 2048 * 2^i, else general; PDL for static weights)",
-    ROUTE_HC: "hc_tma_kernel (one launch, bulk-copied weights, tagged partials)",
-    ROUTE_GDN: "gdn_input on gemv_rows",
-    ROUTE_TOPK: "qsa_topk_push_kernel (a thread-block cluster a row, PDL)",
+    ROUTE_GEMV: _GEMV_ROWS + "; PDL for static weights",
+    ROUTE_HC: "hc_tma_kernel (one launch, bulk-copied weights, tagged partials, PDL)",
+    ROUTE_GDN: "gdn_input on gemv_rows (one launch, the split written in place; PDL for static weights)",
+    ROUTE_TOPK: (
+        "qsa_topk_push_kernel (a thread-block cluster a row, counts and candidates pushed between blocks; "
+        "four radix passes, then the ties trimmed by index: the top-k set in increasing index order; a "
+        "row of <= 4096 columns or <= 1024 keys in one block; PDL)"
+    ),
 }
 KERNELS_PORTABLE = {
-    ROUTE_GEMV: "gemv_rows (one-group kernel at K = 2048 * 2^i, else general)",
+    ROUTE_GEMV: _GEMV_ROWS,
     ROUTE_HC: "hc_norm_kernel + gemv_rows + hc_up_mix_kernel",
-    ROUTE_GDN: "gdn_input on gemv_rows",
-    ROUTE_TOPK: "qsa_topk_kernel (grid, cooperative launch)",
+    ROUTE_GDN: "gdn_input on gemv_rows (one launch, the split written in place)",
+    ROUTE_TOPK: (
+        "qsa_topk_kernel (grid, cooperative launch: four radix passes, then an index-order compaction: the "
+        "top-k set in increasing index order)"
+    ),
 }
 KERNELS_CPU = {
     ROUTE_GEMV: "csrc/cpu gemv",
@@ -295,11 +307,11 @@ def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int, out: Tensor | None 
     visible_blocks: [rows] int32; k: vLLM's block_topk (512, 1024 or 2048 in Qwen4Exp; 1..4096
     taken); out: block_indices [rows, k] int32 to write (allocated when None). Returns out.
     Row r uses only its first n = visible_blocks[r] columns (clamped to [0, L]); the rest may hold
-    garbage and is never selected. n <= k: 0..n-1 then -1. n > k: the k largest values, ordered
-    by value descending, equal values by increasing index (ties at the k-th value go to the lower
-    indices: deterministic, unlike vLLM's own kernels). NaN ranks above +inf; -0.0 == +0.0.
-    The CUDA kernel: four 8-bit radix passes over an order-preserving key, exact tie compaction by
-    increasing index, a rank-by-count ordering (sm_90: one thread-block cluster a row). Other
+    garbage and is never selected. n <= k: 0..n-1 then -1. n > k: the set of the k largest values
+    (ties at the k-th value go to the lower indices: deterministic, unlike vLLM's own kernels),
+    written in increasing index order (vLLM's expand_qsa_block_indices needs no order). NaN ranks
+    above +inf; -0.0 == +0.0. The CUDA kernel: four 8-bit radix passes over an order-preserving key,
+    then an exact compaction by increasing index (sm_90: one thread-block cluster a row). Other
     dtypes (dtype), k > 4096 (k_not_supported), L >= 2^31 (shape) run the reference, counted.
     """
     if logits.dim() != 2 or tuple(visible_blocks.shape) != (logits.shape[0],) or k < 1:

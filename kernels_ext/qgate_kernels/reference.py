@@ -244,10 +244,21 @@ def qsa_topk(logits: Tensor, visible_blocks: Tensor, k: int) -> Tensor:
     clamped to [0, L]. Only columns 0..n_r-1 of row r are eligible; the rest may hold anything (NaN,
     inf, stale values) and are never read into the result. Returns block_indices [rows, k] int32:
       n_r <= k: 0, 1, ..., n_r - 1, then -1 (increasing index);
-      n_r >  k: the k largest eligible values, ordered by value descending, equal values by
-                increasing index (the first k of a stable sort; ties at the k-th value go to the
-                lower indices). NaN of any payload ranks above +inf and all NaNs tie; -0.0 == +0.0.
+      n_r >  k: the set of the k largest eligible values (ties at the k-th value go to the lower
+                indices: the first k of a stable sort by value descending), written in increasing
+                index order. NaN of any payload ranks above +inf and all NaNs tie; -0.0 == +0.0.
+    vLLM's consumer (`expand_qsa_block_indices`) expands the first min(n_r, k) entries block by block
+    and needs no order; qsa_topk_by_value gives the same set in the stable sort's order.
     """
+    by_value = qsa_topk_by_value(logits, visible_blocks, k)  # [rows, k]; -1 pads rows of n_r < k
+    top = torch.iinfo(torch.int32).max  # the padding sorts last and goes back to -1
+    ordered = torch.sort(torch.where(by_value < 0, top, by_value), dim=1).values  # [rows, k]
+    return torch.where(ordered == top, -1, ordered)
+
+
+def qsa_topk_by_value(logits: Tensor, visible_blocks: Tensor, k: int) -> Tensor:
+    """qsa_topk's set in value order: the first k of a stable sort by value descending (n_r > k), as
+    vLLM's debug path and earlier versions of this route order it; rows of n_r <= k as qsa_topk."""
     if logits.dim() != 2 or visible_blocks.shape != (logits.shape[0],) or k < 1:
         raise ValueError(
             f"qsa_topk: logits {tuple(logits.shape)}, visible_blocks {tuple(visible_blocks.shape)}, k={k}: "

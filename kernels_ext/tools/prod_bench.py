@@ -1,5 +1,7 @@
 """`qgate bench ops` at the production model's per-GPU TP=4 shapes (Qwen4Exp, H200 decode), route
-beside its baseline and what vLLM itself runs (harness/qgate/ops/competitors.py), one record.
+beside its baseline and what vLLM itself runs (harness/qgate/ops/competitors.py), one record: the
+decode-step condition (the headline), back to back, and the GDN and attention layer chains
+(harness/qgate/ops/chains.py).
 
 Shapes (N x K): GEMV 4096x2560 (GDN qkvz), 4224x2560 (QSA qkv + indexer), 2560x1536 (GDN / QSA out),
 24x2560 (GDN b/a), 320x2560 (shared-expert gate/up), 62080x2560 (lm_head), 320x10240 (final HC

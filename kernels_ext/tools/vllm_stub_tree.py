@@ -3,7 +3,8 @@ where vLLM cannot be installed (the H200 image): its files copied unmodified fro
 or install (`models/qwen4_exp/nvidia/low_latency_gemm.py`, `model_executor/kernels/linear/cute_dsl/
 skinny_gemm.py` and `_skinny_gemm.py`; the HC kernels `models/qwen4_exp/nvidia/ops/hc.py` and the
 down projection `models/qwen4_exp/nvidia/ops/cute_dsl/hc_down_silu.py` with `_hc_down_silu_fma.py`
-and `_hc_down_silu_mma.py`), and stand-ins for only the vllm modules they import
+and `_hc_down_silu_mma.py`; the QSA indexer's ops `models/qwen4_exp/nvidia/ops/qsa_indexer.py`,
+whose `expand_qsa_block_indices` consumes the top-k), and stand-ins for only the vllm modules they import
 (envs.VLLM_BATCH_INVARIANT = False, triton_utils, current_platform's capability and PDL answer as
 vLLM's CUDA platform gives them, current_stream, a no-op custom-op registration, empty layer base
 classes). With that tree, the CUTLASS DSL and quack-kernels on PYTHONPATH,
@@ -30,10 +31,12 @@ COPIED = [
     "models/qwen4_exp/nvidia/ops/cute_dsl/_hc_down_silu_fma.py",
     "models/qwen4_exp/nvidia/ops/cute_dsl/_hc_down_silu_mma.py",
     "models/qwen4_exp/nvidia/ops/hc.py",
+    "models/qwen4_exp/nvidia/ops/qsa_indexer.py",
 ]
 
 STUBS = {
-    "envs.py": "VLLM_BATCH_INVARIANT = False\n",
+    "envs.py": "VLLM_BATCH_INVARIANT = False\nVLLM_SPARSE_INDEXER_MAX_LOGITS_MB = 512\n",
+    "model_executor/warmup/jit_warmup_triton_helper.py": "class TritonWarmupTensor:\n    pass\n",
     "triton_utils.py": 'import triton\nimport triton.language as tl\n\n__all__ = ["tl", "triton"]\n',
     "platforms/__init__.py": (
         "import torch\n\n\n"
@@ -46,7 +49,9 @@ STUBS = {
         "        major, minor = torch.cuda.get_device_capability()\n"
         "        if isinstance(capability, tuple):\n"
         "            return (major, minor) >= capability\n"
-        "        return major * 10 + minor >= capability\n\n\n"
+        "        return major * 10 + minor >= capability\n\n"
+        "    def is_device_capability_family(self, family):\n"
+        "        return torch.cuda.get_device_capability()[0] * 10 == family\n\n\n"
         "current_platform = _Cuda()\n"
     ),
     "utils/torch_utils.py": (

@@ -74,8 +74,8 @@ def gdn_input64(x: Tensor, w_qkvz: Tensor, w_ba: Tensor, nk: int, nv: int, dk: i
 
 def topk_oracle(logits: Tensor, visible: Tensor, k: int) -> list[list[int]]:
     """The block selection by Python's stable sort: per row n = clamp(visible, 0, L) eligible columns;
-    n <= k: 0..n-1 then -1; else value descending, NaN (any payload) first, then +inf, ..., -inf,
-    -0.0 == +0.0, ties in index order."""
+    n <= k: 0..n-1 then -1; else the first k by value descending (NaN (any payload) first, then +inf,
+    ..., -inf, -0.0 == +0.0, ties in index order), written in increasing index order."""
 
     def key(v: float) -> tuple[int, float]:
         if math.isnan(v):
@@ -88,7 +88,7 @@ def topk_oracle(logits: Tensor, visible: Tensor, k: int) -> list[list[int]]:
         if n <= k:
             out.append(list(range(n)) + [-1] * (k - n))
         else:
-            out.append(sorted(range(n), key=lambda i: key(row[i]))[:k])
+            out.append(sorted(sorted(range(n), key=lambda i: key(row[i]))[:k]))
     return out
 
 

@@ -13,9 +13,9 @@ from qgate.ops.cases import gemv_case, topk_case
 
 def test_a_time_bound_holds_for_every_input_kind() -> None:
     target = {"min_vs_best": 1.0, "max_us": 13.0}
-    fast_overall = {"median_us": 12.5}
-    slow_kind = {"by_input": {"continuous": {"median_us": 11.9}, "integers": {"median_us": 13.06}}}
-    assert _target_met(target, fast_overall, 7.0, slow_kind) is False
+    fast_overall = {"route_us": 12.5}
+    slow_kind = {"route_us": 12.5, "route_by_input_us": {"continuous": 11.9, "integers": 13.06}}
+    assert _target_met(target, slow_kind, 7.0, {}) is False
     assert _target_met(target, fast_overall, 7.0, {}) is True
     assert _target_met({"min_vs_best": 1.0}, fast_overall, 0.95, {}) is False
 
@@ -27,7 +27,9 @@ def test_a_route_that_fell_back_is_recorded_with_its_reasons() -> None:
     cfg = {"warmup": 1, "reps": 2, "rotate_bytes": 0, "max_sets": 1}
     out = bench_case(case, torch.Generator().manual_seed(1), torch.device("cpu"), cfg, 1.0)
     assert out["route_fallbacks"] == {"dtype": 3}  # the timer's calls: one warm-up, two timed
-    assert out["best_competitor"] == case.baseline_name and out["vs_best"] > 0
+    assert out["best_competitor"] == case.baseline_name and out["vs_best_back_to_back"] > 0
+    step = out["decode_step"]  # producer -> op -> consumer, the glue's time subtracted
+    assert set(step["competitors_us"]) == {case.baseline_name} and step["glue_us"] > 0
 
 
 def test_topk_draws_the_production_input_kinds_and_a_short_visible_row() -> None:

@@ -344,6 +344,25 @@ def test_topk_on_production_scores_and_short_visible_prefixes(rows: int, length:
     assert _no_fallbacks()
 
 
+@pytest.mark.parametrize(
+    ("rows", "length", "k"), [(1, 65536, 512), (1, 4096, 512), (2, 131072, 2048), (3, 700, 512)]
+)
+def test_topk_writes_the_set_in_increasing_index_order(rows: int, length: int, k: int) -> None:
+    """Every row of n > k: strictly increasing indices below n, the same set as the reference's value
+    order (the stable sort's first k), on continuous rows and on integer rows (ties at the k-th)."""
+    gen, seed = fresh_generator(DEV)
+    full = torch.full((rows,), length, dtype=torch.int32, device=DEV)
+    for scores in (
+        torch.randn(rows, length, generator=gen, device=DEV),
+        torch.randint(0, 64, (rows, length), generator=gen, device=DEV).float(),
+    ):
+        got = qgate_kernels.qsa_topk(scores, full, k).cpu()
+        assert bool((got[:, 1:] > got[:, :-1]).all()) and int(got.min()) >= 0 and int(got.max()) < length
+        by_value = reference.qsa_topk_by_value(scores.cpu(), full.cpu(), k)
+        assert torch.equal(got, torch.sort(by_value, dim=1).values), f"seed {seed}"
+    assert _no_fallbacks()
+
+
 def test_topk_matches_the_python_oracle_on_specials() -> None:
     gen, seed = fresh_generator(DEV)
     scores = _tie_heavy(gen, 4, 3000)

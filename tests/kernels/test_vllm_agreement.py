@@ -10,7 +10,9 @@ few units of rounding of the terms' magnitude, as bounded below.
 GDN: vLLM's own split functions of Part 1 (QwenGatedDeltaNetAttention.prepare_gdn_attention_core_inputs
 and split_ba for the flat layout, fix_query_key_value_ordering for the interleaved one) on the op's
 GEMM outputs: bit for bit; and the GEMMs against torch's F.linear in the dtype.
-Top-k: vLLM's debug top-k (SparseIndexerTopk backend "torch": masked torch.topk, -1 fill) as a set.
+Top-k: vLLM's debug top-k (SparseIndexerTopk backend "torch": masked torch.topk, -1 fill) as a set;
+and, on a CUDA GPU where vLLM's nvidia QSA ops import, vLLM's consumer expand_qsa_block_indices
+(Triton) gives the same tokens per row on the route's index order as on the value order.
 Skipped where vLLM or transformers' Qwen4Exp is not importable.
 """
 
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from kernel_oracles import fresh_generator, randn
 
 from qgate.ops.screen import ulp_distance
+from qgate.ops.shapes import MODEL_CONFIG
 from qgate_kernels import reference
 
 hcmod = pytest.importorskip("vllm.models.qwen4_exp.common.hyperconnection")
@@ -240,3 +243,29 @@ def test_topk_is_vllms_debug_topk_as_a_set(rows: int, length: int, k: int) -> No
     sel(logits.contiguous(), visible, 1, want, k, length)
     for r in range(rows):
         assert sorted(got[r].tolist()) == sorted(want[r].tolist()), f"row {r}, seed {seed}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="expand_qsa_block_indices is a Triton kernel")
+@pytest.mark.parametrize(("rows", "length", "k"), [(1, 65536, 512), (3, 131072, 2048), (2, 3000, 512)])
+def test_vllms_expansion_takes_the_index_order(rows: int, length: int, k: int) -> None:
+    """vLLM 0.32's qsa_indexer expands each row's first min(visible, k) blocks by position: the route's
+    increasing index order and the stable sort's value order give the same tokens (as a set per row)
+    and the same count column."""
+    qsa = pytest.importorskip("vllm.models.qwen4_exp.nvidia.ops.qsa_indexer")
+    import qgate_kernels
+
+    gen, seed = fresh_generator("cuda")
+    ratio = int(MODEL_CONFIG["indexer_compress_ratio"])  # 4: blocks of 4 tokens
+    logits = torch.randint(0, 64, (rows, length), generator=gen, device="cuda").float()  # ties at the k-th
+    visible = torch.randint(k // 2, length + 1, (rows,), generator=gen, device="cuda", dtype=torch.int32)
+    positions = visible.long() * ratio + torch.randint(0, ratio, (rows,), generator=gen, device="cuda")
+    outs = []
+    for idx in (
+        qgate_kernels.qsa_topk(logits, visible, k),
+        reference.qsa_topk_by_value(logits.cpu(), visible.cpu(), k).cuda(),
+    ):
+        out = torch.full((rows, k * ratio + ratio), -7, dtype=torch.int32, device="cuda")  # [rows, width + 1]
+        qsa.expand_qsa_block_indices(idx, positions, visible, ratio, k * ratio, out)
+        outs.append(out.cpu())
+    assert torch.equal(outs[0][:, -1], outs[1][:, -1]), f"seed {seed}"  # the count column
+    assert torch.equal(torch.sort(outs[0][:, :-1]).values, torch.sort(outs[1][:, :-1]).values), f"seed {seed}"

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from qgate.cli import ablate, compare, contract, contract_doc, demo, history, model, ops, quality, run
+from qgate.cli import (
+    ablate,
+    compare,
+    contract,
+    contract_doc,
+    demo,
+    fleet,
+    history,
+    model,
+    ops,
+    quality,
+    run,
+    runner,
+)
 
 app = typer.Typer(
     help="qgate: gate GPU kernel candidates for LLM decode on speed and quality.",
@@ -20,9 +33,11 @@ app.add_typer(model.app, name="model")
 app.add_typer(run.app, name="run")
 app.add_typer(ops.bench_app, name="bench")
 app.add_typer(history.app, name="history")
+app.add_typer(fleet.app, name="fleet")
 app.command("compare")(compare.compare)
 app.command("ablate")(ablate.ablate)
 app.command("demo")(demo.demo)
+app.command("check-runner")(runner.check_runner)
 
 
 def main() -> None:

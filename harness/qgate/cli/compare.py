@@ -45,6 +45,20 @@ AaOpt = Annotated[
     bool,
     typer.Option("--aa", help="the arms ran with the same env on purpose (an A/A test); refused without it"),
 ]
+JunitOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--junit", help="also write the verdict as JUnit XML (a test case per gate)", dir_okay=False
+    ),
+]
+BmfOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--bmf",
+        help="also write decode tok/s and TPOT per arm with CIs, Bencher Metric Format JSON",
+        dir_okay=False,
+    ),
+]
 _CODES = {"PASS": EXIT_OK, "FAIL": EXIT_FAIL, "INCONCLUSIVE": EXIT_INCONCLUSIVE, "ERROR": EXIT_ERROR}
 
 
@@ -56,6 +70,8 @@ def compare(
     contract: MaybeContractOpt = None,
     force: ForceOpt = False,
     aa: AaOpt = False,
+    junit: JunitOpt = None,
+    bmf: BmfOpt = None,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
@@ -63,11 +79,16 @@ def compare(
     for the same file or run as both arms, and for a candidate with the control's env (unless --aa).
     """
     from qgate.compare import run_compare  # the statistics: not imported by every qgate command
+    from qgate.report.exports import write_exports
 
     with user_errors():
         record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa)
+        write_exports(record, junit, bmf)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")
     typer.echo(f"report: {paths['report']}")
+    for label, path in (("junit", junit), ("bmf", bmf)):
+        if path is not None:
+            typer.echo(f"{label}: {path}")
     exit_with(_CODES[record["verdict"]])

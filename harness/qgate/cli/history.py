@@ -2,7 +2,8 @@
 
 Exit codes: 0 done (append: appended, or the identical night was already recorded), 2 a bad result
 directory or store (one line; the store is left as it was), including a night already recorded with
-different figures.
+different figures, a wrong URL, a refused password, a database that is not a qgate store and a store of
+a newer schema. The store comes from --store or QGATE_HISTORY_STORE.
 """
 
 from __future__ import annotations
@@ -16,7 +17,17 @@ from qgate.cli._options import OutOpt, user_errors
 
 app = typer.Typer(help="History of nightly verdicts: append a night, render the trend.", no_args_is_help=True)
 StoreOpt = Annotated[
-    Path, typer.Option("--store", "-s", help="history store (SQLite file; created by the first append)")
+    str,
+    typer.Option(
+        "--store",
+        "-s",
+        envvar="QGATE_HISTORY_STORE",
+        help="history store: a SQLite file or a postgresql://user@host/db URL (created by the first append)",
+    ),
+]
+EntryOpt = Annotated[
+    str | None,
+    typer.Option("--entry", help="a fleet entry's own history in the store (docs/nightly.md, the fleet)"),
 ]
 ResultDirArg = Annotated[
     Path,
@@ -37,13 +48,17 @@ CommitOpt = Annotated[
 
 @app.command("append")
 def append_cmd(
-    result_dir: ResultDirArg, store: StoreOpt, night: NightOpt = None, commit: CommitOpt = None
+    result_dir: ResultDirArg,
+    store: StoreOpt,
+    night: NightOpt = None,
+    commit: CommitOpt = None,
+    entry: EntryOpt = None,
 ) -> None:
     """Add one night (one row per arm); the same night again is a no-op if identical, else refused."""
     from qgate.history import append  # the statistics: not imported by every qgate command
 
     with user_errors():
-        outcome = append(store, result_dir, night=night, commit=commit)
+        outcome = append(store, result_dir, night=night, commit=commit, entry=entry)
     typer.echo(
         f"{outcome.status}: night {outcome.night} ({', '.join(outcome.arms)}), "
         f"verdict {outcome.verdict or 'none'} -> {outcome.store}"
@@ -51,12 +66,12 @@ def append_cmd(
 
 
 @app.command("report")
-def report_cmd(store: StoreOpt, out: OutOpt) -> None:
+def report_cmd(store: StoreOpt, out: OutOpt, entry: EntryOpt = None) -> None:
     """Write OUT/history.md and OUT/history.png: decode tok/s and quality per night, with the gates."""
     from qgate.history import write_report  # the statistics: not imported by every qgate command
 
     with user_errors():
-        paths = write_report(store, out)
+        paths = write_report(store, out, entry=entry)
     typer.echo(f"report: {paths['report']}")
     if "plot" in paths:
         typer.echo(f"plot: {paths['plot']}")

@@ -19,6 +19,7 @@ Competitor = Callable[..., Any] | str
 VLLM_GEMM = "vLLM Qwen4Exp low-latency GEMM (CuTe skinny GEMM, plan by arch)"
 VLLM_HC = "vLLM GatedResidual (Triton + CuTe hc_down_silu)"
 VLLM_TOPK = "vLLM _topk (persistent_topk / cooperative_topk)"
+VLLM_GDN = "vLLM GDN Part 1 (2 low-latency GEMMs + split)"
 
 
 def _import_error(module: str) -> str | None:
@@ -29,29 +30,65 @@ def _import_error(module: str) -> str | None:
     return None
 
 
-def gemv_competitors(n: int, k: int, dtype: torch.dtype) -> dict[str, Competitor]:
-    """vLLM's batch-one linear for Qwen4Exp: its CuTe skinny GEMM where its plan for this arch names
-    the (N, K) shape (bf16 only), else F.linear, i.e. cuBLAS, which the case's baseline times."""
+def vllm_linear(n: int, k: int, dtype: torch.dtype) -> Competitor:
+    """What vLLM's Qwen4Exp runs for a batch-one linear of weight [n, k] on this GPU
+    (`_qwen4_exp_low_latency_gemm` in models/qwen4_exp/nvidia/low_latency_gemm.py, installed by
+    enable_qwen4_exp_low_latency_gemm on every unquantized Linear and the lm_head whose (N, K) its
+    plan table for this arch names, bf16 only): fn(w, x [1, k]) -> [1, n] on its CuTe skinny GEMM, or
+    the reason it runs F.linear (cuBLAS) instead."""
     module = "vllm.models.qwen4_exp.nvidia.low_latency_gemm"
     reason = _import_error(module)
     if reason is not None:
-        return {VLLM_GEMM: reason}
+        return reason
     import importlib
 
     llg = importlib.import_module(module)
     if not torch.cuda.is_available():
-        return {VLLM_GEMM: "cannot run: no CUDA device"}
+        return "cannot run: no CUDA device"
     cap = torch.cuda.get_device_capability()
     plan = llg.QWEN4_EXP_GEMM_PLANS_BY_CAPABILITY.get(cap, {}).get((n, k), {}).get(1)
     if plan is None:
         arch = f"sm_{cap[0]}{cap[1]}"
-        return {VLLM_GEMM: f"vLLM runs F.linear (cuBLAS, the baseline) at ({n}, {k}) on {arch}: no plan"}
+        return f"vLLM runs F.linear (cuBLAS, the baseline) at ({n}, {k}) on {arch}: no plan"
     if dtype != torch.bfloat16:
-        return {VLLM_GEMM: "vLLM's skinny GEMM takes bf16 only (F.linear otherwise: the baseline)"}
+        return "vLLM's skinny GEMM takes bf16 only (F.linear otherwise: the baseline)"
     if not llg.shape_dynamic_skinny_gemm.is_available():
-        return {VLLM_GEMM: "cannot run: the CUTLASS DSL (nvidia-cutlass-dsl) is not installed"}
+        return "cannot run: the CUTLASS DSL (nvidia-cutlass-dsl) is not installed"
     gemm = llg.shape_dynamic_skinny_gemm
-    return {VLLM_GEMM: lambda w, x: gemm(x.view(1, -1), w, plan)}
+    return lambda w, x: gemm(x.view(1, -1), w, plan)
+
+
+def gemv_competitors(n: int, k: int, dtype: torch.dtype) -> dict[str, Competitor]:
+    """vLLM's batch-one linear for Qwen4Exp (vllm_linear): its CuTe skinny GEMM where its plan for
+    this arch names the (N, K) shape (bf16 only), else F.linear, i.e. cuBLAS, which the case's
+    baseline times."""
+    return {VLLM_GEMM: vllm_linear(n, k, dtype)}
+
+
+def gdn_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Competitor]:
+    """vLLM's GDN Part 1 (`forward_cuda` in model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py):
+    in_proj_qkvz and in_proj_ba as two linears, each on vLLM's Qwen4Exp low-latency GEMM where its
+    plan names the shape (both TP=4 shapes are in the SM90 table), then the flat layout's split
+    (mixed_qkv, z) and split_ba's chunk + .contiguous() of b and a. Only the flat layout (Qwen3.5's,
+    and Qwen4Exp's) is modelled; the case's baseline is the same with F.linear."""
+    x, w_qkvz, w_ba = args
+    if shape.get("layout", "flat") != "flat":
+        return {}
+    lin_qkvz = vllm_linear(int(w_qkvz.shape[0]), int(w_qkvz.shape[1]), w_qkvz.dtype)
+    lin_ba = vllm_linear(int(w_ba.shape[0]), int(w_ba.shape[1]), w_ba.dtype)
+    for lin in (lin_qkvz, lin_ba):
+        if isinstance(lin, str):
+            return {VLLM_GDN: lin}
+    nk, nv, dk, dv = (int(shape[key]) for key in ("nk", "nv", "dk", "dv"))
+    assert not isinstance(lin_qkvz, str) and not isinstance(lin_ba, str)
+
+    def run(x: Any, wq: Any, wb: Any) -> tuple[Any, ...]:
+        x2 = x.view(1, -1)  # [1, hidden]
+        mixed, z = lin_qkvz(wq, x2).split([2 * nk * dk + nv * dv, nv * dv], dim=-1)
+        b, a = lin_ba(wb, x2).chunk(2, dim=-1)
+        return mixed, z.reshape(1, -1, dv), b.contiguous(), a.contiguous()
+
+    return {VLLM_GDN: run}
 
 
 def hc_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Competitor]:
@@ -87,6 +124,17 @@ def hc_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Co
                 VLLM_HC: f"cannot run: vLLM's CuTe hc_down_silu (what vLLM runs here) does not import ({why})"
             }
 
+    # The final mixer's down projection is a ReplicatedLinear [rank, D]: vLLM's low-latency GEMM
+    # where its plan names the shape (320 x 10240 is in the SM90 table), in bf16; else F.linear.
+    down_linear: Any = None
+    if not use_combine:
+        found = vllm_linear(int(wd.shape[0]), int(wd.shape[1]), wd.dtype)
+        if not isinstance(found, str):
+            down_linear = found
+        elif found.startswith("cannot run") and wd.dtype == torch.bfloat16:
+            why = f"the final mixer's down projection is vLLM's CuTe GEMM here ({found})"
+            return {VLLM_HC: f"cannot run: {why}"}
+
     def run(h: Any, o: Any, inj: Any, nw: Any, wd: Any, wu: Any) -> tuple[Any, ...]:
         if op == "mix":
             h_out, xn = None, hc_ops._grouped_gemma_rmsnorm(h, nw, eps, hc)
@@ -95,7 +143,7 @@ def hc_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Co
         if down_silu is not None:
             lora, injection = down_silu(xn, wd, rank, hc)
         else:
-            down = torch.nn.functional.linear(xn, wd)
+            down = torch.nn.functional.linear(xn, wd) if down_linear is None else down_linear(wd, xn)
             lora = hc_ops._hc_silu(down[:, :rank], hc)
             injection = down[:, rank : rank + hc] if use_combine else None
         block_input = hc_ops._hc_gate_mix(xn, torch.nn.functional.linear(lora, wu), hc)
@@ -107,6 +155,7 @@ def hc_competitors(shape: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Co
     except Exception as exc:  # noqa: BLE001 - a path that fails here cannot be timed
         return {VLLM_HC: f"cannot run: vLLM's HC sequence failed ({type(exc).__name__}: {str(exc)[:120]})"}
     down_name = "CuTe hc_down_silu" if down_silu is not None else "cuBLAS down"
+    down_name = "CuTe skinny GEMM down" if down_linear is not None else down_name
     return {f"vLLM GatedResidual (Triton + {down_name})": run}
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 
 import qgate_kernels
 from qgate.contract.ops import DEFAULT_TOLERANCES
+from qgate.ops.recorded import open_recording, recorded_markdown, recording_section, screen_topk, site_inputs
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
 from qgate_kernels import reference
@@ -84,25 +85,6 @@ def _random_inputs(
     return out
 
 
-def _recorded(activations: Path | None, rank: int, site: Site, dev: torch.device) -> list[tuple[Any, ...]]:
-    """The calls recorded at the site (qgate_kernels.record), on dev in the weights' dtype."""
-    if activations is None:
-        return []
-    path = activations / f"rank{rank}" / site.route / f"{site.name}.pt"
-    if not path.is_file():
-        return []
-    # the activation's width: K of the weight (GEMV, GDN), D = HC x hidden of the norm (HC)
-    want = site.tensors[0].shape[0] if site.route == ROUTE_HC else site.tensors[0].shape[1]
-    calls = torch.load(path, map_location="cpu", weights_only=True)
-    bad = [tuple(c[0].shape) for c in calls if c[0].shape[-1] != want]
-    if bad:
-        raise WeightsError(
-            f"{path}: recorded inputs {bad[0]} do not fit the checkpoint's {want} on rank {rank}"
-        )
-    dt = site.tensors[0].dtype
-    return [tuple(None if x is None else x.to(dev).to(dt) for x in c) for c in calls]
-
-
 def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device) -> dict[str, Any]:
     route, ref = _calls(site, dev)
     bitwise, max_abs, max_ulp = 0, 0.0, 0.0
@@ -134,10 +116,13 @@ def run_real_screen(
     seed = int.from_bytes(os.urandom(6), "little") if seed is None else seed
     gen = torch.Generator(device=dev).manual_seed(seed)
     ck = Checkpoint(model_dir)
+    rec = None if activations is None else open_recording(activations, tp)
     sites: list[dict[str, Any]] = []
+    mismatched: list[str] = []  # recorded shapes that do not fit the rank's slice (recorded.site_inputs)
     for rank in range(tp):
         for site in routed_weights(ck, tp, rank, dtype, routes):
-            recorded = _recorded(activations, rank, site, dev)
+            recorded, mismatch = site_inputs(rec, rank, site, dev)
+            mismatched += [mismatch] if mismatch else []
             inputs = recorded or _random_inputs(site, gen, dev, trials)
             row = screen_site(site, inputs, dev)
             sites.append(
@@ -152,6 +137,7 @@ def run_real_screen(
                 }
             )
     roles = _per_role(sites)
+    recording, topk = recording_section(rec, sites, mismatched), screen_topk(rec, dev)
     return {
         **record_header("ops_real", contract, seed, dev),
         "model_dir": str(model_dir),
@@ -160,7 +146,11 @@ def run_real_screen(
         "activations": None if activations is None else str(activations),
         "sites": sites,
         "roles": roles,
-        "passed": bool(roles) and all(r["passed"] for r in roles),
+        "recording": recording,  # the rank layout and the sites' shapes against the slices
+        "topk": topk,  # the QSA top-k on the recorded score rows (None: none recorded)
+        "passed": bool(roles)
+        and all(r["passed"] for r in roles)
+        and all(x is None or x["passed"] for x in (recording, topk)),
     }
 
 
@@ -205,4 +195,4 @@ def real_markdown(record: dict[str, Any]) -> str:
             f"| {r['max_abs_diff']:.8g} | {r['max_ulp']:.3g} | {r['max_ulp_bound']} | "
             f"{'ok' if r['passed'] else 'FAIL'} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + recorded_markdown(record)

@@ -64,6 +64,36 @@ def _copy_ways(record: dict[str, Any]) -> list[tuple[str, float]]:
     return [(k, v) for k, v in record.get("copy_detail_gb_s", {}).items() if k != "best"]
 
 
+def _step_rows(c: dict[str, Any]) -> list[str]:
+    step = c.get("decode_step", {})
+    comp = step.get("competitors_us", {})
+    best = c["best_competitor"]
+    return [
+        c["route"],
+        c["label"],
+        _fmt(step.get("route_us"), ".2f"),
+        best,
+        _fmt(comp.get(best), ".2f"),
+        f"{c['vs_best']:.2f}x",
+        f"{c['route_timing']['median_us']:.2f}",
+        f"{c['vs_best_back_to_back']:.2f}x",
+        ", ".join(f"{k}={v:g}" for k, v in c["target"].items()) or "-",
+        _fmt(c["target_met"]),
+    ]
+
+
+def _chain_rows(record: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, r in record.get("chains", {}).items():
+        vllm = _fmt(r.get("vllm_us"), ".2f") if "vllm_us" in r else r.get("vllm_cannot_run", "n/a")
+        ratio = f"{r['vs_vllm']:.2f}x" if "vs_vllm" in r else "n/a"
+        rows.append(
+            [name, f"{r['sets']}", f"{r['route_us']:.2f}", vllm, ratio, f"{r['glue_us']:.2f}"]
+            + [_fmt(r.get("target_met"))]
+        )
+    return rows
+
+
 def bench_markdown(record: dict[str, Any]) -> str:
     dev = record["device"]
     lines = [
@@ -73,21 +103,41 @@ def bench_markdown(record: dict[str, Any]) -> str:
         f"device copy {record['copy_gb_s'] / 1000:.2f} TB/s (read + write; "
         + ", ".join(f"{k} {v / 1000:.2f}" for k, v in _copy_ways(record))
         + ").",
-        "",
-        "| route | shape | route us | route TB/s | % of copy | baseline | baseline us | baseline TB/s | "
-        "speed-up | sets (MB) | target | met |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for c in record["cases"]:
-        r, b = c["route_timing"], c["baseline_timing"]
-        target = ", ".join(f"{k}={v:g}" for k, v in c["target"].items()) or "-"
-        lines.append(
-            f"| {c['route']} | {c['label']} | {r['median_us']:.2f} | {r['gb_s'] / 1000:.2f} | "
-            f"{_fmt(c['pct_of_copy'], '.0f')} | {c['baseline']} | {b['median_us']:.2f} | "
-            f"{b['gb_s'] / 1000:.2f} | "
-            f"{c['speedup']:.2f}x | {c['input_sets']} ({c['rotated_bytes'] / 1e6:.0f}) | {target} | "
-            f"{_fmt(c['target_met'])} |"
+    lines += _table(
+        "Decode step (the headline: each call between a producer and a consumer of other kinds, the same "
+        "for every side, inputs rotated past L2; us = [producer, op, consumer] minus [producer, consumer]). "
+        "vs best: the best competitor's us (vLLM's paths and the baseline) over the route's; back to back: "
+        "calls of one kind in one graph, a second condition, not judged:",
+        ["route", "shape", "route us", "best competitor", "its us", "vs best"]
+        + ["back to back: route us", "vs best", "target", "met"],
+        [_step_rows(c) for c in record["cases"]],
+    )
+    chain_rows = _chain_rows(record)
+    if chain_rows:
+        lines += _table(
+            "Layer chains (one GDN and one attention layer's routed ops in model order, bf16, TP=4 shapes; "
+            "us = the chain minus its stand-ins (glue); vs vLLM: vLLM's ops over the routes', target 1.2x):",
+            ["chain", "sets", "routes us", "vLLM us", "vs vLLM", "glue us", "met"],
+            chain_rows,
         )
+    lines += _table(
+        "Back to back against the baseline:",
+        ["route", "shape", "route us", "route TB/s", "% of copy", "baseline", "baseline us", "baseline TB/s"]
+        + ["speed-up", "sets (MB)"],
+        [
+            [
+                c["route"],
+                c["label"],
+                f"{c['route_timing']['median_us']:.2f}",
+                f"{c['route_timing']['gb_s'] / 1000:.2f}",
+            ]
+            + [_fmt(c["pct_of_copy"], ".0f"), c["baseline"], f"{c['baseline_timing']['median_us']:.2f}"]
+            + [f"{c['baseline_timing']['gb_s'] / 1000:.2f}", f"{c['speedup']:.2f}x"]
+            + [f"{c['input_sets']} ({c['rotated_bytes'] / 1e6:.0f})"]
+            for c in record["cases"]
+        ],
+    )
     fell = [c for c in record["cases"] if c.get("route_fallbacks")]
     if fell:
         lines += ["", "ROUTE FELL BACK (the reference was timed, not the kernel; targets not met):", ""]
@@ -95,13 +145,16 @@ def bench_markdown(record: dict[str, Any]) -> str:
     rivals = [c for c in record["cases"] if c.get("competitors")]
     if rivals:
         lines += _table(
-            "Against what vLLM itself runs (same sets, same run; vs best: the best competitor's us, "
-            "baseline included, over the route's):",
-            ["route", "shape", "route us", "competitor", "us or why not", "vs best"],
+            "Against what vLLM itself runs (same sets, same run; decode step and back to back):",
+            ["route", "shape", "competitor", "decode step us or why not", "back to back us"],
             [
-                [c["route"], c["label"], f"{c['route_timing']['median_us']:.2f}", name]
-                + [f"{r['median_us']:.2f}" if "median_us" in r else r["cannot_run"]]
-                + [f"{c['vs_best']:.2f}x ({c['best_competitor']})"]
+                [c["route"], c["label"], name]
+                + [
+                    _fmt(c.get("decode_step", {}).get("competitors_us", {}).get(name), ".2f")
+                    if "median_us" in r
+                    else r["cannot_run"]
+                ]
+                + [f"{r['median_us']:.2f}" if "median_us" in r else "-"]
                 for c in rivals
                 for name, r in c["competitors"].items()
             ],
@@ -119,11 +172,12 @@ def bench_markdown(record: dict[str, Any]) -> str:
     by_input = [c for c in record["cases"] if c.get("by_input")]
     if by_input:
         lines += _table(
-            "By input (the route timed on each kind of input set the case draws; the target is judged on "
-            "all sets together, above):",
-            ["route", "shape", "input", "sets", "route us", "min us"],
+            "By input (the route on each kind of input set the case draws: decode step, and back to back):",
+            ["route", "shape", "input", "sets", "decode step us", "back to back us", "min us"],
             [
-                [c["route"], c["label"], kind, f"{t['sets']}", f"{t['median_us']:.2f}", f"{t['min_us']:.2f}"]
+                [c["route"], c["label"], kind, f"{t['sets']}"]
+                + [_fmt(c.get("decode_step", {}).get("route_by_input_us", {}).get(kind), ".2f")]
+                + [f"{t['median_us']:.2f}", f"{t['min_us']:.2f}"]
                 for c in by_input
                 for kind, t in c["by_input"].items()
             ],

@@ -58,7 +58,8 @@ class GdnSite:
             registry.STATE.recorder.fallback(GDN_ROUTE, reason)
             return gdn_vllm_input(self.layer(), h)
         if record.active():
-            record.save(GDN_ROUTE, f"{getattr(self.layer(), 'prefix', '')}.in_proj_qkvz+in_proj_ba", h)
+            name = f"{getattr(self.layer(), 'prefix', '')}.in_proj_qkvz+in_proj_ba"
+            record.save(GDN_ROUTE, name, h, weights=(self.w_qkvz, self.w_ba))
         args = (h, self.w_qkvz, self.w_ba, self.nk, self.nv, self.dk, self.dv)
         out = registry.invoke(GDN_ROUTE, self.role, *args, layout=self.layout)
         want = [

@@ -100,7 +100,7 @@ class LinearSite:
             registry.STATE.recorder.fallback(GEMV_ROUTE, reason)
             return self.orig_apply(layer.quant_method, layer, x, bias)
         if record.active():
-            record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x)
+            record.save(GEMV_ROUTE, str(getattr(layer, "prefix", "") or self.role), x, weights=(self.weight,))
         y = registry.invoke(GEMV_ROUTE, self.role, self.weight, x.contiguous(), tally=self.tally)  # [1, N]
         if tuple(y.shape) != (1, self.n_out) or y.dtype != x.dtype:
             raise RuntimeError(

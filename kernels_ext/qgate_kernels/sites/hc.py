@@ -86,7 +86,7 @@ class HcSite:
             _, block_input, injection = self.orig["mix"](self.module(), h)
             return block_input.clone(), self._injection_out(h, injection)
         if record.active():
-            record.save(HC_ROUTE, self.name, h, None, None)
+            record.save(HC_ROUTE, self.name, h, None, None, weights=(self.norm, self.w_down, self.w_up))
         out = registry.invoke(
             HC_ROUTE,
             f"{self.role}.mix",
@@ -108,7 +108,9 @@ class HcSite:
             h_new, block_input, inj = self.orig["combine_and_mix"](self.module(), h, block_output, injection)
             return h_new.clone(), block_input.clone(), self._injection_out(h, inj)
         if record.active():
-            record.save(HC_ROUTE, self.name, h, block_output, injection)
+            record.save(
+                HC_ROUTE, self.name, h, block_output, injection, weights=(self.norm, self.w_down, self.w_up)
+            )
         args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
         out = registry.invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
         h_new, block_input, inj = self._checked(out, h, None)

@@ -5,7 +5,9 @@ topk_workspace)` is a module function; its callers (`qsa_select_paged_decode` / 
 in their module's globals at call time, so the module attribute is replaced, and any other loaded
 module holding the same function object is patched too (both are checked and recorded). The patched
 function calls `qgate_routes::qsa_topk`, which writes `block_indices` through `ops.qsa_topk` (float32
-logits, int32 visible_blocks and indices) or falls back to vLLM's `_topk`, counted.
+logits, int32 visible_blocks and indices) or falls back to vLLM's `_topk`, counted. With recording on
+(qgate_kernels.record), the single-row calls the route takes are kept as `_topk`'s: the indexer's
+score rows, every QSA layer's, for `qgate run ops --real --activations`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from qgate_kernels import registry
+from qgate_kernels import record, registry
 from qgate_route_env import ROUTE_TOPK as TOPK_ROUTE
 
 
@@ -55,6 +57,8 @@ class TopkSite:
             state.recorder.fallback(TOPK_ROUTE, reason)
             self.orig(logits, visible_blocks, token_topk, compress_ratio, block_indices, workspace)
             return
+        if record.active() and logits.shape[0] == 1:  # a decode step's row (a prefill's can be GBs)
+            record.save(TOPK_ROUTE, record.TOPK_NAME, logits, visible_blocks, k)
         out = registry.invoke(TOPK_ROUTE, self.role, logits, visible_blocks, k, block_indices)
         if out is not None and out is not block_indices:
             if tuple(out.shape) != tuple(block_indices.shape):

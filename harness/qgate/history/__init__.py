@@ -1,0 +1,134 @@
+"""The history of nightly verdicts: an append-only store, one row per arm per night.
+
+The rows come from qgate.night.collect (one night's run directory -> one row per arm). A store is a
+SQLite file (qgate.history.sqlite_store: the embedded default for one machine) or a Postgres database
+given as a postgresql:// URL (qgate.history.postgres_store: many writers, e.g. a fleet of runners);
+both hold the same schema (qgate.history.schema) and enforce the same rules in the database itself:
+rows are never changed or deleted, a night without verdicts is refused, one run folder is one night, a
+night is recorded by one append. A second append of a recorded night is a no-op when its rows are
+identical (a retried step is harmless) and refused when they differ; every arm of a night goes in one
+transaction.
+
+A fleet entry's history is its own store (`store_for(store, entry)`): the file <stem>.<entry><suffix>
+beside a SQLite store, the Postgres schema qgate_<entry> of the same database.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from qgate.history.postgres_store import PostgresStore, is_url
+from qgate.history.schema import HISTORY_SCHEMA_VERSION
+from qgate.history.sqlite_store import SqliteStore
+from qgate.night import (  # noqa: F401  (re-exported: the CLI's and tests' names)
+    COLUMN_NAMES,
+    COLUMNS,
+    V1_COLUMN_NAMES,
+    V2_COLUMNS,
+    HistoryError,
+    collect,
+    unjudged_kinds,
+)
+from qgate.results import atomic_write_text, atomic_write_with
+
+__all__ = [
+    "HISTORY_SCHEMA_VERSION",
+    "AppendOutcome",
+    "HistoryError",
+    "append",
+    "open_store",
+    "read_rows",
+    "store_for",
+    "write_report",
+]
+
+Store = SqliteStore | PostgresStore
+ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """What an append did: status is "appended" or "already recorded" (an identical night)."""
+
+    store: str
+    night: str
+    status: str
+    arms: tuple[str, ...]
+    verdict: str | None
+
+
+def open_store(store: str | Path | Store, entry: str | None = None) -> Store:
+    """The backend for a store given as a SQLite path or a postgresql:// URL (nothing is opened yet)."""
+    if isinstance(store, (SqliteStore, PostgresStore)):
+        return store
+    if entry is not None and not ENTRY_NAME.fullmatch(entry):
+        raise HistoryError(f"fleet entry {entry!r}: expected 1-40 of a-z, 0-9, '-' (starting a-z/0-9)")
+    if is_url(str(store)):
+        return PostgresStore(str(store), "public" if entry is None else f"qgate_{entry.replace('-', '_')}")
+    if str(store).startswith(("postgres:", "postgresql:")) or "://" in str(store):
+        raise HistoryError(f"{store}: a store is a SQLite path or a postgresql://user@host/db URL")
+    path = Path(store)
+    return SqliteStore(path if entry is None else path.with_name(f"{path.stem}.{entry}{path.suffix}"))
+
+
+def store_for(store: str | Path, entry: str | None) -> Store:
+    """A fleet entry's own history in the store (open_store with the entry)."""
+    return open_store(store, entry)
+
+
+def _stamp() -> str:
+    # To the microsecond: the rows of one append share it, and the database tells appends apart by it.
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def append(
+    store: str | Path | Store,
+    result_dir: str | Path,
+    night: str | None = None,
+    commit: str | None = None,
+    entry: str | None = None,
+) -> AppendOutcome:
+    """Add one night's rows to the store (created by the first append); see the module doc."""
+    backend = open_store(store, entry)
+    rows = collect(result_dir, night, commit)
+    # A night is stored with its verdict: rows are never changed, so one appended before its compare
+    # ran could never be completed. Said here with the folder's name; the database refuses it too.
+    unjudged = unjudged_kinds(result_dir)
+    if unjudged:
+        raise HistoryError(
+            f"{result_dir}: no verdict for its {' and '.join(unjudged)} results (no verdict.json from "
+            "`qgate compare` in the folder or a subfolder): run compare first; nothing was changed"
+        )
+    stamp = _stamp()
+    for row in rows:
+        row["appended_at"] = stamp
+    status = backend.append(rows)
+    arms = tuple(r["arm"] for r in rows)
+    return AppendOutcome(backend.label, rows[0]["night"], status, arms, rows[0]["verdict"])
+
+
+def read_rows(store: str | Path | Store, entry: str | None = None) -> list[dict[str, Any]]:
+    """Every row of the store as plain dicts (keys: night.COLUMN_NAMES), by night then arm (control
+    first), the same from either backend."""
+    return open_store(store, entry).read_rows()
+
+
+def write_report(store: str | Path | Store, out_dir: str | Path, entry: str | None = None) -> dict[str, str]:
+    """OUT/history.md and OUT/history.png (the trend of every night in the store), written atomically."""
+    from qgate.report import trend
+
+    backend = open_store(store, entry)
+    rows = backend.read_rows()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"report": str(out / "history.md")}
+    if rows:
+        atomic_write_with(out / "history.png", lambda tmp: trend.render_png(rows, tmp), ".png")
+        paths["plot"] = str(out / "history.png")
+    text = trend.render_markdown(rows, backend.label, "history.png" if rows else None)
+    atomic_write_text(paths["report"], text)
+    return paths
