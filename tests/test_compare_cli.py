@@ -347,3 +347,102 @@ def test_the_production_contract_runs_at_least_two_launches_per_arm() -> None:
 
     prod = Path(__file__).resolve().parents[1] / "contracts" / "qwen38-sm70-tp4-decode.yaml"
     assert load_contract(prod).contract.speed.launches >= 2
+
+
+# ---- issue 39: swapped result files are refused; every error path writes its ERROR report ---------------
+
+
+def test_swapped_result_files_are_refused_in_one_line(tmp_path: Path, contract: Path) -> None:
+    """A pair that FAILs in order PASSed swapped (+58 % from -36.9 %), with only a note in the report."""
+
+    def slower(control: dict, candidate: dict) -> None:
+        for rep in candidate["reps"]:
+            rep["decode_tok_s"] *= 0.63
+
+    ctrl, cand = pair_files(tmp_path, contract, slower)
+    assert invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "in-order").exit_code == 1
+    res = invoke(cand, ctrl, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("qgate: error: the CONTROL argument") and "swapped?" in line, line
+    assert f"{cand} holds arm 'candidate'" in line and f"{ctrl} arm 'control'" in line, line
+    assert not (tmp_path / "out" / "verdict.json").exists()
+    # Not only a swap: a result of another arm given as the candidate (two control runs, no --aa).
+    other = json.loads(ctrl.read_text()) | {"reps": json.loads(cand.read_text())["reps"]}
+    twin = support.write_json(tmp_path / "c" / "control.json", other)
+    res = invoke(ctrl, twin, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "arm 'control'" in res.output and "--aa" in res.output, res.output
+
+
+def _fuzzed(tmp_path: Path, contract: Path):
+    """The golden pair with one key of one result deleted or given a value of another kind."""
+    base = [support.rehash(r, contract) for r in support.load_pair()]
+
+    def paths(d, at=()):
+        if isinstance(d, dict):
+            for k, v in d.items():
+                yield (*at, k)
+                if k != "token_ids":
+                    yield from paths(v, (*at, k))
+        elif isinstance(d, list) and d:
+            yield (*at, 0)
+            yield from paths(d[0], (*at, 0))
+
+    for side in (0, 1):
+        for i, path in enumerate(paths(base[side])):
+            pair = json.loads(json.dumps(base))
+            cur = pair[side]
+            for k in path[:-1]:
+                cur = cur[k]
+            value = ("DEL", None, "x", -1, [], {})[i % 6]
+            if value == "DEL":
+                del cur[path[-1]]
+            else:
+                cur[path[-1]] = value
+            yield f"{('control', 'candidate')[side]}.{'.'.join(map(str, path))}={value!r}", pair
+
+
+def test_no_malformed_result_ends_compare_in_a_traceback(
+    tmp_path: Path, contract: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key of either result deleted or replaced by a value of another kind: compare exits 2 with one
+    line (bad input) or writes its report (an ERROR verdict where the results cannot be compared).
+
+    The subject is the statistics and the report over malformed results: the fewest bootstrap
+    resamples the contract takes, and the PNG (0.2-0.5 s a case, 80 % of this test's time) drawn only
+    from the figures the plot reads; the plot's own error path is the next test's, drawn for real."""
+    from qgate.report import plots
+
+    contract.write_text(contract.read_text() + "    bootstrap_resamples: 100\n")
+    monkeypatch.setattr(plots, "speed_png", lambda record, path: Path(path).write_bytes(
+        json.dumps(record["figures"]["throughput_change_pct"]).encode()))  # fmt: skip
+    cases = 0
+    for n, (name, (control, candidate)) in enumerate(_fuzzed(tmp_path, contract)):
+        ctrl = support.write_json(tmp_path / "a" / "control.json", control)
+        cand = support.write_json(tmp_path / "b" / "candidate.json", candidate)
+        out = tmp_path / f"out{n}"
+        res = invoke(ctrl, cand, "--contract", contract, "--out", out)
+        assert res.exception is None or isinstance(res.exception, SystemExit), f"{name}: {res.exception!r}"
+        assert "Traceback" not in res.output, name
+        if res.exit_code == 2:
+            assert res.output.count("qgate: error:") == 1, f"{name}: {res.output}"
+        else:
+            record = json.loads((out / "verdict.json").read_text())
+            assert (out / "report.md").read_text().startswith(f"# qgate verdict: {record['verdict']}"), name
+        cases += 1
+    assert cases > 150
+
+
+def test_a_comparison_that_cannot_be_computed_writes_an_error_report(tmp_path: Path, contract: Path) -> None:
+    """The plot step needed the figures a failed comparison lacks (issue 39: KeyError 'figures' after
+    the statistics failed): now the report is written, ERROR, with the reason, and no plot."""
+
+    def no_workload(control: dict, candidate: dict) -> None:
+        control["workload"]["repetitions"] = None
+
+    ctrl, cand = pair_files(tmp_path, contract, no_workload)
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 3 and "verdict: ERROR" in res.output, res.output
+    record = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert record["verdict"] == "ERROR" and not (tmp_path / "out" / "speed.png").exists()
+    assert (tmp_path / "out" / "report.md").read_text().startswith("# qgate verdict: ERROR")

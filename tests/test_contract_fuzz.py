@@ -23,7 +23,8 @@ import yaml
 from typer.testing import CliRunner
 
 from qgate.cli import app
-from qgate.contract import load_contract
+from qgate.contract import Contract, load_contract
+from qgate.contract.messages import model_in
 from qgate.contract.strict_yaml import MAX_BYTES
 from qgate.engine import arms
 from qgate.errors import QgateError
@@ -151,6 +152,131 @@ def _mutations() -> list[tuple[str, str | bytes]]:
 
 
 MUTATIONS = _mutations()
+
+# ---- issue 39: classes of values that changed meaning without a word, and messages that hid the key ----
+
+RAW = "@@raw@@"  # a leaf set to this is written as the raw YAML token that follows (never quoted by dump)
+YAML11 = ["yes", "off", "On", "NO", "1:30", "0100", "1_0", "0b1"]  # 1.1 and 1.2 read them differently
+LOOK_ALIKES = ["\u0430", "\u0435", "\u043e", "\u0440", "\u0455", "\u03bf", "\u200b", "\ufeff", "\u00a0"]
+QUALITY_TEXT = (CONTRACTS / "quality-cpu.yaml").read_text()
+
+
+def _raw(data: dict, path: tuple, token: str) -> str:
+    return _dump(_set(data, path, RAW)).replace(f"'{RAW}'", token).replace(RAW, token)
+
+
+def _annotation(path: tuple) -> Any:
+    """The schema's type of a leaf (None where the schema types no key, e.g. env names)."""
+    model: Any = Contract
+    for part in path[:-1]:
+        model = model_in(model.model_fields[part].annotation) if model is not None else None
+    return model.model_fields[path[-1]].annotation if model is not None else None
+
+
+def _kind_tokens(path: tuple, value: Any) -> list[str]:
+    """Values of the right spelling but the wrong kind for a leaf's type (coerced before issue 39)."""
+    kind = _annotation(path)
+    if kind in (bool, bool | None):
+        return ["'true'", "1", "'n'"]
+    if kind in (int, int | None):
+        return [f"'{value}'", "true", f"{value}.0"]
+    if kind in (float, float | None):
+        return [f"'{value}'", "false", "'inf'", "1e999", "-.inf"]
+    return []
+
+
+def _meaning_mutations() -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    leaves = list(_leaves(_small()))
+    for i, path in enumerate(leaves):
+        dotted = ".".join(map(str, path))
+        out.append((f"1.1 {dotted}", _raw(_small(), path, YAML11[i % len(YAML11)])))
+        value = _small()
+        for k in path:
+            value = value[k]
+        for token in _kind_tokens(path, value):
+            out.append((f"kind {dotted}={token}", _raw(_small(), path, token)))
+    for key, value in _small()["engine"].items():  # every engine arg overridden by an arm as text
+        data = _small()
+        if not isinstance(value, str):
+            data["arms"]["candidate"]["engine"] = {key: str(value)}
+            out.append((f"arm engine {key} as text", _dump(data)))
+        data["arms"]["candidate"]["engine"] = {key: RAW}
+        out.append((f"arm engine {key} yes", _dump(data).replace(f"'{RAW}'", "yes")))
+    for key, bad in (("tensor_parallel_size", 2.0), ("max_model_len", 64), ("gpu_memory_utilization", 2)):
+        data = _small()
+        data["arms"]["control"]["engine"] = {key: bad}
+        out.append((f"arm engine {key}={bad}", _dump(data)))
+    for i, (section, key) in enumerate((s, k) for s in ("", "engine", "arms", "speed") for k in _keys(s)):
+        ch = LOOK_ALIKES[i % len(LOOK_ALIKES)]
+        odd = key[:1] + ch + key[2:] if ch not in ("\u200b", "\ufeff", "\u00a0") else key + ch
+        data = _small()
+        (data if not section else data[section])[odd] = (data if not section else data[section]).pop(key)
+        out.append((f"look-alike {section}.{key} U+{ord(ch):04X}", _dump(data)))
+    base = _dump(_small())
+    lines = base.splitlines(keepends=True)
+    for i, ch in enumerate("\x01\x07\x08\x0b\x0c\x1b\x7f\x9f"):  # a control character, line by line
+        n = 3 + 5 * i % (len(lines) - 3)
+        out.append(
+            (
+                f"control U+{ord(ch):04X} line {n + 1}",
+                "".join(lines[:n]) + lines[n][:3] + ch + lines[n][3:] + "".join(lines[n + 1 :]),
+            )
+        )
+    for key in ("null", "~", "1", "2.5", "true", "[a]", "{a: 1}"):
+        out.append((f"key {key} in speed", base.replace("speed:\n", f"speed:\n  {key}: 1\n", 1)))
+    out.append(("long name", base.replace("name: smoke-cpu", "name: [" + ", ".join(["y" * 40] * 400) + "]")))
+    out.append(
+        (
+            "long roles",
+            base + "routes:\n  fp16_gemv: [" + ", ".join(f"m.l{i}.nope" for i in range(2000)) + "]\n",
+        )
+    )
+    for value in ("1e-9", "0.5", "29.9", "-1"):
+        out.append((f"stall_timeout_s {value}", base + f"stall_timeout_s: {value}\n"))
+    for field, value in (("stats", "seed: -1"), ("stats", "seed: 1.5"), ("", "prompt_seed: -1")):
+        at = "  stats:\n" if field else "  greedy: true\n"
+        out.append(
+            (f"speed {field} {value}", base.replace(at, at + ("    " if field else "  ") + value + "\n", 1))
+        )
+    out.append(("engine seed 2**32", base.replace("engine:\n", f"engine:\n  seed: {2**32}\n", 1)))
+    out.append(("engine seed -1", base.replace("engine:\n", "engine:\n  seed: -1\n", 1)))
+    template = 'user_template: "{question}"'
+    for new in ("{question} {answer}", "{answer}{question}", "{question} {gold}", "{question} {question!r}",
+                "{question} {0}"):  # fmt: skip
+        out.append((f"template {new}", QUALITY_TEXT.replace(template, f"user_template: {json.dumps(new)}")))
+    out.append(
+        ("system {answer}", QUALITY_TEXT.replace(template, template + '\n  system_prompt: "A: {answer}"'))
+    )
+    for seed in (-1, -(2**63), 2**63, 2**64, "1.5", "yes"):
+        out.append((f"sampling seed {seed}", QUALITY_TEXT.replace("seed: 20260828", f"seed: {seed}", 1)))
+    out.append(("seeds list negative", QUALITY_TEXT.replace("repeats: 3", "seeds: [20260828, -5]")))
+    return out
+
+
+def _keys(section: str) -> list[str]:
+    return list(_small() if not section else _small()[section])
+
+
+MEANING = _meaning_mutations()
+
+
+def test_the_meaning_corpus_is_large_enough() -> None:
+    assert len(MEANING) >= 150
+
+
+@pytest.mark.parametrize(("name", "text"), MEANING, ids=[m[0][:60] for m in MEANING])
+def test_a_value_that_changes_meaning_is_refused_in_one_short_line(
+    name: str, text: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    res = runner.invoke(app, ["contract", "validate", str(path)])
+    assert res.exit_code == 2, f"{name}: exit {res.exit_code}: {res.output[-800:]}"
+    assert res.exception is None or isinstance(res.exception, SystemExit), f"{name}: {res.exception!r}"
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {path}: "), f"{name}: {res.output[:800]}"
+    assert len(lines[0]) < 600, f"{name}: {len(lines[0])} characters: {lines[0][:800]}"
 
 
 def test_the_corpus_is_large_enough() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from qgate.engine import launcher
 from qgate.engine.watch import VLLM_NAME_PREFIX, EngineWatch, read_records
-from qgate.route_env import ARM_ENV_PREFIXES
+from qgate_route_env import ARM_ENV_PREFIXES
 
 
 def _group_with_vllm_process() -> subprocess.Popen:

@@ -17,6 +17,29 @@ def test_the_project_has_no_import_cycle() -> None:
     assert import_cycles.cycles(import_cycles.graph(REPO)) == []
 
 
+def test_no_import_runs_up_across_a_boundary() -> None:
+    """qgate_kernels imports nothing of qgate (the vocabulary they share is qgate_route_env, below both),
+    and contract/ nothing of engine/ (the launcher's env names are qgate.launch_env's)."""
+    assert import_cycles.upward(import_cycles.graph(REPO)) == []
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "harness" / "qgate" / "contract").mkdir(parents=True)
+    (tmp_path / "harness" / "qgate" / "engine").mkdir(parents=True)
+    (tmp_path / "kernels_ext" / "qgate_kernels").mkdir(parents=True)
+    for init in ("qgate", "qgate/contract", "qgate/engine"):
+        (tmp_path / "harness" / init / "__init__.py").write_text("")
+    (tmp_path / "harness" / "qgate" / "engine" / "procs.py").write_text("RUN = 1\n")
+    (tmp_path / "harness" / "qgate" / "contract" / "__init__.py").write_text(
+        "def f():\n    from qgate.engine.procs import RUN  # lazy\n"
+    )
+    (tmp_path / "kernels_ext" / "qgate_kernels" / "__init__.py").write_text("import qgate\n")
+    assert import_cycles.upward(import_cycles.graph(tmp_path)) == [
+        "qgate.contract -> qgate.engine.procs",
+        "qgate_kernels -> qgate",
+    ]
+
+
 def test_a_cycle_through_a_lazy_import_is_found(tmp_path: Path) -> None:
     pkg = tmp_path / "harness" / "qgate"
     (pkg / "sub").mkdir(parents=True)

@@ -51,7 +51,7 @@ def test_the_cause_in_an_engine_process_is_read_from_the_log(tmp_path: Path) -> 
     )
     assert cause_in_log(log) == (
         "RuntimeError: qgate fused_hc_fp16 implementation returned dtypes ['float32', 'float32'] for "
-        "(h, block input), expected float16 (the input's)"
+        "(h, block input), expected float16 (the input's) (in EngineCore)"
     )
     assert cause_in_log(tmp_path / "missing.log") is None
 

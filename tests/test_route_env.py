@@ -1,4 +1,4 @@
-"""qgate.route_env, the one home of the route env vocabulary: the on/off parser (and compare's refusal
+"""qgate_route_env, the one home of the route env vocabulary: the on/off parser (and compare's refusal
 of a value that is neither), and a scan of the sources for a second copy of the vocabulary."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from qgate import compare, route_env
+import qgate_route_env as route_env
+from qgate import compare
 from qgate.results import ResultError
 
 GEMV = "VLLM_SM70_QWEN38_FP16_GEMV"
@@ -75,7 +76,7 @@ def test_static_problems_of_overrides() -> None:
 # --- no second copy ------------------------------------------------------------------------------
 
 SOURCES = [REPO / "harness" / "qgate", REPO / "kernels_ext" / "qgate_kernels"]
-HOME = REPO / "harness" / "qgate" / "route_env.py"
+HOME = REPO / "harness" / "qgate_route_env" / "__init__.py"
 ROUTE_NAMES = frozenset(route_env.ROUTES)
 # Env variable names and prefixes: code names them through route_env, never by a literal.
 ENV_WORDS = frozenset(
@@ -147,7 +148,7 @@ def _copies() -> set[tuple[str, str, str]]:
 def test_no_second_copy_of_the_route_vocabulary() -> None:
     copies = _copies()
     unexpected = sorted(c for c in copies if c[:2] not in KNOWN_ELSEWHERE)
-    assert not unexpected, f"import these from qgate.route_env instead: {unexpected}"
+    assert not unexpected, f"import these from qgate_route_env instead: {unexpected}"
     gone = sorted(k for k in KNOWN_ELSEWHERE if not any(c[:2] == k for c in copies))
     assert not gone, f"no longer a copy: remove from KNOWN_ELSEWHERE: {gone}"
 

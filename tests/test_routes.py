@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from qgate import route_env, routes
+import qgate_route_env as route_env
+from qgate import routes
 from qgate.engine import preflight
 from qgate.routes import RouteError
 
@@ -20,7 +21,7 @@ IMPL = "QGATE_ROUTE_IMPL_FP16_GEMV"
 
 
 def test_routes_match_the_plugin_switches() -> None:
-    # One vocabulary (qgate.route_env), the same objects on both sides, spelled as the docs say.
+    # One vocabulary (qgate_route_env), the same objects on both sides, spelled as the docs say.
     overrides = pytest.importorskip("qgate_kernels.overrides")
     assert routes.ROUTES is route_env.ROUTES and overrides.ROUTES is route_env.ROUTES
     assert routes.override_var is overrides.override_var is route_env.override_var

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.vllm
 # leaves at least four for the resume (~1 s each).
 REPS = 10
 GONE_WITHIN_S = 10.0
+# Exported in the shell of every stopped run: the launcher drops it (not the arm's), the record lists it.
+SHELL_LEFTOVER = {"QGATE_SHELL_LEFTOVER": "1"}
 # A dead EngineCore: the watch's poll finds it, waits out the child's grace, then stops the group.
 CORE_GONE_WITHIN_S = 15.0
 
@@ -118,7 +120,7 @@ def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, f
     before = len(_reps(out))
     proc = subprocess.Popen(
         [sys.executable, "-m", "qgate", *_args(contract, out)], cwd=REPO, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ | SHELL_LEFTOVER,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 600
@@ -164,6 +166,8 @@ def _stop_and_check(run_dir: tuple[Path, Path], how: str) -> None:
     assert now[: len(kept)] == kept  # nothing saved was lost or changed
     assert record["complete"] is False and len(now) < REPS
     assert [r["index"] for r in now] == list(range(len(now)))
+    # The env accounting of a finished run (issue 39: a killed launch's record listed nothing dropped).
+    assert set(SHELL_LEFTOVER) <= set(record["dropped_env"]), record["dropped_env"]
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("qgate:")]
     if how in ("term", "int"):

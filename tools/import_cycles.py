@@ -2,7 +2,8 @@
 
 Every import counts, a lazy one inside a function too: a cycle through a lazy import is still two
 modules that each need the other to be understood. Reads the sources with `ast`; imports nothing.
-Prints each cycle found (one strongly connected component a line) and exits 1 when there is one.
+Prints each cycle found (one strongly connected component a line) and each arrow that runs against the
+layering below (UPWARD: a lower package or room importing a higher one), and exits 1 when there is one.
 
     python tools/import_cycles.py            # from the repository root
 """
@@ -13,7 +14,11 @@ import ast
 import sys
 from pathlib import Path
 
-ROOTS = {"qgate": Path("harness/qgate"), "qgate_kernels": Path("kernels_ext/qgate_kernels")}
+ROOTS = {
+    "qgate": Path("harness/qgate"),
+    "qgate_kernels": Path("kernels_ext/qgate_kernels"),
+    "qgate_route_env": Path("harness/qgate_route_env"),
+}
 # Compiled modules (no source to read, built only where the extension is): a leaf each.
 COMPILED = ("qgate_kernels._C",)
 
@@ -76,6 +81,33 @@ def imports_of(module: str, path: Path, known: dict[str, Path | None]) -> set[st
     return found
 
 
+# (importer, imported) prefixes that must never be joined by an import: the packages' boundary runs one
+# way (qgate -> qgate_kernels -> qgate_route_env; the vocabulary imports neither), and the contract is
+# read below the engine that runs it (issue 39). An arrow that must run up anyway is written here with
+# its reason in ARCHITECTURE.md ("Import arrows that run back up"), never silently.
+UPWARD = (
+    ("qgate_kernels", "qgate"),
+    ("qgate_route_env", "qgate"),
+    ("qgate_route_env", "qgate_kernels"),
+    ("qgate.contract", "qgate.engine"),
+)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """Every import `a -> b` that one of UPWARD forbids."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in edges.items()
+        for b in targets
+        for low, high in UPWARD
+        if _within(a, low) and _within(b, high)
+    )
+
+
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -122,11 +154,16 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def main() -> int:
-    found = cycles(graph(Path.cwd()))
+    edges = graph(Path.cwd())
+    found = cycles(edges)
     for component in found:
         print("cycle: " + " <-> ".join(component))
     print(f"{len(found)} import cycle(s)" if found else "no import cycles")
-    return 1 if found else 0
+    up = upward(edges)
+    for arrow in up:
+        print(f"upward: {arrow}")
+    print(f"{len(up)} upward import(s)" if up else "no upward imports")
+    return 1 if found or up else 0
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qgate import comparable, route_env, routes
+import qgate_route_env as route_env
+from qgate import comparable, routes
 from qgate.compare import refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress

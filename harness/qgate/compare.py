@@ -23,6 +23,7 @@ from typing import Any
 
 from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
+from qgate.contract.messages import cut
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
 from qgate.results import (
@@ -34,8 +35,8 @@ from qgate.results import (
     load_result,
     utc_now,
 )
-from qgate.route_env import SwitchError, routes_on
 from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
+from qgate_route_env import SwitchError, routes_on
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
@@ -108,6 +109,22 @@ def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[li
     return pairs, sorted(one_sided)
 
 
+def refuse_wrong_arms(pairs: list[Pair], aa: bool) -> None:
+    """The control argument must hold the control arm's result and the candidate argument the
+    candidate's: swapped files compare the wrong way round (a pair that FAILs in order PASSes swapped).
+    With --aa, two results of one arm (two runs of the control) may be compared; never a swapped pair."""
+    for pair in pairs:
+        got = (pair.control.get("arm"), pair.candidate.get("arm"))
+        if got == ("control", "candidate") or (aa and got[0] == got[1] and isinstance(got[0], str)):
+            continue
+        swapped = "; swapped? " if got == ("candidate", "control") else "; "
+        raise ResultError(
+            f"the CONTROL argument {pair.control_path} holds arm {cut(repr(got[0]))} and the CANDIDATE "
+            f"argument {pair.candidate_path} arm {cut(repr(got[1]))}{swapped}give the control's result "
+            "first, the candidate's second (--aa compares two results of one arm)"
+        )
+
+
 def refuse_unasked_aa(pairs: list[Pair], aa: bool) -> None:
     """A candidate that ran with exactly the control's env switched nothing on: its comparison is an
     A/A (useful to measure the noise, never evidence for a change), so it must be asked for (--aa)."""
@@ -142,7 +159,7 @@ def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> Loa
 
 
 def switched_routes(env: dict[str, Any]) -> list[str]:
-    """Route names whose env switch is on (qgate.route_env), in route order.
+    """Route names whose env switch is on (qgate_route_env), in route order.
 
     A switch value that is neither on nor off is a ResultError: the run's pre-flight refuses one, so
     such a result was edited, and reading it as on (or off) would report routes the arm never had.
@@ -214,7 +231,7 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     failed: list[Gate] = []
     try:
         section = dict(comparer.compare(pair.control, pair.candidate, loaded))
-    except (KeyError, TypeError, ValueError) as exc:
+    except Exception as exc:  # a result that cannot be read as its kind: ERROR with the reason, never a pass
         section = {"gates": [], "error": f"The {pair.kind} comparison failed: {type(exc).__name__}: {exc}"}
         failed.append(
             Gate(f"{pair.kind} comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR)
@@ -238,6 +255,21 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     }
 
 
+def _section_or_error(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict[str, Any]:
+    """compare_pair, or, when the results cannot be read as their kind at all (a malformed record that
+    the shared checks trip over), a section of one ERROR gate that says why: never a traceback."""
+    try:
+        return compare_pair(pair, loaded, comparer)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {cut(str(exc))}"
+        gate = Gate(f"{pair.kind} comparison computed", False, detail, SEV_ERROR)
+        return {
+            "gates": [gate.prefixed(comparer.prefix)],
+            "error": f"The {pair.kind} comparison failed: {detail}",
+            "arms": {"control": {"path": pair.control_path}, "candidate": {"path": pair.candidate_path}},
+        }
+
+
 def build_verdict(
     pairs: list[Pair],
     one_sided: list[str],
@@ -246,7 +278,7 @@ def build_verdict(
 ) -> dict[str, Any]:
     """The verdict record: every gate of every kind compared, the verdict and all figures."""
     registry = comparers(history_rows)
-    sections = {pair.kind: compare_pair(pair, loaded, registry[pair.kind]) for pair in pairs}
+    sections = {pair.kind: _section_or_error(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
         gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
@@ -286,20 +318,50 @@ def refuse_overwrite(
         )
 
 
-def write_report(record: dict[str, Any], out_dir: str | Path) -> dict[str, str]:
-    """verdict.json, report.md and (with speed) speed.png in out_dir, each written atomically."""
+def write_report(record: dict[str, Any], out_dir: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """verdict.json, report.md and (with speed figures) speed.png in out_dir, each written atomically;
+    returns the record as written and the paths.
+
+    A record that cannot be rendered (results malformed in a way no gate named) is written as an ERROR
+    verdict with the reason and a plain report of its gates: compare never ends in a traceback."""
     from qgate.report import plots, render_markdown
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"verdict": str(out / "verdict.json"), "report": str(out / "report.md")}
-    if "speed" in record.get("kinds", []):
-        atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
-        paths["plot"] = str(out / "speed.png")
     record = {**record, "created_at": utc_now()}
-    atomic_write_text(paths["report"], render_markdown(record))
+    try:
+        text = render_markdown(record)
+        if "speed" in record.get("kinds", []) and "figures" in record:
+            atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
+            paths["plot"] = str(out / "speed.png")
+    except Exception as exc:
+        record = _unrenderable(record, exc)
+        text = _plain_report(record)
+        paths.pop("plot", None)
+        (out / "speed.png").unlink(missing_ok=True)  # a plot of results the report calls malformed
+    atomic_write_text(paths["report"], text)
     atomic_write_json(paths["verdict"], record)
-    return paths
+    return record, paths
+
+
+def _unrenderable(record: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    gate = Gate("report rendered", False, f"{type(exc).__name__}: {cut(str(exc))}", SEV_ERROR)
+    gates = [Gate(**g) for g in record.get("gates", [])] + [gate]
+    verdict, reasons = decide(gates)
+    return {**record, "verdict": verdict, "reasons": reasons, "gates": [g.to_dict() for g in gates]}
+
+
+def _plain_report(record: dict[str, Any]) -> str:
+    """The verdict, its reasons and gates, without the figures (which the results could not give)."""
+    lines = [f"# qgate verdict: {record['verdict']}", "", *[f"- {r}" for r in record["reasons"]], ""]
+    lines += ["| gate | passed | detail |", "|---|---|---|"]
+    for g in record["gates"]:
+        detail = str(g.get("detail", "")).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {g.get('name')} | {g.get('passed')} | {detail} |")
+    inputs = record.get("inputs", {})
+    lines += ["", *[f"- {kind}: {arms}" for kind, arms in inputs.items()]]
+    return "\n".join(lines) + "\n"
 
 
 def run_compare(
@@ -316,6 +378,7 @@ def run_compare(
     history: a history store (qgate.history), read only for speed results of one launch per arm."""
     refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
+    refuse_wrong_arms(pairs, aa)
     refuse_unasked_aa(pairs, aa)
     loaded = resolve_contract(contract, pairs)
     rows = history_rows(history, pairs)
@@ -324,7 +387,7 @@ def run_compare(
         record["inputs"]["history"] = str(history)
     if aa:
         record["aa"] = True
-    return record, write_report(record, out_dir)
+    return write_report(record, out_dir)
 
 
 def history_rows(store: str | Path | None, pairs: list[Pair]) -> list[dict[str, Any]] | None:

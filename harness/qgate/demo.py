@@ -30,7 +30,7 @@ from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
 from qgate.results import atomic_write_json, atomic_write_text, current_schema, utc_now
-from qgate.route_env import ROUTE_GEMV, override_var
+from qgate_route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
 DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"

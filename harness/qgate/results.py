@@ -6,6 +6,7 @@ Format history of speed results (``kind: speed``):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -86,6 +87,13 @@ def file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+def _name(exc: BaseException, target: Path) -> None:
+    """An OSError of a write names no file (write, fsync on a descriptor): name the record's path, so
+    the one line a full disk ends in says which record could not be written."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(target)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write text so that a reader sees the old file or the new one, never half of one."""
     target = Path(path)
@@ -98,8 +106,9 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        _name(exc, target)
         raise
 
 
@@ -113,6 +122,9 @@ def atomic_write_with(path: str | Path, write: Callable[[str], None], suffix: st
         write(tmp)
         os.chmod(tmp, file_mode())
         os.replace(tmp, target)
+    except BaseException as exc:
+        _name(exc, target)
+        raise
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -125,10 +137,23 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
     """Append one record and fsync: a crash loses at most the line being written."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    data = memoryview((json.dumps(record, sort_keys=True) + "\n").encode("utf-8"))
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask applies, as open()'s
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError as exc:
+            # A full disk can leave part of the line: cut it off, or the next append (a --resume after
+            # space was freed) would follow a torn line that every later read refuses.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            _name(exc, target)
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -150,6 +175,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
 def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
     """Load a result JSON and check its kind and schema_version."""
     p = Path(path)
@@ -163,8 +192,11 @@ def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
         raise ResultError(f"{p}: expected a JSON object")
     got_kind = data.get("kind")
     if kind is not None and got_kind != kind:
-        raise ResultError(f"{p}: kind = {got_kind!r}, expected {kind!r}")
+        raise ResultError(f"{p}: kind = {_cut(repr(got_kind))}, expected {kind!r}")
     version = data.get("schema_version")
-    if version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
-        raise ResultError(f"{p}: schema_version = {version!r} of kind {got_kind!r} is not one qgate knows")
+    if type(version) is not int or version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
+        raise ResultError(
+            f"{p}: schema_version = {_cut(repr(version))} of kind {_cut(repr(got_kind))} is not one qgate "
+            "knows"
+        )
     return data

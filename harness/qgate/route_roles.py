@@ -17,7 +17,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from qgate.route_env import ROLES_ENV, listed_roles
+from qgate_route_env import ROLES_ENV, listed_roles
 
 
 class RouteRoles(BaseModel):

@@ -6,7 +6,7 @@ counts to `$QGATE_ATTEST_DIR/<process>-<pid>.json`; `collect` merges one engine 
 `{route: {hits, fallbacks: {reason: n}, roles: {role: n}}}`, the `routes` entry of a result. A route the
 candidate switches on must show hits, and the control must show none: otherwise the comparison would
 measure something else than it claims (`attestation_gates`, which `qgate compare` turns into ERROR).
-The route env vocabulary is qgate.route_env's; the pre-flight of an arm's route env is
+The route env vocabulary is qgate_route_env's; the pre-flight of an arm's route env is
 qgate.engine.preflight's.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from qgate.errors import RouteError
 from qgate.gate import SEV_ERROR, Gate
-from qgate.route_env import ROUTES, listed_roles, override_var, switched_on
+from qgate_route_env import ROUTES, listed_roles, override_var, switched_on
 
 
 def _empty_route() -> dict:

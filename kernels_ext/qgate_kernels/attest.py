@@ -3,7 +3,7 @@
 Each vLLM process (front end, engine core, workers) that loads the route plugin counts, per route, the
 calls that ran the route (hits, per layer role) and the calls that kept vLLM's own path (fallbacks, per
 reason), and writes them to `$QGATE_ATTEST_DIR/<process>-<pid>.json` (the plugin passes the folder;
-the variable's name is qgate.route_env.ATTEST_DIR_ENV): atomically (temp file + rename),
+the variable's name is qgate_route_env.ATTEST_DIR_ENV): atomically (temp file + rename),
 at most every `FLUSH_INTERVAL_S` while counting, and at exit, so that counts survive an engine shutdown
 that ends a worker without running its exit handlers (at most the last interval is lost then).
 qgate (harness/qgate/routes.py) merges the files of one engine start.

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 from qgate_kernels import ops
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 NAMES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

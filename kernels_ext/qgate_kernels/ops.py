@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 from qgate_kernels import _library, reference
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 ROUTES = (ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK)
 

@@ -20,9 +20,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# The route env's names and its static checks (switch values, override names) live in qgate.route_env,
+# The route env's names and its static checks (switch values, override names) live in qgate_route_env,
 # shared with the harness; static_problems and switched_on are also read here as overrides.<name>.
-from qgate.route_env import (
+from qgate_route_env import (
     ROUTE_GDN,
     ROUTE_GEMV,
     ROUTE_HC,
@@ -31,8 +31,8 @@ from qgate.route_env import (
     override_var,
     split_spec,
 )
-from qgate.route_env import static_problems as static_problems
-from qgate.route_env import switched_on as switched_on
+from qgate_route_env import static_problems as static_problems
+from qgate_route_env import switched_on as switched_on
 
 # Route name -> the function of qgate_kernels.ops that implements it (an override must match its signature).
 ROUTE_OP: dict[str, str] = {

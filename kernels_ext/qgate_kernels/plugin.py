@@ -4,7 +4,7 @@ Entry point `vllm.general_plugins: qgate_routes = qgate_kernels.plugin:register`
 in its front-end, engine-core and worker processes, possibly several times per process (idempotent).
 With no route switched on it returns at once: nothing is patched, imported or written.
 
-When a route is on (its switch variable: `qgate.route_env.ROUTES`), at its sites (`sites.DEFAULT_SITES`,
+When a route is on (its switch variable: `qgate_route_env.ROUTES`), at its sites (`sites.DEFAULT_SITES`,
 vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITES):
 - fp16_gemv: the unquantized linear layers whose last module name is one of the contract's listed roles
   (`routes: fp16_gemv: roles:`, env QGATE_ROUTE_ROLES), else of `GEMV_ROLES` (Qwen4Exp's decode
@@ -58,14 +58,14 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate.route_env import ATTEST_DIR_ENV, listed_roles
-from qgate.route_env import ROUTE_GDN as GDN_ROUTE
-from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
-from qgate.route_env import ROUTE_HC as HC_ROUTE
-from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
-from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 from qgate_kernels import attest, overrides, registry, shims, sites
 from qgate_kernels.sites import gdn, gemv, hc, topk
+from qgate_route_env import ATTEST_DIR_ENV, listed_roles
+from qgate_route_env import ROUTE_GDN as GDN_ROUTE
+from qgate_route_env import ROUTE_GEMV as GEMV_ROUTE
+from qgate_route_env import ROUTE_HC as HC_ROUTE
+from qgate_route_env import ROUTE_TOPK as TOPK_ROUTE
+from qgate_route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 
 logger = logging.getLogger("qgate_kernels.plugin")
 

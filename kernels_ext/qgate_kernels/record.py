@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from qgate.route_env import RECORD_CALLS_ENV, RECORD_DIR_ENV
+from qgate_route_env import RECORD_CALLS_ENV, RECORD_DIR_ENV
 
 _SAVED: dict[str, list[Any]] = {}
 _DIR = os.environ.get(RECORD_DIR_ENV) or None

@@ -36,10 +36,10 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from qgate.route_env import SHIM_FP16_CPU as FP16_CPU
-from qgate.route_env import SHIM_HC_TORCH as HC_TORCH
-from qgate.route_env import SHIM_PIL_IMAGE as PIL_IMAGE
-from qgate.route_env import SHIMS_ENV
+from qgate_route_env import SHIM_FP16_CPU as FP16_CPU
+from qgate_route_env import SHIM_HC_TORCH as HC_TORCH
+from qgate_route_env import SHIM_PIL_IMAGE as PIL_IMAGE
+from qgate_route_env import SHIMS_ENV
 
 SHIMS: dict[str, str] = {
     PIL_IMAGE: "transformers' PIL Qwen2VL image processor when torchvision is missing (import only)",

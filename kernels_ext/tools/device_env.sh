@@ -1,6 +1,6 @@
 # Sourced (not run) by the device scripts, from the repository root, after they set OUT: makes $OUT,
 # sets $LOG and step(), puts the carried wheels (.whl/: pydantic for the image's Python 3.12) and
-# harness/ (qgate_kernels imports qgate.route_env) on PYTHONPATH.
+# harness/ (qgate_kernels imports qgate_route_env) on PYTHONPATH.
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 export PYTHONUNBUFFERED=1

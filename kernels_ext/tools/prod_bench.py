@@ -25,7 +25,7 @@ from qgate.contract.ops import Bench
 from qgate.ops.bench import run_bench
 from qgate.ops.cases import build_cases
 from qgate.report.ops import bench_markdown
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 GEMV = [(4096, 2560), (4224, 2560), (2560, 1536), (24, 2560), (320, 2560), (62080, 2560), (320, 10240)]
 SHAPES = {

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import IN_PROCESS_ENGINE, REPO
 
-from qgate import route_env, routes
+import qgate_route_env as route_env
+from qgate import routes
 from qgate.contract import load_contract
 from qgate.engine import preflight
 from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import DYNAMO_EAGER, IN_PROCESS_ENGINE, REPO
 
-from qgate import route_env, routes
+import qgate_route_env as route_env
+from qgate import routes
 from qgate.engine import preflight
 from qgate.tiny import ensure_tiny
 

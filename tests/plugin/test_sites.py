@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from qgate import route_env, routes
+import qgate_route_env as route_env
+from qgate import routes
 from qgate.contract import ContractError, load_contract
 from qgate.engine import preflight
 

@@ -7,6 +7,7 @@ path, the value and what was expected. Nothing is defaulted with a warning.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import json
@@ -16,18 +17,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
-from qgate.contract.base import Strict
+from qgate.contract.base import EngineSeed, Strict
+from qgate.contract.messages import ContractError, first_error, format_loc
 from qgate.contract.ops import Ops
 from qgate.contract.quality import Quality
 from qgate.contract.speed import Speed
-from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, load_yaml
-from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV
-from qgate.engine.procs import RUN_ENV
-from qgate.errors import QgateError
-from qgate.route_env import (
-    ATTEST_DIR_ENV,
+from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, describe_yaml_error, load_yaml
+from qgate.launch_env import LAUNCHER_ENV
+from qgate.route_roles import Routes, roles_env
+from qgate_route_env import (
     OVERRIDE_PREFIX,
     ROLES_ENV,
     ROUTES,
@@ -37,19 +46,18 @@ from qgate.route_env import (
     override_var,
     static_problems,
 )
-from qgate.route_roles import Routes, roles_env
 
 CONTRACT_SCHEMA_VERSION = 1
 # Far above an engine start (8-200 s measured on the CPU test machine, compiled GPU starts take minutes)
 # and far below a nightly's 90-minute step limit, which a hung engine would otherwise run into.
 STALL_TIMEOUT_S = 1800.0
+# The engine start counts as silence (no record until the engine is ready): below the shortest start
+# measured (8 s in process on the CPU test machine, with room for a loaded machine) every run would
+# "stall" before its first record.
+MIN_STALL_TIMEOUT_S = 30.0
 # Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
 # that differs only in them stay comparable.
 UNHASHED_KEYS = ("stall_timeout_s",)
-
-
-class ContractError(QgateError):
-    """A contract that cannot be used; str() is one line for the user."""
 
 
 class Engine(Strict):
@@ -72,7 +80,7 @@ class Engine(Strict):
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     swap_space: float | None = Field(None, ge=0)
     block_size: int | None = Field(None, ge=1)
-    seed: int | None = None
+    seed: EngineSeed | None = None
     trust_remote_code: bool | None = None
     tokenizer: str | None = None
     revision: str | None = None
@@ -86,8 +94,6 @@ class Engine(Strict):
         return self.model_dump(exclude_none=True)
 
 
-# Set by qgate's launcher for every engine (engine/launcher.py, lifeline.py, procs.py): an arm cannot.
-LAUNCHER_ENV = (ATTEST_DIR_ENV, RUN_ENV, PIDS_ENV, LIFELINE_ENV, "PYTHONUNBUFFERED")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -106,18 +112,32 @@ def _env_values_are_strings(env: Any) -> dict[str, str]:
     return env
 
 
+def _overrides_model() -> type[Strict]:
+    """Engine's fields, each optional (unset: the shared value), with Engine's types and bounds: an arm's
+    override is checked as the shared arg is; the merged args go through Engine again (engine_for)."""
+    fields: dict[str, Any] = {}
+    for name, info in Engine.model_fields.items():
+        field = copy.copy(info)
+        field.default, field.default_factory = None, None
+        fields[name] = (info.annotation | None, field)
+    return create_model("EngineOverrides", __base__=Strict, __doc__=_OVERRIDES_DOC, **fields)
+
+
+_OVERRIDES_DOC = """One arm's engine args on top of the shared `engine:` (same keys, types and bounds); `null`
+unsets the shared value (vLLM's default). The merged args are checked as the shared section is."""
+EngineOverrides = _overrides_model()
+
+
 class Arm(Strict):
     env: dict[str, str] = Field(default_factory=dict)
-    engine: dict[str, Any] = Field(default_factory=dict)
+    engine: EngineOverrides = Field(default_factory=EngineOverrides)  # type: ignore[valid-type]
 
     _check_env = field_validator("env", mode="before")(_env_values_are_strings)
 
-    @field_validator("engine")
-    @classmethod
-    def _known_engine_args(cls, engine: dict[str, Any]) -> dict[str, Any]:
-        """Arm overrides are checked against the same schema as the shared engine args."""
-        Engine.model_validate(engine)
-        return engine
+    @field_serializer("engine")
+    def _as_written(self, engine: Strict) -> dict[str, Any]:
+        """Only the keys the arm sets (what the contract's sha256 has always hashed)."""
+        return engine.model_dump(mode="json", exclude_unset=True)
 
 
 class Arms(Strict):
@@ -143,7 +163,7 @@ class Contract(Strict):
     )
     stall_timeout_s: float | None = Field(
         STALL_TIMEOUT_S,
-        gt=0,
+        ge=MIN_STALL_TIMEOUT_S,
         description="a run whose engine sends no record (engine ready, a rep, an item) for this many seconds "
         "has stalled: it ends like a dead engine (one line, exit 1, the records kept, --resume continues); "
         "null: never. Run policy, not workload: left out of the contract's sha256",
@@ -201,7 +221,7 @@ class Contract(Strict):
 
     @model_validator(mode="after")
     def _known_shims_and_sites(self) -> Contract:
-        from qgate.route_env import platform_env_problem
+        from qgate_route_env import platform_env_problem
 
         problem = platform_env_problem(self.shims, self.sites)
         if problem:
@@ -229,14 +249,25 @@ class Contract(Strict):
         return self
 
     def engine_for(self, arm: str) -> dict[str, Any]:
-        """Engine kwargs for one arm: the shared engine args with the arm's overrides on top."""
-        merged = self.engine.vllm_kwargs()
-        merged.update(getattr(self.arms, arm).engine)
-        return merged
+        """Engine kwargs for one arm: the shared engine args with the arm's overrides on top (an
+        override of null unsets the shared arg), checked as the shared section is."""
+        merged = self.engine.vllm_kwargs() | getattr(self.arms, arm).engine.model_dump(exclude_unset=True)
+        return Engine.model_validate({k: v for k, v in merged.items() if v is not None}).vllm_kwargs()
+
+    @model_validator(mode="after")
+    def _arm_engines_valid(self) -> Contract:
+        for arm_name in ("control", "candidate"):
+            try:
+                self.engine_for(arm_name)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                key, msg = format_loc(tuple(err["loc"])), err["msg"].removeprefix("Value error, ")
+                raise ValueError(f"arms.{arm_name}.engine merged with engine: {key}: {msg}") from None
+        return self
 
     def env_for(self, arm: str) -> dict[str, str]:
         """The arm's env, plus the contract's shims and sites (the same in both arms)."""
-        from qgate.route_env import platform_env
+        from qgate_route_env import platform_env
 
         return (
             dict(getattr(self.arms, arm).env) | platform_env(self.shims, self.sites) | roles_env(self.routes)
@@ -262,7 +293,7 @@ def _min_reps(alpha: float) -> int:
 def route_env_typo(key: str) -> str | None:
     """Why an arm env key looks like a route switch or route override but is none qgate knows; else None.
 
-    The known names come from qgate.route_env (route switches ROUTES, overrides OVERRIDE_PREFIX + route):
+    The known names come from qgate_route_env (route switches ROUTES, overrides OVERRIDE_PREFIX + route):
     a key with their prefix (in any case) that is not one of them, or a key within a few edits of one.
     """
     switches = sorted(ROUTES.values())
@@ -300,73 +331,13 @@ def canonical_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc) if loc else "<top>"
-
-
-def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
-    cur = data
-    for part in loc:
-        try:
-            cur = cur[part]
-        except (KeyError, IndexError, TypeError):
-            return "<missing>"
-    return cur
-
-
-def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The part of a pydantic error location that is in the data: pydantic adds the type it tried
-    (`version.int` for `version: [1]` against `int | str`), which is no key of the user's file."""
-    cur, kept = data, []
-    for part in loc:
-        try:
-            cur = cur[part]
-        except (KeyError, IndexError, TypeError):
-            break
-        kept.append(part)
-    return tuple(kept)
-
-
-def _first_error(path: Path, data: Any, exc: ValidationError) -> ContractError:
-    errors = exc.errors()
-    err = errors[0]
-    loc = tuple(p for p in err["loc"] if p not in ("function-after",))
-    msg = err["msg"].removeprefix("Value error, ")
-    if not loc:  # a cross-field rule: its message names the keys and values itself
-        return ContractError(f"{path}: {msg}")
-    where = _data_loc(data, loc)
-    if err["type"] == "extra_forbidden":
-        return ContractError(
-            f"{path}: {_format_loc(loc)} = {_lookup(data, loc)!r}: unknown key{_more(exc, 1)}"
-        )
-    if err["type"] == "missing":
-        return ContractError(f"{path}: {_format_loc(loc)} = '<missing>': {msg}{_more(exc, 1)}")
-    if where != loc and len(loc) == len(where) + 1:
-        # One value tried against each type of a union: say what each expected, once.
-        tried = [e for e in errors if _data_loc(data, tuple(e["loc"])) == where]
-        msg = " or ".join(dict.fromkeys(e["msg"].removeprefix("Input should be ") for e in tried))
-        msg = f"expected {msg}"
-        return ContractError(
-            f"{path}: {_format_loc(where)} = {_lookup(data, where)!r}: {msg}{_more(exc, len(tried))}"
-        )
-    value = _lookup(data, where)
-    if err["type"] == "value_error" and isinstance(value, (dict, list)):
-        # A rule across a section's keys: its message names them; the whole section is noise.
-        return ContractError(f"{path}: {_format_loc(where)}: {msg}{_more(exc, 1)}")
-    return ContractError(f"{path}: {_format_loc(where)} = {value!r}: {msg}{_more(exc, 1)}")
-
-
-def _more(exc: ValidationError, shown: int) -> str:
-    return f" (+{exc.error_count() - shown} more)" if exc.error_count() > shown else ""
-
-
 def parse_contract(data: Any, path: Path) -> Contract:
     if not isinstance(data, dict):
         raise ContractError(f"{path}: <top> = {type(data).__name__}: expected a mapping")
     try:
         return Contract.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(path, data, exc) from None
+        raise first_error(path, data, exc, Contract) from None
 
 
 def load_contract(path: str | Path) -> LoadedContract:
@@ -391,9 +362,7 @@ def load_contract(path: str | Path) -> LoadedContract:
     except StrictYamlError as exc:
         raise ContractError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ContractError(f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raise ContractError(f"{p}: {describe_yaml_error(exc, text)}") from None
     contract = parse_contract(data, p)
     resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS))
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()

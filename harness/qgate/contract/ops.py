@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from qgate.contract.base import Strict
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
+from qgate.contract.base import SamplingSeed, Strict
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK, ROUTES
 
 # The route names are route_env's (one home); Literal of them so a contract naming another is refused.
 RouteName = Literal[ROUTE_GEMV, ROUTE_HC, ROUTE_GDN, ROUTE_TOPK]  # type: ignore[valid-type]
@@ -127,7 +127,7 @@ class Bench(Strict):
 class Ops(Strict):
     routes: list[RouteName] = Field(default_factory=lambda: list(ALL_ROUTES))
     trials: int = Field(20, ge=1, description="fresh random inputs per route and shape")
-    seed: int | None = Field(None, description="None: a fresh seed per run (recorded)")
+    seed: SamplingSeed | None = Field(None, description="None: a fresh seed per run (recorded)")
     default_shapes: bool = True
     shapes: Shapes = Field(default_factory=Shapes)
     tolerances: dict[RouteName, Tolerance] = Field(default_factory=dict)

@@ -22,13 +22,32 @@ checks use every output. See docs/quality.md.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from qgate.contract.base import Strict
+from qgate.contract.base import TORCH_SEED_MAX, SamplingSeed, Strict
 
 StrictFormat = Literal["hash", "boxed", "final_answer"]
+# A `{name}` in a prompt text (a format field; literal braces such as JSON stay allowed): the workload
+# fills in {question} (quality/gsm8k.py) and nothing else, so any other field would reach the model as
+# written; `{answer}` names the reference answer, which a prompt
+# must never carry (the frozen gate would measure reading, not solving).
+_FIELD = re.compile(r"\{\s*(\w[\w.\[\]]*)\s*(?:[!:][^{}]*)?\}")
+
+
+def _only_the_question(text: str, allowed: tuple[str, ...] = ("question",)) -> None:
+    filled = ["{" + a + "}" for a in allowed]
+    for m in _FIELD.finditer(text):
+        if m.group(0) not in filled:
+            why = (
+                " (the reference answer: a prompt that carries it gates nothing)" if "answer" in m[1] else ""
+            )
+            known = (
+                f"the only field filled in is {', '.join(filled)}" if filled else "no field is filled in here"
+            )
+            raise ValueError(f"{m.group(0)}{why}: {known}; remove it")
 
 
 class QualitySampling(Strict):
@@ -37,7 +56,7 @@ class QualitySampling(Strict):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     top_k: int = Field(20, ge=-1, description="-1 or 0: off")
-    seed: int = 20260828
+    seed: SamplingSeed = 20260828
     max_tokens: int = Field(4096, ge=1)
     skip_special_tokens: bool = True
 
@@ -84,7 +103,7 @@ class Quality(Strict):
     user_template: str = "{question}"
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     sampling: QualitySampling = Field(default_factory=QualitySampling)
-    seeds: list[int] | None = Field(
+    seeds: list[SamplingSeed] | None = Field(
         None,
         min_length=1,
         description="every item runs under every seed, in this order; the first must be sampling.seed "
@@ -103,6 +122,14 @@ class Quality(Strict):
     def _has_question(cls, value: str) -> str:
         if "{question}" not in value:
             raise ValueError("must contain {question}")
+        _only_the_question(value)
+        return value
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _no_fields(cls, value: str | None) -> str | None:
+        if value is not None:
+            _only_the_question(value, allowed=())
         return value
 
     @model_validator(mode="after")
@@ -120,6 +147,11 @@ class Quality(Strict):
             dup = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
             if dup:
                 raise ValueError(f"seeds repeat {dup}: each seed once")
+        if self.repeats is not None and self.sampling.seed + self.repeats - 1 > TORCH_SEED_MAX:
+            raise ValueError(
+                f"repeats = {self.repeats} from sampling.seed = {self.sampling.seed} runs past the largest "
+                f"seed vLLM's sampler takes ({TORCH_SEED_MAX}); expected a smaller sampling.seed"
+            )
         n = self.n_items
         for key in ("min_raw_correct", "min_strict_correct", "detect_broken_items"):
             if getattr(self.gates, key) > n:

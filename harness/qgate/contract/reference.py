@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -54,6 +54,13 @@ def _nested(annotation: Any) -> list[type[BaseModel]]:
 def type_text(annotation: Any, paths: dict[type[BaseModel], list[str]]) -> str:
     """A reader's name for a type: `integer`, `one of "a", "b"`, `list of string`, a link to a section."""
     origin = get_origin(annotation)
+    if origin is Annotated:  # a bounded type (contract/base.py's seeds): the type and its bounds
+        base, *metas = get_args(annotation)
+        flat = [x for m in metas for x in (m.metadata if isinstance(m, FieldInfo) else [m])]
+        bounds = [
+            f"{sign} {getattr(m, a)}" for m in flat for a, sign in _BOUNDS if getattr(m, a, None) is not None
+        ]
+        return f"{type_text(base, paths)} ({', '.join(bounds)})" if bounds else type_text(base, paths)
     if origin is Literal:
         return "one of " + ", ".join(
             f"`{v!r}`" if isinstance(v, str) else f"`{v}`" for v in get_args(annotation)

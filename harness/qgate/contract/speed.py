@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from qgate.contract.base import Strict
+from qgate.contract.base import NonNegativeSeed, Strict
 
 
 class SpeedGates(Strict):
@@ -32,7 +32,7 @@ class SpeedStats(Strict):
     min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
     max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
     bootstrap_resamples: int = Field(10000, ge=100)
-    seed: int = 20260828
+    seed: NonNegativeSeed = Field(20260828, description="the bootstrap's numpy generator")
 
 
 class Speed(Strict):
@@ -49,7 +49,7 @@ class Speed(Strict):
         description="engine starts per arm, interleaved; a PASS or FAIL on the decode ratio needs >= 2 "
         "(or `qgate compare --history`)",
     )
-    prompt_seed: int = 0
+    prompt_seed: NonNegativeSeed = 0
     gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)
 

@@ -9,6 +9,11 @@
   less than 100". Refused with the key path.
 
 - [ and { nested beyond MAX_FLOW_DEPTH, which PyYAML's scanner takes quadratic time over.
+- A plain value that YAML 1.1 (PyYAML's default) and YAML 1.2 read differently (issue 39): `yes` / `off`
+  (a bool in 1.1, text in 1.2), `1:30` (90 in 1.1), `0100` (64 in 1.1, 100 in 1.2), `1_000`, `0b11`.
+  Scalars are resolved by the YAML 1.2 core schema (so `1e5` is a number, as its author meant), and a
+  value whose meaning depends on the YAML version is refused with its line, column and key path and
+  what to write instead.
 
 Anchors and aliases within the bound stay allowed (a shared engine block is a fair use). Any file up to
 MAX_BYTES is answered in well under a second.
@@ -17,10 +22,15 @@ MAX_BYTES is answered in well under a second.
 from __future__ import annotations
 
 import math
+import re
+import unicodedata
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
+
+from qgate.contract.messages import cut
 
 # Bounds far above any contract (the largest shipped one is 3.3 KB, a few hundred nodes) and low enough
 # that reading the worst file within them stays well under a second.
@@ -38,7 +48,25 @@ class StrictYamlError(ValueError):
 _BASE: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# The YAML 1.2 core schema's plain scalars (yaml.org/spec/1.2.2 10.3.2); anything else is text.
+_CORE = (
+    ("tag:yaml.org,2002:null", r"~|null|Null|NULL|"),
+    ("tag:yaml.org,2002:bool", r"true|True|TRUE|false|False|FALSE"),
+    ("tag:yaml.org,2002:int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+"),
+    (
+        "tag:yaml.org,2002:float",
+        r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+    ),
+)
+_FIRST = "~nNtTfF-+0123456789."
+_YAML11 = Resolver()  # PyYAML's own (YAML 1.1) resolution, to find values whose meaning differs
+_YAML11_VALUES = yaml.constructor.SafeConstructor()
+_SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
 class _Loader(_BASE):  # type: ignore[misc, valid-type]
+    yaml_implicit_resolvers: dict[Any, Any] = {}  # filled below: the 1.2 core schema only
+
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, MappingNode):
             seen: dict[Any, int] = {}
@@ -53,6 +81,100 @@ class _Loader(_BASE):  # type: ignore[misc, valid-type]
                         )
                     seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+for _tag, _pattern in _CORE:
+    _Loader.add_implicit_resolver(_tag, re.compile(f"^(?:{_pattern})$"), list(_FIRST) + [""])
+_Loader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+
+
+def _int12(text: str) -> int:
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    return int(text, 16) if text.startswith("0x") else int(text, 10)
+
+
+def _float12(text: str) -> float:
+    low = text.lower()
+    return float(low.replace(".", "")) if low.endswith((".inf", ".nan")) else float(low)
+
+
+def _value12(tag: str, text: str) -> Any:
+    """A plain scalar's value under the 1.2 core schema, given the tag _Loader resolved."""
+    if tag == "tag:yaml.org,2002:int":
+        return _int12(text)
+    if tag == "tag:yaml.org,2002:float":
+        return _float12(text)
+    if tag == "tag:yaml.org,2002:bool":
+        return text.lower() == "true"
+    return None if tag == "tag:yaml.org,2002:null" else text
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: _int12(node.value))
+_Loader.add_constructor("tag:yaml.org,2002:float", lambda loader, node: _float12(node.value))
+
+
+def _version_trap(node: ScalarNode) -> str | None:
+    """What to write instead of a plain scalar that YAML 1.1 and 1.2 read differently; else None."""
+    if node.style:  # quoted or a block scalar: text in both (plain is None, or "" from libyaml)
+        return None
+    text = node.value
+    old = _YAML11.resolve(ScalarNode, text, (True, False))
+    if old not in _SCALAR_TAGS:
+        return None
+    try:
+        was = _YAML11_VALUES.construct_object(ScalarNode(old, text))
+        now = _value12(node.tag, text)
+    except (ValueError, yaml.YAMLError):
+        return None
+    if type(now) is type(was) and (now == was or (isinstance(was, float) and math.isnan(was))):
+        return None
+    now_tag = node.tag
+    if isinstance(was, bool):
+        fix = f"write {_shown(was)} (a bool) or quote it ({text!r}) for text"
+    elif now_tag == "tag:yaml.org,2002:str":
+        fix = f"write {was!r} or quote it ({text!r}) for text"
+    else:
+        fix = f"write {now!r}, or {was!r} if that was meant"
+    return f"YAML 1.1 reads it as {_shown(was)}, YAML 1.2 as {_shown(now)}: {fix}"
+
+
+def _shown(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _version_traps(root: Node) -> str | None:
+    """The first plain scalar (a key or a value) whose meaning depends on the YAML version, with its line,
+    column and key path; None when there is none. Each distinct node is visited once (aliases)."""
+    seen: set[int] = set()
+    stack: list[tuple[Node, str]] = [(root, "")]
+    while stack:
+        node, at = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            trap = _version_trap(node)
+            if trap:
+                mark = node.start_mark
+                where = f"line {mark.line + 1} column {mark.column + 1}: {at or '<top>'}"
+                return f"{where} = {node.value}: {trap}"
+        elif isinstance(node, SequenceNode):
+            stack.extend((c, f"{at}.{i}" if at else str(i)) for i, c in reversed(list(enumerate(node.value))))
+        elif isinstance(node, MappingNode):
+            for key, value in reversed(node.value):
+                if key.tag != "tag:yaml.org,2002:str" and key.tag != "tag:yaml.org,2002:merge":
+                    mark = key.start_mark
+                    text = key.value if isinstance(key, ScalarNode) else type(key).__name__
+                    return (
+                        f"line {mark.line + 1} column {mark.column + 1}: {at or '<top>'}: the key "
+                        f"{cut(repr(text))} is not a name ({key.tag.rsplit(':', 1)[-1]}): keys are names; "
+                        "quote it if it is one"
+                    )
+                name = key.value if isinstance(key, ScalarNode) else "<key>"
+                stack.append((value, f"{at}.{name}" if at else str(name)))
+                stack.append((key, f"{at}: the key" if at else "the key"))
+    return None
 
 
 def _expanded_size(root: Node) -> int:
@@ -119,6 +241,26 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+def describe_yaml_error(exc: yaml.YAMLError, text: str) -> str:
+    """One line for what PyYAML refused, with the line and column (a bad character's too: PyYAML's
+    reader gives only its offset)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        before = text[: exc.position] if isinstance(exc.position, int) else ""
+        line, column = before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+        ch = chr(exc.character) if isinstance(exc.character, int) else str(exc.character)
+        name = unicodedata.name(ch, "a control character")
+        return (
+            f"line {line} column {column}: the character U+{ord(ch[:1] or chr(0)):04X} ({name}) cannot be in "
+            "YAML text; remove it (or write it as an escape inside double quotes)"
+        )
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    said = f"{problem} ({context})" if context else problem
+    return f"{where}not valid YAML: {cut(' '.join(str(said).split()))}"
+
+
 def load_yaml(text: str) -> Any:
     """The data of a contract's text; StrictYamlError or yaml.YAMLError for what cannot be one."""
     if _flow_depth(text) > MAX_FLOW_DEPTH:
@@ -137,6 +279,9 @@ def load_yaml(text: str) -> Any:
                 f"more than {MAX_NODES} values once its aliases are expanded (a YAML alias bomb?): "
                 "not a contract"
             )
+        trap = _version_traps(root)
+        if trap is not None:
+            raise StrictYamlError(trap)
         data = loader.construct_document(root)
     finally:
         loader.dispose()

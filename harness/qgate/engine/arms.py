@@ -10,6 +10,7 @@ with each record the child emits (`Workload`). Workloads never import each other
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from qgate.contract import LoadedContract
 from qgate.engine.preflight import check_arm_envs
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
+from qgate.errors import RunFailure
 from qgate.models import resolve_model
 from qgate.results import utc_now
 
@@ -168,14 +170,35 @@ def run_arms(
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model = resolve_model(loaded.contract.model, workload.train_data)
         results = {p.name: workload.open(p, model) for p in plans}
-        for launch in range(workload.launches):
-            for plan in plans:
-                res = run_launch(
-                    workload, plan, launch, results[plan.name], out_dir, model_path, progress,
-                    loaded.contract.stall_timeout_s,
-                )  # fmt: skip
-                if launch == workload.launches - 1:  # the arm's last launch: its result is final
-                    workload.finish(res)
-                    workload.save(plan, res)
-                results[plan.name] = res
+        try:
+            for launch in range(workload.launches):
+                for plan in plans:
+                    res = run_launch(
+                        workload, plan, launch, results[plan.name], out_dir, model_path, progress,
+                        loaded.contract.stall_timeout_s,
+                    )  # fmt: skip
+                    if launch == workload.launches - 1:  # the arm's last launch: its result is final
+                        workload.finish(res)
+                        workload.save(plan, res)
+                    results[plan.name] = res
+        except OSError as exc:  # a full disk mid-run: the records written so far stay, --resume goes on
+            if exc.errno not in WRITE_FAILURES:  # an --out that cannot be a folder: bad input, exit 2
+                raise
+            raise WriteFailure(exc) from None
     return results
+
+
+# What a write can run into mid-run that is no fault of the input: the run failed (exit 1), its records
+# up to the last good write are kept, and the same command with --resume continues once it is fixed.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+class WriteFailure(RunFailure):
+    """An OSError while a run writes its records (a full disk, a quota): a run that failed, exit 1; the
+    CLI adds what was kept and the way on (--resume), which the atomic writes keep true."""
+
+    def __init__(self, exc: OSError) -> None:
+        where = f"{exc.filename}: " if exc.filename else ""
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        hint = " (free space on that filesystem first)" if full else ""
+        super().__init__(f"cannot write the run's records: {where}{exc.strerror or exc}{hint}")

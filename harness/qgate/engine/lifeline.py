@@ -28,8 +28,8 @@ import ctypes
 import os
 import signal
 
-LIFELINE_ENV = "QGATE_LIFELINE_PPID"
-PIDS_ENV = "QGATE_RUN_PIDS"
+from qgate.launch_env import LIFELINE_ENV, PIDS_ENV
+
 _PR_SET_PDEATHSIG = 1
 _fork_hook_registered = False
 

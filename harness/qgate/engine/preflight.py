@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from qgate.errors import RouteError
-from qgate.route_env import (
+from qgate.launch_env import UNBUFFERED_ENV
+from qgate_route_env import (
     ARM_ENV_PREFIXES,
     OVERRIDE_PREFIX,
     ROUTE_GDN,
@@ -44,7 +45,7 @@ def arm_process_env(
     for key in dropped:
         del env[key]
     env.update(arm_env)
-    env["PYTHONUNBUFFERED"] = "1"
+    env[UNBUFFERED_ENV] = "1"
     return env, dropped
 
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from qgate.engine.lifeline import start_ticks
 from qgate.errors import QgateError
+from qgate.launch_env import RUN_ENV
 from qgate.results import atomic_write_json, current_schema, utc_now
 
-RUN_ENV = "QGATE_RUN"
 RECORD = "processes.json"
 RECORD_SCHEMA_VERSION = current_schema("processes")
 TERM_GRACE_S = 3.0  # SIGTERM first, SIGKILL for what is still there after this

@@ -1,7 +1,8 @@
 """One engine start of one arm (a segment of a run), for the arm spine (engine/arms.py).
 
 Runs the child, then folds what only exists after it ends into the arm's result: the route counts the
-vLLM processes wrote (summed over segments) and the inherited env variables that were dropped. The
+vLLM processes wrote (summed over segments). The inherited env variables the launch drops are recorded
+before it starts, so a kept record of a launch that died lists them as a finished one does. The
 inherited variables that can change what vLLM does (launcher.inherited_env) are recorded before the
 child starts; a later segment (a launch, a resume) with other values is refused, not mixed in.
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qgate.engine.launcher import EngineError, inherited_env, run_child
+from qgate.engine.preflight import arm_process_env
 from qgate.results import ResultError
 from qgate.routes import collect, collect_shims, merge_shims
 
@@ -52,6 +54,10 @@ def run_segment(
             f"{', '.join(changed)} (recorded under inherited_env): run from the same environment"
         )
     result["inherited_env"] = inherited
+    # The names the launch drops are known before it starts: a killed launch's kept record lists them
+    # as a finished one's does (issue 39: they were added only after the child ended well).
+    _, dropped = arm_process_env(dict(os.environ), env)
+    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(dropped))
     try:
         outcome = run_child(spec, env, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
     except BaseException as exc:

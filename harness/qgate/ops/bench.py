@@ -33,7 +33,7 @@ import qgate_kernels
 from qgate.ops import chains, competitors
 from qgate.ops.cases import Case
 from qgate.ops.screen import record_header
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 # Targets on the H200 (benchmark figures, never timed tests), judged in the decode-step condition
 # (each call between a producer and a consumer of other kinds, see _decode_step): the route's speed

@@ -20,8 +20,8 @@ from torch import Tensor
 
 import qgate_kernels
 from qgate.ops.shapes import DEFAULT_SHAPES, MODEL_CONFIG
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 from qgate_kernels import reference
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC, ROUTE_TOPK
 
 Inputs = tuple[Any, ...]
 Maker = Callable[[torch.Generator, torch.device], Inputs]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from qgate.route_env import SHIM_FP16_CPU
+from qgate_route_env import SHIM_FP16_CPU
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 NAMES = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}

@@ -27,9 +27,9 @@ from qgate.ops.load import hc_params_dtype
 from qgate.ops.recorded import open_recording, recorded_markdown, recording_section, screen_topk, site_inputs
 from qgate.ops.screen import _max_abs_diff, bitwise_equal, record_header, ulp_distance
 from qgate.ops.weights import Checkpoint, Site, WeightsError, routed_weights
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 from qgate_kernels import reference
 from qgate_kernels.dtypes import route_dtypes
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 
 def _calls(site: Site, dev: torch.device) -> tuple[Any, Any]:

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from qgate.errors import QgateError
 from qgate.ops.weights import Site
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_TOPK
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_TOPK
 
 RANK_FILE = "rank.json"  # qgate_kernels.record.RANK_FILE (the plugin is not imported here)
 TOPK_NAME = "_topk"  # qgate_kernels.record.TOPK_NAME

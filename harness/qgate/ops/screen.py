@@ -31,7 +31,7 @@ import qgate_kernels
 from qgate.ops import bound
 from qgate.ops.cases import Case
 from qgate.results import current_schema
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 
 def ordered_int(t: Tensor) -> Tensor:

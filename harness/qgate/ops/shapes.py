@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 MODEL_CONFIG: dict[str, Any] = json.loads(Path(__file__).with_name("qwen4_exp_config.json").read_text())
 TP_SIZES = (4, 1)  # the production deployment first, then one GPU

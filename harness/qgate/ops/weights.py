@@ -36,7 +36,7 @@ from torch import Tensor
 
 from qgate.errors import QgateError
 from qgate.ops.load import DTYPES, Cast, cast_like_vllm
-from qgate.route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
+from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
 _ST_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32}
 

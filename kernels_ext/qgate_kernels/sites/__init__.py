@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from qgate.route_env import (
+from qgate_route_env import (
     SITE_GDN_CPU,
     SITE_GDN_CUDA,
     SITE_HC_COMBINE,
@@ -28,7 +28,7 @@ from qgate.route_env import (
     SITE_TOPK,
     json_object_env,
 )
-from qgate.route_env import SITES_ENV as SITES_ENV  # tests read it as sites.<name>
+from qgate_route_env import SITES_ENV as SITES_ENV  # tests read it as sites.<name>
 
 _HC_MOD = "vllm.models.qwen4_exp.nvidia.hyperconnection"
 _GDN_MOD = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from qgate.route_env import ROUTE_GDN as GDN_ROUTE
 from qgate_kernels import record, registry
+from qgate_route_env import ROUTE_GDN as GDN_ROUTE
 
 GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate.route_env import GEMV_DEFAULT_ROLES
-from qgate.route_env import ROUTE_GEMV as GEMV_ROUTE
-from qgate.route_env import ROUTE_HC as HC_ROUTE
 from qgate_kernels import record, registry
+from qgate_route_env import GEMV_DEFAULT_ROLES
+from qgate_route_env import ROUTE_GEMV as GEMV_ROUTE
+from qgate_route_env import ROUTE_HC as HC_ROUTE
 
 GEMV_ROLES = GEMV_DEFAULT_ROLES
 # Qwen4Exp's HyperConnection projections: GEMV roles while the HC route is off (the HC op takes them).

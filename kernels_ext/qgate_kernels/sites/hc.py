@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from qgate.route_env import ROUTE_HC as HC_ROUTE
-from qgate.route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 from qgate_kernels import record, registry
+from qgate_route_env import ROUTE_HC as HC_ROUTE
+from qgate_route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 
 _ROLE_BY_NAME = (
     ("hyper_connection_mixer", "final"),

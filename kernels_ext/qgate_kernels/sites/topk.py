@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from qgate.route_env import ROUTE_TOPK as TOPK_ROUTE
 from qgate_kernels import record, registry
+from qgate_route_env import ROUTE_TOPK as TOPK_ROUTE
 
 
 class TopkSite:

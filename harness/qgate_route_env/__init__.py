@@ -4,10 +4,14 @@ keeps per arm, and the one reading of a switch value.
 
 Both sides import this module: the harness (contract checks, the launcher, routes, compare) and the
 plugin in kernels_ext (qgate_kernels.overrides, plugin, attest, shims, sites, ops), which runs in vLLM
-processes that qgate starts, so qgate is importable there. It lives in the harness, not in
-qgate_kernels, because the harness must load it without torch or the compiled extension
-(`import qgate_kernels` loads both, and `qgate compare` runs where kernels_ext is not installed).
-It imports only the standard library, so it can never pull vLLM or torch into the harness.
+processes that qgate starts. It is a package of its own, below both (issue 39): the harness imports
+qgate_kernels (`qgate run ops`, `bench ops`), so the plugin importing `qgate` made the two packages
+import each other; now every arrow points down, qgate -> qgate_kernels -> qgate_route_env and
+qgate -> qgate_route_env. It ships with the harness distribution (harness/, beside qgate), not with
+qgate_kernels, because the harness must load it without torch or the compiled extension (`import
+qgate_kernels` loads both, and `qgate compare` runs where kernels_ext is not installed). It imports
+only the standard library, so it can never pull vLLM or torch into the harness or anything into the
+plugin.
 """
 
 from __future__ import annotations

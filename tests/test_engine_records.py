@@ -1,0 +1,60 @@
+"""A launch that dies keeps the same env accounting as one that finishes (issue 39): the QGATE_* and
+VLLM_SM70_* variables the launcher drops from the shell are in the kept record's `dropped_env`.
+
+The engine child is replaced by one that dies after a rep (the subject is run_segment's bookkeeping;
+a real engine killed mid-run is test_stop_signals.py's, which checks the same field on real stops)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qgate.engine import segment
+from qgate.engine.launcher import EngineError
+
+
+def _result() -> dict:
+    return {"launches": [], "routes": {}, "dropped_env": [], "inherited_env": None, "shims": {}}
+
+
+@pytest.mark.parametrize("dies", [True, False])
+def test_a_killed_launch_records_the_dropped_env_as_a_finished_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dies: bool
+) -> None:
+    monkeypatch.setenv("QGATE_FROM_THE_SHELL", "1")
+    monkeypatch.setenv("VLLM_SM70_OTHER_KNOB", "1")
+
+    def child(spec, env, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
+        on_event({"event": "engine_ready"})
+        if dies:
+            raise EngineError("the engine child was killed by SIGKILL")
+        from qgate.engine.launcher import ChildOutcome
+
+        return ChildOutcome(0, None, str(log_path), ("QGATE_FROM_THE_SHELL", "VLLM_SM70_OTHER_KNOB"))
+
+    monkeypatch.setattr(segment, "run_child", child)
+    saved: list[dict] = []
+    result = _result()
+    arm_env = {"VLLM_SM70_QWEN38_FP16_GEMV": "1"}
+
+    def on_event(ev: dict) -> None:
+        result["launches"].append({"segment": 0})
+
+    run = lambda: segment.run_segment(  # noqa: E731
+        {},
+        arm_env,
+        tmp_path / "log",
+        tmp_path / "attest",
+        result,
+        on_event,
+        lambda r: saved.append(dict(r)),
+        "x",
+    )
+    if dies:
+        with pytest.raises(EngineError):
+            run()
+    else:
+        run()
+    assert saved and {"QGATE_FROM_THE_SHELL", "VLLM_SM70_OTHER_KNOB"} <= set(saved[-1]["dropped_env"])
+    assert "VLLM_SM70_QWEN38_FP16_GEMV" not in saved[-1]["dropped_env"]  # the arm sets it
