@@ -10,23 +10,10 @@ import torch
 
 import qgate_kernels
 from qgate.ops import bound
+from qgate.ops.calibration import accumulate_in  # the shipped row-dot order, partial sums in a dtype
 from qgate.ops.load import cast_like_vllm, hc_params_dtype
 from qgate.ops.screen import ulp_distance
 from qgate_kernels.dtypes import route_dtypes
-
-
-def accumulate_in(w: torch.Tensor, x: torch.Tensor, acc_dtype: torch.dtype) -> torch.Tensor:
-    """The shipped row-dot order (32 lane sums, then a halving tree) with every partial sum rounded to
-    acc_dtype: the planted defect "accumulates in the input dtype". w [N, K], x [K] -> [N] in w's dtype."""
-    n, k = w.shape
-    t = torch.nn.functional.pad(w.float() * x.float(), (0, (-k) % 32)).view(n, -1, 32)  # exact products
-    acc = torch.zeros(n, 32, dtype=acc_dtype)
-    for c in range(t.shape[1]):
-        acc = (acc.float() + t[:, c]).to(acc_dtype)
-    while acc.shape[1] > 1:
-        half = acc.shape[1] // 2
-        acc = (acc[:, :half].float() + acc[:, half:].float()).to(acc_dtype)
-    return acc[:, 0].to(w.dtype)
 
 
 def cancelling_draw() -> tuple[torch.Tensor, torch.Tensor, float]:
