@@ -45,8 +45,20 @@ def _sub(text: str, old: str, new: str) -> str:
 # (case, base, old, new, what the line must say)
 CASES = [
     # YAML 1.1 forms: each read as another value by PyYAML before, accepted without a word.
-    ("launches yes", SMOKE, "launches: 3", "launches: yes", ["speed.launches = yes", "write true"]),
-    ("warmup off", SMOKE, "warmup: 1", "warmup: off", ["speed.warmup = off", "write false"]),
+    (
+        "launches yes",
+        SMOKE,
+        "launches: 3",
+        "launches: yes",
+        ["speed.launches = yes", "write true", "1 for a number"],
+    ),
+    (
+        "warmup off",
+        SMOKE,
+        "warmup: 1",
+        "warmup: off",
+        ["speed.warmup = off", "write false", "0 for a number"],
+    ),
     (
         "margin yes",
         SMOKE,

@@ -131,7 +131,8 @@ def _version_trap(node: ScalarNode) -> str | None:
         return None
     now_tag = node.tag
     if isinstance(was, bool):
-        fix = f"write {_shown(was)} (a bool) or quote it ({text!r}) for text"
+        # the reader does not know the key's type: `launches: yes` meant 1 there, `enforce_eager: yes` true
+        fix = f"write {_shown(was)} for a bool ({int(was)} for a number) or quote it ({text!r}) for text"
     elif now_tag == "tag:yaml.org,2002:str":
         fix = f"write {was!r} or quote it ({text!r}) for text"
     else:
