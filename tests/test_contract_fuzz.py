@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scripted_engine import ScriptedSegments
 from typer.testing import CliRunner
 
 from qgate.cli import app
@@ -29,7 +30,6 @@ from qgate.contract.strict_yaml import MAX_BYTES
 from qgate.engine import arms
 from qgate.errors import QgateError
 from qgate.speed.run import run_speed
-from qgate.speed.workload import rep_record
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 SMOKE_TEXT = (CONTRACTS / "smoke-cpu.yaml").read_text()
@@ -283,24 +283,6 @@ def test_the_corpus_is_large_enough() -> None:
     assert len(MUTATIONS) >= 100
 
 
-class _ScriptedSegments:
-    """The engine start replaced: one start answers its spec's reps (what run does after pre-flight)."""
-
-    def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
-                 save: Any, label: str) -> dict:  # fmt: skip
-        out = {
-            "token_ids": [1] * 8, "text": "", "finish_reason": "length", "num_generation_tokens": 8,
-            "first_token_ts": 1.0, "last_token_ts": 1.1, "first_token_latency_s": 0.01, "scheduled_ts": 0.99,
-            "num_prompt_tokens": spec["input_tokens"],
-        }  # fmt: skip
-        on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
-        on_event({"event": "prompt", "input_tokens": spec["input_tokens"], "sha256": "p"})
-        for i in spec["rep_indices"]:
-            on_event({"event": "rep", "rep": rep_record(out, 0.2, i, spec["launch"], True)})
-        save(result)
-        return result
-
-
 @pytest.mark.parametrize(("name", "text"), MUTATIONS, ids=[m[0][:60] for m in MUTATIONS])
 def test_validate_answers_in_one_line_and_run_agrees(
     name: str, text: str | bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -319,7 +301,7 @@ def test_validate_answers_in_one_line_and_run_agrees(
         assert len(lines) == 1 and lines[0].startswith(f"qgate: error: {path}"), f"{name}: {res.output}"
         return
     # Validate said ok: the run's own checks before an engine starts must agree.
-    monkeypatch.setattr(arms, "run_segment", _ScriptedSegments())
+    monkeypatch.setattr(arms, "run_segment", ScriptedSegments())
     monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     try:
         run_speed(load_contract(path), tmp_path / "out")

@@ -3,7 +3,7 @@ kept, exit 1, nothing torn; `--resume` after space is freed completes the run.
 
 ENOSPC is simulated at the write that hits it (fsync of the record being saved, or a write that got
 half a line out): the subject is qgate's handling of the error, not a filesystem. The engine start is
-replaced by a scripted one (as in test_contract_fuzz.py): what a rep holds is not the subject here."""
+replaced by a scripted one (tests/scripted_engine.py): what a rep holds is not the subject here."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
+from scripted_engine import ScriptedSegments
 from typer.testing import CliRunner
 
 from qgate import results
 from qgate.cli import app
 from qgate.engine import arms
-from qgate.speed.workload import rep_record
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 REPS = 4
@@ -41,23 +41,11 @@ class _Disk:
         self.real_fsync(fd)
 
 
-def _segments(disk: _Disk) -> Any:
-    def run(spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any, save: Any,
-            label: str) -> dict:  # fmt: skip
-        out = {
-            "token_ids": [1] * 8, "text": "", "finish_reason": "length", "num_generation_tokens": 8,
-            "first_token_ts": 1.0, "last_token_ts": 1.1, "first_token_latency_s": 0.01, "scheduled_ts": 0.99,
-            "num_prompt_tokens": spec["input_tokens"],
-        }  # fmt: skip
-        on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
-        on_event({"event": "prompt", "input_tokens": spec["input_tokens"], "sha256": "p"})
-        for i in spec["rep_indices"]:
-            disk.reps += 1
-            on_event({"event": "rep", "rep": rep_record(out, 0.2, i, spec["launch"], True)})
-        save(result)
-        return result
+def _segments(disk: _Disk) -> ScriptedSegments:
+    def one_more_rep() -> None:
+        disk.reps += 1
 
-    return run
+    return ScriptedSegments(before_rep=one_more_rep)
 
 
 def _contract(tmp_path: Path) -> Path:
