@@ -27,7 +27,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from qgate.history import schema
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
-from qgate.results import utc_now
 
 # pg_advisory_xact_lock's key: "qgate" in ASCII, so that other users of advisory locks can tell it.
 LOCK_KEY = 0x7167617465
@@ -152,14 +151,7 @@ class PostgresStore:
     def _create(self, cur: Any) -> None:
         for stmt in _schema_sql():
             cur.execute(stmt)
-        cur.executemany(
-            "INSERT INTO qgate_history (key, value) VALUES (%s, %s)",
-            [
-                ("format", schema.FORMAT),
-                ("schema_version", str(schema.HISTORY_SCHEMA_VERSION)),
-                ("created_at", utc_now()),
-            ],
-        )
+        cur.executemany("INSERT INTO qgate_history (key, value) VALUES (%s, %s)", schema.new_meta())
 
     @staticmethod
     def _upgrade(cur: Any, missing: tuple[str, ...]) -> None:

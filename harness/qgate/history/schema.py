@@ -16,6 +16,7 @@ place, in the append's own transaction, on its next append: the columns it lacks
 from __future__ import annotations
 
 from qgate.night import COLUMN_NAMES, V1_COLUMN_NAMES, HistoryError
+from qgate.results import utc_now
 
 HISTORY_SCHEMA_VERSION = 3
 FORMAT = "qgate-history"
@@ -25,6 +26,11 @@ UNJUDGED = "qgate: a night without verdicts"
 OTHER_NIGHT = "qgate: run folder already recorded as another night"
 RECORDED = "qgate: night already recorded"
 APPEND_ONLY = "the qgate history is append-only"
+
+
+def new_meta() -> list[tuple[str, str]]:
+    """The qgate_history rows of a store being created (either backend)."""
+    return [("format", FORMAT), ("schema_version", str(HISTORY_SCHEMA_VERSION)), ("created_at", utc_now())]
 
 
 def check_meta(meta: dict[str, str], where: str) -> int:

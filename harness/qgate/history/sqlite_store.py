@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from qgate.history import schema
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
-from qgate.results import file_mode, utc_now
+from qgate.results import file_mode
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another's transaction (a night appends in ms)
@@ -174,12 +174,7 @@ class SqliteStore:
                 conn.execute("BEGIN")
                 for stmt in _schema_sql():
                     conn.execute(stmt)
-                meta = [
-                    ("format", schema.FORMAT),
-                    ("schema_version", str(schema.HISTORY_SCHEMA_VERSION)),
-                    ("created_at", utc_now()),
-                ]
-                conn.executemany("INSERT INTO qgate_history (key, value) VALUES (?, ?)", meta)
+                conn.executemany("INSERT INTO qgate_history (key, value) VALUES (?, ?)", schema.new_meta())
                 self._insert(conn, rows)
                 conn.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
