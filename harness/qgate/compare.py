@@ -23,7 +23,7 @@ from typing import Any
 
 from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
-from qgate.contract.messages import cut
+from qgate.errors import cut
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
 from qgate.results import (

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qgate.errors import QgateError
+from qgate.errors import QgateError, cut
 
 # The one registry of the record kinds qgate writes to disk: kind -> the schema versions this qgate
 # reads, oldest first; the last is the one it writes. Writers take their version from here
@@ -175,10 +175,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _cut(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
-
-
 def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
     """Load a result JSON and check its kind and schema_version."""
     p = Path(path)
@@ -192,11 +188,10 @@ def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
         raise ResultError(f"{p}: expected a JSON object")
     got_kind = data.get("kind")
     if kind is not None and got_kind != kind:
-        raise ResultError(f"{p}: kind = {_cut(repr(got_kind))}, expected {kind!r}")
+        raise ResultError(f"{p}: kind = {cut(repr(got_kind))}, expected {kind!r}")
     version = data.get("schema_version")
     if type(version) is not int or version not in KNOWN_SCHEMAS.get(str(got_kind), set()):
         raise ResultError(
-            f"{p}: schema_version = {_cut(repr(version))} of kind {_cut(repr(got_kind))} is not one qgate "
-            "knows"
+            f"{p}: schema_version = {cut(repr(version))} of kind {cut(repr(got_kind))} is not one qgate knows"
         )
     return data

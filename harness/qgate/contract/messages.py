@@ -17,21 +17,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from qgate.errors import QgateError
+from qgate.errors import QgateError, cut
 
-MAX_VALUE_CHARS = 120  # a value shown in a message
 MAX_LINE_CHARS = 400  # a message's own text (a rule's message that lists a long value)
 
 
 class ContractError(QgateError):
     """A contract that cannot be used; str() is one line for the user."""
-
-
-def cut(text: str, limit: int = MAX_VALUE_CHARS) -> str:
-    """text, or its first `limit` characters and how many more there were."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def shown(value: Any) -> str:

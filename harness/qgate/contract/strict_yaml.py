@@ -30,7 +30,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-from qgate.contract.messages import cut
+from qgate.errors import cut
 
 # Bounds far above any contract (the largest shipped one is 3.3 KB, a few hundred nodes) and low enough
 # that reading the worst file within them stays well under a second.

@@ -27,12 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from qgate.contract.messages import cut
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.engine.preflight import arm_process_env
 from qgate.engine.watch import EngineWatch, read_records
-from qgate.errors import RunFailure
+from qgate.errors import RunFailure, cut
 from qgate_route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
 
 
