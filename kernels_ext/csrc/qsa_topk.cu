@@ -22,6 +22,7 @@
 //               ties it may still take; each block then writes its selected indices (keys > T, and
 //               keys == T by increasing index until need_eq are taken) in index order.
 // Each thread holds its keys in registers across the passes when the block's range fits one tile.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -347,7 +348,7 @@ int tc_cluster_size(int64_t len, int max_cluster, int64_t tile, int items) {
 // 1/C of the candidates), up to 8 a row when there are several rows (clusters of 16 need 16 free
 // SMs of one GPC each).
 int tp_cluster_size(int64_t rows, int64_t len, int max_cluster, int sms) {
-  if (len <= kTpBlockN) return 1;  // one block holds the row (tp_block_row)
+  if (len <= kTpBlockN) return 1;  // one block holds the row (tp_hist_row)
   int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTpThreads) * kTcItems, kTcItems);
   const int cap = rows > 1 && max_cluster > 8 ? 8 : max_cluster;
   while (c < cap && rows * 2 * c <= sms) c *= 2;

@@ -57,18 +57,15 @@ constexpr size_t kTpSmemBytes = kTcUnionBytes + (256 + 4 * 256 + kTpRecvWords) *
 static_assert(kTpCap < 65536, "tp_trim packs candidate counts into 16 bits");
 static_assert(8 * kTopkMaxK <= kTpRecvWords * sizeof(unsigned int), "the final list must fit the receive buffers");
 
-// The one-block path (tp_block_row): rows of at most kTpBlockN columns run in a cluster of one
-// block, four keys a thread; its histogram has kTpBins bins of the top key bits.
+// The one-block path (tp_hist_row): a row of at most kTpBlockN eligible keys is selected by block 0
+// alone, four consecutive keys a thread, over a histogram of kThBins coarse bins.
 constexpr int kTpBlockN = 4 * kTpThreads;
-constexpr int kTpBinBits = 13;
-constexpr int kTpBins = 1 << kTpBinBits;
-constexpr int kTpBinsPerThread = kTpBins / kTpThreads;
-// Ordering by counting costs about sum over the candidate bins of count^2 / 32 compares a warp
-// (each key compares with its bin's keys); past this sum the bitonic sort (~5k cycles) is cheaper.
-constexpr unsigned int kTpMaxSquares = 1u << 17;
-static_assert(2 * kTpBins * sizeof(unsigned int) + 3 * kTpThreads * sizeof(unsigned long long) + kTpBlockN <=
-                  kTpCap * sizeof(uint2),
-              "bin counts, cursors, candidates, sort buffer and marks fit the candidate buffer");
+constexpr int kThBins = 4096;
+// Candidates of the k-th key's coarse bin ranked by warp ballots up to this many (a warp's cost grows
+// with the square of the count); more: 8-bit radix rounds over their keys.
+constexpr unsigned int kThBallotMax = 128;
+static_assert(kThBins * sizeof(unsigned int) <= kTcUnionBytes, "the coarse histogram fits the zeroed striped words");
+static_assert(kTpBlockN <= kTpCap, "a block row's candidates fit the candidate buffer");
 
 #ifdef QGATE_TC_SM90
 __device__ __forceinline__ uint32_t tp_saddr(const void* p) {
@@ -321,134 +318,170 @@ __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint3
   __syncthreads();
 }
 
-// Bitonic sort, descending, of one composite a thread (key << 32 | ~index: unique per element, 0 for
-// no element: key_of is never below 0x007fffff, -inf's key), then the first k elements (the stable
-// sort's first k) marked in `sel` by index. Shuffles below a stride of 32, shared memory above (15 of
-// the 55 steps; `buf` holds 2 x kTpThreads composites, a double buffer: one barrier a step).
-__device__ __forceinline__ void tp_sort_mark(unsigned long long v, int k, unsigned char* sel,
-                                             unsigned long long* buf) {
-  const int i = threadIdx.x;
-  int b = 0;
-#pragma unroll
-  for (int size = 2; size <= kTpThreads; size <<= 1) {
-    const bool desc = (i & size) == 0;  // this run descends (the last run, size kTpThreads, does)
-#pragma unroll
-    for (int stride = size >> 1; stride > 0; stride >>= 1) {
-      unsigned long long o;
-      if (stride >= 32) {
-        buf[b * kTpThreads + i] = v;
-        __syncthreads();
-        o = buf[b * kTpThreads + (i ^ stride)];
-        b ^= 1;
-      } else {
-        o = __shfl_xor_sync(0xffffffffu, v, stride);
-      }
-      v = (((i & stride) == 0) == desc) ? max(v, o) : min(v, o);
-    }
-  }
-  if (i < k) sel[~static_cast<uint32_t>(v)] = 1;
+// Coarse bin of a score for the one-block path: the top 12 bits of the order-preserving key of its
+// float16 rounding (sign, 5 exponent bits, 6 mantissa bits: 1/64 of a binade over fp16's range, the
+// finer split of the scores an indexer produces; vLLM's 4096-bin top-k uses the same). NaN takes the
+// top bin and zero is canonical, so the bin never decreases as key_of increases: a key in a higher
+// bin is larger, and the k-th largest key lies in the bin where the count from the top reaches k.
+__device__ __forceinline__ uint32_t tp_coarse(float f) {
+  if (f != f) return kThBins - 1;
+  const uint32_t h = __half_as_ushort(__float2half_rn(f == 0.0f ? 0.0f : f));
+  return ((h & 0x8000u) ? (~h & 0xffffu) : (h | 0x8000u)) >> 4;
 }
 
-__device__ __forceinline__ unsigned long long tp_composite(uint32_t key, int index) {
-  return (static_cast<unsigned long long>(key) << 32) | static_cast<uint32_t>(~index);
-}
-
-// One block selects a row of n <= kTpBlockN keys, k <= kTpThreads: four keys a thread; a histogram
-// of the top kTpBinBits key bits (sign, exponent, 4 mantissa bits: bins 1/16 of a binade wide) gives
-// the bin B where the count from the top reaches k; the keys in bins >= B (the candidates) hold the
-// top k. When they are at most kTpThreads (always for n <= kTpThreads), each goes to its bin's
-// segment of the candidate list (bins in descending order: a segment's keys are below every key of
-// the segments before it) and its rank is the segment's start plus the number of keys of its
-// segment with a larger composite (the stable sort's rank); when the segments are long (many ties,
-// a narrow range: the sum of their squared lengths above kTpMaxSquares) the list is sorted
-// (tp_sort_mark) instead. The keys ranked below k are marked by index, and one block scan over the
-// marks writes their indices in increasing order. More candidates than kTpThreads: false, nothing
-// written. `work` holds the bin counts, the segment cursors, the list, the sort buffer and the marks.
-__device__ __forceinline__ bool tp_block_row(const float* __restrict__ s, int64_t n, int k, int* __restrict__ out,
-                                             unsigned char* work, TcShared& sh) {
-  unsigned int* bins = reinterpret_cast<unsigned int*>(work);                       // [kTpBins] counts
-  unsigned int* cursor = bins + kTpBins;                                            // [kTpBins] segment starts
-  unsigned long long* list = reinterpret_cast<unsigned long long*>(cursor + kTpBins);  // [kTpThreads]
-  unsigned long long* buf = list + kTpThreads;                                      // [2][kTpThreads]
-  unsigned char* sel = reinterpret_cast<unsigned char*>(buf + 2 * kTpThreads);      // [kTpBlockN] marks
+// Block 0 selects a row of n <= kTpBlockN keys (k < n) alone; thread t holds indices 4t .. 4t + 3,
+// so thread order is index order.
+//   1. coarse histogram (hist: kThBins words, zero on entry) and one block scan from the top bin
+//      down: the bin B where the count reaches k, A keys above it, E in it; need = k - A of B's.
+//   2. E == need: every key of B is taken. Else the k-th largest key T and the ties at T to take
+//      (need_eq) from B's candidates (list): up to kThBallotMax by warp ballots (each candidate's
+//      rank by (key desc, index asc); the one at rank need - 1 is T), all equal keys at once, else
+//      8-bit radix rounds over their keys.
+//   3. one block scan over (keys > T, keys == T) per thread writes the keys > T and the first
+//      need_eq ties by index: the k selected indices in increasing order.
+// sh.nsel, sh.kmin and sh.kmax are set (0, ~0, 0) by the caller before its block barrier.
+__device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, int k, int* __restrict__ out,
+                                            unsigned int* hist, uint2* list, TcShared& sh) {
   const int t = threadIdx.x;
   const int lane = t & 31;
+  const int warp = t >> 5;
+  const int i0 = 4 * t;
+  float v[4];
+  if (i0 + 4 <= n && (reinterpret_cast<uintptr_t>(s) & 15) == 0) {
+    const float4 q = __ldg(reinterpret_cast<const float4*>(s) + t);
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = i0 + j < n ? __ldg(s + i0 + j) : 0.0f;
+  }
   uint32_t key[4];
+  uint32_t bin[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int i = t + j * kTpThreads;
-    key[j] = i < n ? key_of(s[i]) : 0u;
+    key[j] = i0 + j < n ? key_of(v[j]) : 0u;  // 0: no element
+    bin[j] = tp_coarse(v[j]);
   }
-#pragma unroll
-  for (int j = 0; j < kTpBinsPerThread; ++j) bins[t + j * kTpThreads] = 0;
-  reinterpret_cast<uchar4*>(sel)[t] = make_uchar4(0, 0, 0, 0);  // marks of indices 4t .. 4t + 3
-  __syncthreads();
+  __syncthreads();  // hist zeroed, sh set
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    if (t + j * kTpThreads < n) atomicAdd(&bins[key[j] >> (32 - kTpBinBits)], 1u);
+    if (key[j] != 0) atomicAdd(hist + bin[j], 1u);
   }
   __syncthreads();
-  // Thread t holds the kTpBinsPerThread bins below kTpBins - kTpBinsPerThread t (thread 0 the
-  // highest); a bin is a candidate bin when fewer than k keys lie above it.
-  const int top = kTpBins - kTpBinsPerThread * t - 1;
-  unsigned int c[kTpBinsPerThread];
-  unsigned int mine = 0;
-#pragma unroll
-  for (int e = 0; e < kTpBinsPerThread; ++e) {
-    c[e] = bins[top - e];
-    mine += c[e];
-  }
-  unsigned int total = 0;
-  unsigned int acc = tc_scan<kTpThreads>(mine, sh.warp, &total);  // keys in the bins above this thread's
   const unsigned int kk = static_cast<unsigned int>(k);
-  unsigned int squares = 0;  // sum over the candidate bins of count^2: the cost of the counting
+  {
+    // Thread t holds bins 4095 - 4t - e, e = 0..3 (thread 0 the highest).
+    const uint4 h4 = reinterpret_cast<const uint4*>(hist)[kThBins / 4 - 1 - t];
+    const unsigned int c[4] = {h4.w, h4.z, h4.y, h4.x};
+    unsigned int total = 0;
+    unsigned int acc = tc_scan<kTpThreads>(c[0] + c[1] + c[2] + c[3], sh.warp, &total);  // keys above
 #pragma unroll
-  for (int e = 0; e < kTpBinsPerThread; ++e) {
-    cursor[top - e] = acc;
-    if (acc < kk) {
-      squares += c[e] * c[e];
-      if (acc + c[e] >= kk) {
-        sh.bin = static_cast<unsigned int>(top - e);
-        sh.cand = acc + c[e];
+    for (int e = 0; e < 4; ++e) {
+      if (acc < kk && acc + c[e] >= kk) {
+        sh.bin = static_cast<unsigned int>(kThBins - 1 - 4 * t - e);
+        sh.above = acc;
+        sh.cand = c[e];
+      }
+      acc += c[e];
+    }
+  }
+  __syncthreads();
+  const uint32_t b = sh.bin;
+  const unsigned int cand = sh.cand;
+  const unsigned int need = kk - sh.above;  // 1 .. cand
+  const bool all_of_bin = cand == need;
+  uint32_t thr = 0;         // T
+  unsigned int need_eq = 0;  // keys == T taken (the lowest indices)
+  if (!all_of_bin) {
+    uint32_t lo = 0xffffffffu;
+    uint32_t hi = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (key[j] != 0 && bin[j] == b) {
+        list[atomicAdd(&sh.nsel, 1u)] = make_uint2(key[j], static_cast<uint32_t>(i0 + j));
+        lo = min(lo, key[j]);
+        hi = max(hi, key[j]);
       }
     }
-    acc += c[e];
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0 && hi != 0) {
+      atomicMin(&sh.kmin, lo);
+      atomicMax(&sh.kmax, hi);
+    }
+    __syncthreads();
+    if (sh.kmin == sh.kmax) {  // one key in the bin (ties): T, and need of them
+      thr = sh.kmin;
+      need_eq = need;
+    } else if (cand <= kThBallotMax) {
+      // Warp w ranks candidates w, w + 32, ...: rank = candidates before it in (key desc, index asc).
+      for (unsigned int c = warp; c < cand; c += kTpThreads / 32) {
+        const uint2 me = list[c];
+        unsigned int gt = 0;
+        unsigned int before = 0;
+        for (unsigned int q0 = 0; q0 < cand; q0 += 32) {
+          const unsigned int q = q0 + lane;
+          const uint2 o = q < cand ? list[q] : make_uint2(0u, 0u);
+          gt += __popc(__ballot_sync(0xffffffffu, o.x > me.x));
+          before += __popc(__ballot_sync(0xffffffffu, o.x > me.x || (o.x == me.x && o.y < me.y && q < cand)));
+        }
+        if (lane == 0 && before == need - 1) {  // the last one taken: T
+          sh.thr = me.x;
+          sh.need_eq = need - gt;
+        }
+      }
+      __syncthreads();
+      thr = sh.thr;
+      need_eq = sh.need_eq;
+    } else {
+      // 8-bit radix rounds over the candidates' keys (hist's first 256 words as the counts).
+      uint32_t prefix = 0;
+      unsigned int remain = need;
+#pragma unroll 1
+      for (int r = 0; r < 4; ++r) {
+        const int shift = 24 - 8 * r;
+        if (t < 256) hist[t] = 0;
+        __syncthreads();
+        for (unsigned int base = 0; base < cand; base += kTpThreads) {
+          const unsigned int i = base + t;
+          const uint32_t kq = i < cand ? list[i].x : 0u;
+          const bool counted = i < cand && (r == 0 || ((kq ^ prefix) >> (shift + 8)) == 0);
+          add_to_bin(hist, (kq >> shift) & 255u, counted);
+        }
+        __syncthreads();
+        select_bin<false>(hist, remain, &sh.bin, &sh.above);
+        __syncthreads();
+        prefix |= sh.bin << shift;
+        remain -= sh.above;
+      }
+      thr = prefix;
+      need_eq = remain;
+    }
   }
-  squares = __reduce_add_sync(0xffffffffu, squares);
-  if (lane == 0) sh.top_warp[t >> 5] = squares;
-  __syncthreads();
-  const unsigned int bin = sh.bin;
-  const unsigned int cand = sh.cand;
-  if (cand > static_cast<unsigned int>(kTpThreads)) return false;  // the same in every thread
-  squares = __reduce_add_sync(0xffffffffu, sh.top_warp[lane]);
+  // Keys > T (all of bin B: bins >= B) and ties at T, counted per thread, one scan in index order.
+  unsigned int gt = 0;
+  unsigned int eq = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int i = t + j * kTpThreads;
-    const unsigned int b = key[j] >> (32 - kTpBinBits);
-    if (i < n && b >= bin) list[atomicAdd(&cursor[b], 1u)] = tp_composite(key[j], i);
+    gt += all_of_bin ? (key[j] != 0 && bin[j] >= b) : key[j] > thr;
+    eq += !all_of_bin && key[j] == thr;
   }
-  __syncthreads();
-  if (squares > kTpMaxSquares) {
-    tp_sort_mark(t < static_cast<int>(cand) ? list[t] : 0ull, k, sel, buf);
-  } else if (t < static_cast<int>(cand)) {
-    // One list entry a thread: the threads of a warp mostly share a segment (the same trip count).
-    const unsigned long long me = list[t];
-    const unsigned int b = static_cast<unsigned int>(me >> 32) >> (32 - kTpBinBits);
-    const unsigned int end = cursor[b];  // the segment's start plus its count, after the atomics
-    const unsigned int begin = end - bins[b];
-    unsigned int pos = begin;
-    for (unsigned int q = begin; q < end; ++q) pos += list[q] > me;
-    if (pos < kk) sel[~static_cast<uint32_t>(me)] = 1;
+  unsigned int total = 0;
+  const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // n <= 4096 < 2^16
+  unsigned int seen = excl >> 16;
+  unsigned int slot = (excl & 0xffffu) + (seen < need_eq ? seen : need_eq);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const bool above = all_of_bin ? (key[j] != 0 && bin[j] >= b) : key[j] > thr;
+    if (above) {
+      out[slot++] = i0 + j;
+    } else if (!all_of_bin && key[j] == thr) {
+      if (seen < need_eq) out[slot++] = i0 + j;
+      ++seen;
+    }
   }
-  __syncthreads();
-  // The marked indices in increasing order: thread t holds the marks of 4t .. 4t + 3.
-  const uchar4 f = reinterpret_cast<const uchar4*>(sel)[t];
-  unsigned int at = tc_scan<kTpThreads>(static_cast<unsigned int>(f.x + f.y + f.z + f.w), sh.warp, &total);
-  if (f.x) out[at++] = 4 * t;
-  if (f.y) out[at++] = 4 * t + 1;
-  if (f.z) out[at++] = 4 * t + 2;
-  if (f.w) out[at] = 4 * t + 3;
-  return true;
 }
 #endif  // QGATE_TC_SM90
 
@@ -480,6 +513,9 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
 #pragma unroll
     for (int i = 0; i < 5; ++i) tp_bar_init(tp_saddr(&sh.bar[i]));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    sh.nsel = 0;  // tp_hist_row's candidate count and key range
+    sh.kmin = 0xffffffffu;
+    sh.kmax = 0;
   }
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
   for (int i = threadIdx.x; i < 256 * static_cast<int>(kTpSpecLanes); i += kNT) spec[i] = 0;
@@ -487,15 +523,13 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
-  // Few eligible keys (a short row, or a prefix of few visible blocks): block 0 selects and orders
-  // them alone and the cluster's other blocks leave (no block has touched another's memory yet).
-  // A row of at most kTpBlockN columns runs in a cluster of one block, which does the same when the
-  // candidates allow it, else runs the passes below.
-  if (len <= kTpThreads || (csize == 1 && len <= kTpBlockN && k <= kTpThreads)) {
-    if (rank != 0) return;
-    if (tp_block_row(s, len, k, indices + static_cast<int64_t>(row) * k, reinterpret_cast<unsigned char*>(cand), sh)) {
-      return;
+  // At most kTpBlockN eligible keys (a row of few columns, or a prefix of few visible blocks): block 0
+  // selects them alone and the cluster's other blocks leave (no block has touched another's memory).
+  if (len <= kTpBlockN) {
+    if (rank == 0) {
+      tp_hist_row(s, static_cast<int>(len), k, indices + static_cast<int64_t>(row) * k, striped, cand, sh);
     }
+    return;
   }
   int64_t lo = 0;
   int64_t hi = 0;
