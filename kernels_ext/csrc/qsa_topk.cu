@@ -343,14 +343,14 @@ int tc_cluster_size(int64_t len, int max_cluster, int64_t tile, int items) {
   return c;
 }
 
-// Blocks a row for the push kernel: one for a row of at most kTpBlockN columns; else at least
-// tc_cluster_size's, and more while the rows' blocks fit the SMs (the local phases cost a block its
-// 1/C of the candidates), up to 8 a row when there are several rows (clusters of 16 need 16 free
-// SMs of one GPC each).
+// Blocks a row for the push kernel: one for a row of at most kTpBlockN columns; else the least that
+// hold one tile each (tc_cluster_size), raised to 8 while the rows' blocks fit the SMs. Not to 16:
+// on the H200 a row of 65,536 took 0.15-0.36 us longer in the decode step in clusters of 16 than of
+// 8 (tools/topk_probe.cu, every input kind); 131,072 columns need 16 for one tile a block.
 int tp_cluster_size(int64_t rows, int64_t len, int max_cluster, int sms) {
   if (len <= kTpBlockN) return 1;  // one block holds the row (tp_hist_row)
   int c = tc_cluster_size(len, max_cluster, static_cast<int64_t>(kTpThreads) * kTcItems, kTcItems);
-  const int cap = rows > 1 && max_cluster > 8 ? 8 : max_cluster;
+  const int cap = max_cluster > 8 ? 8 : max_cluster;
   while (c < cap && rows * 2 * c <= sms) c *= 2;
   return c;
 }

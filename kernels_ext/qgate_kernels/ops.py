@@ -75,7 +75,7 @@ KERNELS_SM90 = {
     ROUTE_TOPK: (
         "qsa_topk_push_kernel (a thread-block cluster a row, counts and candidates pushed between blocks; "
         "four radix passes, then the ties trimmed by index: the top-k set in increasing index order; a "
-        "row of <= 4096 columns or <= 1024 keys in one block; PDL)"
+        "row of <= 4096 eligible keys by one block on a 4096-bin histogram; PDL)"
     ),
 }
 KERNELS_PORTABLE = {
