@@ -26,7 +26,7 @@ constexpr size_t kTcUnionBytes = kTcStripedBytes;
 struct TcShared {
   unsigned long long bar[5];  // one mbarrier per pass, one for the lists
   unsigned int bin, above, eq_before, nsel, cand;
-  unsigned int thr, need_eq, kmin, kmax, bcand;  // tp_hist_row, tp_list_threshold
+  unsigned int thr, need_eq, kmin, kmax;  // the one-block path (tp_hist_row)
   unsigned int part[2 * kTcMaxCluster];
   unsigned int pass_bin[4];
   unsigned int warp[32];

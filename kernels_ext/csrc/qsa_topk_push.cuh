@@ -19,11 +19,10 @@
 //       count and offset (in rank order, so the row's list is in increasing index order). Each
 //       block writes its candidates (one block scan) into its own buffer and pushes them to the
 //       others, then waits on its list mbarrier.
-//   local selection: every block finds the k-th largest key T of the candidate list in its own
-//       shared memory (tp_list_threshold: a 4096-bin histogram of the keys' float16 roundings, then
-//       the chosen bin's keys; the same in every block) and the ties it takes; one block scan trims
-//       the list to the keys > T and the first need_eq ties (the k selected keys, still in index
-//       order). Each block writes its 1/C of the k indices.
+//   local passes: every block runs the remaining passes over the candidate list in its own shared
+//       memory (the same counts in every block), which gives the k-th largest key T and the ties
+//       it takes; one block scan trims the list to the keys > T and the first `need` ties (the k
+//       selected keys, still in index order). Each block writes its 1/C of the k indices.
 // No block reads another block's shared memory, so no cluster barrier is needed after the one that
 // publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
 #pragma once
@@ -32,7 +31,7 @@ namespace qgate {
 namespace {
 
 constexpr int kTpThreads = 1024;  // the pushes and the offset sums map 64 threads to each of 16 blocks
-constexpr int kTpCap = 12288;     // candidates a block holds for the local selection
+constexpr int kTpCap = 12288;     // candidates a block holds for the local passes
 // The cluster passes stop once the candidates are at most this many times k (fewer passes against a
 // longer local list).
 constexpr unsigned int kTpPerK = 4;
@@ -265,6 +264,31 @@ __device__ __forceinline__ unsigned int tp_compact(uint32_t (&keys)[ITEMS], cons
   return nsel;
 }
 
+// The counts of one local pass over the candidate list (the same in every block): the candidates
+// that match the prefix above byte `pass`, by that byte, into tot[pass].
+__device__ __forceinline__ void tp_local_count(unsigned int* striped, unsigned int* tot, const uint2* cand,
+                                               unsigned int m, int pass, uint32_t prefix) {
+  const int shift = 24 - 8 * pass;
+  const unsigned int lane = threadIdx.x & 31;
+  for (unsigned int i = threadIdx.x; i < m; i += kTpThreads) {
+    const uint32_t key = cand[i].x;
+    if (((key ^ prefix) >> (shift + 8)) == 0) atomicAdd(striped + ((key >> shift) & 255u) * 32 + lane, 1u);
+  }
+  __syncthreads();
+  tc_reduce<kTpThreads>(striped, tot + pass * 256);
+  __syncthreads();
+}
+
+// Picks the byte of pass `pass` from tot[pass] (every block the same).
+__device__ __forceinline__ void tp_select(const unsigned int* tot, TcShared& sh, int pass, uint32_t& prefix,
+                                          unsigned int& need) {
+  select_bin<false>(tot + pass * 256, need, &sh.bin, &sh.above);
+  __syncthreads();
+  if (threadIdx.x == 0) sh.pass_bin[pass] = sh.bin;
+  prefix |= sh.bin << (24 - 8 * pass);
+  need -= sh.above;
+}
+
 // The final list from the candidates (index order): keys > thr, then ties by index up to need.
 __device__ __forceinline__ void tp_trim(const uint2* cand, unsigned int m, uint32_t thr, unsigned int need,
                                         TcShared& sh, uint2* all) {
@@ -304,35 +328,26 @@ __device__ __forceinline__ uint32_t tp_coarse(float f) {
   return ((h & 0x8000u) ? (~h & 0xffffu) : (h | 0x8000u)) >> 4;
 }
 
-// Exclusive block scan of v in thread order (kTpThreads threads); *total gets the block sum. One
-// block barrier: warp_tot must not be written again before the caller's next barrier.
-__device__ __forceinline__ unsigned int tp_scan(unsigned int v, unsigned int* warp_tot, unsigned int* total) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  unsigned int incl = v;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const unsigned int u = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += u;
-  }
-  if (lane == 31) warp_tot[warp] = incl;
-  __syncthreads();
-  const unsigned int w = warp_tot[lane];  // kTpThreads / 32 == 32 warps
-  unsigned int wincl = w;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const unsigned int u = __shfl_up_sync(0xffffffffu, wincl, off);
-    if (lane >= off) wincl += u;
-  }
-  *total = __shfl_sync(0xffffffffu, wincl, 31);
-  return __shfl_sync(0xffffffffu, wincl - w, warp) + incl - v;
-}
-
-// Scores 4t .. 4t + 3 of the row for thread t (those at or past n are not read: 0).
-__device__ __forceinline__ void tp_load4(float (&v)[4], const float* __restrict__ s, int64_t n) {
-  const int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x);
+// Block 0 selects a row of n <= kTpBlockN keys (k < n) alone; thread t holds indices 4t .. 4t + 3,
+// so thread order is index order.
+//   1. coarse histogram (hist: kThBins words, zero on entry) and one block scan from the top bin
+//      down: the bin B where the count reaches k, A keys above it, E in it; need = k - A of B's.
+//   2. E == need: every key of B is taken. Else the k-th largest key T and the ties at T to take
+//      (need_eq) from B's candidates (list): up to kThBallotMax by warp ballots (each candidate's
+//      rank by (key desc, index asc); the one at rank need - 1 is T), all equal keys at once, else
+//      8-bit radix rounds over their keys.
+//   3. one block scan over (keys > T, keys == T) per thread writes the keys > T and the first
+//      need_eq ties by index: the k selected indices in increasing order.
+// sh.nsel, sh.kmin and sh.kmax are set (0, ~0, 0) by the caller before its block barrier.
+__device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, int k, int* __restrict__ out,
+                                            unsigned int* hist, uint2* list, TcShared& sh) {
+  const int t = threadIdx.x;
+  const int lane = t & 31;
+  const int warp = t >> 5;
+  const int i0 = 4 * t;
+  float v[4];
   if (i0 + 4 <= n && (reinterpret_cast<uintptr_t>(s) & 15) == 0) {
-    const float4 q = __ldg(reinterpret_cast<const float4*>(s) + threadIdx.x);
+    const float4 q = __ldg(reinterpret_cast<const float4*>(s) + t);
     v[0] = q.x;
     v[1] = q.y;
     v[2] = q.z;
@@ -341,155 +356,6 @@ __device__ __forceinline__ void tp_load4(float (&v)[4], const float* __restrict_
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = i0 + j < n ? __ldg(s + i0 + j) : 0.0f;
   }
-}
-
-// The k-th largest key T among a bin's `cand` candidates (list: key, index; any order) and the
-// keys equal to T taken (need_eq, the lowest indices), given that `need` of them are taken:
-// up to kThBallotMax by warp ballots (each candidate's rank by (key desc, index asc); the one at rank
-// need - 1 is T); more: all equal keys at once (sh.kmin, sh.kmax: the list's key range, set by the
-// caller before its barrier), else 8-bit radix rounds over their keys (hist's first 256 words as
-// the counts). One block barrier (ballots), none (one key) or twelve.
-__device__ __forceinline__ void tp_bin_select(const uint2* list, unsigned int cand, unsigned int need,
-                                              unsigned int* hist, TcShared& sh, uint32_t* thr,
-                                              unsigned int* need_eq) {
-  const int t = threadIdx.x;
-  const int lane = t & 31;
-  const int warp = t >> 5;
-  if (cand <= kThBallotMax) {
-    // Warp w ranks candidates w, w + 32, ...: rank = candidates before it in (key desc, index asc).
-    for (unsigned int c = warp; c < cand; c += kTpThreads / 32) {
-      const uint2 me = list[c];
-      unsigned int gt = 0;
-      unsigned int before = 0;
-      for (unsigned int q0 = 0; q0 < cand; q0 += 32) {
-        const unsigned int q = q0 + lane;
-        const uint2 o = q < cand ? list[q] : make_uint2(0u, 0u);
-        gt += __popc(__ballot_sync(0xffffffffu, o.x > me.x));
-        before += __popc(__ballot_sync(0xffffffffu, o.x > me.x || (o.x == me.x && o.y < me.y && q < cand)));
-      }
-      if (lane == 0 && before == need - 1) {  // the last one taken: T
-        sh.thr = me.x;
-        sh.need_eq = need - gt;
-      }
-    }
-    __syncthreads();
-    *thr = sh.thr;
-    *need_eq = sh.need_eq;
-  } else if (sh.kmin == sh.kmax) {  // one key in the bin (ties): T, and need of them
-    *thr = sh.kmin;
-    *need_eq = need;
-  } else {
-    uint32_t prefix = 0;
-    unsigned int remain = need;
-#pragma unroll 1
-    for (int r = 0; r < 4; ++r) {
-      const int shift = 24 - 8 * r;
-      if (t < 256) hist[t] = 0;
-      __syncthreads();
-      for (unsigned int base = 0; base < cand; base += kTpThreads) {
-        const unsigned int i = base + t;
-        const uint32_t kq = i < cand ? list[i].x : 0u;
-        const bool counted = i < cand && (r == 0 || ((kq ^ prefix) >> (shift + 8)) == 0);
-        add_to_bin(hist, (kq >> shift) & 255u, counted);
-      }
-      __syncthreads();
-      select_bin<false>(hist, remain, &sh.bin, &sh.above);
-      __syncthreads();
-      prefix |= sh.bin << shift;
-      remain -= sh.above;
-    }
-    *thr = prefix;
-    *need_eq = remain;
-  }
-}
-
-// Adds the candidate's key to the bin's key range (lanes merged first).
-__device__ __forceinline__ void tp_key_range(uint32_t lo, uint32_t hi, TcShared& sh) {
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  if ((threadIdx.x & 31) == 0 && hi != 0) {
-    atomicMin(&sh.kmin, lo);
-    atomicMax(&sh.kmax, hi);
-  }
-}
-
-// tp_coarse of the float whose key_of is `key` (NaN: the top bin).
-__device__ __forceinline__ uint32_t tp_coarse_key(uint32_t key) {
-  return tp_coarse(__uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key));
-}
-
-// The k-th largest key T among a candidate list (cand[0..m), key and index, every key above the last
-// cluster pass's bin and the bin's: the row's k largest are in it) and the keys equal to T taken
-// (need_eq): the coarse histogram of tp_hist_row over the list (hist: kThBins words, zero on entry;
-// lanes of one bin merged), then tp_bin_select over the chosen bin's candidates (gathered into
-// scratch). Every block of the cluster computes the same.
-__device__ __forceinline__ void tp_list_threshold(const uint2* cand, unsigned int m, unsigned int k,
-                                                  unsigned int* hist, uint2* scratch, TcShared& sh, uint32_t* thr,
-                                                  unsigned int* need_eq) {
-  const int t = threadIdx.x;
-  if (t == 0) {
-    sh.nsel = 0;
-    sh.kmin = 0xffffffffu;
-    sh.kmax = 0;
-  }
-  for (unsigned int base = 0; base < m; base += kTpThreads) {
-    const unsigned int i = base + t;
-    add_to_bin(hist, i < m ? tp_coarse_key(cand[i].x) : 0u, i < m);
-  }
-  __syncthreads();
-  {
-    const uint4 h4 = reinterpret_cast<const uint4*>(hist)[kThBins / 4 - 1 - t];
-    const unsigned int c[4] = {h4.w, h4.z, h4.y, h4.x};
-    unsigned int total = 0;
-    unsigned int acc = tp_scan(c[0] + c[1] + c[2] + c[3], sh.warp, &total);  // keys above
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (acc < k && acc + c[e] >= k) {
-        sh.bin = static_cast<unsigned int>(kThBins - 1 - 4 * t - e);
-        sh.above = acc;
-        sh.bcand = c[e];
-      }
-      acc += c[e];
-    }
-  }
-  __syncthreads();
-  const uint32_t b = sh.bin;
-  const unsigned int bcand = sh.bcand;
-  const unsigned int need = k - sh.above;
-  uint32_t lo = 0xffffffffu;
-  uint32_t hi = 0;
-  for (unsigned int base = 0; base < m; base += kTpThreads) {
-    const unsigned int i = base + t;
-    if (i < m) {
-      const uint2 e = cand[i];
-      if (tp_coarse_key(e.x) == b) {
-        scratch[atomicAdd(&sh.nsel, 1u)] = e;
-        lo = min(lo, e.x);
-        hi = max(hi, e.x);
-      }
-    }
-  }
-  if (bcand > kThBallotMax) tp_key_range(lo, hi, sh);
-  __syncthreads();
-  tp_bin_select(scratch, bcand, need, hist, sh, thr, need_eq);
-}
-
-// Block 0 selects a row of n <= kTpBlockN keys (k < n) alone; thread t holds scores 4t .. 4t + 3 (v),
-// so thread order is index order.
-//   1. coarse histogram (hist: kThBins words, zero on entry) and one block scan from the top bin
-//      down: the bin B where the count reaches k, A keys above it, E in it; need = k - A of B's.
-//   2. E == need: every key of B is taken. Else the k-th largest key T and the ties at T to take
-//      (need_eq) from B's candidates (list): up to kThBallotMax by warp ballots (each candidate's
-//      rank by (key desc, index asc); the one at rank need - 1 is T); more: all equal keys at once,
-//      else 8-bit radix rounds over their keys.
-//   3. one block scan over (keys > T, keys == T) per thread writes the keys > T and the first
-//      need_eq ties by index: the k selected indices in increasing order.
-// Five block barriers when B is taken whole, seven with the ballots. sh.nsel, sh.kmin and sh.kmax
-// are set (0, ~0, 0) by the caller before the first barrier here.
-__device__ __forceinline__ void tp_hist_row(const float (&v)[4], int n, int k, int* __restrict__ out,
-                                            unsigned int* hist, uint2* list, TcShared& sh) {
-  const int t = threadIdx.x;
-  const int i0 = 4 * t;
   uint32_t key[4];
   uint32_t bin[4];
 #pragma unroll
@@ -509,23 +375,23 @@ __device__ __forceinline__ void tp_hist_row(const float (&v)[4], int n, int k, i
     const uint4 h4 = reinterpret_cast<const uint4*>(hist)[kThBins / 4 - 1 - t];
     const unsigned int c[4] = {h4.w, h4.z, h4.y, h4.x};
     unsigned int total = 0;
-    unsigned int acc = tp_scan(c[0] + c[1] + c[2] + c[3], sh.warp, &total);  // keys above
+    unsigned int acc = tc_scan<kTpThreads>(c[0] + c[1] + c[2] + c[3], sh.warp, &total);  // keys above
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (acc < kk && acc + c[e] >= kk) {
         sh.bin = static_cast<unsigned int>(kThBins - 1 - 4 * t - e);
         sh.above = acc;
-        sh.bcand = c[e];
+        sh.cand = c[e];
       }
       acc += c[e];
     }
   }
   __syncthreads();
   const uint32_t b = sh.bin;
-  const unsigned int cand = sh.bcand;
+  const unsigned int cand = sh.cand;
   const unsigned int need = kk - sh.above;  // 1 .. cand
   const bool all_of_bin = cand == need;
-  uint32_t thr = 0;          // T
+  uint32_t thr = 0;         // T
   unsigned int need_eq = 0;  // keys == T taken (the lowest indices)
   if (!all_of_bin) {
     uint32_t lo = 0xffffffffu;
@@ -538,9 +404,60 @@ __device__ __forceinline__ void tp_hist_row(const float (&v)[4], int n, int k, i
         hi = max(hi, key[j]);
       }
     }
-    if (cand > kThBallotMax) tp_key_range(lo, hi, sh);
+    lo = __reduce_min_sync(0xffffffffu, lo);
+    hi = __reduce_max_sync(0xffffffffu, hi);
+    if (lane == 0 && hi != 0) {
+      atomicMin(&sh.kmin, lo);
+      atomicMax(&sh.kmax, hi);
+    }
     __syncthreads();
-    tp_bin_select(list, cand, need, hist, sh, &thr, &need_eq);
+    if (sh.kmin == sh.kmax) {  // one key in the bin (ties): T, and need of them
+      thr = sh.kmin;
+      need_eq = need;
+    } else if (cand <= kThBallotMax) {
+      // Warp w ranks candidates w, w + 32, ...: rank = candidates before it in (key desc, index asc).
+      for (unsigned int c = warp; c < cand; c += kTpThreads / 32) {
+        const uint2 me = list[c];
+        unsigned int gt = 0;
+        unsigned int before = 0;
+        for (unsigned int q0 = 0; q0 < cand; q0 += 32) {
+          const unsigned int q = q0 + lane;
+          const uint2 o = q < cand ? list[q] : make_uint2(0u, 0u);
+          gt += __popc(__ballot_sync(0xffffffffu, o.x > me.x));
+          before += __popc(__ballot_sync(0xffffffffu, o.x > me.x || (o.x == me.x && o.y < me.y && q < cand)));
+        }
+        if (lane == 0 && before == need - 1) {  // the last one taken: T
+          sh.thr = me.x;
+          sh.need_eq = need - gt;
+        }
+      }
+      __syncthreads();
+      thr = sh.thr;
+      need_eq = sh.need_eq;
+    } else {
+      // 8-bit radix rounds over the candidates' keys (hist's first 256 words as the counts).
+      uint32_t prefix = 0;
+      unsigned int remain = need;
+#pragma unroll 1
+      for (int r = 0; r < 4; ++r) {
+        const int shift = 24 - 8 * r;
+        if (t < 256) hist[t] = 0;
+        __syncthreads();
+        for (unsigned int base = 0; base < cand; base += kTpThreads) {
+          const unsigned int i = base + t;
+          const uint32_t kq = i < cand ? list[i].x : 0u;
+          const bool counted = i < cand && (r == 0 || ((kq ^ prefix) >> (shift + 8)) == 0);
+          add_to_bin(hist, (kq >> shift) & 255u, counted);
+        }
+        __syncthreads();
+        select_bin<false>(hist, remain, &sh.bin, &sh.above);
+        __syncthreads();
+        prefix |= sh.bin << shift;
+        remain -= sh.above;
+      }
+      thr = prefix;
+      need_eq = remain;
+    }
   }
   // Keys > T (all of bin B: bins >= B) and ties at T, counted per thread, one scan in index order.
   unsigned int gt = 0;
@@ -551,7 +468,7 @@ __device__ __forceinline__ void tp_hist_row(const float (&v)[4], int n, int k, i
     eq += !all_of_bin && key[j] == thr;
   }
   unsigned int total = 0;
-  const unsigned int excl = tp_scan(gt | (eq << 16), sh.warp, &total);  // n <= 4096 < 2^16
+  const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // n <= 4096 < 2^16
   unsigned int seen = excl >> 16;
   unsigned int slot = (excl & 0xffffu) + (seen < need_eq ? seen : need_eq);
 #pragma unroll
@@ -602,18 +519,6 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
   for (int i = threadIdx.x; i < 256 * static_cast<int>(kTpSpecLanes); i += kNT) spec[i] = 0;
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  // The scores are loaded in the same memory round trip as the row's visible count: a row of one
-  // block (L <= kTpBlockN) loads its four keys a thread at once (the mapping does not depend on the
-  // count: keys past it are dropped); a cluster's blocks load their tile as if the whole row were
-  // visible and load it again when it is not.
-  const int64_t full = in.len;
-  float v[4];
-  if (csize == 1) tp_load4(v, s, full);
-  int64_t lo = 0;
-  int64_t hi = 0;
-  tc_block_range<ITEMS>(full, csize, rank, &lo, &hi);
-  uint32_t keys[ITEMS];
-  if (csize > 1 && hi - lo <= kTile) tc_load(keys, s, lo + mine, hi);
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
@@ -621,16 +526,16 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   // selects them alone and the cluster's other blocks leave (no block has touched another's memory).
   if (len <= kTpBlockN) {
     if (rank == 0) {
-      if (csize > 1) tp_load4(v, s, len);
-      tp_hist_row(v, static_cast<int>(len), k, indices + static_cast<int64_t>(row) * k, striped, cand, sh);
+      tp_hist_row(s, static_cast<int>(len), k, indices + static_cast<int64_t>(row) * k, striped, cand, sh);
     }
     return;
   }
-  if (len != full) {
-    tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
-    if (hi - lo <= kTile) tc_load(keys, s, lo + mine, hi);
-  }
+  int64_t lo = 0;
+  int64_t hi = 0;
+  tc_block_range<ITEMS>(len, csize, rank, &lo, &hi);
   const bool one_tile = hi - lo <= kTile;
+  uint32_t keys[ITEMS];
+  if (one_tile) tc_load(keys, s, lo + mine, hi);
   // Pass counts as 16-bit pairs when no block holds more than 65535 keys (the same in every block).
   const bool packed = (len + csize - 1) / csize + ITEMS <= 65535;
   if (threadIdx.x == 0) {
@@ -728,15 +633,17 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
     }
   }
   tp_wait(tp_saddr(&sh.bar[4]));
-  // After pass 3 the candidates are the k selected keys, in index order. Else every block finds T in
-  // its copy of the candidate list (the same in every block) and trims the list to the keys > T and
-  // the first need_eq ties by index: the k selected keys in index order.
+  // After pass 3 the candidates are the k selected keys, in index order. Else every block finishes
+  // the passes over its copy of the candidate list (the same counts in every block) and trims it to
+  // the keys > T and the first `need` ties by index: the k selected keys in index order.
   const uint2* list = cand;
   if (last < 3) {
-    uint32_t thr = 0;
-    unsigned int need_eq = 0;
-    tp_list_threshold(cand, m, static_cast<unsigned int>(k), striped, all, sh, &thr, &need_eq);
-    tp_trim(cand, m, thr, need_eq, sh, all);
+#pragma unroll 1
+    for (int pass = last + 1; pass < 4; ++pass) {
+      tp_local_count(striped, tot, cand, m, pass, prefix);
+      tp_select(tot, sh, pass, prefix, need);
+    }
+    tp_trim(cand, m, prefix, need, sh, all);  // prefix is now T, the k-th largest key
     list = all;
   }
   // Each block writes its 1/C of the k indices.
