@@ -27,6 +27,12 @@
 // publishes the mbarrier initialisation (overlapped with the loads). Launched with PDL (see below).
 #pragma once
 
+// QGATE_TP_MARK(i): a time stamp at step i of the one-block path, for tools/topk_probe.cu (which
+// defines it before including this file); nothing otherwise.
+#ifndef QGATE_TP_MARK
+#define QGATE_TP_MARK(i)
+#endif
+
 namespace qgate {
 namespace {
 
@@ -364,11 +370,13 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
     bin[j] = tp_coarse(v[j]);
   }
   __syncthreads();  // hist zeroed, sh set
+  QGATE_TP_MARK(4);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     if (key[j] != 0) atomicAdd(hist + bin[j], 1u);
   }
   __syncthreads();
+  QGATE_TP_MARK(5);
   const unsigned int kk = static_cast<unsigned int>(k);
   {
     // Thread t holds bins 4095 - 4t - e, e = 0..3 (thread 0 the highest).
@@ -387,6 +395,7 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
     }
   }
   __syncthreads();
+  QGATE_TP_MARK(6);
   const uint32_t b = sh.bin;
   const unsigned int cand = sh.cand;
   const unsigned int need = kk - sh.above;  // 1 .. cand
@@ -411,6 +420,7 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
       atomicMax(&sh.kmax, hi);
     }
     __syncthreads();
+    QGATE_TP_MARK(7);
     if (sh.kmin == sh.kmax) {  // one key in the bin (ties): T, and need of them
       thr = sh.kmin;
       need_eq = need;
@@ -459,6 +469,7 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
       need_eq = remain;
     }
   }
+  QGATE_TP_MARK(8);
   // Keys > T (all of bin B: bins >= B) and ties at T, counted per thread, one scan in index order.
   unsigned int gt = 0;
   unsigned int eq = 0;
@@ -469,6 +480,7 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
   }
   unsigned int total = 0;
   const unsigned int excl = tc_scan<kTpThreads>(gt | (eq << 16), sh.warp, &total);  // n <= 4096 < 2^16
+  QGATE_TP_MARK(9);
   unsigned int seen = excl >> 16;
   unsigned int slot = (excl & 0xffffu) + (seen < need_eq ? seen : need_eq);
 #pragma unroll
@@ -481,6 +493,7 @@ __device__ __forceinline__ void tp_hist_row(const float* __restrict__ s, int n, 
       ++seen;
     }
   }
+  QGATE_TP_MARK(10);
 }
 #endif  // QGATE_TC_SM90
 
@@ -507,6 +520,7 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   // set-up now; this one reads nothing the previous kernel may write (visible, the scores) before
   // griddepcontrol.wait, which returns when that kernel has finished and its writes are visible.
   // Without the launch attribute both instructions do nothing.
+  QGATE_TP_MARK(0);
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -518,10 +532,13 @@ __global__ void __launch_bounds__(kTpThreads, 1) qsa_topk_push_kernel(TopkRows i
   }
   for (int i = threadIdx.x; i < 256 * 32; i += kNT) striped[i] = 0;
   for (int i = threadIdx.x; i < 256 * static_cast<int>(kTpSpecLanes); i += kNT) spec[i] = 0;
+  QGATE_TP_MARK(1);
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  QGATE_TP_MARK(2);
   const int64_t len = topk_row_len(in, row);
   // A short row: every block of the cluster leaves here, before any access to another's memory.
   if (topk_fill_short(len, k, static_cast<int>(rank), csize, indices + static_cast<int64_t>(row) * k)) return;
+  QGATE_TP_MARK(3);
   // At most kTpBlockN eligible keys (a row of few columns, or a prefix of few visible blocks): block 0
   // selects them alone and the cluster's other blocks leave (no block has touched another's memory).
   if (len <= kTpBlockN) {

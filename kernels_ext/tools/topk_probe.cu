@@ -11,8 +11,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
+
+// Time stamps (SM cycles) of block 0's thread 0 at the steps of the one-block path (QGATE_TP_MARK
+// in csrc/qsa_topk_push.cuh): 0 entry, 1 set-up done, 2 previous kernel done (griddepcontrol.wait),
+// 3 visible count read, 4 scores loaded, 5 histogram, 6 scan (the bin), 7 bin's candidates
+// gathered, 8 T known, 9 index-order scan, 10 indices written.
+__device__ long long g_marks[16];
+#define QGATE_TP_MARK(i)                                       \
+  do {                                                         \
+    if (threadIdx.x == 0 && blockIdx.x == 0) g_marks[i] = clock64(); \
+  } while (0)
 
 #include "../csrc/qsa_topk.cu"
 #include "vllm_coop_topk_launch.cu"
@@ -38,6 +49,34 @@ template <int CS>
 __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(1024, 1) empty_cluster(int* sink) {
   extern __shared__ int dyn[];
   if (threadIdx.x == 0 && sink[1] == 12345) dyn[0] = sink[0];
+}
+
+static const char* kSteps[10] = {"set-up", "wait for producer", "visible read", "scores loaded",
+                                 "histogram", "scan", "gather", "T", "index scan", "write"};
+
+// Median cycles of each step of the one-block path over 21 eager calls after the producer.
+template <class F>
+static void print_steps(cudaStream_t st, float* x, int n_prod, F op) {
+  std::vector<std::vector<long long>> d(10);
+  for (int it = 0; it < 21; ++it) {
+    long long zero[16] = {};
+    CK(cudaMemcpyToSymbol(g_marks, zero, sizeof(zero)));
+    produce<<<264, 256, 0, st>>>(x, n_prod, 1.0f);
+    op();
+    CK(cudaStreamSynchronize(st));
+    long long m[16];
+    CK(cudaMemcpyFromSymbol(m, g_marks, sizeof(m)));
+    if (m[7] == 0) m[7] = m[6];  // the bin taken whole: no gather
+    for (int i = 0; i < 10; ++i) d[i].push_back(m[i + 1] - m[i]);
+  }
+  std::printf("    steps (cycles, median of 21):");
+  long long tot = 0;
+  for (int i = 0; i < 10; ++i) {
+    std::sort(d[i].begin(), d[i].end());
+    tot += d[i][10];
+    std::printf(" %s %lld;", kSteps[i], d[i][10]);
+  }
+  std::printf(" total %lld\n", tot);
 }
 
 static const char* kKinds[5] = {"continuous", "ties", "integers", "relu_sum", "exp3"};
@@ -198,6 +237,16 @@ int main() {
         fails += !ok;
         std::printf(" | route c%-2d %6.2f us %s", cs, step_us(B, op), ok ? "ok" : "WRONG");
       }
+      if (c.vis <= qgate::kTpBlockN) {
+        const int cs = plan.cluster;
+        auto nopdl = [&]() {
+          cudaLaunchAttribute attr[2];
+          const cudaLaunchConfig_t cfg =
+              qgate::tc_launch_config(cs, qgate::kTpThreads, qgate::kTpSmemBytes, cs, false, st, attr);
+          CK(cudaLaunchKernelEx(&cfg, qgate::qsa_topk_push_kernel<qgate::kTcItems>, in, c.k, cs, out));
+        };
+        std::printf(" | no PDL c%d %6.2f us", cs, step_us(B, nopdl));
+      }
       auto vop = [&]() {
         const int rc = vllm_cooperative_topk(x, vis, out, ws, ws_bytes, 1, stride, c.k, st);
         if (rc != 0) {
@@ -211,6 +260,15 @@ int main() {
       CK(cudaMemcpy(got.data(), out, c.k * 4, cudaMemcpyDeviceToHost));
       std::sort(got.begin(), got.end(), [](int p, int q) { return static_cast<unsigned>(p) < static_cast<unsigned>(q); });
       std::printf(" | vllm cs8 %6.2f us %s\n", step_us(B, vop), got == ref ? "same set" : "other set");
+      if (c.vis <= qgate::kTpBlockN) {
+        const int cs = plan.cluster;
+        print_steps(st, x, static_cast<int>(stride), [&]() {
+          cudaLaunchAttribute attr[2];
+          const cudaLaunchConfig_t cfg =
+              qgate::tc_launch_config(cs, qgate::kTpThreads, qgate::kTpSmemBytes, cs, true, st, attr);
+          CK(cudaLaunchKernelEx(&cfg, qgate::qsa_topk_push_kernel<qgate::kTcItems>, in, c.k, cs, out));
+        });
+      }
     }
     CK(cudaFree(x));
     CK(cudaFree(vis));
