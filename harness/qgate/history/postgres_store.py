@@ -156,14 +156,8 @@ class PostgresStore:
     @staticmethod
     def _upgrade(cur: Any, missing: tuple[str, ...]) -> None:
         """Inside the append's transaction: the columns an older store lacks, added at the end."""
-        types = dict(COLUMNS)
-        for name in missing:
-            cur.execute(f"ALTER TABLE nights ADD COLUMN {name} {_pg_type(types[name])}")
-        if missing:
-            cur.execute(
-                "UPDATE qgate_history SET value = %s WHERE key = 'schema_version'",
-                (str(schema.HISTORY_SCHEMA_VERSION),),
-            )
+        for stmt in schema.upgrade_statements(missing, _pg_type):
+            cur.execute(stmt)
 
     def _use_namespace(self, cur: Any, create: bool) -> None:
         from psycopg import sql

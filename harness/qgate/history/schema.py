@@ -15,7 +15,9 @@ place, in the append's own transaction, on its next append: the columns it lacks
 
 from __future__ import annotations
 
-from qgate.night import COLUMN_NAMES, V1_COLUMN_NAMES, HistoryError
+from collections.abc import Callable
+
+from qgate.night import COLUMN_NAMES, COLUMNS, V1_COLUMN_NAMES, HistoryError
 from qgate.results import utc_now
 
 HISTORY_SCHEMA_VERSION = 3
@@ -56,6 +58,17 @@ def check_columns(cols: tuple[str, ...], version: int, where: str) -> tuple[str,
     if not ok or (version == HISTORY_SCHEMA_VERSION and cols != COLUMN_NAMES):
         raise HistoryError(f"{where}: table nights has columns {cols}, not those of schema {version}")
     return COLUMN_NAMES[len(cols) :]
+
+
+def upgrade_statements(missing: tuple[str, ...], column_type: Callable[[str], str] = str) -> list[str]:
+    """The statements that bring an older store's table to night.COLUMNS, the version row last (either
+    backend: column_type maps a column's SQLite type to the backend's). None when nothing is missing."""
+    if not missing:
+        return []
+    types = dict(COLUMNS)
+    alters = [f"ALTER TABLE nights ADD COLUMN {name} {column_type(types[name])}" for name in missing]
+    version = f"UPDATE qgate_history SET value = '{HISTORY_SCHEMA_VERSION}' WHERE key = 'schema_version'"
+    return [*alters, version]
 
 
 def refusal(where: str, night: str, existing: dict[str, tuple[str, str, str]], arms: list[str]) -> str:

@@ -139,14 +139,8 @@ class SqliteStore:
     @staticmethod
     def _upgrade(conn: sqlite3.Connection, missing: tuple[str, ...]) -> None:
         """Inside the caller's transaction: the columns an older store lacks, the rules it lacks."""
-        types = dict(COLUMNS)
-        for name in missing:
-            conn.execute(f"ALTER TABLE nights ADD COLUMN {name} {types[name]}")
-        if missing:
-            conn.execute(
-                "UPDATE qgate_history SET value = ? WHERE key = 'schema_version'",
-                (str(schema.HISTORY_SCHEMA_VERSION),),
-            )
+        for stmt in schema.upgrade_statements(missing):
+            conn.execute(stmt)
         for stmt in _TRIGGERS:
             conn.execute(stmt)
 
