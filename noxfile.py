@@ -132,10 +132,11 @@ def kernels(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The whole gate on the CPU default (contracts/demo-cpu.yaml): operator screen, speed gate and
     GSM8K quality gate for one control and candidate, then one summary (`qgate demo`, qgate/demo.py).
-    `nox -s demo -- --faulty`: the candidate runs a known-faulty GEMV route the quality gate must catch."""
+    `nox -s demo -- --faulty`: the candidate runs a known-faulty GEMV route the gates must catch
+    (`-- --faulty-kind stale|precision|...`: another gamed GEMV, docs/integrity.md)."""
     _setup(session)
-    faulty = "--faulty" in session.posargs
+    faulty = any(a == "--faulty" or a.startswith("--faulty-kind") for a in session.posargs)
     # A verdict is the demo's result, not a session failure: PASS 0, FAIL 1, ERROR 3, INCONCLUSIVE 4.
-    # With --faulty the command exits 0 only when the quality gate caught the faulty route.
+    # With --faulty the command exits 0 only when the gates its kind names caught the faulty route.
     out = ["--out", os.environ["QGATE_DEMO_OUT"]] if os.environ.get("QGATE_DEMO_OUT") else []
     session.run("qgate", "demo", *out, *session.posargs, success_codes=[0] if faulty else [0, 1, 3, 4])

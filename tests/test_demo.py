@@ -83,19 +83,101 @@ def test_verdict_exit_code_and_next_step(
     assert f"qgate demo: {verdict}" in md and record["next_step"] in md
 
 
-@pytest.mark.parametrize(("quality", "code", "says"), [("FAIL", 0, "caught"), ("PASS", 1, "did NOT catch")])
-def test_faulty_demo_succeeds_only_when_the_quality_gate_catches_it(
-    tmp_path: Path, quality: str, code: int, says: str
+@pytest.mark.parametrize(
+    ("kind", "screen", "quality", "code", "says"),
+    [
+        (True, "FAIL", "FAIL", 0, "The operator screen and quality gates caught the sign-flipped GEMV"),
+        (True, "PASS", "FAIL", 1, "The operator screen gate did NOT catch"),
+        (True, "FAIL", "PASS", 1, "The quality gate did NOT catch"),
+        ("stale", "FAIL", "PASS", 0, "The operator screen gate caught the stale GEMV"),
+        ("precision", "INCONCLUSIVE", "PASS", 1, "did NOT catch the low-precision GEMV"),
+    ],
+)
+def test_faulty_demo_succeeds_only_when_the_gates_its_kind_names_catch_it(
+    tmp_path: Path, kind: bool | str, screen: str, quality: str, code: int, says: str
 ) -> None:
-    plan = demo.make_plan(DEMO, tmp_path / "out", faulty=True)
+    plan = demo.make_plan(DEMO, tmp_path / "out", faulty=kind)
     plan.out.mkdir()
     model = {"spec": "tiny-trained", "path": "/m", "seconds": 90.0, "built_now": True}
-    record = demo.summarize_demo(plan, _gates(quality=quality), model, 0.0)
-    assert demo.exit_code(record) == code and says in record["next_step"]
+    record = demo.summarize_demo(plan, _gates(screen=screen, quality=quality), model, 0.0)
+    assert demo.exit_code(record) == code and says in record["next_step"], record["next_step"]
+    assert record["faulty"] == (demo.DEFAULT_FAULTY if kind is True else kind)
     text = Console(record=True, width=200)
     text.print(summary_table(record))
     out = text.export_text()
-    assert "faulty candidate" in out and "built now in 90 s" in out and quality in out
+    assert f"faulty candidate: {record['faulty']}" in out and "built now in 90 s" in out and quality in out
+
+
+def test_every_faulty_kind_resolves_to_a_fixture_with_the_route_signature(tmp_path: Path) -> None:
+    import sys
+
+    from qgate_kernels import overrides
+
+    sys.path.insert(0, str(demo.fixtures_dir()))
+    try:
+        for kind, fk in demo.FAULTY_KINDS.items():
+            plan = demo.make_plan(DEMO, tmp_path / kind, faulty=kind)
+            assert plan.plans[1].env[demo.FAULTY_ROUTE_VAR] == fk.impl and fk.caught_by
+            assert callable(overrides.resolve("fp16_gemv", fk.impl))
+    finally:
+        sys.path.remove(str(demo.fixtures_dir()))
+    with pytest.raises(demo.DemoError, match="expected one of sign, stale"):
+        demo.make_plan(DEMO, tmp_path / "x", faulty="nope")
+
+
+MODEL = {"spec": "m", "path": "/m", "seconds": 0, "built_now": False}
+
+
+def _screen_record(passed: bool = True, unseen: list[str] | None = None, bitwise: int = 3) -> dict:
+    case = {"route": "fp16_gemv", "label": "4x4", "trials": 3, "bitwise_equal": bitwise, "max_ulp": 0.0}
+    return {
+        "cases": [{**case, "passed": passed, "failures": [] if passed else ["1/12 outputs over the bound"]}],
+        "bias": [{"route": "fp16_gemv", "p_value": 0.5, "alpha": 3e-4, "passed": True}],
+        "overrides": {"fp16_gemv": "m:f"},
+        "passed": passed,
+        "unseen": unseen or [],
+    }
+
+
+def test_a_screen_blind_to_some_candidate_code_cannot_pass_nor_vouch(tmp_path: Path) -> None:
+    blind = "PYTHONPATH entry /x holds sitecustomize: code every engine process runs at start-up"
+    screen = demo.screen_outcome(_screen_record(unseen=[blind]), "/r/ops.md")
+    assert screen.verdict == "INCONCLUSIVE" and screen.unseen == [blind]
+    assert f"not screened: {blind}" in screen.reasons and "override (fp16_gemv: m:f)" in screen.figure
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    gates = [screen, _gate("speed", "PASS"), _gate("quality", "PASS")]
+    record = demo.summarize_demo(plan, gates, MODEL, 0)
+    assert record["verdict"] == "INCONCLUSIVE" and demo.exit_code(record) == 4
+    assert "did not see all of the candidate's code" in record["next_step"]
+    assert record["claims"]["within_bound"] is False and "exact" not in record["next_step"]
+    failed = demo.screen_outcome(_screen_record(passed=False, unseen=[blind]), "/r/ops.md")
+    assert failed.verdict == "FAIL" and "fp16_gemv 4x4: 1/12 outputs over the bound" in failed.reasons
+
+
+@pytest.mark.parametrize(
+    ("bitwise", "quality", "says", "never"),
+    [
+        (3, "PASS", "the candidate is exact (every screened output bitwise equal", "within the operator"),
+        (2, "PASS", "the candidate stays within the operator screen's error bound, answers like", "exact"),
+    ],
+)
+def test_the_summary_claims_only_what_a_gate_measured(
+    tmp_path: Path, bitwise: int, quality: str, says: str, never: str
+) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    screen = demo.screen_outcome(_screen_record(bitwise=bitwise), "/r/ops.md")
+    gates = [screen, _gate("speed", "PASS"), _gate("quality", quality)]
+    record = demo.summarize_demo(plan, gates, MODEL, 0)
+    assert record["verdict"] == "PASS" and says in record["next_step"] and never not in record["next_step"]
+    assert record["claims"] == {
+        "within_bound": True,
+        "exact": bitwise == 3,
+        "answers_like_control": True,
+        "not_slower": True,
+        "faster": True,
+    }
 
 
 def test_a_pass_without_a_speed_up_says_so(tmp_path: Path) -> None:
@@ -133,7 +215,7 @@ def test_a_speed_up_says_which_routes_roles_and_calls_made_it(tmp_path: Path) ->
     assert demo.exit_code(record) == 0 and figure in says
     assert "the fp16_gemv route ran 9,000 batch-one projections (down_proj 2,000, gate_up_proj 2,000" in says
     assert "lm_head 1,000" in says and "90 calls (prefill, batch > 1) kept vLLM's path" in says
-    assert record["gates"][1]["routes"] == routes and record["schema_version"] == 2
+    assert record["gates"][1]["routes"] == routes and record["schema_version"] == 3
 
 
 def test_an_undecided_speed_gate_stays_undecided_and_says_so(tmp_path: Path) -> None:

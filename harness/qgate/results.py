@@ -33,7 +33,8 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # overridden case has fallback_probe null)
     # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
     # `bias` (the sign test); GEMV / GDN failures are the bound's, not max_ulp's
-    "ops": (1, 2, 3),
+    # 4: `unseen`, what of the arm's code the screen did not run (qgate.ops.seen; null without an arm)
+    "ops": (1, 2, 3, 4),
     # 4: the headline is the decode step (cases carry decode_step; vs_best and target_met judge it,
     # the back-to-back ratio is vs_best_back_to_back) and the record carries the layer chains.
     # 1-3 (vs_best judged back to back) are no longer read: rendered as today they would misstate it.
@@ -47,7 +48,10 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
     "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
-    "demo": (1, 2),  # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`)
+    # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`); 3: `faulty` is the
+    # faulty kind or null, the screen's outcome lists what it did not see (`unseen`, `bitwise_all`),
+    # `claims` (what the summary may say, from the gates of the run), `faulty_what`
+    "demo": (1, 2, 3),
     "processes": (1,),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}

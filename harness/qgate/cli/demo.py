@@ -1,7 +1,8 @@
 """`qgate demo`: wiring only (core in qgate.demo; the summary table in qgate.report.demo).
 
-Exit codes: the overall verdict's (0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE); with --faulty, 0 when the
-quality gate caught the faulty candidate and 1 when it did not; 2 bad input.
+Exit codes: the overall verdict's (0 PASS, 1 FAIL, 3 ERROR, 4 INCONCLUSIVE); with --faulty (or
+--faulty-kind KIND), 0 when every gate the kind names FAILed on the faulty candidate and 1 when one did
+not; 2 bad input.
 """
 
 from __future__ import annotations
@@ -27,11 +28,25 @@ DemoOutOpt = Annotated[
 ]
 FaultyOpt = Annotated[
     bool,
-    typer.Option("--faulty", help="the candidate runs a known-faulty GEMV route the quality gate must catch"),
+    typer.Option("--faulty", help="the candidate runs a known-faulty GEMV route (kind sign) the gates catch"),
+]
+# Typer has no option whose value may be left out, so the kind is an option of its own.
+FaultyKindOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--faulty-kind",
+        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, "
+        "truncated; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
+    ),
 ]
 
 
-def demo(contract: DemoContractOpt = None, out: DemoOutOpt = None, faulty: FaultyOpt = False) -> None:
+def demo(
+    contract: DemoContractOpt = None,
+    out: DemoOutOpt = None,
+    faulty: FaultyOpt = False,
+    faulty_kind: FaultyKindOpt = None,
+) -> None:
     """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
     from qgate import demo as core
     from qgate.cli._progress import QualityProgress, SpeedProgress
@@ -41,10 +56,13 @@ def demo(contract: DemoContractOpt = None, out: DemoOutOpt = None, faulty: Fault
     started = time.perf_counter()
     root = core.fixtures_dir().parents[1]
     contract = contract or root / core.DEFAULT_CONTRACT
-    out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + ("-faulty" if faulty else ""))
+    kind = faulty_kind if faulty_kind is not None else faulty
+    tag = f"-faulty-{faulty_kind}" if faulty_kind else "-faulty" if faulty else ""
+    out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + tag)
     with user_errors():
-        plan = core.make_plan(contract, out, faulty)
-        console.rule(f"qgate demo: {contract} -> {out}" + (" (faulty candidate)" if faulty else ""))
+        plan = core.make_plan(contract, out, kind)
+        faulty_txt = f" (faulty candidate: {plan.faulty})" if plan.faulty else ""
+        console.rule(f"qgate demo: {contract} -> {out}{faulty_txt}")
         with console.status(
             f"model {plan.loaded.contract.model}: cached, or trained now (first use, 1-2 min)"
         ):

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.cli._options import EXIT_FAIL, EXIT_INCONCLUSIVE, ContractOpt, OutOpt, exit_with, user_errors
 
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA if visible), cuda or cpu")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing record")]
@@ -65,7 +65,7 @@ def run_ops_cmd(
 ) -> None:
     """Operator screen: every route at the contract's shapes against its reference; with --real, every
     routed projection of the checkpoint on its own weights (recorded or random inputs).
-    Exit 1 on a failure."""
+    Exit 1 on a failure; with --arm, 4 when the screen passed but did not see all of the arm's code."""
     from qgate.contract import load_contract
     from qgate.ops.run import run_ops, run_real_ops
     from qgate.report.ops import screen_markdown
@@ -86,6 +86,8 @@ def run_ops_cmd(
     typer.echo(f"-> {out / 'ops' / name}")
     if not record["passed"]:
         exit_with(EXIT_FAIL)
+    if record.get("unseen"):  # a pass on what it ran, blind to some of the arm's code: undecided
+        exit_with(EXIT_INCONCLUSIVE)
 
 
 def bench_ops_cmd(

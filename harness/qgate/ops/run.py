@@ -7,6 +7,7 @@ DIR/ops/bench.json + bench.md (benchmark). An existing record is never overwritt
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +55,27 @@ def _cases(ops: Ops) -> list:
     return cases
 
 
-def _arm_overrides(loaded: LoadedContract, arm: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+def arm_env(loaded: LoadedContract, arm: str | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The env the arm's engine gets from the contract (or `env`, the arm's plan env, e.g. the demo's
+    faulty candidate); empty without an arm."""
+    if arm is None:
+        return {}
+    if arm not in ("control", "candidate"):
+        raise OpsError(f"--arm {arm!r}: expected control or candidate")
+    return dict(env) if env is not None else loaded.contract.env_for(arm)
+
+
+def _arm_overrides(
+    loaded: LoadedContract, arm: str | None, env: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, Any]]:
     """(route -> spec, op name -> function) of the arm's overrides, imported as the engine would (with
     the arm's PYTHONPATH in front); OpsError naming the variable when one is unusable."""
     if arm is None:
         return {}, {}
-    if arm not in ("control", "candidate"):
-        raise OpsError(f"--arm {arm!r}: expected control or candidate")
     import sys
 
     from qgate_kernels import overrides
 
-    env = loaded.contract.env_for(arm)
     for entry in reversed([e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -89,17 +99,22 @@ def run_ops(
     trials: int | None = None,
     force: bool = False,
     arm: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Screen every route at the contract's shapes; writes ops.json and ops.md; returns the record.
-    `arm`: screen what that arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place of the kernels."""
+    `arm`: screen what that arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place of the kernels,
+    from the contract's arm env or `env` (the arm's plan env); the record's `unseen` lists what of the
+    arm's code the screen did not run (qgate.ops.seen), None without an arm."""
     from qgate.ops.screen import run_screen
+    from qgate.ops.seen import blind_spots
     from qgate.report.ops import screen_markdown
 
     ops = _ops_section(loaded)
     path = _target(out, "ops.json", force)
     dev = resolve_device(device)
     tolerances = {route: ops.tolerance(route).model_dump() for route in ops.routes}
-    specs, replacements = _arm_overrides(loaded, arm)
+    env = arm_env(loaded, arm, env)
+    specs, replacements = _arm_overrides(loaded, arm, env)
     record = run_screen(
         _cases(ops),
         trials or ops.trials,
@@ -111,6 +126,7 @@ def run_ops(
         overrides={r: s for r, s in specs.items() if r in ops.routes},
         replacements=replacements,
     )
+    record["unseen"] = blind_spots(env, ops.routes) if arm is not None else None
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), screen_markdown(record))
     return record

@@ -7,6 +7,11 @@ from typing import Any
 _STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold magenta", "INCONCLUSIVE": "bold yellow"}
 
 
+def _kind(record: dict[str, Any]) -> str:
+    """The faulty kind (schema 3), or "sign" for a schema-2 record's `faulty: true`."""
+    return "sign" if record["faulty"] is True else str(record["faulty"])
+
+
 def _model_line(record: dict[str, Any]) -> str:
     m = record["model"]
     how = (
@@ -18,7 +23,7 @@ def _model_line(record: dict[str, Any]) -> str:
 
 
 def summary_markdown(record: dict[str, Any]) -> str:
-    title = "qgate demo (faulty candidate)" if record["faulty"] else "qgate demo"
+    title = f"qgate demo (faulty candidate: {_kind(record)})" if record["faulty"] else "qgate demo"
     lines = [
         f"# {title}: {record['verdict']}",
         "",
@@ -41,7 +46,7 @@ def summary_table(record: dict[str, Any]) -> Any:
     """A rich Table of the gates (imported lazily: rich is only needed to print it)."""
     from rich.table import Table
 
-    title = "qgate demo" + (" (faulty candidate)" if record["faulty"] else "")
+    title = "qgate demo" + (f" (faulty candidate: {_kind(record)})" if record["faulty"] else "")
     table = Table(title=f"{title}: {record['verdict']}", title_style=_STYLE.get(record["verdict"], "bold"))
     for name in ("gate", "figure", "verdict", "report", "s"):
         table.add_column(name, overflow="fold")

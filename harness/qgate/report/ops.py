@@ -48,6 +48,9 @@ def screen_markdown(record: dict[str, Any]) -> str:
         lines[3:3] = [f"Arm `{record.get('arm')}`: overridden routes screened on the override ({runs}).", ""]
     elif record.get("arm"):
         lines[3:3] = [f"Arm `{record['arm']}`: no route overridden; the routes' kernels screened.", ""]
+    if record.get("unseen"):  # qgate.ops.seen: what of the arm's code the screen did not run
+        blind = [f"- {u}" for u in record["unseen"]]
+        lines[3:3] = [f"Not seen by this screen (it cannot vouch for arm `{record.get('arm')}`):", *blind, ""]
     for c in record["cases"]:
         probe = c.get("fallback_probe")
         probe_txt = "n/a" if probe is None else _fmt(probe["counted"] and probe["equal_to_reference"])

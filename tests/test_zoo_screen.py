@@ -1,0 +1,123 @@
+"""Issue 44's zoo, screen side: gamed GEMV routes (tests/fixtures, never shipped) caught by the operator
+screen on the candidate's own code, and the screen's blind spots (qgate.ops.seen) named. No engine: the
+screen runs the overrides as the demo's does (qgate.ops.run.run_ops with the arm's plan env)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CONTRACTS
+
+from qgate import demo
+from qgate.contract import load_contract
+from qgate.ops import seen
+from qgate.ops.run import run_ops
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+GEMV_SWITCH = "VLLM_SM70_QWEN38_FP16_GEMV"
+
+
+@pytest.fixture(scope="module")
+def small_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """demo-cpu.yaml with two small GEMV shapes and 8 trials: 18 calls per shape, seconds on 2 cores."""
+    doc = yaml.safe_load((CONTRACTS / "demo-cpu.yaml").read_text())
+    doc["ops"] = {
+        "routes": ["fp16_gemv"],
+        "trials": 8,
+        "default_shapes": False,
+        "shapes": {"fp16_gemv": [{"n": 96, "k": 128}, {"n": 64, "k": 2048}]},
+    }
+    path = tmp_path_factory.mktemp("zoo") / "small-demo.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        ("sign", "outputs over the forward-error bound"),
+        ("stale", "outputs over the forward-error bound"),
+        ("precision", "outputs over the forward-error bound"),
+        ("truncated", "outputs over the forward-error bound"),
+    ],
+)
+def test_the_demo_screen_runs_the_faulty_candidates_code_and_fails_it(
+    small_demo: Path, tmp_path: Path, kind: str, why: str
+) -> None:
+    plan = demo.make_plan(small_demo, tmp_path / "out", faulty=kind)
+    plan.out.mkdir()
+    gate = demo.run_screen_gate(plan)
+    assert gate.verdict == "FAIL", gate
+    assert demo.FAULTY_KINDS[kind].impl in gate.figure  # it says whose code it screened
+    assert all(why in r for r in gate.reasons) and len(gate.reasons) == 2, gate.reasons  # both shapes
+
+
+def test_the_real_routes_screen_passes_with_nothing_unseen(small_demo: Path, tmp_path: Path) -> None:
+    plan = demo.make_plan(small_demo, tmp_path / "out")
+    plan.out.mkdir()
+    gate = demo.run_screen_gate(plan)
+    assert gate.verdict == "PASS" and gate.unseen == [] and "the routes' kernels" in gate.figure, gate
+
+
+def test_a_stale_route_that_skips_less_often_than_the_screen_calls_is_missed(tmp_path: Path) -> None:
+    """The screen's reach (docs/integrity.md): it makes trials + 1 calls per shape; a route stale only
+    every 1000th call passes it, and only the engine gates (quality, the timed-output audit) can see it."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        import stale_routes
+
+        doc = yaml.safe_load((CONTRACTS / "demo-cpu.yaml").read_text())
+        doc["ops"] = {"routes": ["fp16_gemv"], "trials": 4, "default_shapes": False,
+                      "shapes": {"fp16_gemv": [{"n": 32, "k": 64}]}}  # fmt: skip
+        doc["arms"]["candidate"]["env"].update(
+            {"QGATE_ROUTE_IMPL_FP16_GEMV": "stale_routes:stale_gemv", "PYTHONPATH": str(FIXTURES)}
+        )
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        every, stale_routes._EVERY = stale_routes._EVERY, 1000
+        stale_routes._calls = 0
+        try:
+            record = run_ops(load_contract(path), tmp_path, device="cpu", arm="candidate")
+        finally:
+            stale_routes._EVERY = every
+        assert record["passed"] and record["overrides"] == {"fp16_gemv": "stale_routes:stale_gemv"}
+        assert stale_routes._calls == 5  # 4 trials + the determinism call
+    finally:
+        sys.path.remove(str(FIXTURES))
+
+
+def test_blind_spots_name_unscreened_routes_startup_hooks_and_shadowing_packages(tmp_path: Path) -> None:
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text("")
+    (tmp_path / "shadow" / "qgate_kernels").mkdir(parents=True)
+    (tmp_path / "shadow" / "vllm.py").write_text("")
+    (tmp_path / "plain" / "pkg").mkdir(parents=True)
+    (tmp_path / "plain" / "my_routes.py").write_text("")
+    env = {
+        GEMV_SWITCH: "1",
+        "VLLM_SM70_QWEN38_FUSED_HC_FP16": "1",
+        "QGATE_ROUTE_IMPL_FUSED_HC_FP16": "my_routes:hc",
+        "PYTHONPATH": ":".join(str(tmp_path / d) for d in ("hooks", "shadow", "plain", "missing")),
+    }
+    spots = seen.blind_spots(env, ["fp16_gemv"])
+    assert spots == [
+        "route fused_hc_fp16 is switched on but not in ops.routes: its override "
+        "QGATE_ROUTE_IMPL_FUSED_HC_FP16=my_routes:hc was not screened",
+        f"PYTHONPATH entry {tmp_path / 'hooks'} holds sitecustomize: code every engine process runs at "
+        "start-up, which the screen does not run",
+        f"PYTHONPATH entry {tmp_path / 'shadow'} holds qgate_kernels, vllm: the engine imports that copy, "
+        "the screen the installed one",
+    ]
+    assert seen.blind_spots({GEMV_SWITCH: "1", "PYTHONPATH": str(FIXTURES)}, ["fp16_gemv"]) == []
+    assert seen.blind_spots({GEMV_SWITCH: "0", "VLLM_SM70_QWEN38_FUSED_HC_FP16": "0"}, []) == []
+
+
+def test_the_checkout_itself_on_the_arms_pythonpath_is_no_blind_spot() -> None:
+    """The harness's own source folders provide the very copies the screen imported."""
+    import qgate_kernels
+
+    kernels = Path(qgate_kernels.__file__).resolve().parents[1]
+    assert seen.blind_spots({GEMV_SWITCH: "1", "PYTHONPATH": str(kernels)}, ["fp16_gemv"]) == []
