@@ -47,7 +47,7 @@ def test_run_ops_screens_every_route_and_writes_records(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", "-c", str(_contract(tmp_path)), "-o", str(out), "--device", "cpu"])
     assert res.exit_code == 0, res.output
     record = json.loads((out / "ops" / "ops.json").read_text())
-    assert record["kind"] == "ops" and record["schema_version"] == 3 and record["passed"]
+    assert record["kind"] == "ops" and record["schema_version"] == 4 and record["passed"]
     assert [c["route"] for c in record["cases"]] == [
         "fp16_gemv",
         "fused_hc_fp16",
@@ -145,7 +145,7 @@ def test_run_ops_arm_screens_the_override_the_arm_runs(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["run", "-c", str(contract), "-o", str(tmp_path / "c"), "--arm", "candidate"])
     assert bad.exit_code == 1, bad.output
     record = json.loads((tmp_path / "c" / "ops" / "ops.json").read_text())
-    assert record["schema_version"] == 3 and record["arm"] == "candidate"
+    assert record["schema_version"] == 4 and record["arm"] == "candidate" and record["unseen"] == []
     assert record["overrides"] == {"fp16_gemv": "slow_routes:perturbed_gemv"}
     (case,) = record["cases"]
     assert not case["passed"] and case["override"] == "slow_routes:perturbed_gemv"
