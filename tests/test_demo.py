@@ -38,6 +38,18 @@ def test_plan_refuses_a_contract_without_every_section(tmp_path: Path) -> None:
         demo.make_plan(CONTRACTS / "smoke-cpu.yaml", tmp_path / "out")
 
 
+def test_gpu_demo_contract_has_the_cpu_demos_model_and_quality_and_screens_where_asked(
+    tmp_path: Path,
+) -> None:
+    gpu = demo.make_plan(CONTRACTS / "demo-h200.yaml", tmp_path / "gpu", device="cuda")
+    cpu = demo.make_plan(DEMO, tmp_path / "cpu")
+    assert gpu.device == "cuda" and cpu.device == "auto"
+    g, c = gpu.loaded.contract, cpu.loaded.contract
+    assert g.model == c.model and g.quality == c.quality and g.ops == c.ops
+    with pytest.raises(demo.DemoError, match="expected auto, cpu or cuda"):
+        demo.make_plan(DEMO, tmp_path / "x", device="gpu")
+
+
 def test_plan_refuses_a_folder_with_results(tmp_path: Path) -> None:
     (tmp_path / "old.json").write_text("{}")
     with pytest.raises(demo.DemoError, match="not empty"):

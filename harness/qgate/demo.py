@@ -105,6 +105,9 @@ class DemoPlan:
     out: Path
     faulty: str | None  # a FAULTY_KINDS key, or None
     plans: list[ArmPlan]  # control and candidate (the candidate with the faulty route, if asked)
+    # Where the operator screen runs the routes' ops: "cpu", "cuda", or "auto" (CUDA when torch sees a
+    # GPU): on a GPU runner the screen then judges the CUDA kernels the engine runs.
+    device: str = "auto"
 
 
 def fixtures_dir() -> Path:
@@ -122,8 +125,10 @@ def faulty_kind(faulty: bool | str | None) -> str | None:
     return kind
 
 
-def make_plan(contract: Path, out: Path, faulty: bool | str | None = None) -> DemoPlan:
+def make_plan(contract: Path, out: Path, faulty: bool | str | None = None, device: str = "auto") -> DemoPlan:
     kind = faulty_kind(faulty)
+    if device not in ("auto", "cpu", "cuda"):
+        raise DemoError(f"--device {device!r}: expected auto, cpu or cuda")
     loaded = load_contract(contract)
     c = loaded.contract
     missing = [s for s in ("ops", "speed", "quality") if getattr(c, s) is None]
@@ -143,7 +148,7 @@ def make_plan(contract: Path, out: Path, faulty: bool | str | None = None) -> De
         cand = plans[1]
         env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": str(fixtures)}
         plans = [plans[0], replace(cand, env=env)]
-    return DemoPlan(loaded, out, kind, plans)
+    return DemoPlan(loaded, out, kind, plans, device)
 
 
 def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
@@ -171,7 +176,7 @@ def run_screen_gate(plan: DemoPlan) -> GateOutcome:
     t0 = time.perf_counter()
     report = str(plan.out / "ops" / "ops.md")
     try:  # the candidate's code: its overrides as its engine imports them, from the plan's env
-        record = run_ops(plan.loaded, plan.out, device="cpu", arm="candidate", env=plan.plans[1].env)
+        record = run_ops(plan.loaded, plan.out, device=plan.device, arm="candidate", env=plan.plans[1].env)
     except QgateError as exc:
         return GateOutcome(SCREEN, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
     return replace(screen_outcome(record, report), seconds=time.perf_counter() - t0)
@@ -186,7 +191,9 @@ def screen_outcome(record: dict[str, Any], report: str) -> GateOutcome:
     worst = max((c.get("max_ulp", float("inf")) for c in cases), default=float("nan"))
     ran = ", ".join(f"{r}: {spec}" for r, spec in (record.get("overrides") or {}).items())
     what = f"the candidate's override ({ran})" if ran else "the routes' kernels"
-    figure = f"{what}: {len(cases)} shapes, {trials} trials: max {worst:g} ULP, {bitwise}/{trials} bitwise"
+    where = (record.get("device") or {}).get("device", "?")
+    figure = f"{what} on {where}: {len(cases)} shapes, {trials} trials: max {worst:g} ULP"
+    figure += f", {bitwise}/{trials} bitwise"
     reasons = [f"{c['route']} {c['label']}: {'; '.join(c['failures'])}" for c in cases if not c["passed"]]
     reasons += [
         f"{b['route']}: biased: sign test of deviations p = {b['p_value']:.3g} < {b['alpha']:g}"
@@ -438,6 +445,7 @@ def summarize_demo(
         },
         "out": str(plan.out),
         "faulty": plan.faulty,
+        "screen_device": plan.device,
         "candidate_env": plan.plans[1].env,
         "model": model,
         "gates": [asdict(g) for g in gates],

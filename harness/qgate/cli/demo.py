@@ -40,12 +40,21 @@ FaultyKindOpt = Annotated[
     ),
 ]
 
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        help="where the operator screen runs the routes' ops: auto (CUDA when torch sees a GPU), cpu, cuda",
+    ),
+]
+
 
 def demo(
     contract: DemoContractOpt = None,
     out: DemoOutOpt = None,
     faulty: FaultyOpt = False,
     faulty_kind: FaultyKindOpt = None,
+    device: DeviceOpt = "auto",
 ) -> None:
     """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
     from qgate import demo as core
@@ -60,7 +69,7 @@ def demo(
     tag = f"-faulty-{faulty_kind}" if faulty_kind else "-faulty" if faulty else ""
     out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + tag)
     with user_errors():
-        plan = core.make_plan(contract, out, kind)
+        plan = core.make_plan(contract, out, kind, device)
         faulty_txt = f" (faulty candidate: {plan.faulty})" if plan.faulty else ""
         console.rule(f"qgate demo: {contract} -> {out}{faulty_txt}")
         with console.status(

@@ -50,3 +50,30 @@ def tiny_qwen4exp(
     with user_errors(OSError):
         out = build_tiny_qwen4exp(path, seed=seed)
     typer.echo(str(out))
+
+
+@app.command("prod-shape")
+def prod_shape(
+    path: Annotated[Path, typer.Argument(help="directory to write the checkpoint into", file_okay=False)],
+    layers: Annotated[int, typer.Option(min=1, max=48, help="decoder layers (the model's pattern)")] = 12,
+    experts: Annotated[int, typer.Option(min=10, max=512, help="routed experts kept (a token uses 10)")] = 16,
+    dtype: Annotated[str, typer.Option(help="stored dtype: bf16 (as the NVFP4 export) or fp16")] = "bf16",
+    device: Annotated[str, typer.Option(help="where transformers builds it: cpu, or cuda (seconds)")] = "cpu",
+    seed: Annotated[int, typer.Option(help="seed of the random weights")] = 0,
+) -> None:
+    """Write a Qwen4Exp checkpoint that vLLM loads, every routed projection at the production shapes
+    and the full 248,320-row vocabulary (qgate.ops.synthetic.write_engine_checkpoint; ~3.7 GB at 12
+    layers) into PATH: the model of contracts/qwen38-prodshape-*-h200.yaml."""
+    import torch
+
+    from qgate.ops.synthetic import write_engine_checkpoint
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    if dtype not in dtypes or device not in ("cpu", "cuda"):
+        typer.echo(
+            f"qgate: error: --dtype {dtype!r} / --device {device!r}: expected bf16|fp16, cpu|cuda", err=True
+        )
+        raise typer.Exit(2)
+    with user_errors(OSError):
+        out = write_engine_checkpoint(path, layers, experts, dtype=dtypes[dtype], seed=seed, device=device)
+    typer.echo(str(out))

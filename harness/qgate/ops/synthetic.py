@@ -121,3 +121,90 @@ def _hc(prefix: str, d: int, rank: int, hc: int, inject: bool) -> dict[str, tupl
     if inject:
         out[f"{prefix}.block_inject_weight.weight"] = (hc, d)
     return out
+
+
+# ---- a checkpoint vLLM's Qwen4Exp loads, at the production shapes --------------------------------------
+ENGINE_EXPERTS = 16  # routed experts kept (of 512): >= the 10 a token uses; bf16, not NVFP4 (no route)
+ROPE = {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25}
+
+
+def engine_config(layers: int, experts: int = ENGINE_EXPERTS, vocab: int | None = None) -> dict[str, Any]:
+    """transformers' Qwen4ExpTextConfig keys for `layers` decoder layers at the published shapes (the
+    model's own pattern: every 4th an indexed (QSA) attention layer, with its indexer), `experts` routed
+    experts, the full vocabulary unless `vocab` cuts it. The RoPE's partial factor 0.25 (64 of 256 dims)
+    is Qwen3-Next's: transformers requires the rotary dims to fit the 128-wide index head."""
+    base = {k: v for k, v in MODEL_CONFIG.items() if not k.startswith("_") and k != "model_type"}
+    every = int(base.pop("full_attention_interval"))
+    types = ["indexed_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)]
+    if layers < every:  # a short model still gets one QSA layer, last
+        types[-1] = "indexed_attention"
+    return {
+        **base,
+        "num_hidden_layers": layers,
+        "layer_types": types,
+        "num_experts": experts,
+        "vocab_size": vocab or base["vocab_size"],
+        "rope_parameters": dict(ROPE),
+        "tie_word_embeddings": False,
+        "output_gate_type": "silu",
+    }
+
+
+def write_engine_checkpoint(
+    path: Path,
+    layers: int = 12,
+    experts: int = ENGINE_EXPERTS,
+    vocab: int | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+    seed: int = 0,
+    device: str = "cpu",
+) -> Path:
+    """A Qwen4ExpForCausalLM checkpoint that vLLM 0.32 loads and runs (unlike write_synthetic_checkpoint,
+    which holds only the routed tensors for `run ops --real`): transformers' own classes and
+    initialisation (as qgate.tiny_qwen4exp, built on `device`, "cuda" on a GPU runner: seconds instead
+    of minutes), stored in `dtype` (bf16, as the NVFP4 export keeps its unquantized tensors), one
+    safetensors file per decoder layer + one for the rest, with an index; the tiny Qwen3's tokenizer
+    (2,048 tokens; the speed workload sends token ids and never detokenizes). Every routed projection
+    is at its production shape; the routed experts are cut to `experts` and kept in `dtype`."""
+    import json as _json
+
+    from safetensors.torch import save_file
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    from qgate import tiny
+
+    cfg = Qwen4ExpTextConfig(**engine_config(layers, experts, vocab))
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in `dtype`: 48 layers need no fp32 copy on the device
+    try:
+        with torch.device(device):
+            model = Qwen4ExpForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(old)
+    shards: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in model.state_dict().items():
+        parts = name.split(".")
+        key = f"layer{int(parts[2]):03d}" if parts[1] == "layers" else "rest"
+        shards.setdefault(key, {})[name] = t.detach().to(dtype).to("cpu").contiguous()
+    del model
+    weight_map = {}
+    for i, key in enumerate(sorted(shards)):
+        fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shards[key], str(path / fname), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(shards[key], fname)
+    total = sum(t.numel() * t.element_size() for s in shards.values() for t in s.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (path / "model.safetensors.index.json").write_text(_json.dumps(index, indent=1))
+    tok = tiny.write_tokenizer_files(path)
+    config = cfg.to_dict()
+    config.pop("transformers_version", None)
+    config |= {"architectures": ["Qwen4ExpForCausalLM"], "dtype": _ST[dtype]}
+    config |= {
+        "eos_token_id": tok.token_to_id(tiny.ENDOFTEXT),
+        "pad_token_id": tok.token_to_id(tiny.ENDOFTEXT),
+    }
+    (path / "config.json").write_text(_json.dumps(config, indent=1, sort_keys=True))
+    return path

@@ -1,0 +1,63 @@
+"""The H200 contracts (contracts/*-h200.yaml, run by tools/gpu_engine, docs/gpu.md): they load, and they
+keep the engine-side requirements a GPU run needs, the same in both arms, so that a CPU-only CI still
+catches a contract edit that would die on the device or measure something else. Fast: no engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qgate.contract import load_contract
+from qgate.ops.shapes import MODEL_CONFIG
+from qgate.ops.synthetic import ENGINE_EXPERTS, engine_config
+
+CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
+H200 = sorted(CONTRACTS.glob("*-h200.yaml"))
+QWEN4EXP = [p for p in H200 if p.name.startswith(("qwen4exp-", "qwen38-prodshape-"))]
+SWITCH = "VLLM_SM70_QWEN38_"
+
+
+def test_the_h200_set_is_there() -> None:
+    names = {p.name for p in H200}
+    assert {
+        "qwen4exp-fp16-h200.yaml",
+        "qwen4exp-bf16-h200.yaml",
+        "qwen38-prodshape-fp16-h200.yaml",
+        "qwen38-prodshape-bf16-h200.yaml",
+        "demo-h200.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("path", H200, ids=lambda p: p.name)
+def test_gpu_engine_runs_graphs_and_the_arms_differ_only_by_route_switches(path: Path) -> None:
+    c = load_contract(path).contract
+    assert c.engine.enforce_eager is False  # the routes under CUDA graphs, as users run them
+    assert c.engine_for("control") == c.engine_for("candidate")
+    ctrl, cand = c.env_for("control"), c.env_for("candidate")
+    assert set(ctrl) == set(cand)
+    differ = {k for k in ctrl if ctrl[k] != cand[k]}
+    assert differ and all(k.startswith(SWITCH) for k in differ), differ
+    assert all(ctrl[k] == "0" and cand[k] == "1" for k in differ)
+
+
+@pytest.mark.parametrize("path", QWEN4EXP, ids=lambda p: p.name)
+def test_qwen4exp_on_the_h200_has_its_engine_shims(path: Path) -> None:
+    c = load_contract(path).contract
+    fp16 = c.engine.dtype == "float16"
+    assert fp16 == ("-fp16-" in path.name)
+    if fp16:  # stock Qwen4Exp keeps HC in bf16: fp16 dies in both arms without the shim
+        assert "qwen4exp_fp16_cpu" in c.shims
+
+
+def test_prodshape_contracts_name_one_checkpoint_at_the_published_shapes() -> None:
+    models = {
+        load_contract(CONTRACTS / f"qwen38-prodshape-{d}-h200.yaml").contract.model for d in ("fp16", "bf16")
+    }
+    assert len(models) == 1
+    cfg = engine_config(12)
+    for key in ("hidden_size", "vocab_size", "hc_count", "hc_lowrank", "linear_num_value_heads", "head_dim"):
+        assert cfg[key] == MODEL_CONFIG[key]
+    assert cfg["num_experts"] == ENGINE_EXPERTS >= MODEL_CONFIG["num_experts_per_tok"]
+    assert cfg["layer_types"].count("indexed_attention") == 3  # every 4th, the model's own pattern
+    assert engine_config(2)["layer_types"] == ["linear_attention", "indexed_attention"]

@@ -1,0 +1,59 @@
+# Sourced by every device call script (tools/gpu_engine/calls/*.sh), from the repository root on the
+# device machine. Sets LOG, step(), the payload's env (/tmp/ge/env.sh, written by device_install.sh),
+# PYTHONPATH for the checkout's harness + kernels_ext, the carried models (QGATE_CACHE) and GSM8K split,
+# and RUNS (the qgate run folders; pack_runs puts them in $OUT/runs.tgz: the tool brings back at most
+# 8 files). GE_COMMIT (given on the command line) is written into every call's log: the device's copy
+# of the checkout has no .git.
+set -uo pipefail
+GE=${GE:-/tmp/ge}
+OUT=${OUT:-/tmp/qgate-gpu-out}
+mkdir -p "$OUT"
+LOG=$OUT/log.txt
+RUNS=${RUNS:-/tmp/qgate-runs}
+mkdir -p "$RUNS"
+export PYTHONUNBUFFERED=1
+T_CALL=$(date +%s)
+step() { echo "=== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - T_CALL )) s)" | tee -a "$LOG"; }
+echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -u +%FT%TZ)" | tee -a "$LOG"
+
+use_engine() {  # the payload's vLLM + qgate from this checkout
+  [ -f "$GE/env.sh" ] || { echo "MISSING $GE/env.sh: the machine went cold (stage again from call-01)" | tee -a "$LOG"; exit 3; }
+  # shellcheck disable=SC1091
+  source "$GE/env.sh"
+  export PYTHONPATH=$PWD/harness:$PWD/kernels_ext:$PYTHONPATH
+  wait_build
+  export QGATE_CACHE=$GE/extra/cache QGATE_GSM8K_PATH=$GE/extra/gsm8k/test.jsonl
+}
+
+wait_build() {  # the kernels_ext build started by stage.sh 01; its .so beside the checkout's Python
+  local i=0
+  while [ ! -f "$GE/build.rc" ] && [ $i -lt 300 ]; do sleep 2; i=$((i + 2)); done
+  echo "kernels_ext build: $(cat "$GE/build.rc" 2>/dev/null || echo 'not done after 300 s')" | tee -a "$LOG"
+  grep -q "^rc=0" "$GE/build.rc" 2>/dev/null || { tail -n 30 "$GE/build.log"; exit 4; }
+  cp "$(cat "$GE/so.path")" kernels_ext/qgate_kernels/
+}
+
+q() { python3 -m qgate "$@"; }
+
+# gate NAME CONTRACT: qgate run speed + qgate compare into $RUNS/NAME, timed, summarised in the log.
+gate() {
+  local name=$1 contract=$2 t0 rc
+  t0=$(date +%s)
+  step "gate $name: qgate run speed -c $contract"
+  q run speed -c "$contract" -o "$RUNS/$name" >"$RUNS/$name.run.txt" 2>&1
+  rc=$?
+  tail -n 15 "$RUNS/$name.run.txt" | tee -a "$LOG"
+  echo "run speed rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+  step "gate $name: qgate compare"
+  q compare "$RUNS/$name/speed/control.json" "$RUNS/$name/speed/candidate.json" -c "$contract" \
+    -o "$RUNS/$name/compare" >"$RUNS/$name.compare.txt" 2>&1
+  echo "compare rc=$? ($(( $(date +%s) - t0 )) s in all)" | tee -a "$LOG"
+  tail -n 25 "$RUNS/$name.compare.txt" | tee -a "$LOG"
+  python3 tools/gpu_engine/summarize.py "$RUNS/$name" 2>&1 | tee -a "$LOG"
+}
+
+pack_runs() {  # every run folder of this call (logs of vLLM included), as one file
+  step "pack $*"
+  (cd "$RUNS" && tar -czf "$OUT/runs-$(basename "$0" .sh).tgz" "$@" 2>&1 | tail -n 3)
+  ls -l "$OUT" | tee -a "$LOG"
+}
