@@ -25,6 +25,12 @@ def _routes(result: dict) -> str:
         if not isinstance(c, dict):
             continue
         nums = {k: v for k, v in c.items() if isinstance(v, int) and v}
+        # under CUDA graphs: captures / replayed / captured_fallbacks per role, summed here
+        nums |= {
+            k: sum(int(n) for n in v.values())
+            for k, v in c.items()
+            if isinstance(v, dict) and k not in ("roles", "fallbacks", "sites") and v
+        }
         falls = sum(int(n) for n in (c.get("fallbacks") or {}).values())
         if nums or falls:
             roles = ",".join(f"{r}={n}" for r, n in sorted((c.get("roles") or {}).items()))
