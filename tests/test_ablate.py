@@ -37,6 +37,9 @@ def contract(tmp: Path, control: dict, candidate: dict, **engine: Any) -> Loaded
     data["arms"] = {"control": {"env": control}, "candidate": {"env": candidate}}
     if engine:
         data["arms"]["candidate"]["engine"] = engine
+    elif control == candidate:
+        # An A/A on purpose (issue 45: else the contract refuses it): ablate's refusal is the subject.
+        data["aa"] = True
     data["speed"].update(input_tokens=64, output_tokens=16, repetitions=5)
     path = tmp / "c.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -13,7 +13,11 @@ must not refuse it.
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -328,3 +332,526 @@ def test_any_file_within_the_size_cap_is_answered_in_well_under_a_second(tmp_pat
                 load_contract(path)
             cpu.append(time.process_time() - t0)
         assert min(cpu) < 1.0, (name, cpu)
+
+
+# ---- issue 45: a contract is data, and its arms mean what they say ----
+# A seeded fuzzer over the six shipped contracts, one test per category of what broke held-out: tags,
+# merge keys, anchors and aliases, huge integers, bytes that are not UTF-8, NaN / inf in the free-form
+# dicts, sets, home-directory paths, and route switches spelt differently to the same meaning. Every case
+# carries what is right for it, decided here without the code under test: refused (one line, the file
+# first, the line, column and key path where the case has one, no traceback) or accepted (and then the
+# sha256 is the one its canonical data must have). Loaded in process (load_contract: what `validate`
+# and `run` call); a sample goes through the CLI too. Seconds in all.
+
+SHIPPED = sorted(CONTRACTS.glob("*.yaml"))
+FUZZ_SEED = 45
+FREE_FORM = {"level": 3, "inductor": {"max_autotune": False, "sizes": [1, 2.5, "x"]}, "name": "n"}
+HF_OVERRIDES = {"rope_theta": 1000000.0, "layers": [4, 8]}
+TOKEN = "@@token@@"
+TAGS_SCALAR = ["!!str", "!!int", "!!float", "!!bool", "!!null", "!", "!local", "!<tag:yaml.org,2002:str>",
+               "!!python/str", "!!python/name:os.system", "!!merge"]  # fmt: skip
+TAGS_WHOLE = ['!!binary "//8="', "!!set {a, b}", "!!omap [{a: .nan}]", "!!pairs [{a: .inf}, {a: 1}]",
+              "!!timestamp 2001-12-14", "!!python/tuple [1, 2]", "!!seq [1]", "!!map {a: 1}",
+              "!!python/object/apply:os.system [echo]"]  # fmt: skip
+ON, OFF = ["1", "true", "yes", "on"], ["0", "false", "no", "off", ""]
+
+
+def _base(path: Path) -> dict:
+    """A shipped contract with free-form dicts in its engine (and an arm's engine override): the places
+    no schema types, where a tag, a NaN or a set hid."""
+    data = yaml.safe_load(path.read_text())
+    engine = data.setdefault("engine", {})
+    engine["compilation_config"] = {**engine.get("compilation_config", {}), **copy.deepcopy(FREE_FORM)}
+    engine["hf_overrides"] = copy.deepcopy(HF_OVERRIDES)
+    data["arms"]["candidate"]["engine"] = {"compilation_config": {"level": 0, "extra": [1]}}
+    return data
+
+
+def _place(text: str, token: str) -> tuple[str, int, int]:
+    """text with TOKEN (quoted or not) replaced by token, and the line and column where it starts."""
+    for shown in (f"'{TOKEN}'", TOKEN):
+        i = text.find(shown)
+        if i >= 0:
+            line = text.count("\n", 0, i) + 1
+            return text[:i] + token + text[i + len(shown) :], line, i - (text.rfind("\n", 0, i) + 1) + 1
+    raise AssertionError("no token")
+
+
+def _at(data: dict, path: tuple, token: str) -> tuple[str, int, int]:
+    return _place(_dump(_set(data, path, TOKEN)), token)
+
+
+def _plain(value: Any) -> str:
+    return json.dumps(value)  # JSON is YAML flow syntax: the value as written, quoted where text
+
+
+def _free_leaves(data: dict) -> list[tuple]:
+    roots = [("engine", "compilation_config"), ("engine", "hf_overrides"),
+             ("arms", "candidate", "engine", "compilation_config")]  # fmt: skip
+    return [p for p in _leaves(data) if any(p[: len(r)] == r and len(p) > len(r) for r in roots)]
+
+
+def _int_leaves(data: dict) -> list[tuple]:
+    out = []
+    for p in _leaves(data):
+        value = data
+        for k in p:
+            value = value[k]
+        if isinstance(value, int) and not isinstance(value, bool):
+            out.append(p)
+    return out
+
+
+def _refuse(*says: str) -> tuple[str, Any]:
+    return ("refuse", list(says))
+
+
+def _accept(same_as: str | bytes | None = None) -> tuple[str, Any]:
+    """Accepted; with same_as, the sha256 must be that file's (the same data written another way)."""
+    return ("accept", same_as)
+
+
+def _where(line: int, column: int, at: str) -> str:
+    return f"line {line} column {column}: {at}"
+
+
+def _tag_cases(rng: random.Random) -> list[tuple]:
+    out = []
+    for path in SHIPPED:
+        data = _base(path)
+        leaves = list(_leaves(data))
+        for leaf in rng.sample(leaves, min(20, len(leaves))) + rng.sample(_free_leaves(data), 4):
+            value = data
+            for k in leaf:
+                value = value[k]
+            tag = rng.choice(TAGS_SCALAR + TAGS_WHOLE)
+            token = tag if tag in TAGS_WHOLE else f"{tag} {_plain(value)}"
+            text, line, col = _at(_base(path), leaf, token)
+            dotted = ".".join(map(str, leaf))
+            out.append(
+                (f"{path.stem} {dotted} {token[:30]}", text, _refuse(_where(line, col, dotted), "the tag"))
+            )
+        # A tag on a key, and the two the issue named: `!!float 2` on a float key, `!!str 0100` on env.
+        text = _dump(_base(path))
+        key_at = ("\n" + text).index("\nname:")
+        key_line = text.count("\n", 0, key_at) + 1
+        says = _refuse(_where(key_line, 1, "<top>: the key"), "the tag !!str")
+        out.append((f"{path.stem} tag on a key", text[:key_at] + "!!str " + text[key_at:], says))
+        env = ("arms", "candidate", "env", "VLLM_SM70_QWEN38_FP16_GEMV")
+        text, line, col = _at(_base(path), env, "!!str 0100")
+        out.append(
+            (f"{path.stem} !!str 0100", text, _refuse(_where(line, col, ".".join(env)), "quote it ('0100')"))
+        )
+    data = _base(CONTRACTS / "smoke-cpu.yaml")
+    text, line, col = _at(data, ("speed", "stats", "max_cv_pct"), "!!float 2")
+    out.append(("!!float 2", text, _refuse(_where(line, col, "speed.stats.max_cv_pct"), "write 2.0")))
+    return out
+
+
+def _merge_cases(rng: random.Random) -> list[tuple]:
+    switch = "VLLM_SM70_QWEN38_FP16_GEMV"
+    merges = [f'<<: {{{switch}: "1"}}', f'<<: [{{{switch}: "0"}}, {{{switch}: "1"}}]',
+              "<<: {max_num_seqs: 2}", "<<: {}", "<<: []", "<<: {level: 1}"]  # fmt: skip
+    out = []
+    for path in SHIPPED:
+        for mapping in (("arms", "candidate", "env"), ("engine",), (), ("engine", "compilation_config"),
+                        ("arms", "control")):  # fmt: skip
+            data = _base(path)
+            target = data
+            for k in mapping:
+                target = target[k]
+            items = list(target.items())
+            at = rng.randrange(len(items) + 1)
+            target.clear()
+            target.update(items[:at] + [(TOKEN, "v")] + items[at:])
+            merge = rng.choice(merges)
+            text, line, col = _place(_dump(data).replace(f"'{TOKEN}': v", TOKEN), merge)
+            where = ".".join(mapping) or "<top>"
+            out.append(
+                (f"{path.stem} {where} {merge}", text, _refuse(_where(line, col, where), "the merge key <<"))
+            )
+        # The issue's case: the switch given twice through merge keys (PyYAML took the last as a duplicate).
+        text = _dump(_base(path))
+        old = "  candidate:\n    env:\n"
+        i = text.index(old) + len(old)
+        twice = f'      <<: {{{switch}: "1"}}\n      <<: {{{switch}: "0"}}\n'
+        says = _refuse(_where(text.count("\n", 0, i) + 1, 7, "arms.candidate.env"), "merge key")
+        out.append((f"{path.stem} switch twice", text[:i] + twice + text[i:], says))
+    return out
+
+
+def _pos(text: str, i: int) -> tuple[int, int]:
+    return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
+
+
+def _alias_cases(rng: random.Random) -> list[tuple]:
+    out = []
+    for path in SHIPPED:
+        for _ in range(8):
+            data = _base(path)
+            one, two = rng.sample(list(_leaves(data)), 2)
+            value = _base(path)
+            for k in one:
+                value = value[k]
+            text = _dump(_set(_set(data, one, TOKEN), two, "@@other@@"))
+            text, _, _ = _place(text, f"&qx45 {_plain(value)}")
+            alias = "*qx45" if rng.random() < 0.7 else "null"  # an anchor alone is refused too
+            text = text.replace("'@@other@@'", alias)
+            i = min(p for p in (text.find("&qx45"), text.find("*qx45")) if p >= 0)
+            line, col = _pos(text, i)
+            out.append(
+                (
+                    f"{path.stem} anchor {one[-1]} alias {two[-1]}",
+                    text,
+                    _refuse(f"line {line} column {col}: "),
+                )
+            )
+        # One dict for both arms' env: yaml.safe_dump writes an anchor and an alias (a script's contract).
+        data = _base(path)
+        data["arms"]["candidate"]["env"] = data["arms"]["control"]["env"]
+        text = _dump(data)
+        line, col = _pos(text, text.index("&id001"))
+        out.append(
+            (f"{path.stem} one env dict", text, _refuse(_where(line, col, "arms.control.env"), "the anchor"))
+        )
+    return out
+
+
+def _huge(rng: random.Random) -> tuple[str, int]:
+    """A plain integer past 20 digits, as YAML 1.2 writes one, and its count of digits."""
+    n = rng.choice([21, 22, 40, 401, rng.randrange(21, 4400), 5000])
+    digits = str(rng.randrange(1, 10)) + "".join(rng.choice("0123456789") for _ in range(n - 1))
+    kind = rng.randrange(4)
+    if kind == 1:
+        return "-" + digits, n
+    if kind == 2:
+        return "0x" + format(int(digits[:4000]), "x"), len(digits[:4000])
+    if kind == 3:
+        return "+000" + digits, n
+    return digits, n
+
+
+def _int_cases(rng: random.Random) -> list[tuple]:
+    out = []
+    for path in SHIPPED:
+        data = _base(path)
+        for leaf in _int_leaves(data) + rng.sample(_free_leaves(data), 3):
+            token, n = _huge(rng)
+            text, line, col = _at(_base(path), leaf, token)
+            dotted = ".".join(map(str, leaf))
+            out.append(
+                (
+                    f"{path.stem} {dotted} {n} digits",
+                    text,
+                    _refuse(_where(line, col, dotted), "an integer of"),
+                )
+            )
+    return out
+
+
+BAD_BYTES = [
+    b"\xff",
+    b"\xc3\x28",
+    b"\xed\xa0\x80",
+    b"\xc0\xaf",
+    b"\xf8\x88\x80\x80\x80",
+    b"\x80",
+    b"\xfe\xff",
+]
+
+
+def _utf8_cases(rng: random.Random) -> list[tuple]:
+    out = []
+    for path in SHIPPED:
+        raw = path.read_bytes()
+        for bad in rng.sample(BAD_BYTES, 5):
+            at = rng.randrange(len(raw))
+            while raw[at] & 0xC0 == 0x80:  # never inside a character (a cut character is a bad byte earlier)
+                at -= 1
+            out.append(
+                (
+                    f"{path.stem} {bad!r} at {at}",
+                    raw[:at] + bad + raw[at:],
+                    _refuse(f"not UTF-8 text (byte {at})"),
+                )
+            )
+        text = raw.decode()
+        out.append((f"{path.stem} latin-1", (text + "# café\n").encode("latin-1"), _refuse("not UTF-8 text")))
+        out.append((f"{path.stem} utf-16", text.encode("utf-16"), _refuse("not UTF-8 text (byte 0)")))
+        out.append((f"{path.stem} utf-8 BOM", b"\xef\xbb\xbf" + raw, _accept(raw)))
+        quoted = _dump(_set(_base(path), ("description",), TOKEN))
+        for escape, says in (('"\\ud800"', "line"), ('"a\\0b"', "NUL"), ('"\\udfff x"', "line")):
+            out.append((f"{path.stem} description {escape}", _place(quoted, escape)[0], _refuse(says)))
+    return out
+
+
+NON_FINITE = [".nan", ".NaN", ".NAN", ".inf", "-.inf", "+.INF", ".Inf", "1e999", "-2e308", "1.8e308"]
+
+
+def _nan_cases(rng: random.Random) -> list[tuple]:
+    out = []
+    for path in SHIPPED:
+        data = _base(path)
+        for leaf in _free_leaves(data) + [
+            ("engine", "compilation_config", "new"),
+            ("engine", "hf_overrides", "x"),
+        ]:
+            bad = rng.choice(NON_FINITE)
+            token, inner, extra = rng.choice(
+                [(bad, 0, ""), (f"[1, {bad}]", 4, ".1"), (f"{{x: {bad}}}", 4, ".x")]
+            )
+            text, line, col = _at(_base(path), leaf, token)
+            dotted = ".".join(map(str, leaf)) + extra
+            out.append((f"{path.stem} {dotted} {token}", text,
+                        _refuse(_where(line, col + inner, dotted), "expected a finite number")))  # fmt: skip
+    return out
+
+
+def _set_cases(rng: random.Random) -> list[tuple]:
+    """Sets as YAML writes them: `!!set` (refused: its order changed the sha256 run to run), and a mapping
+    of keys to null (`? a`), which is a mapping like any other: accepted, the same sha256 as `{a: null}`,
+    in any order."""
+    out = []
+    for path in SHIPPED:
+        for _ in range(4):
+            keys = rng.sample(["a", "b", "c", "d", "e", "f", "g"], rng.randrange(2, 6))
+            same = _dump(_set(_base(path), ("engine", "hf_overrides", "s"), dict.fromkeys(sorted(keys))))
+            text, line, col = _at(
+                _base(path), ("engine", "hf_overrides", "s"), "!!set {" + ", ".join(keys) + "}"
+            )
+            out.append(
+                (
+                    f"{path.stem} !!set {keys}",
+                    text,
+                    _refuse(_where(line, col, "engine.hf_overrides.s"), "!!set"),
+                )
+            )
+            text, _, _ = _at(
+                _base(path), ("engine", "hf_overrides", "s"), "{" + ", ".join(f"? {k}" for k in keys) + "}"
+            )
+            out.append((f"{path.stem} ? keys {keys}", text, _accept(same)))
+            data = _base(path)  # the free-form dicts' keys in another order: the same contract
+            cc = data["engine"]["compilation_config"]
+            order = list(cc.items())
+            rng.shuffle(order)
+            data["engine"]["compilation_config"] = dict(order)
+            out.append(
+                (f"{path.stem} reordered compilation_config", _dump(data), _accept(_dump(_base(path))))
+            )
+    return out
+
+
+def _spelt(on: bool, rng: random.Random) -> str:
+    """An on or off switch value in another spelling: case and surrounding spaces as a person types them."""
+    word = rng.choice(ON if on else OFF)
+    word = rng.choice([word, word.upper(), word.capitalize()])
+    return rng.choice(["", " "]) + word + rng.choice(["", " ", "\t"])
+
+
+def _is_on(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ON  # the oracle's own reading
+
+
+def _arms_only(path: Path) -> dict:
+    data = _base(path)
+    del data["arms"]["candidate"]["engine"]  # the arms differ only where a case makes them
+    return data
+
+
+def _switch_cases(rng: random.Random) -> list[tuple]:
+    from qgate_route_env import ROUTES
+
+    switches = list(ROUTES.values())
+    out = []
+    for path in SHIPPED:
+        for i in range(6):
+            data = _arms_only(path)
+            ctl = data["arms"]["control"]["env"]
+            cand = {k: (_spelt(_is_on(v), rng) if k in switches else v) for k, v in ctl.items()}
+            for k in [k for k in cand if k in switches and not _is_on(ctl[k])]:
+                if rng.random() < 0.3:
+                    del cand[k]  # unset is off
+            unset = [k for k in switches if k not in ctl]
+            if unset and rng.random() < 0.5:
+                cand[rng.choice(unset)] = _spelt(False, rng)  # set off where the control leaves it unset
+            order = list(cand.items())
+            rng.shuffle(order)
+            data["arms"]["candidate"]["env"] = dict(order)
+            routes_same = {k for k in switches if _is_on(ctl.get(k))} == {
+                k for k in switches if _is_on(cand.get(k))
+            }
+            assert routes_same, (path, cand)
+            out.append((f"{path.stem} respelt {i}", _dump(data), _refuse("an A/A", "aa: true")))
+            out.append((f"{path.stem} respelt {i} aa", _dump({**data, "aa": True}), _accept()))
+            flip = rng.choice([k for k in switches if not _is_on(ctl.get(k))])
+            on = {**data["arms"]["candidate"]["env"], flip: _spelt(True, rng)}
+            data["arms"]["candidate"]["env"] = on
+            out.append((f"{path.stem} respelt {i} + {flip}", _dump(data), _accept()))
+            out.append(
+                (
+                    f"{path.stem} respelt {i} + {flip} aa",
+                    _dump({**data, "aa": True}),
+                    _refuse("aa: true declares", flip.lower()[len("VLLM_SM70_QWEN38_") :]),
+                )
+            )
+        data = _arms_only(path)
+        data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
+        data["arms"]["candidate"]["env"]["OMP_NUM_THREADS"] = "3"
+        out.append((f"{path.stem} A/A routes, another env", _dump(data), _accept()))
+        data["arms"]["candidate"]["env"].pop("OMP_NUM_THREADS")
+        data["arms"]["candidate"]["engine"] = {"max_num_seqs": 2}
+        out.append((f"{path.stem} A/A routes, another engine arg", _dump(data), _accept()))
+        text = _dump(_arms_only(path))
+        old = "  candidate:\n    env:\n"
+        i = text.index(old) + len(old)
+        twice = '      VLLM_SM70_QWEN38_FP16_GEMV: "1"\n      VLLM_SM70_QWEN38_FP16_GEMV: "0"\n'
+        out.append((f"{path.stem} switch twice", text[:i] + twice + text[i:], _refuse("duplicate key")))
+    gemv, impl = "VLLM_SM70_QWEN38_FP16_GEMV", "QGATE_ROUTE_IMPL_FP16_GEMV"
+    for spec, same in (
+        ("  slow_routes:slow_gemv ", True),
+        ("slow_routes:slow_gemv", True),
+        ("slow_routes:other", False),
+    ):
+        data = _arms_only(CONTRACTS / "smoke-cpu.yaml")
+        data["arms"]["control"]["env"] = {gemv: "1", impl: "slow_routes:slow_gemv"}
+        data["arms"]["candidate"]["env"] = {impl: spec, gemv: _spelt(True, rng)}
+        out.append((f"override {spec!r}", _dump(data), _refuse("an A/A") if same else _accept()))
+    equal = {"control": {"env": {}}, "candidate": {"env": {}}}
+    ops_only = {"name": "ops", "version": 1, "model": "tiny", "arms": equal, "ops": {"routes": ["fp16_gemv"]}}
+    out.append(("ops only, equal arms", _dump(ops_only), _accept()))
+    return out
+
+
+def _home_cases(rng: random.Random) -> list[tuple]:
+    """A `~user` path validates (the path is the machine's business) and is said in one line where it is
+    used (_judge_home): it was "Could not determine home directory", a traceback, in `run`."""
+    out = []
+    for path, _ in [(p, i) for p in SHIPPED for i in range(2)]:
+        user = f"~nosuchuser{rng.randrange(10**6)}"
+        out.append(
+            (f"{path.stem} model {user}", _dump(_set(_base(path), ("model",), f"{user}/m")), _accept())
+        )
+        if "quality" in _base(path):
+            text = _dump(_set(_base(path), ("quality", "data_path"), f"{user}/gsm8k.jsonl"))
+            out.append((f"{path.stem} data_path {user}", text, _accept()))
+    return out
+
+
+FUZZ_CATEGORIES = {
+    "tags": _tag_cases, "merge keys": _merge_cases, "anchors and aliases": _alias_cases,
+    "huge ints": _int_cases, "non-UTF-8": _utf8_cases, "NaN and inf in free-form dicts": _nan_cases,
+    "sets": _set_cases, "switch meanings": _switch_cases, "home-dir paths": _home_cases,
+}  # fmt: skip
+
+
+def _write(path: Path, text: str | bytes) -> Path:
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _plain_data(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_data(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(map(_plain_data, value))
+    return (
+        value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and value == value)
+    )
+
+
+def _judge(text: str | bytes, expect: tuple[str, Any], tmp: Path) -> str | None:
+    """None when the contract is judged as `expect` says; else what went wrong."""
+    path = _write(tmp / "c.yaml", text)
+    try:
+        loaded = load_contract(path)
+    except QgateError as exc:
+        line = str(exc)
+        if expect[0] == "accept":
+            return f"refused: {line[:300]}"
+        if "\n" in line or not line.startswith(f"{path}: ") or len(line) > 600 or "Traceback" in line:
+            return f"not one short line naming the file: {line[:300]!r}"
+        missing = [s for s in expect[1] if s not in line]
+        return f"the line lacks {missing}: {line[:400]}" if missing else None
+    except Exception as exc:  # noqa: BLE001 - the subject: anything else is a traceback for the user
+        return f"traceback: {exc!r}"[:300]
+    if expect[0] == "refuse":
+        return "accepted"
+    if not _plain_data(loaded.contract.model_dump(mode="json")):
+        return "holds a value that is not plain data"
+    if expect[1] is not None and load_contract(_write(tmp / "same.yaml", expect[1])).sha256 != loaded.sha256:
+        return "a sha256 other than that of the same data written plainly"
+    return None
+
+
+@functools.cache
+def _fuzz_cases(category: str) -> list[tuple]:
+    return FUZZ_CATEGORIES[category](random.Random(f"{FUZZ_SEED}-{category}"))
+
+
+@pytest.mark.parametrize("category", list(FUZZ_CATEGORIES))
+def test_fuzzed_contracts_are_judged_right_in_one_line(category: str, tmp_path: Path) -> None:
+    cases = _fuzz_cases(category)
+    wrong = [(name, why) for name, text, expect in cases if (why := _judge(text, expect, tmp_path))]
+    print(f"\n{category}: {len(cases)} mutations, {len(cases) - len(wrong)} judged right")
+    assert len(cases) >= 12 and not wrong, f"{len(wrong)} of {len(cases)} wrong: {wrong[:4]}"
+    for name, text, expect in cases[
+        :: max(1, len(cases) // 3)
+    ]:  # a sample through the CLI, as a user meets it
+        path = _write(tmp_path / "cli.yaml", text)
+        res = runner.invoke(app, ["contract", "validate", str(path)])
+        lines = res.output.strip().splitlines()
+        if expect[0] == "refuse":
+            assert (
+                res.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"qgate: error: {path}: ")
+            ), (name, res.output)
+        else:
+            assert res.exit_code == 0 and lines[-1].startswith(f"ok: {path}"), (name, res.output)
+
+
+def test_a_home_dir_that_cannot_be_found_is_one_line_where_the_path_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qgate.models import resolve_model
+    from qgate.quality.gsm8k import resolve_data_path
+
+    monkeypatch.delenv("QGATE_GSM8K_PATH", raising=False)  # else it is read before the contract's path
+    cases = _fuzz_cases("home-dir paths")
+    for name, text, _ in cases:
+        contract = load_contract(_write(tmp_path / "c.yaml", text)).contract
+        spec, use = (contract.model, resolve_model) if " model " in name else (
+            contract.quality.data_path, lambda p: resolve_data_path(None, p))  # fmt: skip
+        with pytest.raises(QgateError) as err:
+            use(spec)
+        assert "\n" not in str(err.value) and "home directory" in str(err.value) and spec in str(err.value), (
+            name
+        )
+    # Through `qgate run speed`, as the issue met them: the path, and a 401-digit repetitions.
+    monkeypatch.setattr(arms, "run_segment", ScriptedSegments())
+    huge = SMOKE_TEXT.replace("repetitions: 4", "repetitions: " + "7" * 401)
+    for text, says in ((cases[-1][1], "home directory"), (huge, "an integer of 401 digits")):
+        path = _write(tmp_path / "run.yaml", text)
+        res = runner.invoke(app, ["run", "speed", "--contract", str(path), "--out", str(tmp_path / "out")])
+        lines = res.output.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1 and says in lines[0], res.output[-800:]
+
+
+def test_accepted_contracts_hash_the_same_in_every_process(tmp_path: Path) -> None:
+    """The sha256 is of canonical data: the same under another PYTHONHASHSEED (a `!!set` changed it)."""
+    accepted = [c for category in FUZZ_CATEGORIES for c in _fuzz_cases(category) if c[2][0] == "accept"]
+    accepted = accepted[:: max(1, len(accepted) // 60)]  # every kind, 60 or so: each process imports qgate
+    paths = [_write(tmp_path / f"{i}.yaml", text) for i, (_, text, _) in enumerate(accepted)]
+    here = [load_contract(p).sha256 for p in paths]
+    code = (
+        "import sys; from qgate.contract import load_contract; "
+        "print(*(load_contract(p).sha256 for p in sys.argv[1:]))"
+    )
+    for seed in ("0", "4242"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *map(str, paths)], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0 and proc.stdout.split() == here, proc.stderr[-2000:]
+    assert len(accepted) >= 50 and len({c[0].split()[0] for c in accepted}) >= 6

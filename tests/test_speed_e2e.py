@@ -33,6 +33,8 @@ def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, *
     data["name"] = name.removesuffix(".yaml")
     # The candidate is the control plus candidate_env (None: an A/A, the candidate is the control).
     data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"]) | (candidate_env or {})
+    if candidate_env is None:
+        data["aa"] = True  # an A/A on purpose: without it the contract is refused (issue 45)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

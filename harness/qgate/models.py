@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from qgate.paths import expand_user
 from qgate.results import ResultError
 
 BUILTIN = ("tiny", "tiny-trained", "tiny-trained-wide", "tiny-qwen4exp")
@@ -38,7 +39,7 @@ def model_dir(spec: str, data: Path | None = None) -> Path:
         from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
 
         return Path(ensure_tiny_qwen4exp())
-    return Path(spec).expanduser()
+    return expand_user(spec, "model")
 
 
 def resolve_model(spec: str, data: Path | None = None) -> tuple[str, dict]:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from qgate.paths import cache_root
+
 TINY_VERSION = 1
 DEFAULT_SEED = 0
 # The tokenizer corpus is fixed (not the weight seed) so that every tiny model shares one tokenizer.
@@ -360,8 +362,8 @@ def build_tiny(path: Path, seed: int = DEFAULT_SEED) -> Path:
 
 
 def default_cache_root() -> Path:
-    env = os.environ.get("QGATE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "qgate"
+    """QGATE_CACHE, else ~/.cache/qgate (qgate.paths: one line when neither can be found)."""
+    return cache_root()
 
 
 def ensure_built(target: Path, builder: Callable[[Path], Any]) -> Path:

@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from qgate.contract.aa import aa_problem
 from qgate.contract.base import EngineSeed, Strict
 from qgate.contract.messages import ContractError, first_error, format_loc
 from qgate.contract.ops import Ops
@@ -58,6 +59,8 @@ MIN_STALL_TIMEOUT_S = 30.0
 # Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
 # that differs only in them stay comparable.
 UNHASHED_KEYS = ("stall_timeout_s",)
+# Keys hashed only when set, so that the sha256 of every contract written before them stays the same.
+HASHED_WHEN_SET = ("aa",)
 
 
 class Engine(Strict):
@@ -180,6 +183,14 @@ class Contract(Strict):
         "(env QGATE_ROUTE_ROLES); "
         "unset: the GEMV route's default roles, unchecked (docs/routes.md)",
     )
+    aa: bool = Field(
+        False,
+        description="the arms are meant to run the same thing: an A/A (the noise of one configuration "
+        "against itself; `qgate compare --aa` compares its results). Unset: arms that mean the same "
+        "(routes on, read as on/off however spelt, their overrides, the other env and the engine args) "
+        "are refused as an unannounced A/A (a contract with speed or quality); set: arms that differ are "
+        "refused. In the sha256 only when set",
+    )
 
     @model_validator(mode="after")
     def _something_to_gate(self) -> Contract:
@@ -282,6 +293,22 @@ class Contract(Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _aa_announced(self) -> Contract:
+        """Arms that mean the same (the routes on, a switch read as on or off however it is spelt; their
+        overrides; the other env; the engine args) are an A/A, refused unless `aa: true`; with `aa: true`,
+        arms that differ are refused. A contract with only `ops:` never runs its arms against each
+        other: its arms may be equal.
+
+        contract/aa.py says why."""
+        if not self.aa and self.speed is None and self.quality is None:
+            return self
+        arms = [(getattr(self.arms, a).env, self.engine_for(a)) for a in ("control", "candidate")]
+        problem = aa_problem(arms[0], arms[1], self.aa)
+        if problem:
+            raise ValueError(problem)
+        return self
+
 
 def _min_reps(alpha: float) -> int:
     n = 1
@@ -364,6 +391,7 @@ def load_contract(path: str | Path) -> LoadedContract:
     except yaml.YAMLError as exc:
         raise ContractError(f"{p}: {describe_yaml_error(exc, text)}") from None
     contract = parse_contract(data, p)
-    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS))
+    unset = {k for k in HASHED_WHEN_SET if not getattr(contract, k)}
+    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS) | unset)
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
     return LoadedContract(path=str(p), sha256=digest, contract=contract)

@@ -30,6 +30,23 @@ A contract is a YAML file (contracts/*.yaml) read strictly: an unknown key, a wr
 impossible value is one error line naming the file, the key path, the value and what was expected
 (`qgate contract validate FILE`; exit 2). Contract schema version: {version}.
 Below, each section is one mapping of the contract, under the key path it appears at.
+
+A contract is data (contract/strict_yaml.py). Its YAML is read by the YAML 1.2 core schema, and each of
+these is one error line naming its line, column and key path:
+- a tag (`!!float 2`, `!!str 0100`, `!!binary`, `!!set`, `!!omap`, `!!pairs`, `!!python/...`, `!`):
+  every explicit tag, even one that names the key's own type, since the schema checks each key's type
+  strictly and the plain or quoted spelling says the same (`2.0`, `"0100"`); the other tags build values
+  no contract holds (bytes, a set whose order changed the sha256 from run to run);
+- an anchor, an alias or a merge key (`<<`): refused, not resolved, since a merged or aliased key holds
+  a value written elsewhere and PyYAML's rule for which of two merged values wins is not one the file
+  shows (it turned a candidate into an A/A); share engine args through `engine:` and the arms'
+  `engine:` overrides;
+- a duplicate key; a value YAML 1.1 reads otherwise (`yes`, `off`, `0100`, `1:30`, `1_000`: write
+  `true`, `false`, `100` or quote it);
+- an integer of more than 20 digits, NaN or infinity, a string holding NUL or a lone surrogate, anywhere,
+  the free-form mappings (`compilation_config`, `hf_overrides`, `chat_template_kwargs`, env) included;
+  a key that is not a string; more than 64 KiB, 20,000 values, or [ and {{ nested over 64 deep.
+So the contract's canonical JSON, and the sha256 every result carries, are the same on every run.
 """
 
 

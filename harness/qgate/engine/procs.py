@@ -32,6 +32,7 @@ from typing import Any
 from qgate.engine.lifeline import start_ticks
 from qgate.errors import QgateError
 from qgate.launch_env import RUN_ENV
+from qgate.paths import cache_root
 from qgate.results import atomic_write_json, current_schema, utc_now
 
 RECORD = "processes.json"
@@ -137,8 +138,7 @@ def _owner(token: str) -> Owner | None:
 def pids_dir() -> Path:
     """Where runs list their processes: per user, outside any output folder (a nightly's folder may
     be wiped before the next night looks for leftovers)."""
-    cache = os.environ.get("QGATE_CACHE")
-    return (Path(cache) if cache else Path.home() / ".cache" / "qgate") / "runs"
+    return cache_root() / "runs"
 
 
 def pids_file(token: str) -> Path:

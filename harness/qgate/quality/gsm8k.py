@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from qgate.errors import QgateError
+from qgate.paths import expand_user
 
 DEFAULT_DATA_PATH = Path("../shared/data/gsm8k/test.jsonl")
 DATA_ENV = "QGATE_GSM8K_PATH"
@@ -73,7 +74,7 @@ def resolve_data_path(cli_data: Path | None, contract_path: str | None) -> Path 
     """The JSONL to read, or None when no local file is named or found (then try `datasets`)."""
     for candidate in (cli_data, os.environ.get(DATA_ENV) or None, contract_path):
         if candidate is not None:
-            return Path(candidate).expanduser()
+            return expand_user(candidate, "the GSM8K data path")
     return DEFAULT_DATA_PATH if DEFAULT_DATA_PATH.exists() else None
 
 
