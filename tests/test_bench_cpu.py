@@ -59,6 +59,9 @@ def test_bench_ops_cpu_writes_a_versioned_record(tmp_path: Path) -> None:
         assert case["baseline"] == "vllm_linear" and case["vllm_backend"]
         assert len(case["timing"]["route"]["raw_us"]) == 2 and isinstance(case["target_met"], bool)
     assert record["cpu"]["kernel_isa"] and len(record["load_avg_before"]) == 3
+    # every timed loop's last output was its own input's result when its timer stopped, vLLM's included
+    assert record["audit_failures"] == [] and all(c["audit"]["passed"] for c in record["cases"])
+    assert all(a["checked"] == 2 for c in record["cases"] for a in c["audit"]["implementations"].values())
     assert "vLLM-cpu linear" in res.output and (out / "ops" / "bench-cpu.md").is_file()
     again = CliRunner().invoke(app, ["bench", "ops", "--device", "cpu", "-c", str(path), "-o", str(out)])
     assert again.exit_code == 2 and "--force" in again.output

@@ -39,7 +39,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # the back-to-back ratio is vs_best_back_to_back) and the record carries the layer chains.
     # 1-3 (vs_best judged back to back) are no longer read: rendered as today they would misstate it.
     "ops_bench": (4,),
-    "ops_bench_cpu": (1, 2),  # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`)
+    # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`); 3: the timed-output audit
+    # (per case `audit`, `audit_failures`; the record's `audit_failures`, `arm`, `overrides`)
+    "ops_bench_cpu": (1, 2, 3),
     # real-weight operator bounds (qgate.ops.real); 2: casts, weight_failures, hc_dtype, route_dtypes,
     # skipped, per role `bound` and chain_max_ulp (max_ulp_bound gone), per route `bias`; `recording`
     # (the recording's ranks and shapes against the slices, qgate.ops.recorded) and `topk` (the QSA

