@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from qgate import routes
 from qgate.cli.compare import app
+from qgate.results import ids_sha256
 
 _spec = importlib.util.spec_from_file_location(
     "golden_support", Path(__file__).parent / "golden" / "support.py"
@@ -53,7 +54,7 @@ def test_pass_exits_0_and_writes_report_json_and_png(tmp_path: Path, contract: P
     assert res.exit_code == 0, res.output
     assert "verdict: PASS" in res.output and str(out / "report.md") in res.output
     record = json.loads((out / "verdict.json").read_text())
-    assert (record["kind"], record["schema_version"], record["verdict"]) == ("verdict", 2, "PASS")
+    assert (record["kind"], record["schema_version"], record["verdict"]) == ("verdict", 3, "PASS")
     assert {"name", "passed", "detail"} <= set(record["gates"][0])
     assert record["stats"]["decode_tok_s"]["welch_p"] < 0.05
     assert (out / "report.md").read_text().startswith("# qgate verdict: PASS")
@@ -83,6 +84,7 @@ def test_fail_exits_1(tmp_path: Path, contract: Path) -> None:
     def slow_rep(control: dict, candidate: dict) -> None:
         for rep in candidate["reps"]:  # the candidate's mean shown below the 55 tok/s floor
             rep["decode_tok_s"] -= 7.0
+            rep["tpot_ms"] = 1000.0 / rep["decode_tok_s"]  # one measurement gives both
 
     ctrl, cand = pair_files(tmp_path, contract, slow_rep)
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
@@ -107,7 +109,7 @@ def test_statistic_that_cannot_be_computed_exits_3(tmp_path: Path, contract: Pat
     def constant(control: dict, candidate: dict) -> None:
         for arm in (control, candidate):
             for rep in arm["reps"]:
-                rep["decode_tok_s"] = 60.0
+                rep.update(decode_tok_s=60.0, tpot_ms=1000.0 / 60.0)
 
     ctrl, cand = pair_files(tmp_path, contract, constant)
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
@@ -228,7 +230,9 @@ def _pr_result(arm: str, tok_s: list[float], loaded: object) -> dict:
     median = PR_TTFT_MEDIAN_MS[arm]
     for rep, tok, dt in zip(result["reps"], tok_s, (0.0, -0.1, 0.1, -0.1, 0.1), strict=True):
         rep.update(decode_tok_s=tok, tpot_ms=1000.0 / tok, ttft_ms=median + dt, launch=0)
-        rep["token_ids"] = control["reps"][0]["token_ids"]
+        # The contract's output length (ignore_eos: every rep gives exactly that many), hashed as recorded
+        ids = (control["reps"][0]["token_ids"] * w.output_tokens)[: w.output_tokens]
+        rep.update(token_ids=ids, output_tokens=len(ids), token_ids_sha256=ids_sha256(ids))
     on = arm == "candidate"
     listed = routes.listed_roles(c.env_for(arm))  # the contract's GEMV roles: each must show hits
     result["routes"] = {
@@ -308,7 +312,11 @@ def test_the_sm70_pr_numbers_pass_with_the_runners_history(tmp_path: Path) -> No
     control, candidate = json.loads(ctrl.read_text()), json.loads(cand.read_text())
     store = tmp_path / "history.sqlite"
     for day, level in zip(range(20, 26), (1.0, 1.0015, 0.9985, 1.001, 0.999, 1.002), strict=True):
-        night = dict(control, reps=[dict(r, decode_tok_s=r["decode_tok_s"] * level) for r in control["reps"]])
+        reps = [
+            dict(r, decode_tok_s=r["decode_tok_s"] * level, tpot_ms=r["tpot_ms"] / level)
+            for r in control["reps"]
+        ]
+        night = dict(control, reps=reps)
         run = support.history_night(tmp_path / "nights", f"2026-11-{day}", night, candidate)
         history.append(store, run, night=f"2026-11-{day}")
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out", "--history", store)
@@ -358,6 +366,7 @@ def test_swapped_result_files_are_refused_in_one_line(tmp_path: Path, contract: 
     def slower(control: dict, candidate: dict) -> None:
         for rep in candidate["reps"]:
             rep["decode_tok_s"] *= 0.63
+            rep["tpot_ms"] = 1000.0 / rep["decode_tok_s"]
 
     ctrl, cand = pair_files(tmp_path, contract, slower)
     assert invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "in-order").exit_code == 1
@@ -433,14 +442,19 @@ def test_no_malformed_result_ends_compare_in_a_traceback(
     assert cases > 150
 
 
-def test_a_comparison_that_cannot_be_computed_writes_an_error_report(tmp_path: Path, contract: Path) -> None:
+def test_a_comparison_that_cannot_be_computed_writes_an_error_report(
+    tmp_path: Path, contract: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The plot step needed the figures a failed comparison lacks (issue 39: KeyError 'figures' after
-    the statistics failed): now the report is written, ERROR, with the reason, and no plot."""
+    the statistics failed): now the report is written, ERROR, with the reason, and no plot. (A result
+    malformed as issue 39's was is now refused as it is read: the comparison fails here by itself.)"""
+    from qgate import compare
 
-    def no_workload(control: dict, candidate: dict) -> None:
-        control["workload"]["repetitions"] = None
+    def broken(*args: object, **kwargs: object) -> dict:
+        raise TypeError("unsupported operand type(s) for *: 'NoneType' and 'int'")
 
-    ctrl, cand = pair_files(tmp_path, contract, no_workload)
+    monkeypatch.setattr(compare, "compare_speed", broken)
+    ctrl, cand = pair_files(tmp_path, contract)
     res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
     assert res.exit_code == 3 and "verdict: ERROR" in res.output, res.output
     record = json.loads((tmp_path / "out" / "verdict.json").read_text())

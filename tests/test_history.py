@@ -73,6 +73,12 @@ def quality_verdict(verdict: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def rejudge(run: Path, contract: Path) -> None:
+    """Compare a night's speed results again (after a test edited them), over its earlier verdict."""
+    speed = run / "speed"
+    run_compare(speed / "control.json", speed / "candidate.json", contract, run / "compare-speed", force=True)
+
+
 def make_night(
     root: Path, contract: Path, night: str, commit: str, scale: float = 1.0, misses: int | None = None
 ) -> tuple[Path, str]:
@@ -83,6 +89,8 @@ def make_night(
         res["fingerprint"]["git_sha"] = commit
         for launch in res["launches"]:
             launch["started_at"] = f"{night}T02:00:00+00:00"
+        for i, rep in enumerate(res["reps"]):  # after their engine start, in index order
+            rep["started_at"] = f"{night}T02:01:{i:02d}+00:00"
     for rep in candidate["reps"]:
         rep["decode_tok_s"] = round(rep["decode_tok_s"] * scale, 3)
         rep["tpot_ms"] = 1000.0 / rep["decode_tok_s"]
@@ -243,6 +251,9 @@ def test_commit_and_night_checks(tmp_path: Path, contract: Path) -> None:
     data = json.loads(path.read_text())
     data["fingerprint"]["git_sha"] = "d" * 40
     path.write_text(json.dumps(data))
+    with pytest.raises(history.HistoryError, match="changed after its compare"):
+        night_mod.collect(run)
+    rejudge(run, contract)  # the edited results judged again: their verdict records them
     with pytest.raises(history.HistoryError, match="made at different commits .* pass --commit SHA"):
         night_mod.collect(run)
     rows = night_mod.collect(run, commit="d" * 40)
@@ -253,6 +264,7 @@ def test_commit_and_night_checks(tmp_path: Path, contract: Path) -> None:
         data = json.loads(path.read_text())
         data["fingerprint"]["git_sha"] = None
         path.write_text(json.dumps(data))
+    rejudge(run, contract)
     with pytest.raises(history.HistoryError, match="pass --commit SHA"):
         night_mod.collect(run)
 

@@ -26,6 +26,7 @@ from qgate.contract import ContractError, LoadedContract, load_contract
 from qgate.errors import cut
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
+from qgate.quality.record import check_quality_result
 from qgate.results import (
     ResultError,
     atomic_write_json,
@@ -33,14 +34,22 @@ from qgate.results import (
     atomic_write_with,
     current_schema,
     load_result,
+    read_result,
     utc_now,
 )
 from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
+from qgate.speed.record import check_speed_result
 from qgate_route_env import SwitchError, routes_on
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
 REPORT_FILES = ("verdict.json", "report.md", "speed.png")  # what write_report writes
+# Each kind's check of a result read from disk, before anything is computed from it (bad input: one
+# line naming the file and the key, exit 2).
+RECORD_CHECKS: dict[str, Callable[[dict[str, Any], str], None]] = {
+    "speed": check_speed_result,
+    "quality": check_quality_result,
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,17 @@ class Pair:
     candidate: dict[str, Any]
     control_path: str
     candidate_path: str
+    # The sha256 of the files read (the verdict records them: history append refuses a night whose
+    # results changed after its compare); None for pairs built in memory.
+    control_sha256: str | None = None
+    candidate_sha256: str | None = None
+
+
+def read_checked(path: Path, kind: str) -> tuple[dict[str, Any], str]:
+    """A result of `kind` read from disk (results.read_result) and checked (RECORD_CHECKS); its sha256."""
+    read = read_result(path, kind)
+    RECORD_CHECKS[kind](read.data, str(path))
+    return read.data, read.sha256
 
 
 def locate(path: str | Path, arm: str) -> dict[str, Path]:
@@ -87,14 +107,11 @@ def load_pairs(control_path: str | Path, candidate_path: str | Path) -> tuple[li
             )
     pairs = []
     for kind in (k for k in KINDS if k in ctrl and k in cand):
+        (control, control_sha), (candidate, candidate_sha) = (
+            read_checked(p[kind], kind) for p in (ctrl, cand)
+        )
         pairs.append(
-            Pair(
-                kind,
-                load_result(ctrl[kind], kind),
-                load_result(cand[kind], kind),
-                str(ctrl[kind]),
-                str(cand[kind]),
-            )
+            Pair(kind, control, candidate, str(ctrl[kind]), str(cand[kind]), control_sha, candidate_sha)
         )
     for pair in pairs:
         measured = pair.control.get("reps") or pair.control.get("items")
@@ -290,7 +307,7 @@ def build_verdict(
         "reasons": reasons,
         "gates": [g.to_dict() for g in gates],
         "contract": loaded.reference(),
-        "inputs": {p.kind: {"control": p.control_path, "candidate": p.candidate_path} for p in pairs},
+        "inputs": {p.kind: _inputs(p) for p in pairs},
         "kinds": [p.kind for p in pairs],
     }
     for kind, section in sections.items():
@@ -300,6 +317,14 @@ def build_verdict(
                 record[key] = body.pop(key)
         record[kind] = body
     return record
+
+
+def _inputs(pair: Pair) -> dict[str, Any]:
+    """Where a kind's results came from and (read from files) the sha256 of what was judged."""
+    out: dict[str, Any] = {"control": pair.control_path, "candidate": pair.candidate_path}
+    if pair.control_sha256 is not None and pair.candidate_sha256 is not None:
+        out.update(control_sha256=pair.control_sha256, candidate_sha256=pair.candidate_sha256)
+    return out
 
 
 class OutputExists(ResultError):

@@ -23,10 +23,12 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qgate.errors import QgateError
+from qgate.errors import QgateError, cut
 from qgate.gate import VERDICT_RANK
-from qgate.results import ResultError, load_result
+from qgate.quality.record import check_quality_result
+from qgate.results import ResultError, load_result, read_result
 from qgate.speed.figures import arm_figures
+from qgate.speed.record import check_speed_result
 
 ARMS = ("control", "candidate")
 KINDS = ("speed", "quality")
@@ -88,6 +90,7 @@ V2_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V3_COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
 _FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
+_CHECKS = {"speed": check_speed_result, "quality": check_quality_result}
 
 
 class HistoryError(QgateError):
@@ -176,15 +179,26 @@ def quality_figures(result: dict[str, Any]) -> dict[str, Any]:
 
 def _load_results(result_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """{kind: {arm: result}} for every DIR/<kind>/<arm>.json present."""
-    found: dict[str, dict[str, dict[str, Any]]] = {}
+    return {
+        kind: {arm: read[0] for arm, read in arms.items()} for kind, arms in _read_results(result_dir).items()
+    }
+
+
+def _read_results(result_dir: Path) -> dict[str, dict[str, tuple[dict[str, Any], str]]]:
+    """{kind: {arm: (result, sha256 of its file)}} for every DIR/<kind>/<arm>.json present, each checked
+    as compare checks it (qgate.speed.record, qgate.quality.record): a night is stored from what a
+    compare could have judged, never from a record it would refuse."""
+    found: dict[str, dict[str, tuple[dict[str, Any], str]]] = {}
     for kind in KINDS:
         for arm in ARMS:
             path = result_dir / kind / f"{arm}.json"
             if path.is_file():
                 try:
-                    found.setdefault(kind, {})[arm] = load_result(path, kind)
+                    read = read_result(path, kind)
+                    _CHECKS[kind](read.data, str(path))
                 except ResultError as exc:
                     raise HistoryError(str(exc)) from None
+                found.setdefault(kind, {})[arm] = (read.data, read.sha256)
     return found
 
 
@@ -202,7 +216,14 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
             raise HistoryError(
                 f"{path}: verdict = {record.get('verdict')!r}: expected PASS, FAIL, INCONCLUSIVE or ERROR"
             )
-        for kind in record.get("kinds") or []:
+        for key, want in (("kinds", list), ("reasons", list), ("contract", dict), ("figures", dict)):
+            if record.get(key) is not None and not isinstance(record[key], want):
+                raise HistoryError(f"{path}: {key} = {cut(repr(record[key]))}: expected a {want.__name__}")
+        kinds = record.get("kinds") or []
+        if not all(isinstance(k, str) for k in kinds):
+            raise HistoryError(f"{path}: kinds = {cut(repr(kinds))}: expected a list of result kinds")
+        inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+        for kind in kinds:
             if kind in out:
                 raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")
             out[kind] = {
@@ -211,8 +232,39 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
                 "contract_sha256": (record.get("contract") or {}).get("sha256"),
                 "min_decode_tok_s": (record.get("figures") or {}).get("min_decode_tok_s"),
                 "path": str(path),
+                "judged": _judged(inputs.get(kind), path, record["schema_version"]),
             }
     return out
+
+
+def _judged(inputs: Any, path: Path, version: int) -> dict[str, str] | None:
+    """{arm: sha256} of the result files a verdict judged (verdict schema 3); None for an older verdict,
+    which did not record them (read as it is: it cannot be checked)."""
+    if version < 3:
+        return None
+    shas = {arm: inputs.get(f"{arm}_sha256") for arm in ARMS} if isinstance(inputs, dict) else {}
+    if not all(isinstance(v, str) for v in shas.values()) or not shas:
+        raise HistoryError(
+            f"{path}: a verdict of schema {version} without the sha256 of the results it judged"
+        )
+    return shas
+
+
+def _check_unchanged(
+    read: dict[str, dict[str, tuple[dict[str, Any], str]]], verdicts: dict[str, dict[str, Any]]
+) -> None:
+    """A night's results must be the files its verdicts judged: a result edited after its compare (a rep
+    added, a figure changed) would be stored under a verdict it never had."""
+    for kind, v in verdicts.items():
+        if v["judged"] is None:
+            continue
+        for arm, (_, sha) in read.get(kind, {}).items():
+            if sha != v["judged"].get(arm):
+                raise HistoryError(
+                    f"{v['path']}: {kind}/{arm}.json changed after its compare (sha256 {sha[:12]}, the "
+                    f"verdict judged {str(v['judged'].get(arm))[:12]}): run `qgate compare` again; nothing "
+                    "was changed"
+                )
 
 
 def _night_of(results: dict[str, dict[str, dict[str, Any]]]) -> str:
@@ -320,11 +372,13 @@ def collect(
     where = Path(result_dir)
     if not where.is_dir():
         raise HistoryError(f"{where}: no such result directory")
-    results = _load_results(where)
+    read = _read_results(where)
+    results = {kind: {arm: r[0] for arm, r in arms.items()} for kind, arms in read.items()}
     if not results:
         raise HistoryError(f"{where}: holds no speed/<arm>.json or quality/<arm>.json")
     verdicts = load_verdicts(where)
     _check_verdict_contracts(results, verdicts)
+    _check_unchanged(read, verdicts)
     the_night = check_night(night) if night is not None else _night_of(results)
     the_commit = _commit_of(results, commit, where)
     worst = max((v["verdict"] for v in verdicts.values()), key=VERDICT_RANK.__getitem__, default=None)

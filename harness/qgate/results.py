@@ -2,6 +2,12 @@
 
 Format history of speed results (``kind: speed``):
   1 (2026-11-29): first version; reps carry engine timestamps and token ids.
+  2 (2026-12-04): `run_id` (one per result file: an arm of one run) in the header and in every rep, so
+                  a rep copied in from another run's file is told apart (qgate.speed.record).
+
+Reading: a result is read by `read_result` only (regular file, size cap, UTF-8, nesting cap, then
+JSON); what its records must hold is checked by the kind's own module (qgate.speed.record,
+qgate.quality.record) before any figure is computed from it.
 """
 
 from __future__ import annotations
@@ -10,8 +16,11 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,11 +33,13 @@ from qgate.errors import QgateError, cut
 # (`qgate bench ops` once wrote ops_bench 3 while loading knew {1, 2}). Bump a kind here, with a
 # line on what changed, when its shape changes.
 SCHEMAS: dict[str, tuple[int, ...]] = {
-    "speed": (1,),
+    "speed": (1, 2),  # 2: run_id in the header and every rep (a rep grafted from another run is refused)
     "quality": (1, 2),  # 2: repeated seeds (item records carry `seed`), per-item rates
     # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that
     # report/quality.py renders, no finished markdown; history reads only top-level fields of either
-    "verdict": (1, 2),
+    # 3: inputs.<kind> carries control_sha256 / candidate_sha256, the sha256 of the result files judged
+    # (history append refuses a night whose results changed after its compare)
+    "verdict": (1, 2, 3),
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
     # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
@@ -181,15 +192,111 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
-    """Load a result JSON and check its kind and schema_version."""
-    p = Path(path)
+# What a result file may be before it is parsed: qgate's biggest records (a quality run of the whole
+# test split under several seeds, every output and token id) stay far below the size; no record qgate
+# writes nests deeper than ~8 levels. Both bounds keep a hostile or broken file from exhausting memory
+# or the parser's recursion (a 200,000-deep list was a RecursionError traceback).
+MAX_RESULT_BYTES = 256 * 1024 * 1024
+MAX_RESULT_DEPTH = 64
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A result record as read from disk: its JSON object and the sha256 of the bytes it was read from
+    (what a verdict records of the files it judged)."""
+
+    data: dict[str, Any]
+    sha256: str
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a result file's bytes, read as read_result reads them (regular file, size cap)."""
+    return hashlib.sha256(_read_bytes(Path(path))).hexdigest()
+
+
+def _read_bytes(p: Path) -> bytes:
+    """The file's bytes, refused unless it is a regular file within MAX_RESULT_BYTES. A FIFO, a device
+    or a folder given as a result must not block the read (a FIFO hung `qgate compare` forever): the
+    type is checked before opening and again on the open descriptor (opened non-blocking, so a file
+    swapped for a FIFO in between cannot block either)."""
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise ResultError(f"{p}: no such result file") from None
+    except OSError as exc:
+        raise ResultError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+        if st.st_size > MAX_RESULT_BYTES:
+            raise ResultError(f"{p}: {st.st_size} bytes, more than a result can be ({MAX_RESULT_BYTES})")
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            total += len(chunk)
+            if total > MAX_RESULT_BYTES:  # grew while read
+                raise ResultError(f"{p}: more than {MAX_RESULT_BYTES} bytes, more than a result can be")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ResultError(f"{p}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _too_deep(raw: bytes) -> bool:
+    """Whether JSON text nests [ / { deeper than MAX_RESULT_DEPTH, strings skipped (a bracket inside a
+    string is text); stops at the first level too deep."""
+    depth = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub(b'""', raw)):
+        depth += 1 if m.group() in (b"[", b"{") else -1
+        if depth > MAX_RESULT_DEPTH:
+            return True
+    return False
+
+
+def parse_result_bytes(raw: bytes, where: str | Path) -> Any:
+    """JSON from a result file's bytes: UTF-8, nesting within MAX_RESULT_DEPTH; ResultError otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultError(
+            f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}): a result is UTF-8 JSON"
+        ) from None
+    if _too_deep(raw):
+        raise ResultError(f"{where}: JSON nested more than {MAX_RESULT_DEPTH} deep: not a result qgate wrote")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ResultError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ResultError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (RecursionError, ValueError) as exc:  # the depth scan should have caught it; one line anyway
+        raise ResultError(f"{where}: not valid JSON ({type(exc).__name__}: {cut(str(exc))})") from None
+
+
+def read_result(path: str | Path, kind: str | None = None) -> ReadResult:
+    """Read a result JSON safely (_read_bytes, parse_result_bytes) and check its kind and schema_version;
+    with the sha256 of the bytes read."""
+    p = Path(path)
+    raw = _read_bytes(p)
+    data = parse_result_bytes(raw, p)
     if not isinstance(data, dict):
         raise ResultError(f"{p}: expected a JSON object")
     got_kind = data.get("kind")
@@ -200,4 +307,9 @@ def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
         raise ResultError(
             f"{p}: schema_version = {cut(repr(version))} of kind {cut(repr(got_kind))} is not one qgate knows"
         )
-    return data
+    return ReadResult(data, hashlib.sha256(raw).hexdigest())
+
+
+def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:
+    """Load a result JSON (read_result) and check its kind and schema_version."""
+    return read_result(path, kind).data

@@ -96,6 +96,8 @@ def history_night(root: Path, night: str, control: dict[str, Any], candidate: di
         result = copy.deepcopy(result)
         for launch in result["launches"]:
             launch["started_at"] = f"{night}T01:30:00+00:00"
+        for i, rep in enumerate(result["reps"]):  # after their engine start, in index order
+            rep["started_at"] = f"{night}T01:31:{i:02d}+00:00"
         write_json(run / "speed" / f"{arm}.json", result)
     verdict = {
         "kind": "verdict", "schema_version": 2, "verdict": "INCONCLUSIVE", "reasons": [], "gates": [],

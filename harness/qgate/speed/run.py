@@ -7,6 +7,7 @@ without being asked to resume. Launches are interleaved by the spine (qgate.engi
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,9 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, 
     assert s is not None
     return {
         **result_header("speed", SPEED_SCHEMA_VERSION, loaded, plan, model),
+        # One per result file (this arm of this run; --resume keeps it): every rep carries it, so a rep
+        # copied in from another run's file is refused (qgate.speed.record).
+        "run_id": uuid.uuid4().hex,
         "prompt": {**s.prompt(), "sha256": None},
         "workload": s.workload(),
         "reps": [],
@@ -106,7 +110,10 @@ class SpeedWorkload:
                 raise EngineError(f"{plan.name}: prompt changed between launches ({event['sha256'][:12]})")
             result["prompt"]["sha256"] = event["sha256"]
         elif kind == "rep":
-            result["reps"].append(event["rep"])
+            rep = event["rep"]
+            if "run_id" in result:  # a result of schema 1 (resumed) records none
+                rep = {**rep, "run_id": result["run_id"]}
+            result["reps"].append(rep)
             result["reps"].sort(key=lambda r: r["index"])
             self.save(plan, result)
 

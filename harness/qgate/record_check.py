@@ -1,0 +1,161 @@
+"""The checks every arm result (speed, quality) passes before anything is computed from it.
+
+A result is evidence only while it is what a run wrote: a key of the wrong type, a non-finite timing
+or a header that is not a record (a control whose `contract` is null) is refused here as bad input
+(ResultError: exit 2, one line naming the file and the key), never read into a PASS, FAIL or
+INCONCLUSIVE. The kind's own checks (qgate.speed.record, qgate.quality.record) build on these.
+
+`Check` names the key of every problem with its dotted path (`reps[3].token_ids`), so the one line says
+where the file is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from qgate.errors import cut
+from qgate.results import ResultError, ids_sha256
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+MAX_TOKEN_ID = 2**31 - 1  # a vocabulary index; vLLM's token ids are int32
+
+
+class Check:
+    """Refuse a record's key in one line: `<file>: <key> = <value>: <why>`."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, key: str, value: Any, why: str) -> ResultError:
+        return ResultError(f"{self.where}: {key} = {cut(_show(value), 60)}: {why}")
+
+    def dict(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, value, "expected a mapping")
+        return value
+
+    def list(self, value: Any, key: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(key, value, "expected a list")
+        return value
+
+    def str(self, value: Any, key: str, empty: bool = False) -> str:
+        if not isinstance(value, str) or (not empty and not value):
+            raise self.fail(key, value, "expected a non-empty string" if not empty else "expected a string")
+        return value
+
+    def bool(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, value, "expected true or false")
+        return value
+
+    def int(self, value: Any, key: str, low: int = 0, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, value, "expected an integer")
+        if value < low or (high is not None and value > high):
+            span = f"{low} to {high}" if high is not None else f"at least {low}"
+            raise self.fail(key, value, f"expected an integer {span}")
+        return value
+
+    def num(self, value: Any, key: str, low: float, high: float, low_open: bool = False) -> float:
+        """A finite number in [low, high] ((low, high] with low_open): a timing a machine can measure."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(key, value, "expected a number")
+        if not math.isfinite(value):
+            raise self.fail(key, value, "expected a finite number")
+        if value < low or (low_open and value == low) or value > high:
+            left = "(" if low_open else "["
+            raise self.fail(key, value, f"outside {left}{low:g}, {high:g}]: not a physical measurement")
+        return float(value)
+
+    def sha(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not HEX64.fullmatch(value):
+            raise self.fail(key, value, "expected a sha256 (64 lowercase hex digits)")
+        return value
+
+    def time(self, value: Any, key: str) -> datetime:
+        """An ISO 8601 timestamp with its UTC offset (what results.utc_now writes)."""
+        if isinstance(value, str):
+            try:
+                stamp = datetime.fromisoformat(value)
+            except ValueError:
+                stamp = None
+            if stamp is not None and stamp.tzinfo is not None:
+                return stamp
+        raise self.fail(key, value, "expected an ISO 8601 time with its UTC offset")
+
+    def token_ids(
+        self, rec: dict[str, Any], key: str, ids_key: str, sha_key: str, count_key: str | None
+    ) -> None:
+        """A list of token ids (ints), its recorded sha256 and (count_key) its recorded length."""
+        ids = self.list(rec.get(ids_key), f"{key}.{ids_key}")
+        for i, tok in enumerate(ids):
+            if isinstance(tok, bool) or not isinstance(tok, int) or not 0 <= tok <= MAX_TOKEN_ID:
+                raise self.fail(f"{key}.{ids_key}[{i}]", tok, "expected a token id (an integer >= 0)")
+        sha = self.sha(rec.get(sha_key), f"{key}.{sha_key}")
+        if sha != ids_sha256(ids):
+            raise self.fail(f"{key}.{sha_key}", sha, f"not the sha256 of its {ids_key}")
+        if count_key is not None:
+            count = self.int(rec.get(count_key), f"{key}.{count_key}")
+            if count != len(ids):
+                raise self.fail(f"{key}.{count_key}", count, f"but {ids_key} holds {len(ids)} ids")
+
+
+def _show(value: Any) -> str:
+    """A value as the one line shows it (a long string or list cut by the caller)."""
+    if isinstance(value, (dict, list)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    return repr(value)
+
+
+def check_header(data: dict[str, Any], where: str, run_id: bool) -> Check:
+    """The keys every arm result starts with (engine.arms.result_header); run_id: the schema records
+    one (a non-empty string). Returns the Check for the kind's own checks."""
+    c = Check(where)
+    c.str(data.get("arm"), "arm")
+    contract = c.dict(data.get("contract"), "contract")
+    c.sha(contract.get("sha256"), "contract.sha256")
+    c.str(contract.get("name"), "contract.name")
+    if contract.get("path") is not None:
+        c.str(contract.get("path"), "contract.path")
+    env = c.dict(data.get("env"), "env")
+    for name, value in env.items():
+        c.str(value, f"env.{name}", empty=True)
+    c.dict(data.get("engine_args"), "engine_args")
+    c.dict(data.get("model"), "model")
+    if data.get("fingerprint") is not None:
+        c.dict(data["fingerprint"], "fingerprint")
+    c.dict(data.get("routes"), "routes")
+    c.bool(data.get("complete"), "complete")
+    for key, kind in (("inherited_env", dict), ("dropped_env", list), ("shims", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise c.fail(key, data[key], f"expected a {'mapping' if kind is dict else 'list'}")
+    if run_id:
+        c.str(data.get("run_id"), "run_id")
+    return c
+
+
+def check_launches(c: Check, data: dict[str, Any], complete: bool = True) -> dict[int, datetime]:
+    """The `launches` records (one per engine start: launch, segment, engine_start_s, started_at); the
+    first start of each launch. complete=False: a key a record lacks is not asked for (a hand-written
+    reference result), one it holds must be of its type."""
+    first: dict[int, datetime] = {}
+    segments: set[int] = set()
+    for i, rec in enumerate(c.list(data.get("launches"), "launches")):
+        key = f"launches[{i}]"
+        rec = c.dict(rec, key)
+        launch = c.int(rec.get("launch", 0), f"{key}.launch")
+        if complete or "segment" in rec:
+            segment = c.int(rec.get("segment"), f"{key}.segment")
+            if segment in segments:
+                raise c.fail(f"{key}.segment", segment, "appears twice: every engine start is one segment")
+            segments.add(segment)
+        if complete or "engine_start_s" in rec:
+            c.num(rec.get("engine_start_s"), f"{key}.engine_start_s", 0.0, 1e6)
+        if complete or "started_at" in rec:
+            stamp = c.time(rec.get("started_at"), f"{key}.started_at")
+            first[launch] = min(stamp, first.get(launch, stamp))
+    return first

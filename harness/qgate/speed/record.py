@@ -1,0 +1,125 @@
+"""A speed result checked against its schema and its own run before any figure is computed from it.
+
+`check_speed_result(data, where)` raises ResultError (one line naming the file and the key) for a
+record that cannot be what `qgate run speed` wrote; qgate.compare and qgate.night call it on every
+speed result they read. What is checked, beyond the header (qgate.record_check):
+
+- the workload's counts are positive integers; every engine start (`launches`) is a record;
+- every rep is a record of the right types: index and launch integers, each index once, the launch the
+  one its index belongs to (rep i of launch L has L * repetitions <= i < (L + 1) * repetitions, as
+  speed.run.missing_reps numbers them) and one the result records an engine start of;
+- `token_ids` a list of token ids whose sha256 is the recorded one and whose length is `output_tokens`,
+  which is the workload's (exactly, with ignore_eos);
+- timings finite and physical: decode tok/s in [1e-3, 1e6], TPOT in [1e-3, 1e6] ms and 1000 / decode
+  tok/s within 0.1 % (both are one measurement: speed.workload.rep_record), TTFT in [1e-3, 1e7] ms;
+- started_at not before the rep's engine start and in index order (reps of one arm run one after the
+  other: a rep copied into another launch, or in from another run, breaks the order);
+- schema 2: the rep's run_id is its file's (a rep grafted from another run's file is refused).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from qgate.record_check import Check, check_header, check_launches
+
+TPOT_TOLERANCE = (
+    1e-3  # relative: tpot_ms * decode_tok_s / 1000 - 1; a record rounded to 6 digits is far within
+)
+_TIMINGS = (  # key, low, high (inclusive), required
+    ("decode_tok_s", 1e-3, 1e6, True),
+    ("tpot_ms", 1e-3, 1e6, True),
+    ("ttft_ms", 1e-3, 1e7, True),
+    ("prefill_ms", 0.0, 1e7, False),
+    ("wall_s", 1e-6, 1e6, False),
+    ("engine_s", 1e-6, 1e6, False),
+    ("harness_overhead_s", -1e6, 1e6, False),
+    ("harness_overhead_pct", -1e9, 1e9, False),
+)
+
+
+def check_speed_result(data: dict[str, Any], where: str) -> None:
+    """Raise ResultError for a speed result that cannot be what a run wrote (see the module doc)."""
+    version = data.get("schema_version")
+    c = check_header(data, where, run_id=isinstance(version, int) and version >= 2)
+    prompt = c.dict(data.get("prompt"), "prompt")
+    workload = c.dict(data.get("workload"), "workload")
+    reps_per_launch = c.int(workload.get("repetitions"), "workload.repetitions", 1)
+    launches = c.int(workload.get("launches"), "workload.launches", 1)
+    output_tokens = c.int(workload.get("output_tokens"), "workload.output_tokens", 1)
+    c.int(workload.get("warmup", 0), "workload.warmup")
+    for key in ("greedy", "ignore_eos", "reset_prefix_cache"):
+        if key in workload:
+            c.bool(workload[key], f"workload.{key}")
+    starts = check_launches(c, data)
+    reps = c.list(data.get("reps"), "reps")
+    if reps:
+        c.sha(prompt.get("sha256"), "prompt.sha256")
+    seen: dict[int, int] = {}
+    figures: dict[tuple[Any, ...], int] = {}
+    timed: list[tuple[int, datetime, str]] = []
+    for pos, rep in enumerate(reps):
+        key = f"reps[{pos}]"
+        rep = c.dict(rep, key)
+        index = c.int(rep.get("index"), f"{key}.index")
+        if index in seen:
+            raise c.fail(
+                f"{key}.index", index, f"also the index of reps[{seen[index]}]: each rep is measured once"
+            )
+        seen[index] = pos
+        launch = c.int(rep.get("launch"), f"{key}.launch", 0, launches - 1)
+        if index // reps_per_launch != launch:
+            raise c.fail(
+                f"{key}.launch", launch, f"rep {index} belongs to launch {index // reps_per_launch} "
+                f"({reps_per_launch} reps a launch)",
+            )  # fmt: skip
+        if launch not in starts:
+            raise c.fail(f"{key}.launch", launch, "the result records no engine start of this launch")
+        if "run_id" in data and rep.get("run_id") != data["run_id"]:
+            raise c.fail(
+                f"{key}.run_id",
+                rep.get("run_id"),
+                f"not this file's run_id {data['run_id']!r}: a rep of another run",
+            )
+        _check_rep(c, rep, key, output_tokens, workload.get("ignore_eos") is True)
+        stamp = c.time(rep.get("started_at"), f"{key}.started_at")
+        if stamp < starts[launch]:
+            raise c.fail(f"{key}.started_at", rep["started_at"], f"before launch {launch}'s engine start")
+        timed.append((index, stamp, key))
+        body = (rep.get("decode_tok_s"), rep.get("ttft_ms"), rep.get("wall_s"), rep.get("started_at"))
+        if body in figures:
+            raise c.fail(key, rep, f"a copy of reps[{figures[body]}] (every figure the same)")
+        figures[body] = pos
+    timed.sort(key=lambda x: x[0])
+    for (_, before, _), (index, stamp, key) in zip(timed, timed[1:], strict=False):
+        if stamp < before:
+            raise c.fail(
+                f"{key}.started_at",
+                stamp.isoformat(),
+                f"earlier than the rep before rep {index}: reps run in index order",
+            )
+
+
+def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, ignore_eos: bool) -> None:
+    for name, low, high, required in _TIMINGS:
+        if required or name in rep:
+            c.num(rep.get(name), f"{key}.{name}", low, high)
+    tok, tpot = float(rep["decode_tok_s"]), float(rep["tpot_ms"])
+    if abs(tok * tpot / 1000.0 - 1.0) > TPOT_TOLERANCE:
+        raise c.fail(
+            f"{key}.tpot_ms",
+            tpot,
+            f"not 1000 / decode_tok_s ({1000.0 / tok:.6g}): one measurement gives both",
+        )
+    c.token_ids(rep, key, "token_ids", "token_ids_sha256", "output_tokens")
+    n = int(rep["output_tokens"])
+    if n < 2 or (n != output_tokens if ignore_eos else n > output_tokens):
+        want = (
+            f"{output_tokens} (workload.output_tokens, ignore_eos)" if ignore_eos else f"2 to {output_tokens}"
+        )
+        raise c.fail(f"{key}.output_tokens", n, f"expected {want}")
+    if rep.get("prefix_cache_reset") is not None:
+        c.bool(rep["prefix_cache_reset"], f"{key}.prefix_cache_reset")
+    if rep.get("finish_reason") is not None:
+        c.str(rep["finish_reason"], f"{key}.finish_reason")
