@@ -96,7 +96,8 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _artifacts(tmp_path: Path, contract: Path) -> tuple[Path, Path]:  # noqa: F811
-    """Three judged entries (one failing on quality), one whose compare did not run, one never run."""
+    """Three judged entries (one failing on quality), one whose compare did not run, one never run, one
+    killed mid-run (the control's result alone, incomplete), one whose quality run never started."""
     art = tmp_path / "artifacts"
     # bf16 0.85: its candidate mean (~51 tok/s over two launches) shown below the floor of 55: FAIL.
     plan = {"fp16": (1.0, 1), "bf16": (0.85, 1), "wide": (1.02, 5)}
@@ -106,10 +107,21 @@ def _artifacts(tmp_path: Path, contract: Path) -> tuple[Path, Path]:  # noqa: F8
     unjudged, _ = make_night(tmp_path / "runs" / "nojudge", contract, "2026-12-01", "7" * 40, misses=1)
     (unjudged / "compare-quality" / "verdict.json").unlink()
     shutil.copytree(unjudged, art / f"{ARTIFACT_PREFIX}nojudge")
+    killed, _ = make_night(tmp_path / "runs" / "killed", contract, "2026-12-01", "8" * 40)
+    shutil.rmtree(killed / "compare-speed")
+    (killed / "speed" / "candidate.json").unlink()
+    control = json.loads((killed / "speed" / "control.json").read_text())
+    control["complete"], control["reps"] = False, control["reps"][:3]  # killed after its third rep
+    (killed / "speed" / "control.json").write_text(json.dumps(control))
+    shutil.copytree(killed, art / f"{ARTIFACT_PREFIX}killed")
+    half, _ = make_night(tmp_path / "runs" / "half", contract, "2026-12-01", "6" * 40)  # speed only
+    shutil.copytree(half, art / f"{ARTIFACT_PREFIX}half")
     labels = ["self-hosted", "cpu"]
-    entries = [
-        {"name": n, "runs-on": [*labels, n], "speed_contract": SPEED} for n in [*plan, "nojudge", "lost"]
-    ]
+    names = [*plan, "nojudge", "lost", "killed"]
+    entries = [{"name": n, "runs-on": [*labels, n], "speed_contract": SPEED} for n in names]
+    entries.append(
+        {"name": "half", "runs-on": [*labels, "half"], "speed_contract": SPEED, "quality_contract": QUALITY}
+    )
     return art, fleet_file(tmp_path, entries)
 
 
@@ -138,31 +150,74 @@ def test_gather_appends_every_entry_and_writes_one_report(
         "1" * 40,
     ]
     res = runner.invoke(app, args[:-2])
-    assert res.exit_code == 0, res.output
-    lines = dict(line.split(": ", 1) for line in res.output.strip().splitlines())
+    # Four entries did not finish: the night is an error (exit 3), said on stderr in one line.
+    assert res.exit_code == 3, res.output
+    assert res.stderr.strip() == "qgate: error: 4 of 7 entries did not finish: nojudge, lost, killed, half"
+    lines = dict(line.split(": ", 1) for line in res.stdout.strip().splitlines())
     assert [lines[n].split(":")[0] for n in ("fp16", "bf16", "wide")] == ["appended"] * 3
     assert lines["nojudge"].startswith("not judged") and lines["lost"].startswith("not run")
-    for name in ("fp16", "bf16", "wide"):
+    killed = "not judged: no verdict for speed results: the entry's compare did not run (killed mid-run?)"
+    assert lines["killed"] == killed
+    assert lines["half"].startswith("incomplete: appended: night 2026-12-01 -> ")
+    assert lines["half"].endswith("; no quality verdict: the entry's quality run did not finish")
+    for name in ("fp16", "bf16", "wide", "half"):  # what finished is recorded, half's speed night too
         rows = history.read_rows(store, entry=name)
         assert [r["night"] for r in rows] == ["2026-12-01"] * 2
         assert (out / name / "history.md").is_file()
     assert {r["verdict"] for r in history.read_rows(store, entry="wide")} == {"FAIL"}
     text = (out / "fleet.md").read_text()
-    assert text.startswith("# qgate fleet night 2026-12-01\n")
+    # The report's first lines name what the night lost, before the table.
+    assert text.startswith(
+        "# qgate fleet night 2026-12-01\n\n**ERROR: 4 of 7 entries did not finish:**\n"
+        "- nojudge: not judged: no verdict for quality results: the entry's compare did not run "
+        "(killed mid-run?)\n- lost: not run: no qgate-entry-lost artifact: the entry's job did not upload "
+        "its run folder\n- killed: not judged: no verdict for speed results"
+    ), text
     assert "| wide | self-hosted, cpu, wide | FAIL | PASS | FAIL | [appended](wide/history.md) |" in text
-    assert "| lost | self-hosted, cpu, lost | none | - | - | not run: no qgate-entry-lost artifact |" in text
-    assert "3 of 5 entries recorded." in text
+    assert "| lost | self-hosted, cpu, lost | none | - | - | not run: no qgate-entry-lost artifact" in text
+    assert "| half | self-hosted, cpu, half | PASS | PASS | - | [incomplete](half/history.md) |" in text
+    assert "4 of 7 entries recorded." in text
     suites = ET.parse(out / "junit.xml").getroot()
     names = [s.get("name") for s in suites]
     assert sum(n.startswith("fp16 ") for n in names) == 2 and not any(n.startswith("lost") for n in names)
     assert int(suites.get("failures")) >= 1  # wide's quality gate
+    # One test case per entry, first: each entry that did not finish an <error> saying why.
+    entries = suites.find("testsuite[@name='qgate fleet entries']")
+    assert names[0] == "qgate fleet entries" and (entries.get("tests"), entries.get("errors")) == ("7", "4")
+    errors = {c.get("name"): c.find("error") for c in entries.findall("testcase")}
+    assert [n for n, e in errors.items() if e is not None] == [
+        f"{n} finished" for n in ("nojudge", "lost", "killed", "half")
+    ]
+    assert errors["killed finished"].get("message").startswith("no verdict for speed results")
+    assert (
+        errors["half finished"].get("message") == "no quality verdict: the entry's quality run did not finish"
+    )
+    assert int(suites.get("errors")) >= 4
     bench = json.loads((out / "benchmark.json").read_text())
     assert {"fp16/golden-speed/control", "wide/golden-speed/candidate"} <= set(bench)
     # Again (a retried job): every night already recorded; a different commit is refused, exit 2.
     res = runner.invoke(app, args[:-2])
-    assert res.exit_code == 0 and res.output.count("already recorded") == 3
+    assert res.exit_code == 3 and res.stdout.count("already recorded") == 4
     res = runner.invoke(app, [*args[:-1], "2" * 40])
     assert res.exit_code == 2 and "refused" in res.output and "Traceback" not in res.output
+
+
+def test_a_night_that_lost_nothing_exits_0_with_a_clean_junit(
+    tmp_path: Path,
+    contract: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run, _ = make_night(tmp_path / "runs" / "a", contract, "2026-12-01", "1" * 40, misses=1)
+    shutil.copytree(run, tmp_path / "art" / f"{ARTIFACT_PREFIX}a")
+    fleet = fleet_file(tmp_path, [entry("a", quality_contract=QUALITY)])
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "report"
+    args = ["fleet", "gather", str(fleet), str(tmp_path / "art"), "--out", str(out)]
+    res = runner.invoke(app, [*args, "--store", str(tmp_path / "h.sqlite")])
+    assert res.exit_code == 0 and res.stderr == "", res.output
+    suites = ET.parse(out / "junit.xml").getroot()
+    assert suites.get("errors") == "0" and suites[0].get("tests") == "1"
+    assert (out / "fleet.md").read_text().startswith("# qgate fleet night 2026-12-01\n\n| entry |")
 
 
 def _record(gates: list[tuple[str, bool, str]], verdict: str, reasons: list[str]) -> dict:

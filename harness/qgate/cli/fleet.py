@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_USAGE, OutOpt, exit_with, user_errors
+from qgate.cli._options import EXIT_ERROR, EXIT_USAGE, OutOpt, exit_with, user_errors
 
 app = typer.Typer(help="The nightly as a matrix over GPU runners: check the list, gather the night.")
 FleetArg = Annotated[
@@ -68,9 +68,10 @@ def gather_cmd(
     commit: Annotated[str | None, typer.Option("--commit", help="commit SHA (default: the results')")] = None,
 ) -> None:
     """Append every entry's night to its history in the store; write OUT/fleet.md, junit.xml,
-    benchmark.json and each entry's trend. Exit 2 when the store refused a judged night."""
+    benchmark.json and each entry's trend. Exit 2 when the store refused a judged night, else 3 when an
+    entry did not finish (no artifact, killed mid-run, a kind without a verdict)."""
     from qgate.fleet import load_fleet
-    from qgate.fleet_gather import gather, store_failed
+    from qgate.fleet_gather import gather, lost, store_failed
 
     with user_errors():
         outcomes = gather(load_fleet(fleet), artifacts, store, out, night=night, commit=commit)
@@ -79,3 +80,9 @@ def gather_cmd(
     typer.echo(f"report: {out / 'fleet.md'}")
     if store_failed(outcomes):
         exit_with(EXIT_USAGE)
+    missing = lost(outcomes)
+    if missing:
+        names = ", ".join(o.name for o in missing)
+        said = f"{len(missing)} of {len(outcomes)} entries did not finish: {names}"
+        typer.echo(f"qgate: error: {said}", err=True)
+        exit_with(EXIT_ERROR)

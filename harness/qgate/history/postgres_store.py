@@ -151,7 +151,8 @@ class PostgresStore:
     def _create(self, cur: Any) -> None:
         for stmt in _schema_sql():
             cur.execute(stmt)
-        cur.executemany("INSERT INTO qgate_history (key, value) VALUES (%s, %s)", schema.new_meta())
+        for key, value in schema.new_meta():  # one statement each: no pipeline (append, below)
+            cur.execute("INSERT INTO qgate_history (key, value) VALUES (%s, %s)", (key, value))
 
     @staticmethod
     def _upgrade(cur: Any, missing: tuple[str, ...]) -> None:
@@ -184,10 +185,15 @@ class PostgresStore:
                         self._create(cur)
                     else:
                         self._upgrade(cur, self._validate(cur, tables))
-                    marks = ", ".join("%s" for _ in COLUMN_NAMES)
-                    cur.executemany(
-                        f"INSERT INTO nights ({', '.join(COLUMN_NAMES)}) VALUES ({marks})",
-                        [tuple(row[k] for k in COLUMN_NAMES) for row in rows],
+                    # One statement for the night's rows, not executemany: psycopg runs executemany
+                    # in libpq's pipeline mode, and a racer refused there (the night another append
+                    # recorded: "already recorded", exit 0) could log "error ignored terminating
+                    # <psycopg.Pipeline ...>: pipeline aborted" on stderr while leaving the pipeline.
+                    marks = "(" + ", ".join("%s" for _ in COLUMN_NAMES) + ")"
+                    cur.execute(
+                        f"INSERT INTO nights ({', '.join(COLUMN_NAMES)}) VALUES "
+                        + ", ".join(marks for _ in rows),
+                        [row[k] for row in rows for k in COLUMN_NAMES],
                     )
                 return "appended"
             except psycopg.errors.IntegrityError as exc:

@@ -3,7 +3,9 @@
 One <testsuite> per verdict (named for its contract and kinds), one <testcase> per gate: a gate that
 passed is a passing case; a failed gate of severity "fail" a <failure>, of severity "error" an
 <error>, of severity "inconclusive" <skipped> with the verdict's advice (its reasons: what to measure
-next). The suite's properties carry the verdict. Pure: records in, text out.
+next). The suite's properties carry the verdict. A fleet night (qgate.fleet_gather) adds, first, a
+suite "qgate fleet entries" of one test case per entry: an entry that did not finish is an <error> saying
+why, so a night that lost entries is never a clean run to CI. Pure: records in, text out.
 """
 
 from __future__ import annotations
@@ -53,9 +55,32 @@ def _suite(record: dict[str, Any], name: str) -> ET.Element:
     return suite
 
 
-def render(records: Iterable[tuple[str, dict[str, Any]]]) -> str:
-    """JUnit XML of (suite name, verdict record) pairs: one <testsuites> document."""
+ENTRIES_SUITE = "qgate fleet entries"
+
+
+def _entries_suite(entries: list[tuple[str, str | None, str]]) -> ET.Element:
+    """One test case per fleet entry (name, why it was lost or None, what happened): lost is an <error>."""
+    lost = [e for e in entries if e[1] is not None]
+    suite = ET.Element(
+        "testsuite", name=ENTRIES_SUITE, tests=str(len(entries)), failures="0", errors=str(len(lost)),
+        skipped="0",
+    )  # fmt: skip
+    for name, why, what in entries:
+        case = ET.SubElement(suite, "testcase", classname=ENTRIES_SUITE, name=f"{name} finished")
+        if why is not None:
+            node = ET.SubElement(case, "error", message=why, type="qgate.lost")
+            node.text = f"fleet entry {name}: {what}"
+    return suite
+
+
+def render(
+    records: Iterable[tuple[str, dict[str, Any]]], entries: list[tuple[str, str | None, str]] | None = None
+) -> str:
+    """JUnit XML of (suite name, verdict record) pairs: one <testsuites> document. entries: a fleet
+    night's (entry name, why it was lost or None, what happened to it), one test case each, first."""
     root = ET.Element("testsuites", name="qgate")
+    if entries is not None:
+        root.append(_entries_suite(entries))
     for name, record in records:
         root.append(_suite(record, name))
     for attr in ("tests", "failures", "errors", "skipped"):
