@@ -55,6 +55,20 @@ def test_the_demo_screen_runs_the_faulty_candidates_code_and_fails_it(
     assert all(why in r for r in gate.reasons) and len(gate.reasons) == 2, gate.reasons  # both shapes
 
 
+def test_a_route_that_copies_into_its_input_is_named(small_demo: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load(small_demo.read_text())
+    doc["ops"]["shapes"]["fp16_gemv"] = [{"n": 128, "k": 128}, {"n": 64, "k": 128}]  # square and not
+    path = tmp_path / "square.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    plan = demo.make_plan(path, tmp_path / "out", faulty="inplace")
+    plan.out.mkdir()
+    gate = demo.run_screen_gate(plan)
+    assert gate.verdict == "FAIL" and len(gate.reasons) == 1, gate.reasons  # the square shape only
+    (why,) = gate.reasons
+    assert why.startswith("fp16_gemv 128x128: ") and "wrote to its inputs (argument 1)" in why
+    assert "an output shares memory with an input (argument 1)" in why
+
+
 def test_the_real_routes_screen_passes_with_nothing_unseen(small_demo: Path, tmp_path: Path) -> None:
     plan = demo.make_plan(small_demo, tmp_path / "out")
     plan.out.mkdir()

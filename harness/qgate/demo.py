@@ -73,6 +73,11 @@ FAULTY_KINDS: dict[str, FaultyKind] = {
         "the truncated GEMV (the last 1/16 of K skipped)",
         (SCREEN,),
     ),
+    "inplace": FaultyKind(
+        "copy_routes:inplace_gemv",
+        "the in-place GEMV (where N == K the result is written over its input x, and x returned)",
+        (SCREEN,),
+    ),
 }
 DEFAULT_FAULTY = "sign"
 FAULTY_IMPL = FAULTY_KINDS[DEFAULT_FAULTY].impl

@@ -145,10 +145,17 @@ def screen_case(
     of the arm's override that runs instead of the route's kernel (no fallback probe then)."""
     before = qgate_kernels.fallback_counts()
     bitwise, max_abs, max_ulp, judged_ulp, deterministic = 0, 0.0, 0.0, 0.0, True
+    wrote, aliased = set(), set()
     tally = bound.Tally()
     for trial in range(trials):
         args = case.make(gen, dev)
-        outs, refs = case.kernel(*args), case.reference(*args)
+        pristine = _copies(args) if case.route in _FUNCTIONAL else None
+        outs = case.kernel(*args)
+        if pristine is not None:  # the reference sees the inputs as they were given
+            wrote |= _written(args, pristine)
+            aliased |= _aliased(outs, args)
+            args = pristine
+        refs = case.reference(*args)
         bitwise += bitwise_equal(outs, refs)
         max_abs = max(max_abs, _max_abs_diff(outs, refs))
         ulps = [ulp_distance(o, r) for o, r in zip(outs, refs, strict=True)]
@@ -185,6 +192,12 @@ def screen_case(
         failures.append(f"bitwise equal {bitwise}/{trials} < {tolerance['min_bitwise_fraction']:.0%}")
     if not deterministic:
         failures.append("two calls on the same inputs differ")
+    if wrote:
+        failures.append(f"wrote to its inputs (argument {', '.join(map(str, sorted(wrote)))})")
+    if aliased:
+        failures.append(
+            f"an output shares memory with an input (argument {', '.join(map(str, sorted(aliased)))})"
+        )
     if graph_ok is False:
         failures.append("CUDA-graph replay differs from eager")
     if not (probe_equal and probe_counted):
@@ -209,6 +222,34 @@ def screen_case(
         "tolerance": tolerance,
         "passed": not failures,
         "failures": failures,
+    }
+
+
+# The routes whose ops take no output argument (ops_def.cpp: no Tensor(a!)): the screen checks that they
+# leave their inputs as given and return fresh memory (a kernel that copies or overwrites an input).
+_FUNCTIONAL = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC)
+
+
+def _copies(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+
+
+def _written(args: tuple[Any, ...], pristine: tuple[Any, ...]) -> set[int]:
+    """The positions of the tensor arguments whose bits a call changed."""
+    return {
+        i
+        for i, (a, p) in enumerate(zip(args, pristine, strict=True))
+        if isinstance(a, Tensor) and not torch.equal(_bits(a), _bits(p))
+    }
+
+
+def _aliased(outs: tuple[Tensor, ...], args: tuple[Any, ...]) -> set[int]:
+    """The positions of the tensor arguments whose storage an output shares."""
+    held = {o.untyped_storage().data_ptr() for o in outs if isinstance(o, Tensor) and o.numel()}
+    return {
+        i
+        for i, a in enumerate(args)
+        if isinstance(a, Tensor) and a.numel() and a.untyped_storage().data_ptr() in held
     }
 
 
