@@ -458,3 +458,94 @@ def test_history_appends_the_judged_night_and_refuses_a_verdict_not_utf8(
     verdict.write_bytes(good)
     res = invoke(history_app, "append", run, "--store", store)
     assert res.exit_code == 0 and res.output.startswith("appended: night 2026-12-01"), res.output
+
+
+# ---- quality results: the same treatment where it applies -------------------------------------------
+
+
+def _quality_result(arm: str) -> dict[str, Any]:
+    """A quality result shaped as `qgate run quality` writes one (two seeds of four items)."""
+    from qgate.quality.scoring import score_output
+
+    items = []
+    for seed in (0, 1):
+        for index in range(8, 12):
+            ids, prompt = [5 + index, 7, 9, 2], [1, 2, 3, index]
+            text = f"<think>\nSo {index}.\n</think>\n\n#### {index}"
+            items.append({
+                "index": index, "seed": seed, "gold": str(index), "prompt_token_ids": prompt,
+                "prompt_sha256": ids_sha256(prompt), "output": text, "token_ids": ids,
+                "token_ids_sha256": ids_sha256(ids), "output_tokens": len(ids), "finish_reason": "stop",
+                "first_token_ts": 100.0, "last_token_ts": 100.03, "decode_s": 0.03, "decode_tok_s": 100.0,
+                "prefix_cache_reset": True,
+                **score_output(text, ids, "stop", str(index), ["hash"]),
+            })  # fmt: skip
+    return {
+        "kind": "quality", "schema_version": 2, "arm": arm,
+        "contract": {"name": "q", "version": 1, "sha256": "0" * 64, "path": "q.yaml"},
+        "env": {}, "engine_args": {}, "model": {"spec": "tiny"}, "fingerprint": {"git_sha": "abc"},
+        "launches": [{"segment": 0, "engine_start_s": 20.0, "started_at": "2026-12-01T02:00:00+00:00"}],
+        "routes": {}, "dropped_env": [], "inherited_env": None, "complete": True, "seeds": [0, 1],
+        "items": items,
+    }  # fmt: skip
+
+
+QUALITY_CORRUPTIONS: dict[str, Edit] = {
+    "contract null": _set("contract", None),
+    "contract a string": _set("contract", "q.yaml"),
+    "items null": _set("items", None),
+    "launches null": _set("launches", None),
+    "complete a string": _set("complete", "true"),
+    "seeds holding a string": _set("seeds", [0, "1"]),
+    "item null": lambda r, rng: r["items"].__setitem__(rng.randrange(len(r["items"])), None),
+    "item index a string": lambda r, rng: rng.choice(r["items"]).__setitem__("index", "9"),
+    "item seed a float": lambda r, rng: rng.choice(r["items"]).__setitem__("seed", 0.5),
+    "item twice": lambda r, rng: r["items"].__setitem__(1, dict(r["items"][0])),
+    "raw_correct a string": lambda r, rng: rng.choice(r["items"]).__setitem__("raw_correct", "yes"),
+    "output_tokens negative": lambda r, rng: rng.choice(r["items"]).__setitem__("output_tokens", -4),
+    "token_ids a string": lambda r, rng: rng.choice(r["items"]).__setitem__("token_ids", "13,7,9,2"),
+    "token_ids cut, sha256 matching": lambda r, rng: rng.choice(r["items"]).update(
+        token_ids=[13], token_ids_sha256=ids_sha256([13])
+    ),
+    "prompt ids changed, old sha256": lambda r, rng: rng.choice(r["items"]).__setitem__(
+        "prompt_token_ids", [1, 2, 3]
+    ),
+    "decode_tok_s NaN": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_tok_s", float("nan")),
+    "decode_tok_s 1e-308": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_tok_s", 1e-308),
+    "decode_s a string": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_s", "fast"),
+}
+
+
+def test_corrupted_quality_results_are_refused_in_one_line(tmp_path: Path, contract: Path) -> None:
+    from qgate.quality.record import check_quality_result
+
+    rng = random.Random(SEED)
+    check_quality_result(_quality_result("control"), "intact")  # the intact record passes
+    good = _write(tmp_path / "candidate.json", _quality_result("candidate"))
+    for n, (name, edit) in enumerate(QUALITY_CORRUPTIONS.items()):
+        result = _quality_result("control")
+        edit(result, rng)
+        bad = _write(tmp_path / f"q{n}" / "control.json", result)
+        res = invoke(compare_app, bad, good, "--contract", contract, "--out", tmp_path / f"q{n}" / "out")
+        assert_refused(res, tmp_path / f"q{n}" / "out", f"quality: {name}", bad)
+        assert res.exit_code == 2, f"quality: {name}: {res.output}"
+    raw = json.dumps(_quality_result("control")).encode()
+    for n, data in enumerate((raw.replace(b'"tiny"', b'"t\xffny"'), b"{" * 100_000)):
+        bad = _write(tmp_path / f"qraw{n}" / "control.json", data)
+        res = invoke(compare_app, bad, good, "--contract", contract, "--out", tmp_path / f"qraw{n}" / "out")
+        assert_refused(res, tmp_path / f"qraw{n}" / "out", f"quality bytes {n}", bad)
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder"])
+def test_history_refuses_a_result_that_is_not_a_regular_file(
+    tmp_path: Path, contract: Path, what: str
+) -> None:
+    """A night folder whose result is a FIFO or a folder: refused in one line (a FIFO must not block, and
+    the arm must not be left out of the night as if it had not run)."""
+    run, store = _judged_night(tmp_path, contract)
+    path = run / "speed" / "candidate.json"
+    path.unlink()
+    os.mkfifo(path) if what == "fifo" else path.mkdir()
+    res = invoke(history_app, "append", run, "--store", store)
+    assert res.exit_code == 2 and "not a regular file" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and not store.exists(), res.output

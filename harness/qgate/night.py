@@ -192,7 +192,7 @@ def _read_results(result_dir: Path) -> dict[str, dict[str, tuple[dict[str, Any],
     for kind in KINDS:
         for arm in ARMS:
             path = result_dir / kind / f"{arm}.json"
-            if path.is_file():
+            if path.exists() or path.is_symlink():  # read_result refuses what is not a regular file
                 try:
                     read = read_result(path, kind)
                     _CHECKS[kind](read.data, str(path))
@@ -206,7 +206,7 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
     """{kind: {verdict, reasons, contract_sha256, path}} from RESULT_DIR/verdict.json and */verdict.json."""
     out: dict[str, dict[str, Any]] = {}
     for path in [result_dir / "verdict.json", *sorted(result_dir.glob("*/verdict.json"))]:
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):  # a FIFO or folder named verdict.json: refused
             continue
         try:
             record = load_result(path, "verdict")
