@@ -264,3 +264,21 @@ def test_shipped_contract_hashes_are_unchanged_by_the_override_model() -> None:
     """The override model dumps only the keys an arm sets: the sha256 every recorded result carries."""
     assert load_contract(CONTRACTS / "smoke-cpu.yaml").sha256.startswith("7c254218bcb4")
     assert load_contract(CONTRACTS / "quality-cpu.yaml").sha256.startswith("6d525818f52c")
+
+
+def test_gpu_engine_options_pass_to_vllm_and_additional_config_is_checked(tmp_path: Path) -> None:
+    """Issue 46: a contract chooses the GDN prefill backend (vLLM 0.32's EngineArg) or sets vLLM's free-form
+    `additional_config`: the keys vLLM itself reads are checked, the others pass to vLLM as written."""
+    path = tmp_path / "c.yaml"
+    extra = "  gdn_prefill_backend: triton\n  additional_config: {my_platform_plugin: {level: 2}}\n"
+    path.write_text(_sub(SMOKE, "engine:\n", "engine:\n" + extra))
+    kwargs = load_contract(path).contract.engine_for("candidate")
+    assert kwargs["gdn_prefill_backend"] == "triton"
+    assert kwargs["additional_config"] == {"my_platform_plugin": {"level": 2}}
+    bad = "  additional_config: {gdn_prefill_backend: fi}\n"
+    line = _validate(tmp_path, _sub(SMOKE, "engine:\n", "engine:\n" + bad))
+    assert "additional_config.gdn_prefill_backend = 'fi': expected one of auto, flashinfer, triton" in line
+    both = "  gdn_prefill_backend: triton\n  additional_config: {gdn_prefill_backend: flashinfer}\n"
+    assert "differ: set one" in _validate(tmp_path, _sub(SMOKE, "engine:\n", "engine:\n" + both))
+    line = _validate(tmp_path, _sub(SMOKE, "engine:\n", "engine:\n  gdn_prefill_backend: flashinfer2\n"))
+    assert "engine.gdn_prefill_backend" in line

@@ -166,6 +166,7 @@ def test_collect_merges_processes(tmp_path: Path) -> None:
         "fp16_gemv": {"hits": 5, "fallbacks": {"batch_not_1": 1, "dtype": 2}, "roles": {"qkv_proj": 5}}
     }
     front = {"fp16_gemv": {"hits": 0, "fallbacks": {}, "roles": {}, "sites": {}}}
+    worker2["fp16_gemv"]["captures"] = {"qkv_proj": 1}  # a worker under CUDA graphs (schema 2)
     _write(tmp_path / "VllmWorker-0-11.json", ["fp16_gemv"], worker)
     _write(tmp_path / "VllmWorker-1-12.json", ["fp16_gemv"], worker2)
     _write(tmp_path / "MainProcess-10.json", ["fp16_gemv"], front)
@@ -175,15 +176,16 @@ def test_collect_merges_processes(tmp_path: Path) -> None:
         "hits": 15,
         "fallbacks": {"batch_not_1": 5, "dtype": 2},
         "roles": {"qkv_proj": 11, "lm_head": 4},
+        "captures": {"qkv_proj": 1},
     }
     assert set(merged) == set(routes.ROUTES)
-    assert merged["qsa_topk"] == {"hits": 0, "fallbacks": {}, "roles": {}}
+    assert merged["qsa_topk"] == {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {}}
 
 
 def test_collect_of_no_files_is_all_zero(tmp_path: Path) -> None:
     for folder in (tmp_path, tmp_path / "missing"):
         merged = routes.collect(folder)
-        assert all(v == {"hits": 0, "fallbacks": {}, "roles": {}} for v in merged.values())
+        assert all(v == {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {}} for v in merged.values())
 
 
 def test_collect_refuses_an_unreadable_file(tmp_path: Path) -> None:
@@ -256,8 +258,21 @@ def test_route_summary_rows_are_data() -> None:
         "fallbacks": 2,
         "roles": {"qkv_proj": 9},
         "fallback_reasons": {"batch_not_1": 2},
+        "captures": 0,
+        "captures_by_role": {},
     }
     assert rows[1]["switched_on"] is False and rows[1]["roles"] == {}
+
+
+def test_captured_calls_are_reported_beside_the_executions() -> None:
+    # Under CUDA graphs the plugin writes executions (captured calls x replays) and the captures.
+    graphed = {"hits": 120, "fallbacks": {}, "roles": {"qkv_proj": 120}, "captures": {"qkv_proj": 2}}
+    row = routes.route_summary(_result({GEMV: "1"}, fp16_gemv=graphed))[0]
+    assert row["hits"] == 120 and row["captures"] == 2 and row["captures_by_role"] == {"qkv_proj": 2}
+    never = {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {"qkv_proj": 2}}
+    gate = routes.ran_gates(_result({GEMV: "1"}, fp16_gemv=never))[0]
+    assert not gate.passed and "2 calls were captured into CUDA graphs" in gate.detail
+    assert "no replay ran them" in gate.detail
 
 
 def test_route_rows_render_in_the_report() -> None:
@@ -297,6 +312,24 @@ def test_collect_shims_sums_calls_and_never_touches_the_routes(tmp_path: Path) -
     (tmp_path / "MainProcess-1.json").write_text(json.dumps(record("MainProcess", 0)))
     (tmp_path / "VllmWorker-0-2.json").write_text(json.dumps(record("VllmWorker-0", 29)))
     assert routes.collect_shims(tmp_path) == {"qwen4exp_fp16_cpu": {"applied": "fp16 GDN core", "calls": 29}}
-    assert all(v == {"hits": 0, "fallbacks": {}, "roles": {}} for v in routes.collect(tmp_path).values())
+    zero = {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {}}
+    assert all(v == zero for v in routes.collect(tmp_path).values())
     merged = routes.merge_shims(routes.collect_shims(tmp_path), routes.collect_shims(tmp_path))
     assert merged["qwen4exp_fp16_cpu"]["calls"] == 58
+
+
+def test_the_verdict_report_shows_captured_calls_only_for_graphed_runs() -> None:
+    from qgate.report import markdown
+
+    def record(cand: dict) -> dict:
+        arms = {
+            "control": {"routes": {"fp16_gemv": {"hits": 0, "fallbacks": {}, "roles": {}}}},
+            "candidate": {"routes": {"fp16_gemv": cand}, "switched_routes": ["fp16_gemv"]},
+        }
+        return {"speed": {"arms": arms}}
+
+    plain = "\n".join(markdown._routes(record(HIT)))
+    assert "captured" not in plain and "qkv_proj: 9" in plain  # the CPU: executions are the calls
+    graphed = {"hits": 120, "fallbacks": {}, "roles": {"qkv_proj": 120}, "captures": {"qkv_proj": 2}}
+    text = "\n".join(markdown._routes(record(graphed)))
+    assert "candidate captured calls by role" in text and "qkv_proj: 2" in text and "qkv_proj: 120" in text

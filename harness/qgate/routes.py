@@ -3,7 +3,10 @@ and the gates over them.
 
 The route plugin (kernels_ext/qgate_kernels/plugin.py) runs inside every vLLM process and writes its
 counts to `$QGATE_ATTEST_DIR/<process>-<pid>.json`; `collect` merges one engine start's files into
-`{route: {hits, fallbacks: {reason: n}, roles: {role: n}}}`, the `routes` entry of a result. A route the
+`{route: {hits, fallbacks: {reason: n}, roles: {role: n}, captures: {role: n}}}`, the `routes` entry of a
+result. Counts are executions: under CUDA graphs the plugin counts a call captured into a graph once per
+replay of that graph (qgate_kernels.graphs), and `captures` says how many calls were captured per role
+(none without graphs, where executions are the calls). A route the
 candidate switches on must show hits, and the control must show none: otherwise the comparison would
 measure something else than it claims (`attestation_gates`, which `qgate compare` turns into ERROR).
 The route env vocabulary is qgate_route_env's; the pre-flight of an arm's route env is
@@ -22,7 +25,7 @@ from qgate_route_env import ROUTES, listed_roles, override_var, switched_on
 
 
 def _empty_route() -> dict:
-    return {"hits": 0, "fallbacks": {}, "roles": {}}
+    return {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {}}
 
 
 def _add(into: dict[str, int], counts: Mapping[str, int]) -> None:
@@ -56,6 +59,7 @@ def collect(attest_dir: Path) -> dict:
             into["hits"] += int(counts.get("hits", 0))
             _add(into["fallbacks"], counts.get("fallbacks", {}))
             _add(into["roles"], counts.get("roles", {}))
+            _add(into.setdefault("captures", {}), counts.get("captures", {}))
     return merged
 
 
@@ -162,7 +166,13 @@ def _route_ran_gate(name: str, route: str, counts: dict, listed: list[str]) -> G
         return _gate(
             name, True, f"{hits} hits ({_fmt(counts.get('roles', {}))}); fallbacks: {_fmt(fallbacks)}"
         )
-    if not fallbacks:
+    captured = sum(int(n) for n in (counts.get("captures") or {}).values())
+    if captured:
+        detail = (
+            f"{ROUTES[route]} is on and {captured} calls were captured into CUDA graphs "
+            f"({_fmt(counts.get('captures') or {})}), but no replay ran them; fallbacks: {_fmt(fallbacks)}"
+        )
+    elif not fallbacks:
         detail = (
             f"{ROUTES[route]} is on but no vLLM process recorded a call: the route plugin did not run "
             "(kernels_ext not installed, plugin failed to import, VLLM_PLUGINS excludes qgate_routes, "
@@ -184,13 +194,16 @@ def _gate(name: str, passed: bool, detail: str) -> Gate:
 
 def route_summary(result: dict) -> list[dict]:
     """One row of plain data per route (route, env var, switched on, hits, total fallbacks, hits by
-    role and fallbacks by reason as mappings); report/ renders it. Stored in ablation records."""
+    role and fallbacks by reason as mappings, calls captured into CUDA graphs in all and by role); hits
+    are executions (a captured call counts once per replay); report/ renders it. Stored in ablation
+    records."""
     routes = result.get("routes") or {}
     on = switched_on(result.get("env", {}))
     rows = []
     for route, var in ROUTES.items():
         counts = routes.get(route, _empty_route())
         fallbacks = {str(k): int(n) for k, n in (counts.get("fallbacks") or {}).items()}
+        captures = {str(k): int(n) for k, n in (counts.get("captures") or {}).items()}
         rows.append(
             {
                 "route": route,
@@ -200,6 +213,8 @@ def route_summary(result: dict) -> list[dict]:
                 "fallbacks": sum(fallbacks.values()),
                 "roles": {str(k): int(n) for k, n in (counts.get("roles") or {}).items()},
                 "fallback_reasons": fallbacks,
+                "captures": sum(captures.values()),
+                "captures_by_role": captures,
             }
         )
     return rows

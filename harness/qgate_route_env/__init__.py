@@ -42,7 +42,11 @@ SITES_ENV = "QGATE_SITES"
 SHIM_PIL_IMAGE = "qwen2vl_pil_image_processor"
 SHIM_HC_TORCH = "qwen4exp_hc_torch_cpu"
 SHIM_FP16_CPU = "qwen4exp_fp16_cpu"
-SHIMS = (SHIM_PIL_IMAGE, SHIM_HC_TORCH, SHIM_FP16_CPU)
+# Engine shims of any platform (CUDA too): the HC parameters in the model dtype when it is fp16 (vLLM
+# 0.32's Qwen4Exp builds them bf16), and GDN prefill on Triton where vLLM picks an absent FlashInfer.
+SHIM_HC_PARAMS_FP16 = "qwen4exp_hc_params_fp16"
+SHIM_GDN_PREFILL_TRITON = "gdn_prefill_triton_fallback"
+SHIMS = (SHIM_PIL_IMAGE, SHIM_HC_TORCH, SHIM_FP16_CPU, SHIM_HC_PARAMS_FP16, SHIM_GDN_PREFILL_TRITON)
 SITE_HC_MIX = f"{ROUTE_HC}.mix"
 SITE_HC_COMBINE = f"{ROUTE_HC}.combine_and_mix"
 SITE_GDN_CPU = f"{ROUTE_GDN}.forward_cpu"

@@ -8,7 +8,13 @@ at most every `FLUSH_INTERVAL_S` while counting, and at exit, so that counts sur
 that ends a worker without running its exit handlers (at most the last interval is lost then).
 qgate (harness/qgate/routes.py) merges the files of one engine start.
 
-Under CUDA graphs a count is one Python-level call (eager run or graph capture), not one replay.
+Under CUDA graphs a routed call runs in Python once, at capture, and its kernel runs at every replay:
+so a call made while a graph is being captured (`CAPTURE`, set by qgate_kernels.graphs around
+torch.cuda.CUDAGraph.capture_begin / capture_end) is noted per graph, and each replay of that graph adds
+its noted calls (`Recorder.replayed`). The counts written are executions: `hits` and `roles` = eager
+calls + captured calls x replays of their graph (a captured call itself runs no kernel), `captures`
+the calls noted at capture per role; fallbacks likewise (`captured_fallbacks`). Without graphs (the CPU)
+executions are the calls. One capture at a time per process (vLLM captures in its model thread).
 A routed layer's hits are counted on its own `Tally` (one integer increment per call, no dict, lock or
 clock on the hot path: issue 28); the tallies are summed into the per-role counts whenever the counts
 are written, so the written counts are as exact as the per-call ones were.
@@ -24,10 +30,26 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+# A graph's replay plan: ((kind, route, name), calls noted at its capture), ...
+Plan = tuple[tuple[tuple[str, str, str], int], ...]
+SCHEMA_VERSION = 2  # 2: hits / roles / fallbacks are executions; captures, captured_fallbacks, replayed
+HIT, FALLBACK = "hit", "fallback"
+# The calls counted while a CUDA graph is being captured in this process: (HIT, route, role) or
+# (FALLBACK, route, reason) -> n; None when no capture is in progress (the per-call check is one read).
+CAPTURE: dict[tuple[str, str, str], int] | None = None
+
+
+def note_capture(kind: str, route: str, name: str, n: int = 1) -> None:
+    """Note a counted call made while a graph is captured (call only when CAPTURE is not None)."""
+    if CAPTURE is not None:
+        key = (kind, route, name)
+        CAPTURE[key] = CAPTURE.get(key, 0) + n
+
+
 FLUSH_INTERVAL_S = 0.5
 
 
@@ -66,15 +88,37 @@ class Counters:
         self.sites: dict[str, dict[str, int]] = {}
         self.models_loaded = 0
         self.tallies: list[Tally] = []  # per-site hits, summed into hits/roles when read
+        # (kind, route, name) -> calls noted at graph captures / executions added by graph replays.
+        # A key is created at capture end, so a replay only changes values (the flusher may be reading).
+        self.captured: dict[tuple[str, str, str], int] = {}
+        self.replayed: dict[tuple[str, str, str], int] = {}
 
     def hit(self, route: str, role: str) -> None:
         self.hits[route] = self.hits.get(route, 0) + 1
         per_role = self.roles.setdefault(route, {})
         per_role[role] = per_role.get(role, 0) + 1
+        if CAPTURE is not None:
+            note_capture(HIT, route, role)
 
     def fallback(self, route: str, reason: str, n: int = 1) -> None:
         per_reason = self.fallbacks.setdefault(route, {})
         per_reason[reason] = per_reason.get(reason, 0) + n
+        if CAPTURE is not None:
+            note_capture(FALLBACK, route, reason, n)
+
+    def end_capture(self, noted: Mapping[tuple[str, str, str], int]) -> Plan:
+        """The calls noted while one graph was captured: added to `captured`, returned as the graph's
+        replay plan ((key, n), ...)."""
+        for key, n in noted.items():
+            self.captured[key] = self.captured.get(key, 0) + n
+            self.replayed.setdefault(key, 0)
+        return tuple((key, n) for key, n in noted.items() if n)
+
+    def replay(self, plan: Plan) -> None:
+        """One replay of a graph: each call noted at its capture executed once more."""
+        replayed = self.replayed
+        for key, n in plan:
+            replayed[key] = replayed.get(key, 0) + n
 
     def site(self, route: str, role: str) -> None:
         per_role = self.sites.setdefault(route, {})
@@ -84,22 +128,43 @@ class Counters:
         return sum(t.n for t in self.tallies)
 
     def routes(self, names: list[str]) -> dict[str, dict]:
-        """{route: {hits, fallbacks, roles, sites}} for the given routes (zeros included); the hits
-        counted one by one plus those of the tallies."""
+        """{route: {hits, fallbacks, roles, sites, captures, captured_fallbacks, replayed}} for the given
+        routes (zeros included). hits / roles / fallbacks are executions: the calls counted one by one
+        plus those of the tallies, less the calls made at graph captures (no kernel ran), plus what
+        the replays of those graphs ran; `replayed` is that last part per role."""
         hits = dict(self.hits)
         roles = {r: dict(per_role) for r, per_role in self.roles.items()}
+        fallbacks = {r: dict(per_reason) for r, per_reason in self.fallbacks.items()}
         for t in list(self.tallies):
             n = t.n
             if n:
                 hits[t.route] = hits.get(t.route, 0) + n
                 per_role = roles.setdefault(t.route, {})
                 per_role[t.role] = per_role.get(t.role, 0) + n
+        captures: dict[str, dict[str, int]] = {}
+        captured_fallbacks: dict[str, dict[str, int]] = {}
+        replayed_hits: dict[str, dict[str, int]] = {}
+        for (kind, route, name), n in list(self.captured.items()):
+            ran = self.replayed.get((kind, route, name), 0) - n
+            if kind == HIT:
+                captures.setdefault(route, {})[name] = n
+                replayed_hits.setdefault(route, {})[name] = ran + n
+                hits[route] = hits.get(route, 0) + ran
+                per_role = roles.setdefault(route, {})
+                per_role[name] = per_role.get(name, 0) + ran
+            else:
+                captured_fallbacks.setdefault(route, {})[name] = n
+                per_reason = fallbacks.setdefault(route, {})
+                per_reason[name] = per_reason.get(name, 0) + ran
         return {
             r: {
                 "hits": hits.get(r, 0),
-                "fallbacks": dict(self.fallbacks.get(r, {})),
-                "roles": roles.get(r, {}),
+                "fallbacks": {k: v for k, v in fallbacks.get(r, {}).items() if v},
+                "roles": {k: v for k, v in roles.get(r, {}).items() if v},
                 "sites": dict(self.sites.get(r, {})),
+                "captures": captures.get(r, {}),
+                "captured_fallbacks": captured_fallbacks.get(r, {}),
+                "replayed": replayed_hits.get(r, {}),
             }
             for r in names
         }
@@ -167,6 +232,16 @@ class Recorder:
         self.counters.tallies.append(t)
         self._touch()
         return t
+
+    def end_capture(self, noted: Mapping[tuple[str, str, str], int]) -> Plan:
+        plan = self.counters.end_capture(noted)
+        self._touch()
+        return plan
+
+    def replayed(self, plan: Plan) -> None:
+        """One replay of a graph whose capture noted `plan`; the flusher thread writes it."""
+        self.counters.replay(plan)
+        self._dirty = True
 
     def shim_call(self, name: str) -> None:
         """A call of a platform shim's code: counted apart from every route."""

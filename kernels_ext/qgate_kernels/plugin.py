@@ -13,8 +13,9 @@ vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITE
   (`HC_PROJ_ROLES`). A listed role that matches no layer of the loaded model fails the engine start
   with one line. Layers whose linear method is a vLLM subclass with its own `apply` (on Hopper with bf16
   vLLM 0.32 swaps the planned layers to `Qwen4ExpLowLatencyLinearMethod`) are taken too: their
-  fallbacks run that subclass's apply. Batch-one fp16 calls (x [1, K]) run `ops.gemv(weight, x,
-  static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a fallback with its reason.
+  fallbacks run that subclass's apply. Batch-one calls of a routed dtype (x [1, K], the weight's) run
+  `ops.gemv(weight, x, static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a
+  fallback with its reason.
 - fused_hc_fp16: Qwen4Exp's `GatedResidual.mix` / `combine_and_mix` (also the final mixer) run
   `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (sites/hc.py).
 - fused_gdn_input_fp16: `QwenGatedDeltaNetAttention.forward_cpu/forward_cuda` Part 1 (the two input
@@ -26,7 +27,7 @@ them while the previous kernel finishes; an override gets no such argument.)
 A route with no wired site in the loaded model counts `no_site_in_model`, so a switched-on route that
 cannot run never looks like a missing plugin, and never passes as a hit. A site missing from the
 installed vLLM (another version, a fork) fails the engine start with one line naming the attribute.
-Layers of another float dtype (a bf16 model) are wired too, keep no weight, and count `dtype`.
+Layers of another float dtype (registry.ROUTED_DTYPES) are wired too, keep no weight, and count `dtype`.
 Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arms, and never count.
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
@@ -36,12 +37,13 @@ the op's dispatcher round trip and runs the same per-call decision directly (`si
 routed_apply). The set of routes on joins vLLM's compile-cache key, so no arm reuses another arm's
 compiled graph. Counts go to
 `attest.Recorder` (files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally
-(one integer increment a call), written with the other counts. Under CUDA graphs a count stays one
-Python-level call (eager run, or the op's body at capture), not one replay.
+(one integer increment a call), written with the other counts. Under CUDA graphs the op's body runs
+at capture only: graphs.py notes what each graph captured and adds it at every replay, so the
+written hits are executions (eager calls + captured calls x replays), with the captures per role beside.
 
 Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
-the fp16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
-(vLLM's packed copy + the fp16 original). On the GPU nothing is repacked and the reference costs nothing.
+the fp16 / bf16 weight taken before the repack, so on the CPU every routed layer's weight is held twice
+(vLLM's packed copy + the original). On the GPU nothing is repacked and the reference costs nothing.
 
 This module holds registration and vLLM's patches; each route's routed site is its own module under
 sites/ (gemv, hc, gdn, topk), sharing this process's state through registry.py. This module, the site
@@ -58,7 +60,7 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate_kernels import attest, overrides, registry, shims, sites
+from qgate_kernels import attest, graphs, overrides, registry, shims, sites
 from qgate_kernels.sites import gdn, gemv, hc, topk
 from qgate_route_env import ATTEST_DIR_ENV, listed_roles
 from qgate_route_env import ROUTE_GDN as GDN_ROUTE
@@ -113,6 +115,7 @@ def register() -> None:
     try:
         _define_ops()
         _patch_vllm(routes_on)
+        graphs.install()
     except Exception as exc:  # vLLM would only log it: leave the reason in the attestation file too
         recorder.error(f"plugin setup failed: {type(exc).__name__}: {exc}")
         raise
@@ -387,6 +390,7 @@ def standalone_linear(weight: torch.Tensor) -> tuple[Callable[[torch.Tensor], to
             frozenset({GEMV_ROUTE}), impls, recorder, None, [], ops.fallback_counts
         )
     _define_ops()  # a traced call (torch.compile) runs the op, as inside vLLM
+    graphs.install()  # a call captured into a CUDA graph counts at every replay, as inside vLLM
 
     def fallback(_method: Any, _layer: Any, x: torch.Tensor, bias: Any) -> torch.Tensor:
         return torch.nn.functional.linear(x, weight, bias)

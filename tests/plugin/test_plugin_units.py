@@ -33,12 +33,15 @@ def test_recorder_writes_counts_per_process(tmp_path: Path) -> None:
     (path,) = _files(tmp_path)
     assert path.name == f"{attest.process_label()}.json" and path.name.endswith(f"-{os.getpid()}.json")
     data = json.loads(path.read_text())
-    assert data["kind"] == "route_attestation" and data["schema_version"] == 1
+    assert data["kind"] == "route_attestation" and data["schema_version"] == 2
     assert data["routes"]["fp16_gemv"] == {
         "hits": 4,
         "fallbacks": {"batch_not_1": 2},
         "roles": {"qkv_proj": 3, "lm_head": 1},
         "sites": {"qkv_proj": 1},
+        "captures": {},  # no CUDA graph on the CPU: executions are the calls
+        "captured_fallbacks": {},
+        "replayed": {},
     }
     assert not list(tmp_path.glob(".*.tmp"))  # written through a temp file, then renamed
 
@@ -323,3 +326,103 @@ def test_a_traced_call_keeps_the_routed_op_and_its_per_call_decision(plugin_alon
     torch.testing.assert_close(compiled(xs), torch.nn.functional.linear(xs, w))
     fallbacks = registry.STATE.recorder.counters.fallbacks["fp16_gemv"]  # type: ignore[attr-defined]
     assert tally.n == 2 and fallbacks == {"batch_not_1": 1}
+
+
+class _Graph:
+    """torch.cuda.CUDAGraph's three methods as the graph accounting wraps them (no CUDA here): what
+    vLLM's capture paths call, in the order they call them. `ran` counts the real replays."""
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    def capture_begin(self, pool: object = None, capture_error_mode: str = "global") -> None:
+        pass
+
+    def capture_end(self) -> None:
+        pass
+
+    def replay(self) -> None:
+        self.ran += 1
+
+
+def test_calls_captured_into_a_graph_count_once_per_replay(plugin_alone: object) -> None:
+    """Executions under CUDA graphs (issue 46): a call made while a graph is captured runs no kernel
+    then and one at each replay of its graph; eager calls count once; a fallback captured likewise.
+    The routed call is the real one (standalone_linear: the site, its tally, the C++ entry); only the
+    graph class is a stand-in, wrapped by the same graphs.install as torch.cuda.CUDAGraph."""
+    import torch
+
+    from qgate_kernels import graphs, registry
+
+    plugin = plugin_alone
+    cls = type("Graph", (_Graph,), {})
+    assert graphs.install(cls) and graphs.install(cls)  # idempotent
+    w = (torch.randn(64, 32) * 0.2).half()
+    call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
+    x, xs = torch.randn(1, 32).half(), torch.randn(2, 32).half()
+    call(x)  # eager (vLLM's warm-up run): one execution
+    g1, g2, empty = cls(), cls(), cls()
+    g1.capture_begin(pool=None)
+    call(x)
+    call(x)  # two routed layers of one graph
+    call(xs)  # a batch of 2 inside the graph: vLLM's path, a fallback at every replay too
+    g1.capture_end()
+    g2.capture_begin()
+    call(x)
+    g2.capture_end()
+    empty.capture_begin()
+    empty.capture_end()
+    call(x)  # eager again (e.g. a breakable graph's eager break): counted as it runs
+    for _ in range(5):
+        g1.replay()
+    for _ in range(3):
+        g2.replay()
+    empty.replay()
+    assert (g1.ran, g2.ran, empty.ran) == (5, 3, 1)  # the real replay still runs
+    assert tally.n == 5  # Python-level calls: 2 eager + 3 at capture
+    counts = registry.STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
+    assert counts["captures"] == {"standalone": 3} and counts["captured_fallbacks"] == {"batch_not_1": 1}
+    assert counts["hits"] == 2 + 2 * 5 + 1 * 3 and counts["roles"] == {"standalone": 15}
+    assert counts["replayed"] == {"standalone": 13}
+    assert counts["fallbacks"] == {"batch_not_1": 5}  # captured once, replayed 5 times
+    assert attest.CAPTURE is None  # no capture left open
+
+
+def test_a_graph_captured_but_never_replayed_ran_nothing(plugin_alone: object) -> None:
+    import torch
+
+    from qgate_kernels import graphs, registry
+
+    plugin = plugin_alone
+    cls = type("Graph", (_Graph,), {})
+    graphs.install(cls)
+    call, _ = plugin.standalone_linear((torch.randn(16, 32) * 0.2).half())  # type: ignore[attr-defined]
+    g = cls()
+    g.capture_begin()
+    call(torch.randn(1, 32).half())
+    g.capture_end()
+    counts = registry.STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[attr-defined]
+    assert counts["hits"] == 0 and counts["roles"] == {} and counts["captures"] == {"standalone": 1}
+
+
+def test_hits_counted_one_by_one_under_capture_count_per_replay(tmp_path: Path) -> None:
+    """The recorder's own hit / fallback (sites without a tally: HC, GDN, top-k, overrides)."""
+    rec = attest.Recorder(str(tmp_path), ["fused_hc_fp16"], {})
+    rec.hit("fused_hc_fp16", "attn.mix")
+    attest.CAPTURE = {}
+    try:
+        rec.hit("fused_hc_fp16", "attn.mix")
+        rec.hit("fused_hc_fp16", "moe.combine_and_mix")
+        rec.fallback("fused_hc_fp16", "dtype", 2)
+        noted = attest.CAPTURE
+    finally:
+        attest.CAPTURE = None
+    plan = rec.end_capture(noted)
+    for _ in range(4):
+        rec.replayed(plan)
+    rec.flush(True)
+    (path,) = _files(tmp_path)
+    data = json.loads(path.read_text())["routes"]["fused_hc_fp16"]
+    assert data["hits"] == 1 + 2 * 4 and data["roles"] == {"attn.mix": 5, "moe.combine_and_mix": 4}
+    assert data["captures"] == {"attn.mix": 1, "moe.combine_and_mix": 1}
+    assert data["fallbacks"] == {"dtype": 8} and data["captured_fallbacks"] == {"dtype": 2}

@@ -174,7 +174,48 @@ def test_unknown_shim_is_one_line() -> None:
 
     assert shims.problems({"QGATE_SHIMS": "qwen4exp_fp16_cpu, nope"}) == [
         "QGATE_SHIMS: unknown shim 'nope' (known: qwen2vl_pil_image_processor, qwen4exp_hc_torch_cpu, "
-        "qwen4exp_fp16_cpu)"
+        "qwen4exp_fp16_cpu, qwen4exp_hc_params_fp16, gdn_prefill_triton_fallback)"
     ]
     with pytest.raises(shims.ShimError, match="unknown shim 'nope'"):
         shims.apply(["nope"])
+
+
+ENGINE_SHIMS = r"""
+import json, sys
+from qgate_kernels import shims
+import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as gdn
+from vllm.models.qwen4_exp.nvidia import hyperconnection as hcmod
+
+orig_resolve, orig_init = gdn._resolve_gdn_prefill_backend, hcmod.GatedResidual.__init__
+names = sys.argv[1].split(",")
+out = {"applied": shims.apply(names)}
+out["resolver_wrapped"] = getattr(gdn._resolve_gdn_prefill_backend, "_qgate_orig", None) is orig_resolve
+out["init_wrapped"] = getattr(hcmod.GatedResidual.__init__, "_qgate_orig", None) is orig_init
+out["turned"] = shims.triton_without_flashinfer("auto", "flashinfer")
+out["kept"] = shims.triton_without_flashinfer("triton", "triton")
+out["calls"] = shims.calls()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("cpu_fp16_too", [False, True])
+def test_engine_shims_patch_vllms_resolver_and_hc_params(cpu_fp16_too: bool) -> None:
+    """(d) and (e) in a child interpreter (they patch vLLM's classes): what each patches, and the
+    resolver's turn of an active 'flashinfer' into 'triton' (flashinfer is not installed here). Their
+    effect in a CUDA engine (an fp16 Qwen4Exp control starting, GDN prefill on Triton) is
+    tests/plugin/test_plugin_cuda.py's, on a GPU."""
+    from qgate_route_env import SHIM_FP16_CPU, SHIM_GDN_PREFILL_TRITON, SHIM_HC_PARAMS_FP16
+
+    names = [SHIM_FP16_CPU] * cpu_fp16_too + [SHIM_HC_PARAMS_FP16, SHIM_GDN_PREFILL_TRITON]
+    proc = subprocess.run(
+        [sys.executable, "-c", ENGINE_SHIMS, ",".join(names)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["resolver_wrapped"] and out["init_wrapped"]
+    assert out["applied"][SHIM_GDN_PREFILL_TRITON].startswith("GDN prefill backend flashinfer -> triton")
+    hc = out["applied"][SHIM_HC_PARAMS_FP16]
+    # On the CPU the fp16 shim gives the HC parameters the model dtype already: one patch, one count.
+    assert hc.startswith("not needed (qwen4exp_fp16_cpu") if cpu_fp16_too else hc.startswith("GatedResidual")
+    assert out["turned"] == ["auto", "triton"] and out["kept"] == ["triton", "triton"]
+    assert out["calls"][SHIM_GDN_PREFILL_TRITON] == 1  # the one turn

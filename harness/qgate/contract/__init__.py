@@ -63,6 +63,16 @@ UNHASHED_KEYS = ("stall_timeout_s",)
 HASHED_WHEN_SET = ("aa",)
 
 
+# Engine args added after contracts were recorded: hashed only when set, so every earlier contract keeps
+# its sha256 (its results and history rows stay its own).
+ENGINE_KEYS_HASHED_WHEN_SET = ("gdn_prefill_backend", "additional_config")
+# The keys of vLLM 0.32's `additional_config` that vLLM itself reads, and the values it takes there
+# (qwen_gdn_linear_attn._resolve_gdn_prefill_backend: 'auto' or a backend; the EngineArg writes it).
+ADDITIONAL_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "gdn_prefill_backend": ("auto", "flashinfer", "triton", "cutedsl", "aiter_flydsl"),
+}
+
+
 class Engine(Strict):
     """vLLM engine args under their vLLM names, passed through to vllm.LLM unchanged.
 
@@ -91,6 +101,40 @@ class Engine(Strict):
     compilation_config: dict[str, Any] | None = None
     speculative_config: dict[str, Any] | None = None
     hf_overrides: dict[str, Any] | None = None
+    # vLLM 0.32 EngineArgs: the GDN prefill kernels (Qwen3-Next / Qwen3.5 / Qwen4Exp). On SM90 'auto'
+    # picks FlashInfer without checking that it is installed; a GPU image without it says `triton`.
+    gdn_prefill_backend: Literal["flashinfer", "triton", "cutedsl", "aiter_flydsl"] | None = None
+    additional_config: dict[str, Any] | None = Field(
+        None,
+        description="vLLM's free-form `additional_config` (platform plugins read it; vLLM 0.32's GDN "
+        "prefill resolver reads `gdn_prefill_backend` from it): string keys, JSON values; the keys vLLM "
+        "0.32 itself reads (ADDITIONAL_CONFIG_KEYS) are checked, every other key goes to vLLM unchecked "
+        "and is recorded with the contract (docs/routes.md)",
+    )
+
+    @model_validator(mode="after")
+    def _additional_config_checked(self) -> Engine:
+        extra = self.additional_config
+        if extra is None:
+            return self
+        for key, value in extra.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"additional_config: key {key!r} is not a name")
+            try:
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError):
+                raise ValueError(f"additional_config.{key}: {value!r} is not a JSON value") from None
+            allowed = ADDITIONAL_CONFIG_KEYS.get(key)
+            if allowed is not None and value not in allowed:
+                raise ValueError(f"additional_config.{key} = {value!r}: expected one of {', '.join(allowed)}")
+        both = extra.get("gdn_prefill_backend"), self.gdn_prefill_backend
+        if None not in both and both[0] != both[1]:
+            # vLLM would silently let the engine arg win; a contract says one thing.
+            raise ValueError(
+                f"gdn_prefill_backend = {both[1]!r} and additional_config.gdn_prefill_backend = {both[0]!r} "
+                "differ: set one"
+            )
+        return self
 
     def vllm_kwargs(self) -> dict[str, Any]:
         """The args that were set, as keyword arguments for vllm.LLM."""
@@ -393,5 +437,8 @@ def load_contract(path: str | Path) -> LoadedContract:
     contract = parse_contract(data, p)
     unset = {k for k in HASHED_WHEN_SET if not getattr(contract, k)}
     resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS) | unset)
+    for key in ENGINE_KEYS_HASHED_WHEN_SET:
+        if resolved["engine"].get(key, 0) is None:
+            del resolved["engine"][key]  # unset: the hash a contract had before the key existed
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
     return LoadedContract(path=str(p), sha256=digest, contract=contract)

@@ -20,15 +20,21 @@ from qgate.routes import collect, collect_shims, merge_shims
 
 
 def merge_routes(total: dict, part: dict) -> dict:
-    """Sum route counts {route: {hits, fallbacks: {reason: n}, roles: {role: n}}} of two segments."""
+    """Sum route counts {route: {hits, fallbacks: {reason: n}, roles: {role: n}, captures: {role: n}}}
+    of two segments (a result written before captures were counted has none: zero)."""
     merged = {
-        k: {"hits": v["hits"], "fallbacks": dict(v["fallbacks"]), "roles": dict(v["roles"])}
+        k: {
+            "hits": v["hits"],
+            "fallbacks": dict(v["fallbacks"]),
+            "roles": dict(v["roles"]),
+            "captures": dict(v.get("captures") or {}),
+        }
         for k, v in total.items()
     }
     for route, rec in part.items():
-        cur = merged.setdefault(route, {"hits": 0, "fallbacks": {}, "roles": {}})
+        cur = merged.setdefault(route, {"hits": 0, "fallbacks": {}, "roles": {}, "captures": {}})
         cur["hits"] += rec.get("hits", 0)
-        for key in ("fallbacks", "roles"):
+        for key in ("fallbacks", "roles", "captures"):
             for name, n in rec.get(key, {}).items():
                 cur[key][name] = cur[key].get(name, 0) + n
     return merged

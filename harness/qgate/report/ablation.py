@@ -148,6 +148,9 @@ def _routes(record: dict[str, Any]) -> list[str]:
                     "fallbacks": counts_text(r["fallback_reasons"]),
                 }
             )
+            if any(x.get("captures") for a in record["arms"] for x in a["routes"]):
+                # hits are executions under CUDA graphs; the calls captured into the graphs beside them
+                rows[-1]["captured calls by role"] = counts_text(r.get("captures_by_role") or {})
     if not rows:
         return ["## Route attestation", "", "No route was switched on or ran in any arm.", ""]
     return ["## Route attestation", "", table(pd.DataFrame(rows)), ""]

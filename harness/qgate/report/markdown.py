@@ -266,6 +266,7 @@ def _routes(record: dict[str, Any]) -> list[str]:
         return ["### Routes", "", "No route counters in either result.", ""]
     on = {name: set(arms[name].get("switched_routes") or []) for name in ("control", "candidate")}
     rows = []
+    graphed = any((arm.get(n) or {}).get("captures") for arm in (croutes, troutes) for n in names)
     for r in names:
         c, t = croutes.get(r) or {}, troutes.get(r) or {}
         roles = t.get("roles") or {}
@@ -280,6 +281,11 @@ def _routes(record: dict[str, Any]) -> list[str]:
                 "candidate hits by role": counts_text(roles, empty="-"),
             }
         )
+        if graphed:
+            # Under CUDA graphs hits are executions (a captured call counts once per replay); the calls
+            # captured into the graphs stand beside them. Without graphs the column is left out.
+            rows[-1]["candidate captured calls by role"] = counts_text(t.get("captures") or {}, empty="-")
+            rows[-1]["control captured calls"] = sum((c.get("captures") or {}).values()) if c else "n/a"
     return ["### Routes", "", table(pd.DataFrame(rows)), "", *_shims(arms)]
 
 

@@ -2,9 +2,9 @@
 
 Every Gated-DeltaNet layer of the loaded model whose `in_proj_qkvz` / `in_proj_ba` are unquantized is
 one site. Its patched `forward_cpu` / `forward_cuda` run Part 1 (the two input projections and their
-split into mixed_qkv, z, b, a) as the opaque op `qgate_routes::gdn_input`: batch-one fp16 calls run
-`ops.gdn_input(..., layout="flat" | "interleaved")`, everything else vLLM's own Part 1, counted; Parts
-2-3 (the GDN core op, the gated norm and out_proj) are vLLM 0.32's.
+split into mixed_qkv, z, b, a) as the opaque op `qgate_routes::gdn_input`: batch-one calls of a routed dtype
+(registry.ROUTED_DTYPES) run `ops.gdn_input(..., layout="flat" | "interleaved")`, everything else vLLM's
+own Part 1, counted; Parts 2-3 (the GDN core op, the gated norm and out_proj) are vLLM 0.32's.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ class GdnSite:
         self.layer = weakref.ref(layer)
         self.layout = "interleaved" if layer.gqa_interleaved_layout else "flat"
         self.k_in = int(w_qkvz.shape[1])
-        fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
-        # This rank's shards, fp16, kept past vLLM's CPU repack; None for other dtypes (calls fall back).
-        self.w_qkvz = w_qkvz if fp16 else None  # [nk * (2 dk + 2 r dv), K]
-        self.w_ba = w_ba if fp16 else None  # [nk * 2 r, K]
+        routed = w_qkvz.dtype == w_ba.dtype and w_qkvz.dtype in registry.ROUTED_DTYPES
+        # This rank's shards, of a routed dtype, kept past vLLM's CPU repack; None for other dtypes (calls
+        # fall back, counted `dtype`).
+        self.w_qkvz = w_qkvz if routed else None  # [nk * (2 dk + 2 r dv), K]
+        self.w_ba = w_ba if routed else None  # [nk * 2 r, K]
         self.nk = layer.num_k_heads // layer.tp_size
         self.nv = layer.num_v_heads // layer.tp_size
         self.dk = layer.head_k_dim
@@ -46,7 +47,7 @@ class GdnSite:
             return "shape"
         if h.shape[0] != 1:
             return "batch_not_1"
-        if h.dtype != torch.float16 or self.w_qkvz is None:
+        if self.w_qkvz is None or h.dtype != self.w_qkvz.dtype:
             return "dtype"
         if h.device != self.w_qkvz.device:
             return "device"
@@ -147,7 +148,9 @@ def wire_gdn(model: Any) -> None:
             continue  # quantized projections keep vLLM's path
         fp16 = w_qkvz.dtype == w_ba.dtype == torch.float16
         if getattr(module, "enable_fused_gdn_spec_decode", False) and not fp16:
-            continue  # forward_cuda's own fused bf16 path: the route never replaces it
+            # forward_cuda's own fused bf16 path (speculative decoding on CUDA): Part 1 + core + norm in
+            # one packed op that the route's forward would drop; the route never replaces it.
+            continue
         module._qgate_gdn_site = registry.add_site(GdnSite(module, w_qkvz, w_ba), GDN_ROUTE, GdnSite.role)
 
 

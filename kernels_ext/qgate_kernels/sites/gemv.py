@@ -2,9 +2,10 @@
 
 A layer is wired when vLLM has loaded its weight (plugin.py's patched process_weights_after_loading,
 and `wire_lm_head` after the model load); vLLM's UnquantizedLinearMethod.apply (and the embedding
-method's, for lm_head) is patched by `routed_apply`: batch-one fp16 calls run `ops.gemv(weight, x,
+method's, for lm_head) is patched by `routed_apply`: batch-one calls (routed dtype) run `ops.gemv(weight, x,
 static_weight=True)` (+ bias) through the site, every other call keeps vLLM's path, counted with its
-reason. Under torch.compile the call goes through the opaque op `qgate_routes::linear` (`define_op`).
+reason. Weights of registry.ROUTED_DTYPES are routed, an x of the weight's dtype. Under
+torch.compile the call goes through the opaque op `qgate_routes::linear` (`define_op`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch  # vLLM has imported it already when it loads plugins
 
-from qgate_kernels import record, registry
+from qgate_kernels import attest, record, registry
 from qgate_route_env import GEMV_DEFAULT_ROLES
 from qgate_route_env import ROUTE_GEMV as GEMV_ROUTE
 from qgate_route_env import ROUTE_HC as HC_ROUTE
@@ -44,8 +45,9 @@ class LinearSite:
         self.layer = weakref.ref(layer)
         self.role = role
         self.n_out, self.k_in = (int(n) for n in weight.shape)
-        # [N, K] fp16, kept alive past vLLM's CPU repack; None for other dtypes (every call falls back).
-        self.weight = weight.detach() if weight.dtype == torch.float16 else None
+        # [N, K] of a routed dtype, kept alive past vLLM's CPU repack; None for other dtypes (every call
+        # falls back, counted `dtype`).
+        self.weight = weight.detach() if weight.dtype in registry.ROUTED_DTYPES else None
         self.orig_apply = orig_apply
         self.tally = registry.STATE.recorder.tally(GEMV_ROUTE, role)
         # The C++ entry, when ops.gemv would run the op for every x that passes its per-call checks.
@@ -78,7 +80,7 @@ class LinearSite:
             return "shape"
         if x.shape[0] != 1:
             return "batch_not_1"  # prefill, batched decode, speculative verification
-        if x.dtype != torch.float16 or self.weight is None:
+        if self.weight is None or x.dtype != self.weight.dtype:
             return "dtype"
         if x.device != self.weight.device:
             return "device"
@@ -89,6 +91,8 @@ class LinearSite:
         if kernel is not None:
             y = kernel(self.weight, x, self.tally.cell)  # [1, N], counted; None: not a row it takes
             if y is not None:
+                if attest.CAPTURE is not None:  # a graph capture: its replays run the kernel
+                    attest.note_capture(attest.HIT, GEMV_ROUTE, self.role)
                 return y if bias is None else y + bias
         return self._checked_run(x, bias)
 
@@ -115,7 +119,7 @@ def layer_role(layer: Any) -> str:
 
 
 def float_matrix(weight: Any) -> bool:
-    """A loaded, unquantized 2-D weight (fp16 ones are routed; others are wired to count `dtype`)."""
+    """A loaded, unquantized 2-D weight (fp16 / bf16 ones are routed; others are wired to count `dtype`)."""
     return (
         isinstance(weight, torch.Tensor)
         and weight.dim() == 2

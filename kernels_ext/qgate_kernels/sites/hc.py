@@ -6,8 +6,9 @@ sits: `attn` (`attn_hyper_connection`: before the attention or GDN block), `moe`
 (`mlp_hyper_connection`: before the MoE block) or `final` (`hyper_connection_mixer`, use_combine=False),
 and hits are counted per role and method (`attn.mix`, `attn.combine_and_mix`, `moe.combine_and_mix`,
 `final.combine_and_mix`). The patched methods call the opaque ops `qgate_routes::hc_mix` /
-`qgate_routes::hc_combine_mix`; inside, batch-one fp16 calls run `ops.hc_mix` / `ops.hc_combine_and_mix`
-and everything else vLLM's own method, counted with its reason.
+`qgate_routes::hc_combine_mix`; inside, batch-one calls of a routed dtype (the module's parameters and the
+activations of one dtype: registry.ROUTED_DTYPES) run `ops.hc_mix` / `ops.hc_combine_and_mix` and everything
+else vLLM's own method, counted with its reason.
 """
 
 from __future__ import annotations
@@ -54,10 +55,12 @@ class HcSite:
         self.use_combine = bool(getattr(module, "use_combine", True))
         self.eps = float(module.config.rms_norm_eps)
         self.norm = module.hc_norm.weight.detach()
-        dt = torch.float16
-        fp16 = w_down is not None and w_up is not None and w_down.dtype == w_up.dtype == self.norm.dtype == dt
-        self.w_down = w_down if fp16 else None  # [R + HC + pad, D] (merged down+inject) or [R, D] (final)
-        self.w_up = w_up if fp16 else None  # [D, R]
+        dt = self.norm.dtype
+        routed = (
+            w_down is not None and w_up is not None and w_down.dtype == w_up.dtype == dt
+        ) and dt in registry.ROUTED_DTYPES
+        self.w_down = w_down if routed else None  # [R + HC + pad, D] (merged down+inject) or [R, D] (final)
+        self.w_up = w_up if routed else None  # [D, R]
         self.orig = orig
         self.name = ""
 
@@ -66,7 +69,7 @@ class HcSite:
             return "shape"
         if h.shape[0] != 1:
             return "batch_not_1"
-        if self.w_down is None or any(t.dtype != torch.float16 for t in (h, *more) if t is not None):
+        if self.w_down is None or any(t.dtype != self.norm.dtype for t in (h, *more) if t is not None):
             return "dtype"
         if any(t.device != self.norm.device for t in (h, *more) if t is not None):
             return "device"
