@@ -46,8 +46,10 @@ def test_qwen4exp_on_the_h200_has_its_engine_shims(path: Path) -> None:
     c = load_contract(path).contract
     fp16 = c.engine.dtype == "float16"
     assert fp16 == ("-fp16-" in path.name)
-    if fp16:  # stock Qwen4Exp keeps HC in bf16: fp16 dies in both arms without the shim
-        assert "qwen4exp_fp16_cpu" in c.shims
+    # stock Qwen4Exp keeps HC in bf16: fp16 dies in both arms without the shim (bf16 needs none)
+    assert ("qwen4exp_hc_params_fp16" in c.shims) == fp16
+    # on SM90 vLLM's 'auto' picks FlashInfer, which the staged engine lacks
+    assert c.engine.gdn_prefill_backend == "triton"
 
 
 def test_prodshape_contracts_name_one_checkpoint_at_the_published_shapes() -> None:

@@ -30,7 +30,8 @@ for spec in ('tiny-qwen4exp', 'tiny-trained-wide'):
     print(spec, resolve_model(spec, Path('$GE/extra/gsm8k/test.jsonl'))[0])
 "
 tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n 1 | cut -f1)
-tree=$((tree + $(git ls-files -z -o --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -n 1 | cut -f1 || echo 0)))
+untracked=$(git ls-files -z -o --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -n 1 | cut -f1)
+tree=$((tree + ${untracked:-0}))
 limit=$((64 * 1024 * 1024))
 echo "checkout that travels: $tree bytes"
 for d in "$GE"/call-*; do

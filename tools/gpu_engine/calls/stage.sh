@@ -6,7 +6,7 @@ source tools/gpu_engine/calls/lib.sh
 K=${1:?usage: stage.sh K}
 mkdir -p "$GE" && cp ".gpu-engine/call-$K"/* "$GE/" || { echo "STAGE FAILED: .gpu-engine/call-$K not carried"; exit 3; }
 ls -l "$GE" | tee -a "$LOG"
-if [ "$K" = 01 ] && [ ! -f "$GE/build.rc" ]; then
+if [ "$K" = 01 ] && [ ! -f "$GE/build.rc" ] && [ "${GE_BUILD:-1}" = 1 ]; then  # GE_BUILD=0: a dry run
   setsid nohup bash tools/gpu_engine/build_kernels.sh >"$GE/build.log" 2>&1 </dev/null &
   echo "kernels_ext build started in the background (pid $!)" | tee -a "$LOG"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$LOG"
