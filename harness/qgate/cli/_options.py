@@ -101,6 +101,15 @@ UntilDecidedOpt = Annotated[
         "--max-launches is reached",
     ),
 ]
+# The design's boundaries take seconds to plan per ten looks (measured: 18 s for 100, 165 s for 1,000),
+# and no night runs a hundred engine starts per arm: a larger N (a 401-digit one) is a typo, said at once.
+MAX_LAUNCHES_CAP = 100
 MaxLaunchesOpt = Annotated[
-    int, typer.Option("--max-launches", min=2, help="with --until-decided: launches per arm at the last look")
+    int,
+    typer.Option(
+        "--max-launches",
+        min=2,
+        max=MAX_LAUNCHES_CAP,
+        help="with --until-decided: launches per arm at the last look",
+    ),
 ]
