@@ -10,7 +10,7 @@ from typing import Any
 
 from qgate.speed.workload import rep_record
 
-_OUT = {
+OUT = {
     "token_ids": [1] * 8, "text": "", "finish_reason": "length", "num_generation_tokens": 8,
     "first_token_ts": 1.0, "last_token_ts": 1.1, "first_token_latency_s": 0.01, "scheduled_ts": 0.99,
 }  # fmt: skip
@@ -22,9 +22,9 @@ class ScriptedSegments:
     def __init__(self, before_rep: Callable[[], None] | None = None) -> None:
         self.before_rep = before_rep
 
-    def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
+    def __call__(self, spec: dict, env: Any, log: Path, attest: Path, result: dict, on_event: Any,
                  save: Any, label: str) -> dict:  # fmt: skip
-        out = {**_OUT, "num_prompt_tokens": spec["input_tokens"]}
+        out = {**OUT, "num_prompt_tokens": spec["input_tokens"]}
         on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
         on_event({"event": "prompt", "input_tokens": spec["input_tokens"], "sha256": "p"})
         for i in spec["rep_indices"]:

@@ -27,6 +27,7 @@ import yaml
 from scripted_engine import ScriptedSegments
 from typer.testing import CliRunner
 
+from qgate import models
 from qgate.cli import app
 from qgate.contract import Contract, load_contract
 from qgate.contract.messages import model_in
@@ -306,7 +307,7 @@ def test_validate_answers_in_one_line_and_run_agrees(
         return
     # Validate said ok: the run's own checks before an engine starts must agree.
     monkeypatch.setattr(arms, "run_segment", ScriptedSegments())
-    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     try:
         run_speed(load_contract(path), tmp_path / "out")
     except QgateError as exc:

@@ -6,12 +6,14 @@ a real engine killed mid-run is test_stop_signals.py's, which checks the same fi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from qgate.engine import segment
 from qgate.engine.launcher import EngineError
+from qgate.engine.preflight import arm_env
 
 
 def _result() -> dict:
@@ -25,25 +27,25 @@ def test_a_killed_launch_records_the_dropped_env_as_a_finished_one(
     monkeypatch.setenv("QGATE_FROM_THE_SHELL", "1")
     monkeypatch.setenv("VLLM_SM70_OTHER_KNOB", "1")
 
-    def child(spec, env, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
+    def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
         on_event({"event": "engine_ready"})
         if dies:
             raise EngineError("the engine child was killed by SIGKILL")
         from qgate.engine.launcher import ChildOutcome
 
-        return ChildOutcome(0, None, str(log_path), ("QGATE_FROM_THE_SHELL", "VLLM_SM70_OTHER_KNOB"))
+        return ChildOutcome(0, None, str(log_path))
 
     monkeypatch.setattr(segment, "run_child", child)
     saved: list[dict] = []
     result = _result()
-    arm_env = {"VLLM_SM70_QWEN38_FP16_GEMV": "1"}
+    arm = arm_env("x", {"VLLM_SM70_QWEN38_FP16_GEMV": "1"}, os.environ)
 
     def on_event(ev: dict) -> None:
         result["launches"].append({"segment": 0})
 
     run = lambda: segment.run_segment(  # noqa: E731
         {},
-        arm_env,
+        arm,
         tmp_path / "log",
         tmp_path / "attest",
         result,

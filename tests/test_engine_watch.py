@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from qgate.engine import launcher
+from qgate.engine import launcher, preflight
 from qgate.engine.watch import VLLM_NAME_PREFIX, EngineWatch, read_records
 from qgate_route_env import ARM_ENV_PREFIXES
 
@@ -164,10 +164,11 @@ def test_the_launcher_drops_every_qgate_and_sm70_variable_the_arm_does_not_set(
     for key, value in shell.items():
         monkeypatch.setenv(key, value)
     arm = {"QGATE_KEPT_BY_ARM": "y", "VLLM_SM70_QWEN38_FP16_GEMV": "1"}
-    env, dropped = launcher.child_env(arm, None)
+    built = preflight.arm_env("candidate", arm, os.environ)
+    env, dropped = launcher.child_env(built, None), built.dropped
     assert set(dropped) >= {k for k in shell if k.startswith(ARM_ENV_PREFIXES)} - set(arm)
     assert "QGATE_KEPT_BY_ARM" not in dropped and env["QGATE_KEPT_BY_ARM"] == "y"
     assert not any(k.startswith(ARM_ENV_PREFIXES) and k not in arm for k in shell if k in env)
-    recorded = launcher.inherited_env(dict(os.environ), arm)
+    recorded = built.inherited
     assert recorded["OMP_NUM_THREADS"] == "3" and recorded["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert "UNRELATED_VAR" not in recorded and not any(k.startswith(ARM_ENV_PREFIXES) for k in recorded)

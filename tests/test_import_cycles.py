@@ -19,7 +19,8 @@ def test_the_project_has_no_import_cycle() -> None:
 
 def test_no_import_runs_up_across_a_boundary() -> None:
     """qgate_kernels imports nothing of qgate (the vocabulary they share is qgate_route_env, below both),
-    and contract/ nothing of engine/ (the launcher's env names are qgate.launch_env's)."""
+    contract/ nothing of engine/ (the launcher's env names are qgate.launch_env's), and engine/ nothing
+    of the workloads or models.py above it."""
     assert import_cycles.upward(import_cycles.graph(REPO)) == []
 
 
@@ -37,6 +38,28 @@ def test_an_upward_import_is_found(tmp_path: Path) -> None:
     assert import_cycles.upward(import_cycles.graph(tmp_path)) == [
         "qgate.contract -> qgate.engine.procs",
         "qgate_kernels -> qgate",
+    ]
+
+
+def test_the_engine_importing_a_workload_or_the_models_is_found(tmp_path: Path) -> None:
+    """What the engine child and the spine imported before the workload was named in the spec."""
+    pkg = tmp_path / "harness" / "qgate"
+    for sub in ("engine", "speed", "quality"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text("def resolve_model():\n    pass\n")
+    (pkg / "speed" / "workload.py").write_text("def run_reps():\n    pass\n")
+    (pkg / "quality" / "workload.py").write_text("def run_items():\n    pass\n")
+    (pkg / "engine" / "arms.py").write_text("from qgate.models import resolve_model\n")
+    (pkg / "engine" / "child.py").write_text(
+        "def run():\n    from qgate.speed.workload import run_reps  # lazy\n"
+        "    from qgate.quality import workload\n"
+    )
+    assert import_cycles.upward(import_cycles.graph(tmp_path)) == [
+        "qgate.engine.arms -> qgate.models",
+        "qgate.engine.child -> qgate.quality.workload",
+        "qgate.engine.child -> qgate.speed.workload",
     ]
 
 

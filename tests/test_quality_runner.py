@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from qgate import models
 from qgate.contract import load_contract
 from qgate.engine import arms
 from qgate.errors import RunFailure
@@ -28,7 +29,7 @@ class ScriptedChild:
         self.stop_after = stop_after
         self.specs: list[dict[str, Any]] = []
 
-    def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
+    def __call__(self, spec: dict, env: Any, log: Path, attest: Path, result: dict, on_event: Any,
                  save: Any, label: str) -> dict:  # fmt: skip
         self.specs.append(spec)
         on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
@@ -68,7 +69,7 @@ def test_interrupted_run_resumes_by_item_seed_pair(
     child = ScriptedChild(stop_after=20)
     monkeypatch.setattr(arms, "run_segment", child)
     monkeypatch.setattr(
-        arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec, "config_sha256": "c"})
+        models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec, "config_sha256": "c"})
     )
     loaded, out = load_contract(contract), tmp_path / "out"
     with pytest.raises(RunFailure):

@@ -18,7 +18,7 @@ import yaml
 from scripted_engine import ScriptedSegments
 from typer.testing import CliRunner
 
-from qgate import results
+from qgate import models, results
 from qgate.cli import app
 from qgate.engine import arms
 
@@ -62,7 +62,7 @@ def test_a_full_disk_names_the_record_and_resume_completes(
     disk = _Disk()
     monkeypatch.setattr(results.os, "fsync", disk.fsync)
     monkeypatch.setattr(arms, "run_segment", _segments(disk))
-    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     contract, out = _contract(tmp_path), tmp_path / "out"
     disk.full_after_reps = 2  # the control's third rep finds the disk full
     res = runner.invoke(app, ["run", "speed", "--contract", str(contract), "--out", str(out)])

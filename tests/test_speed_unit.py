@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from qgate import models
 from qgate.contract import load_contract
 from qgate.engine import arms
 from qgate.results import ResultError
@@ -95,7 +96,7 @@ class _ScriptedSegments:
     def __init__(self) -> None:
         self.starts: list[tuple[str, int, list[int]]] = []
 
-    def __call__(self, spec: dict, env: dict, log: Path, attest: Path, result: dict, on_event: Any,
+    def __call__(self, spec: dict, env: Any, log: Path, attest: Path, result: dict, on_event: Any,
                  save: Any, label: str) -> dict:  # fmt: skip
         self.starts.append((result["arm"], spec["launch"], list(spec["rep_indices"])))
         on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
@@ -116,7 +117,7 @@ def test_speed_runs_on_the_spine_launches_interleaved_and_resumes(
     loaded, out = load_contract(tmp_path / "c.yaml"), tmp_path / "out"
     segments = _ScriptedSegments()
     monkeypatch.setattr(arms, "run_segment", segments)
-    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     results = run_speed(loaded, out)
     assert [(a, n) for a, n, _ in segments.starts] == [
         ("control", 0), ("candidate", 0), ("control", 1), ("candidate", 1)
@@ -147,3 +148,17 @@ def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert lines[-1].startswith("qgate: error: ") and str(tmp_path / "a-file") in lines[-1], res.output
+
+
+def test_the_workloads_name_their_child_side_by_import_path() -> None:
+    """The engine child imports what a workload's `runner` names (the engine imports no workload)."""
+    from qgate.engine.child import runner
+    from qgate.quality import workload as quality_workload
+    from qgate.quality.run import QualityWorkload
+    from qgate.speed.run import SpeedWorkload
+
+    assert runner(SpeedWorkload.runner) is run_reps
+    assert runner(QualityWorkload.runner) is quality_workload.run
+    for bad in ("qgate.speed.workload", "qgate.speed.workload:", ":run_reps"):
+        with pytest.raises(ValueError, match="package.module:function"):
+            runner(bad)

@@ -1,33 +1,39 @@
 """The spine of every `qgate run <workload>`: plan the arms, start their engines, keep their records.
 
 A run is arms x launches: for each launch, each arm in turn gets one engine start (engine/segment.py:
-the child, its route counts, the save). The spine owns what every workload shares: the arm plans, the
-route pre-flight, claiming the output folder, the model, the launch bookkeeping in each arm's result
-(fingerprint, `launches`), the attestation and log paths, progress. A workload (qgate.speed.run,
-qgate.quality.run) supplies only its result files, the child's spec for a launch, and what it does
-with each record the child emits (`Workload`). Workloads never import each other.
+the child, its route counts, the save). The spine owns what every workload shares: the arm plans, each
+arm's environment (preflight.ArmEnv: built and checked once, before any engine starts), claiming the
+output folder, the launch bookkeeping in each arm's result (fingerprint, `launches`), the attestation
+and log paths, progress. A workload (qgate.speed.run, qgate.quality.run) supplies only its result files,
+the model (the caller's resolver: the engine knows no model names), the import path of what the child
+runs, the child's spec for a launch, and what it does with each record the child emits (`Workload`).
+The engine imports no workload; workloads never import each other.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from qgate.contract import LoadedContract
-from qgate.engine.preflight import check_arm_envs
+from qgate.engine.preflight import ArmEnv, arm_envs
 from qgate.engine.procs import claimed
 from qgate.engine.segment import run_segment
 from qgate.errors import RunFailure
-from qgate.models import resolve_model
 from qgate.results import utc_now
 
 ARMS = ("control", "candidate")
 
 # What the CLI shows: called with (arm, event record, result so far).
 Progress = Callable[[str, dict, dict], None]
+# The model every arm runs, named by the caller as the call that resolves it (qgate.models.resolve_model
+# bound to the contract's model): it returns (absolute directory, its record for the results). The
+# spine calls it once it holds DIR, so a live earlier run is refused before a model is built or trained.
+ModelResolver = Callable[[], tuple[str, dict]]
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,8 @@ class Workload(Protocol):
         ...
 
     @property
-    def train_data(self) -> Path | None:
-        """What a `tiny-trained` model is trained on when it is not cached yet (None: the default)."""
+    def runner(self) -> str:
+        """What the engine child runs: `package.module:function`, called (engine adapter, spec, emit)."""
         ...
 
     def label(self, arm: str, launch: int) -> str:
@@ -117,8 +123,8 @@ class ArmRun(TypedDict, total=False):
 
 
 def run_launch(
-    workload: Workload, plan: ArmPlan, launch: int, result: dict, out_dir: Path, model_path: str,
-    progress: Progress | None, stall_timeout_s: float | None = None,
+    workload: Workload, plan: ArmPlan, env: ArmEnv, launch: int, result: dict, out_dir: Path,
+    model_path: str, progress: Progress | None, stall_timeout_s: float | None = None,
 ) -> dict:  # fmt: skip
     """One engine start of one arm: the workload's spec, every record folded into `result`, saved."""
     spec = workload.spec(plan, launch, result)
@@ -127,7 +133,10 @@ def run_launch(
     arm, kind = plan.name, workload.kind
     segment = len(result["launches"])
     attest_dir = out_dir / "attest" / kind / arm / f"segment-{segment}"
-    child_spec = {"workload": kind, "model_path": model_path, "engine_args": plan.engine_args, **spec}
+    child_spec = {
+        "workload": kind, "runner": workload.runner, "model_path": model_path,
+        "engine_args": plan.engine_args, **spec,
+    }  # fmt: skip
 
     def on_event(ev: dict) -> None:
         if ev.get("event") == "engine_ready":
@@ -146,7 +155,7 @@ def run_launch(
     # signature, a seam tests stand in for, stays as it is.
     child_spec["stall_timeout_s"] = stall_timeout_s
     return run_segment(
-        child_spec, plan.env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label
+        child_spec, env, log, attest_dir, result, on_event, lambda res: workload.save(plan, res), label
     )
 
 
@@ -155,27 +164,33 @@ def run_arms(
     out_dir: Path,
     workload: Workload,
     arms: tuple[str, ...] = ARMS,
+    *,
+    model: ModelResolver,
     plans: list[ArmPlan] | None = None,
     progress: Progress | None = None,
     kill_leftovers: bool = False,
 ) -> dict[str, dict]:
     """Run every launch of every arm, interleaved (control, candidate, control, ...); returns the results.
 
-    The contract's `arms`, or `plans` in their place (derived arms: the ablation's). An arm's result is
-    finished (`complete` set, saved) right after its last launch. Live processes of an earlier run in
-    out_dir are refused, or ended with `kill_leftovers` (engine/procs.py).
+    The contract's `arms`, or `plans` in their place (derived arms: the ablation's), on the model that
+    `model` resolves (the caller's: qgate.models; the engine knows no model names), called once DIR is
+    held. Each arm's environment is built once from its plan and this process's environment, and
+    checked, before anything else (preflight.arm_envs). An arm's result is finished (`complete` set,
+    saved) right after its last launch. Live processes of an earlier run in out_dir
+    are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    check_arm_envs([p.env for p in plans])  # a broken route override fails here, before any engine starts
+    # A broken route override fails here, before any engine starts.
+    envs = {e.name: e for e in arm_envs([(p.name, p.env) for p in plans], os.environ)}
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
-        model_path, model = resolve_model(loaded.contract.model, workload.train_data)
-        results = {p.name: workload.open(p, model) for p in plans}
+        model_path, model_record = model()
+        results = {p.name: workload.open(p, model_record) for p in plans}
         try:
             for launch in range(workload.launches):
                 for plan in plans:
                     res = run_launch(
-                        workload, plan, launch, results[plan.name], out_dir, model_path, progress,
-                        loaded.contract.stall_timeout_s,
+                        workload, plan, envs[plan.name], launch, results[plan.name], out_dir, model_path,
+                        progress, loaded.contract.stall_timeout_s,
                     )  # fmt: skip
                     if launch == workload.launches - 1:  # the arm's last launch: its result is final
                         workload.finish(res)

@@ -2,13 +2,15 @@
 
 Started by the launcher as `python -m qgate.engine.child SPEC_JSON EVENTS_FD` with the arm's environment,
 so the env reaches vLLM's engine-core and worker processes, which inherit it. It owns one vllm.LLM
-(one engine start), hands a workload a small adapter, and reports records as JSON lines on a private
-pipe (vLLM's own logging goes to stdout/stderr, which the launcher saves to a log file).
+(one engine start), hands the workload the spec names (`runner`: an import path, so the engine imports
+no workload) a small adapter, and reports records as JSON lines on a private pipe (vLLM's own logging
+goes to stdout/stderr, which the launcher saves to a log file).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import sys
@@ -83,24 +85,23 @@ class VllmEngine:
         }
 
 
+def runner(path: str) -> Any:
+    """The workload function an import path names (`package.module:function`), imported here."""
+    module, sep, name = path.partition(":")
+    if not sep or not module or not name.isidentifier():
+        raise ValueError(f"runner {path!r}: expected package.module:function")
+    return getattr(importlib.import_module(module), name)
+
+
 def _run(spec: dict, emit: Any) -> None:
+    run = runner(spec["runner"])  # a bad name fails before the engine's minute of start-up
     t0 = time.perf_counter()
     from vllm import LLM
 
     llm = LLM(model=spec["model_path"], disable_log_stats=False, **spec["engine_args"])
     engine = VllmEngine(llm)
     emit({"event": "engine_ready", "engine_start_s": time.perf_counter() - t0, "fingerprint": fingerprint()})
-    workload = spec["workload"]
-    if workload == "speed":
-        from qgate.speed.workload import run_reps
-
-        run_reps(engine, spec, emit)
-    elif workload == "quality":
-        from qgate.quality.workload import run_items
-
-        run_items(engine, spec, emit, set(spec.get("done", [])))
-    else:
-        raise ValueError(f"unknown workload {workload!r}")
+    run(engine, spec, emit)
 
 
 def main() -> int:

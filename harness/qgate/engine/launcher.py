@@ -1,11 +1,8 @@
 """Start one engine child per arm launch with the arm's environment, and stream its records back.
 
-The environment is passed as a dict to a fresh interpreter (never through a shell), so it reaches every
-process vLLM spawns. Variables in qgate's and kernels_ext's namespaces (`QGATE_*`, `VLLM_SM70_*`)
-inherited from the caller's shell are removed unless the arm sets them (`dropped_env`): an arm's routes
-and kernel knobs are exactly what the contract says. Other inherited variables that can change what vLLM
-or torch do are passed on and recorded (`inherited_env`), so `compare` can refuse arms run from
-different shells.
+The arm's environment comes computed (preflight.ArmEnv: built once per arm before any engine starts)
+and is passed as a dict to a fresh interpreter (never through a shell), so it reaches every process vLLM
+spawns; the launcher adds only its own variables (run token, pid file, lifeline, attestation folder).
 
 The engine is watched while it runs (watch.py): a child that exits, a vLLM process of its group that
 ends before the child is done (killed, OOM, a crash in a worker), or no record for the contract's
@@ -29,10 +26,10 @@ from pathlib import Path
 
 from qgate.engine import procs
 from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
-from qgate.engine.preflight import arm_process_env
+from qgate.engine.preflight import ArmEnv
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure, cut
-from qgate_route_env import ARM_ENV_PREFIXES, ATTEST_DIR_ENV, RECORDED_ENV_PREFIXES
+from qgate_route_env import ATTEST_DIR_ENV
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -44,24 +41,12 @@ class ChildOutcome:
     returncode: int
     error: str | None
     log_path: str
-    dropped_env: tuple[str, ...]
 
 
-def inherited_env(environ: dict[str, str], arm_env: dict[str, str]) -> dict[str, str]:
-    """The inherited variables that can change what vLLM, torch or the kernels do and that the arm does
-    not set: what the result records (`inherited_env`) and compare checks between the arms."""
-    return {
-        k: environ[k]
-        for k in sorted(environ)
-        if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(ARM_ENV_PREFIXES) and k not in arm_env
-    }
-
-
-def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[str, str], list[str]]:
-    """The child's environment: the engine env of the arm (preflight.arm_process_env: the caller's,
-    minus qgate's and kernels_ext's variables the arm does not set, returned as the dropped names, plus
-    the arm's env) and the launcher's own variables (run token, pid file, attestation folder: made here)."""
-    env, dropped = arm_process_env(os.environ, arm_env)
+def child_env(arm: ArmEnv, attest_dir: Path | None) -> dict[str, str]:
+    """The child's environment: the arm's engine env (computed once, preflight.ArmEnv.process) and the
+    launcher's own variables (run token, pid file, attestation folder: made here)."""
+    env = dict(arm.process)
     # The child dies with this process, vLLM's processes with the child (lifeline.py); all of them
     # carry the run's token, so they can be found by walking /proc whatever happens to their parents.
     env[LIFELINE_ENV] = str(os.getpid())
@@ -73,7 +58,7 @@ def child_env(arm_env: dict[str, str], attest_dir: Path | None) -> tuple[dict[st
     if attest_dir is not None:
         attest_dir.mkdir(parents=True, exist_ok=True)
         env[ATTEST_DIR_ENV] = str(attest_dir.resolve())
-    return env, dropped
+    return env
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -153,7 +138,7 @@ def _exit_text(returncode: int) -> str:
 
 def run_child(
     spec: dict,
-    arm_env: dict[str, str],
+    arm: ArmEnv,
     log_path: Path,
     on_event: Callable[[dict], None],
     attest_dir: Path | None = None,
@@ -163,7 +148,7 @@ def run_child(
 
     EngineError (one line) when the engine dies or stalls (watch.py); the child's group is stopped first.
     """
-    env, dropped = child_env(arm_env, attest_dir)
+    env = child_env(arm, attest_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     error: str | None = None
     # The child runs in the caller's folder so that route overrides (package.module:function) import
@@ -221,4 +206,4 @@ def run_child(
         cause = cause_in_log(log_path, start)
         if cause is not None and cause.rsplit(" (in ", 1)[0] not in error:
             error = f"{error}; cause: {cause}"
-    return ChildOutcome(returncode, error, str(log_path), tuple(dropped))
+    return ChildOutcome(returncode, error, str(log_path))

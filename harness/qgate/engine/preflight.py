@@ -1,6 +1,7 @@
-"""The pre-flight of an arm's route env, before any engine starts: the env an engine would see (built
-without side effects: no run token, no folder made) and the check of its route switches, overrides
-and sites.
+"""An arm's environment, computed once before any engine starts (`ArmEnv`, `arm_envs`): the env its
+engines see (built without side effects: no run token, no folder made), what the result records of the
+caller's shell, and the check of its route switches, overrides and sites. The launcher adds only its
+own variables (run token, pid file, attestation folder); segment.py records the ArmEnv as it is.
 
 `check_overrides` refuses a route env that cannot work with one line (RouteError); when an override or
 a site must be imported it does so in a child interpreter with the engine's env, the way the engine
@@ -14,13 +15,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from qgate.errors import RouteError
 from qgate.launch_env import UNBUFFERED_ENV
 from qgate_route_env import (
     ARM_ENV_PREFIXES,
     OVERRIDE_PREFIX,
+    RECORDED_ENV_PREFIXES,
     ROUTE_GDN,
     ROUTE_HC,
     ROUTE_TOPK,
@@ -49,17 +53,64 @@ def arm_process_env(
     return env, dropped
 
 
-def engine_env(arm_env: Mapping[str, str]) -> dict[str, str]:
+def inherited_env(environ: Mapping[str, str], arm_env: Mapping[str, str]) -> dict[str, str]:
+    """The inherited variables that can change what vLLM, torch or the kernels do and that the arm does
+    not set: what the result records (`inherited_env`) and compare checks between the arms."""
+    return {
+        k: environ[k]
+        for k in sorted(environ)
+        if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(ARM_ENV_PREFIXES) and k not in arm_env
+    }
+
+
+@dataclass(frozen=True)
+class ArmEnv:
+    """One arm's environment, computed once per run (`arm_env`) and then only read: `declared` is the
+    contract's (or a derived arm's) env, `process` what every engine process of the arm starts from (the
+    launcher adds only its own variables), `dropped` the inherited QGATE_* / VLLM_SM70_* names left out,
+    `inherited` the inherited variables that can change what vLLM does (recorded, compared)."""
+
+    name: str
+    declared: Mapping[str, str]
+    process: Mapping[str, str]
+    dropped: tuple[str, ...]
+    inherited: Mapping[str, str]
+
+    def record(self) -> dict:
+        """The result's fields of this env, as they are recorded (`env`, `dropped_env`, `inherited_env`)."""
+        return {
+            "env": dict(self.declared),
+            "dropped_env": list(self.dropped),
+            "inherited_env": dict(self.inherited),
+        }
+
+
+def arm_env(name: str, declared: Mapping[str, str], environ: Mapping[str, str]) -> ArmEnv:
+    """The arm's ArmEnv from its declared env and the caller's environment (pure; checks nothing)."""
+    process, dropped = arm_process_env(environ, declared)
+    return ArmEnv(
+        name,
+        MappingProxyType(dict(declared)),
+        MappingProxyType(process),
+        tuple(dropped),
+        MappingProxyType(inherited_env(environ, declared)),
+    )
+
+
+def engine_env(declared: Mapping[str, str]) -> dict[str, str]:
     """The env an engine sees: the caller's minus stray route variables, plus the arm's."""
-    return arm_process_env(os.environ, arm_env)[0]
+    return dict(arm_env("", declared, os.environ).process)
 
 
-def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
+def check_overrides(
+    env: Mapping[str, str], cwd: Path | None = None, process: Mapping[str, str] | None = None
+) -> None:
     """Refuse a route env that cannot work, before any engine starts: RouteError with one clear line.
 
     Checks switch values, override variable names, overrides of routes that are off, and, when an
     override is set, imports it in a child interpreter with this env and cwd (the engine's: give the
-    launcher's cwd) and checks its signature against the route op's. env is the arm's env.
+    launcher's cwd) and checks its signature against the route op's. env is the arm's env, process the
+    env its engines start from (default: engine_env(env)).
     """
     problems = static_problems(env)
     if problems:
@@ -70,7 +121,7 @@ def check_overrides(env: dict[str, str], cwd: Path | None = None) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "qgate_kernels.overrides"],
-            env=engine_env(env),
+            env=dict(process) if process is not None else engine_env(env),
             cwd=cwd,
             capture_output=True,
             text=True,
@@ -98,7 +149,7 @@ def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
         raise RouteError(str(problems[0]))
 
 
-def check_arm_envs(envs: Iterable[Mapping[str, str]], machine: bool = True) -> None:
+def check_arm_envs(envs: Iterable[Mapping[str, str] | ArmEnv], machine: bool = True) -> None:
     """Every check of a run that needs no engine, beyond the contract's own, over each arm's env:
     `qgate contract validate` applies it too, so a contract it passes is not refused by `qgate run`
     before an engine starts. The engine child runs in this folder, so the check does too.
@@ -107,6 +158,15 @@ def check_arm_envs(envs: Iterable[Mapping[str, str]], machine: bool = True) -> N
     `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
     this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
     contract, and an import of vLLM: a minute on a loaded machine)."""
-    for env in envs:
+    for one in envs:
+        env, process = (one.declared, one.process) if isinstance(one, ArmEnv) else (one, None)
         if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env):
-            check_overrides(dict(env), cwd=Path.cwd())
+            check_overrides(env, cwd=Path.cwd(), process=process)
+
+
+def arm_envs(arms: Iterable[tuple[str, Mapping[str, str]]], environ: Mapping[str, str]) -> list[ArmEnv]:
+    """Every arm's ArmEnv, built once from its declared env and `environ` (the caller's, read once) and
+    checked (check_arm_envs: a broken route override fails here, before any engine starts)."""
+    built = [arm_env(name, declared, environ) for name, declared in arms]
+    check_arm_envs(built)
+    return built

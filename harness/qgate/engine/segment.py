@@ -1,20 +1,20 @@
 """One engine start of one arm (a segment of a run), for the arm spine (engine/arms.py).
 
-Runs the child, then folds what only exists after it ends into the arm's result: the route counts the
-vLLM processes wrote (summed over segments). The inherited env variables the launch drops are recorded
-before it starts, so a kept record of a launch that died lists them as a finished one does. The
-inherited variables that can change what vLLM does (launcher.inherited_env) are recorded before the
-child starts; a later segment (a launch, a resume) with other values is refused, not mixed in.
+Runs the child with the arm's environment (preflight.ArmEnv, computed once per run) and records that
+environment as it is, before the child starts, so a kept record of a launch that died holds it as a
+finished one does: the inherited variables that can change what vLLM does (a later segment, a launch or
+a resume, with other values is refused, not mixed in) and the QGATE_* / VLLM_SM70_* names dropped.
+After the child, it folds in what only exists then: the route counts the vLLM processes wrote (summed
+over segments).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from qgate.engine.launcher import EngineError, inherited_env, run_child
-from qgate.engine.preflight import arm_process_env
+from qgate.engine.launcher import EngineError, run_child
+from qgate.engine.preflight import ArmEnv
 from qgate.results import ResultError
 from qgate.routes import collect, collect_shims, merge_shims
 
@@ -42,7 +42,7 @@ def merge_routes(total: dict, part: dict) -> dict:
 
 def run_segment(
     spec: dict,
-    env: dict[str, str],
+    arm: ArmEnv,
     log_path: Path,
     attest_dir: Path,
     result: dict,
@@ -51,8 +51,8 @@ def run_segment(
     label: str,
 ) -> dict:
     """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
-    inherited = inherited_env(dict(os.environ), env)
-    recorded = result.get("inherited_env")
+    recorded, record = result.get("inherited_env"), arm.record()
+    inherited = record["inherited_env"]
     if result["launches"] and recorded is not None and recorded != inherited:
         changed = sorted(k for k in set(recorded) | set(inherited) if recorded.get(k) != inherited.get(k))
         raise ResultError(
@@ -60,12 +60,10 @@ def run_segment(
             f"{', '.join(changed)} (recorded under inherited_env): run from the same environment"
         )
     result["inherited_env"] = inherited
-    # The names the launch drops are known before it starts: a killed launch's kept record lists them
-    # as a finished one's does (issue 39: they were added only after the child ended well).
-    _, dropped = arm_process_env(dict(os.environ), env)
-    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(dropped))
+    # A resume from another shell may drop other names: the record keeps every launch's.
+    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(record["dropped_env"]))
     try:
-        outcome = run_child(spec, env, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
+        outcome = run_child(spec, arm, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
     except BaseException as exc:
         # Stopped (a signal) or a failure while records came in (the engine died or stalled): the
         # records kept on disk came from this segment, so its route counts (what the processes wrote
@@ -82,7 +80,6 @@ def run_segment(
         raise
     result["routes"] = merge_routes(result["routes"], collect(attest_dir))
     result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))  # never route hits
-    result["dropped_env"] = sorted(set(result["dropped_env"]) | set(outcome.dropped_env))
     save(result)
     if outcome.error:
         raise EngineError(f"{label}: {outcome.error} (log: {outcome.log_path})")

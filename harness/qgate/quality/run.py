@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qgate import models
 from qgate.contract import LoadedContract
 from qgate.contract.quality import Quality
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
@@ -131,9 +132,9 @@ class QualityWorkload:
     resume: bool
     items: list[Item]
     dataset: dict[str, Any]
-    train_data: Path | None
     kind: str = "quality"
     launches: int = 1
+    runner: str = "qgate.quality.workload:run"
 
     @property
     def quality(self) -> Quality:
@@ -193,6 +194,7 @@ def run_quality(
     dataset = {"name": q.dataset, "split": q.split, "indices": q.indices, "items_sha256": q.items_sha256,
                "source": source}  # fmt: skip
     # A tiny-trained model is trained (first use) on the data given here, not only the default path.
-    train_data = None if source.startswith("hf:") else Path(source)
-    workload = QualityWorkload(loaded, out_dir, resume, items, dataset, train_data)
-    return run_arms(loaded, out_dir, workload, arms, **run)
+    train = None if source.startswith("hf:") else Path(source)
+    model = lambda: models.resolve_model(c.model, train)  # noqa: E731 (resolved by the spine, holding DIR)
+    workload = QualityWorkload(loaded, out_dir, resume, items, dataset)
+    return run_arms(loaded, out_dir, workload, arms, model=model, **run)

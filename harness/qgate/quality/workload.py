@@ -112,3 +112,8 @@ def run_items(
             if done_key(seed, item["index"]) in skip:
                 continue
             emit({"event": "item", "item": run_item(engine, spec, item, seed)})
+
+
+def run(engine: Any, spec: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> None:
+    """The engine child's entry point (the spec's `runner`): every pair not in the spec's `done`."""
+    run_items(engine, spec, emit, set(spec.get("done", [])))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qgate import models
 from qgate.contract import LoadedContract
 from qgate.contract.speed import PROMPT_KEYS
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
@@ -72,7 +73,7 @@ class SpeedWorkload:
     out_dir: Path
     resume: bool
     kind: str = "speed"
-    train_data: Path | None = None
+    runner: str = "qgate.speed.workload:run_reps"
     launch_count: int | None = None  # --until-decided: the launches of this look, not the contract's
 
     @property
@@ -133,7 +134,8 @@ def run_speed(
     """Every launch of every arm (engine.arms.run_arms: plans, progress, kill_leftovers); the results."""
     if loaded.contract.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
-    return run_arms(loaded, out_dir, SpeedWorkload(loaded, out_dir, resume), arms, **run)
+    model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731 (resolved by the spine, holding DIR)
+    return run_arms(loaded, out_dir, SpeedWorkload(loaded, out_dir, resume), arms, model=model, **run)
 
 
 def first_launches(result: dict, launches: int) -> dict:
@@ -177,9 +179,10 @@ def run_speed_until_decided(
     cfg = StatsConfig.from_contract(s.stats)
     looks: list = []
     results: dict[str, dict] = {}
+    model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731 (resolved holding DIR)
     for index, launches in enumerate(design.launches):
         work = SpeedWorkload(loaded, out_dir, resume or index > 0, launch_count=launches)
-        results = run_arms(loaded, out_dir, work, ARMS, **run)
+        results = run_arms(loaded, out_dir, work, ARMS, model=model, **run)
         control, candidate = (first_launches(results[a], launches) for a in ARMS)
         looks.append(look_at(design, index, decode_stats(control, candidate, cfg), s))
         rec = sequential_record(design, looks)
