@@ -112,3 +112,16 @@ def test_an_arm_env_is_a_frozen_record() -> None:
     with pytest.raises(AttributeError):
         env.name = "control"  # type: ignore[misc]
     assert dict(env.inherited) == {"OMP_NUM_THREADS": "1"} and os.environ.get("QGATE_STRAY") is None
+
+
+def test_the_child_starts_with_the_arm_env_and_refuses_a_runner_naming_nothing(tmp_path: Path) -> None:
+    """A real engine child (no vLLM: the runner is resolved before the engine starts) started by the
+    launcher with an ArmEnv: a spec whose runner names no function ends in one line, exit 1."""
+    env = arm_env("candidate", {SWITCH: "1"}, os.environ)
+    events: list[dict] = []
+    spec = {"runner": "qgate.speed.workload:no_such_runner", "model_path": str(tmp_path), "engine_args": {}}
+    out = launcher.run_child(spec, env, tmp_path / "log", events.append, tmp_path / "attest", 60.0)
+    said = "ValueError: runner 'qgate.speed.workload:no_such_runner': qgate.speed.workload has no function"
+    assert out.returncode == 1 and out.error is not None and out.error.startswith(said), out
+    assert events == [{"event": "error", "message": out.error}]
+    assert "vllm" not in (tmp_path / "log").read_text().lower()  # refused before vLLM was imported

@@ -90,7 +90,10 @@ def runner(path: str) -> Any:
     module, sep, name = path.partition(":")
     if not sep or not module or not name.isidentifier():
         raise ValueError(f"runner {path!r}: expected package.module:function")
-    return getattr(importlib.import_module(module), name)
+    found = getattr(importlib.import_module(module), name, None)
+    if not callable(found):
+        raise ValueError(f"runner {path!r}: {module} has no function {name}")
+    return found
 
 
 def _run(spec: dict, emit: Any) -> None:
