@@ -29,6 +29,7 @@ ALPHA, MARGIN, MIN_EFFECT, REPS, WITHIN = 0.05, 2.0, 2.0, 5, 0.01
 FLOOR = 1 - MARGIN / 100
 SPREADS = (0.0, 0.005, 0.01, 0.02, 0.05)
 SIMS = 20000
+OLD_RUNNER_KEYS = ("hostname", "gpu", "driver", "torch")  # the runner before the CPU and memory counted
 
 _spec = importlib.util.spec_from_file_location(
     "golden_support", Path(__file__).parent / "golden" / "support.py"
@@ -38,6 +39,9 @@ _spec.loader.exec_module(support)
 
 FP = {
     "hostname": "v100-runner",
+    "cpu": "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz",
+    "cpu_count": "80",
+    "memory_gib": "377",
     "gpu": "4x Tesla V100",
     "driver": "550.54",
     "torch": "2.9.0",
@@ -62,7 +66,7 @@ def _tonight(night: str = "2026-12-20", reps: int = 5, **fp: object) -> dict:
     return {
         "contract": {"sha256": "c" * 64},
         "workload": {"repetitions": reps, "launches": 1},
-        "fingerprint": {**FP, "cpu": "x", "git_sha": "abc", **fp},
+        "fingerprint": {**FP, "git_sha": "abc", **fp},
         "launches": [{"launch": 0, "started_at": f"{night}T01:20:00+00:00"}],
     }
 
@@ -107,6 +111,24 @@ def test_a_fingerprint_or_vllm_change_starts_the_count_again() -> None:
     assert "since 2026-12-07, a night on another runner or vLLM" in est.reason
     est = launch_cv.estimate(_nights(10), _tonight(vllm="0.33.0"))
     assert not est.used and est.nights == () and "since 2026-12-10" in est.reason
+
+
+def test_another_machine_under_the_same_hostname_starts_the_count_again() -> None:
+    rows = _nights(10)
+    for i in (3, 6):  # nights 4 and 7 on another machine that took the runner's hostname
+        rows[i]["fingerprint"] = json.dumps({**FP, "cpu": "AMD EPYC 9654", "cpu_count": "96"})
+    est = launch_cv.estimate(rows, _tonight())
+    assert not est.used and est.nights == ("2026-12-08", "2026-12-09", "2026-12-10")
+    rows = _nights(10)
+    rows[8]["fingerprint"] = json.dumps({**FP, "memory_gib": "755"})  # the same CPUs, other memory
+    assert launch_cv.estimate(rows, _tonight()).nights == ("2026-12-10",)
+    # Before the CPU and memory were runner keys all ten nights were pooled.
+    assert launch_cv.estimate(rows, _tonight(), runner_keys=OLD_RUNNER_KEYS).launches == 10
+    # A night recorded before qgate recorded the memory keeps counting (its CPU still must agree).
+    rows = _nights(10)
+    for row in rows[:5]:
+        row["fingerprint"] = json.dumps({k: v for k, v in FP.items() if k != "memory_gib"})
+    assert launch_cv.estimate(rows, _tonight()).launches == 10
 
 
 def test_launch_ids_split_a_night_and_rows_without_them_must_be_one_launch() -> None:
@@ -231,6 +253,85 @@ def test_simulated_error_rates_across_engine_starts(design: str) -> None:
     assert worst_fail <= ALPHA / 2 and worst_margin <= ALPHA / 2, rows
 
 
+# ---- two machines under one hostname (issue 45): the runner key sees the CPU and the memory --------
+
+MACHINES = {  # one hostname, two machines: launch sd 0.5 % (quiet) and 2 % (noisy)
+    "quiet": (
+        {**FP, "cpu": "Intel(R) Xeon(R) Platinum 8480+", "cpu_count": "224", "memory_gib": "2015"},
+        0.005,
+    ),
+    "noisy": (
+        {**FP, "cpu": "AMD EPYC 9654 96-Core Processor", "cpu_count": "192", "memory_gib": "1511"},
+        0.02,
+    ),
+}
+MIXED_SIMS, MIXED_NIGHTS = 2000, 20
+
+
+def _mixed_estimates(rng: np.random.Generator, keys: dict[str, tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """Per runner key: the rel_var launch_cv.estimate gives tonight's noisy-machine run (NaN: not used)
+    from MIXED_NIGHTS control nights, each on either machine (a fair coin); the same rows for every key."""
+    fps = {m: json.dumps(fp) for m, (fp, _) in MACHINES.items()}
+    tonight = _tonight("2026-12-31")
+    tonight["fingerprint"] = {**MACHINES["noisy"][0], "git_sha": "abc"}
+    out = {name: np.full(MIXED_SIMS, np.nan) for name in keys}
+    for i in range(MIXED_SIMS):
+        noisy = rng.random(MIXED_NIGHTS) < 0.5
+        sd = np.where(noisy, MACHINES["noisy"][1], MACHINES["quiet"][1])[:, None]
+        reps = 80 * np.exp(
+            rng.normal(0, 1, (MIXED_NIGHTS, 1)) * sd + rng.normal(0, WITHIN, (MIXED_NIGHTS, REPS))
+        )
+        rows = [
+            {
+                "night": f"2026-12-{n + 1:02d}", "arm": "control", "speed_contract_sha256": "c" * 64,
+                "speed_complete": 1, "decode_tok_s_reps": json.dumps(reps[n].tolist()),
+                "fingerprint": fps["noisy" if noisy[n] else "quiet"],
+            }
+            for n in range(MIXED_NIGHTS)
+        ]  # fmt: skip
+        for name, runner_keys in keys.items():
+            est = launch_cv.estimate(rows, tonight, runner_keys=runner_keys)
+            out[name][i] = est.rel_var if est.used else np.nan
+    return out
+
+
+def _mixed_decide(rng: np.random.Generator, rel: np.ndarray, ratio: float) -> tuple[float, float]:
+    """(FAIL, PASS) of one launch per arm on the noisy machine with the history's estimate `rel`
+    (the supersets of _decide); without an estimate the gates neither PASS nor FAIL the ratio."""
+    from scipy import stats as sps
+
+    used = ~np.isnan(rel)
+    c = _launches(rng, MIXED_SIMS, 1, MACHINES["noisy"][1], 1.0)
+    t = _launches(rng, MIXED_SIMS, 1, MACHINES["noisy"][1], ratio)
+    between = {"rel_var": np.where(used, rel, 0.0), "df": math.inf}
+    fail, passed = _decide(
+        arm_variance(c, 1, between), arm_variance(t, 1, between), lambda df: sps.t.ppf(0.975, df)
+    )
+    return float((fail & used).mean()), float((passed & used).mean())
+
+
+def test_simulated_error_rates_of_a_history_mixing_two_machines_under_one_hostname() -> None:
+    """docs/compare.md's table (`pytest -s tests/test_launch_cv.py -k mixing` prints it): the runner
+    key of before (hostname, GPU, driver, torch) pools both machines' nights, and the noisy machine's
+    verdicts use the quieter pooled spread; with the CPU model, count and memory in the key only the
+    noisy machine's latest nights count (fewer than 5 in a row: no estimate, INCONCLUSIVE)."""
+    rng = np.random.default_rng(20261204)
+    keys = {"before": OLD_RUNNER_KEYS, "now": launch_cv.RUNNER_KEYS}
+    rel = _mixed_estimates(rng, keys)
+    got = {}
+    for name in keys:
+        aa_fail, aa_pass = _mixed_decide(rng, rel[name], 1.0)
+        _, margin_pass = _mixed_decide(rng, rel[name], FLOOR)
+        got[name] = (aa_fail, margin_pass)
+        print(
+            f"runner key {name}: estimate used {100 * np.mean(~np.isnan(rel[name])):.1f} % | A/A FAIL "
+            f"{100 * aa_fail:.2f} % | PASS at the margin {100 * margin_pass:.2f} % | "
+            f"A/A PASS {100 * aa_pass:.2f} %"
+        )
+    assert max(got["before"]) > ALPHA / 2  # the flaw the key fixes, seen by this simulation
+    assert max(got["now"]) <= ALPHA / 2, got
+
+
 # ---- the history's rows know which rep came from which launch (schema 3) ---------------------------
 
 
@@ -269,6 +370,23 @@ def test_history_rows_carry_launch_ids_and_a_version_2_store_is_upgraded(tmp_pat
         {"launch": 0, "started_at": "2026-12-09T01:00:00+00:00"}]}, min_nights=2)  # fmt: skip
     assert est.used and est.nights == ("2026-12-02", "2026-12-03") and est.launches == 3
     assert est.skipped == ("2026-12-01: 10 reps without launch ids (the contract runs 5 a launch)",)
+
+
+def test_history_rows_keep_the_cpu_and_memory_outside_the_content_hash(tmp_path: Path) -> None:
+    from qgate import night
+
+    control, candidate = support.load_pair()
+    for arm in (control, candidate):
+        arm["fingerprint"]["memory_gib"] = "31"
+    rows = night.collect(support.history_night(tmp_path, "2026-12-01", control, candidate))
+    fp = json.loads(rows[0]["fingerprint"])
+    assert (fp["cpu"], fp["cpu_count"], fp["memory_gib"]) == ("Example CPU @ 2.0GHz", "2", "31")
+    # As a row recorded before they were kept: the same content, so appending it again is a no-op.
+    before = {k: v for k, v in fp.items() if k not in ("cpu", "cpu_count", "memory_gib")}
+    old_row = {**rows[0], "fingerprint": json.dumps(before, sort_keys=True)}
+    assert night.content_sha256(old_row) == night.content_sha256(rows[0]) == rows[0]["content_sha256"]
+    other = {**rows[0], "fingerprint": json.dumps({**before, "hostname": "elsewhere"}, sort_keys=True)}
+    assert night.content_sha256(other) != rows[0]["content_sha256"]
 
 
 def test_a_sequential_result_is_judged_at_the_boundary_of_the_look_it_stopped_at() -> None:

@@ -22,7 +22,7 @@ from qgate import routes
 from qgate.contract import LoadedContract
 from qgate.gate import SEV_ERROR, Gate
 
-FINGERPRINT_KEYS = ("cpu", "cpu_count", "gpu", "driver", "python", "torch", "vllm", "qgate")
+FINGERPRINT_KEYS = ("cpu", "cpu_count", "memory_gib", "gpu", "driver", "python", "torch", "vllm", "qgate")
 NOTE_KEYS = ("hostname", "git_sha")
 
 

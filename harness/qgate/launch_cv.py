@@ -6,7 +6,9 @@ Every night's control arm is the same code on the same runner, so its launch mea
 starts do. Which nights count, for a speed result `tonight` (its control arm):
 
 * the control rows of the same contract (speed_contract_sha256), complete, with the same runner
-  (fingerprint: hostname, GPU, driver, torch) and vLLM version as tonight's result, of nights before
+  (fingerprint RUNNER_KEYS: hostname, CPU model and count, host memory, GPU, driver, torch; a host name
+  names no machine: containers and re-imaged runners share one, and two machines pooled under it
+  mix their launch spreads) and vLLM version as tonight's result, of nights before
   tonight's (the UTC date of its first engine start: a verdict rerun later reads the same nights, the
   store being append-only);
 * only the latest run of such nights: a night of this contract on another runner or vLLM ends the run
@@ -41,7 +43,10 @@ LAUNCH_CV_SCHEMA_VERSION = 1
 MIN_NIGHTS = 5
 MAX_NIGHTS = 30
 CONFIDENCE = 0.9
-RUNNER_KEYS = ("hostname", "gpu", "driver", "torch")
+RUNNER_KEYS = ("hostname", "cpu", "cpu_count", "memory_gib", "gpu", "driver", "torch")
+# Keys qgate began to record later (memory_gib, 2026-12): compared only when both fingerprints hold one,
+# so a history written before keeps its nights (its CPU model and count still tell machines apart).
+LATER_KEYS = ("memory_gib",)
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,20 @@ def _fingerprint(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _key(fp: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
-    return {k: fp.get(k) for k in RUNNER_KEYS}, fp.get("vllm")
+def _key(fp: Mapping[str, Any], keys: tuple[str, ...] = RUNNER_KEYS) -> tuple[dict[str, Any], Any]:
+    return {k: fp.get(k) for k in keys}, fp.get("vllm")
+
+
+def same_runner(
+    row: tuple[dict[str, Any], Any], tonight: tuple[dict[str, Any], Any], later: tuple[str, ...] = LATER_KEYS
+) -> bool:
+    """Two runner keys (_key) name the same runner and vLLM: every key equal, a LATER_KEYS key only
+    when both hold it."""
+    (a, va), (b, vb) = row, tonight
+    return va == vb and all(
+        a.get(k) == b.get(k) or (k in later and (a.get(k) is None or b.get(k) is None))
+        for k in a.keys() | b.keys()
+    )
 
 
 def night_of(result: Mapping[str, Any]) -> str | None:
@@ -144,10 +161,13 @@ def estimate(
     min_nights: int = MIN_NIGHTS,
     max_nights: int = MAX_NIGHTS,
     confidence: float = CONFIDENCE,
+    runner_keys: tuple[str, ...] = RUNNER_KEYS,
 ) -> LaunchCV:
-    """The between-launch CV of the control arm for the speed result `tonight` (module docstring)."""
+    """The between-launch CV of the control arm for the speed result `tonight` (module docstring).
+    runner_keys: the fingerprint keys that name a runner (the simulation of tests/test_launch_cv.py
+    passes the keys before the CPU and memory were among them, to measure what they changed)."""
     fp = _fingerprint(tonight.get("fingerprint"))
-    runner, vllm = _key(fp)
+    runner, vllm = _key(fp, runner_keys)
     sha = (tonight.get("contract") or {}).get("sha256")
     reps = (tonight.get("workload") or {}).get("repetitions")
     before = night_of(tonight)
@@ -163,7 +183,7 @@ def estimate(
     streak: list[Mapping[str, Any]] = []
     changed = None
     for row in reversed(earlier):
-        if _key(_fingerprint(row.get("fingerprint"))) != (runner, vllm):
+        if not same_runner(_key(_fingerprint(row.get("fingerprint")), runner_keys), (runner, vllm)):
             changed = str(row.get("night"))
             break
         streak.append(row)

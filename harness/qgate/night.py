@@ -70,7 +70,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("gate_min_strict_correct", "INTEGER"),
     ("verdict", "TEXT"),
     ("verdicts", "TEXT"),  # JSON {kind: {verdict, reasons, contract_sha256}}
-    ("fingerprint", "TEXT"),  # JSON {gpu, driver, torch, vllm, qgate, hostname}
+    ("fingerprint", "TEXT"),  # JSON {gpu, driver, torch, vllm, qgate, hostname, cpu, cpu_count, memory_gib}
     ("content_sha256", "TEXT NOT NULL"),
     # schema 2, last: an upgraded version-1 store gets them appended (ALTER TABLE ADD COLUMN)
     ("quality_seeds", "INTEGER"),
@@ -89,7 +89,13 @@ V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in ADDED_COLUM
 V2_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V3_COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
-_FINGERPRINT_KEYS = ("gpu", "driver", "torch", "vllm", "qgate", "hostname", "git_sha")
+_FINGERPRINT_KEYS = (
+    "gpu", "driver", "torch", "vllm", "qgate", "hostname", "cpu", "cpu_count", "memory_gib", "git_sha"
+)  # fmt: skip
+# The machine's CPU model, count and memory: kept since 2026-12 (qgate.launch_cv's runner key: one
+# hostname may name two machines), left out of content_sha256 so that a night recorded before is
+# "already recorded" when it is appended again.
+_FINGERPRINT_NOT_CONTENT = ("cpu", "cpu_count", "memory_gib")
 _CHECKS = {"speed": check_speed_result, "quality": check_quality_result}
 
 
@@ -356,6 +362,11 @@ def content_sha256(row: dict[str, Any]) -> str:
         for k in COLUMN_NAMES
         if k not in _NOT_CONTENT and k not in V3_COLUMNS and not (k in V2_COLUMNS and row.get(k) is None)
     }
+    if isinstance(content.get("fingerprint"), str):
+        fp = json.loads(content["fingerprint"])
+        if isinstance(fp, dict):
+            kept = {k: v for k, v in fp.items() if k not in _FINGERPRINT_NOT_CONTENT}
+            content["fingerprint"] = json.dumps(kept, sort_keys=True)
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 

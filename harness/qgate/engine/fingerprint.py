@@ -23,6 +23,18 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def memory_gib() -> str | None:
+    """The host's memory in GiB, rounded (MemTotal moves by a few MiB across kernels; a machine with
+    other memory is another runner). None where /proc/meminfo cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return str(round(int(line.split()[1]) / 2**20))
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _version(dist: str) -> str | None:
     for name in (dist, dist.replace("-", "_")):
         try:
@@ -72,6 +84,7 @@ def fingerprint() -> dict[str, str | None]:
         "hostname": socket.gethostname(),
         "cpu": _cpu_model(),
         "cpu_count": str(os.cpu_count()),
+        "memory_gib": memory_gib(),
         "gpu": gpu,
         "driver": driver,
         "python": platform.python_version(),
