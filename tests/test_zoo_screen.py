@@ -135,3 +135,20 @@ def test_the_checkout_itself_on_the_arms_pythonpath_is_no_blind_spot() -> None:
 
     kernels = Path(qgate_kernels.__file__).resolve().parents[1]
     assert seen.blind_spots({GEMV_SWITCH: "1", "PYTHONPATH": str(kernels)}, ["fp16_gemv"]) == []
+
+
+def test_env_the_candidate_sets_otherwise_than_the_control_is_a_blind_spot() -> None:
+    control = {GEMV_SWITCH: "0", "OMP_NUM_THREADS": "1", "VLLM_CPU_SGL_KERNEL": "0"}
+    cand = {
+        GEMV_SWITCH: "1",
+        "OMP_NUM_THREADS": "1",
+        "QGATE_ROUTE_IMPL_FP16_GEMV": "m:f",
+        "MY_BACKEND": "fast",
+    }
+    assert seen.blind_spots(cand, ["fp16_gemv"], control) == [
+        "env MY_BACKEND=fast differs from the control's (unset): not a route switch or override, and what "
+        "it changes in the engine the screen does not run",
+        "env VLLM_CPU_SGL_KERNEL unset differs from the control's ('0'): not a route switch or override, "
+        "and what it changes in the engine the screen does not run",
+    ]
+    assert seen.blind_spots(cand, ["fp16_gemv"]) == []  # without the control's env: not judged

@@ -181,7 +181,14 @@ def run_screen_gate(plan: DemoPlan) -> GateOutcome:
     t0 = time.perf_counter()
     report = str(plan.out / "ops" / "ops.md")
     try:  # the candidate's code: its overrides as its engine imports them, from the plan's env
-        record = run_ops(plan.loaded, plan.out, device=plan.device, arm="candidate", env=plan.plans[1].env)
+        record = run_ops(
+            plan.loaded,
+            plan.out,
+            plan.device,
+            arm="candidate",
+            env=plan.plans[1].env,
+            control_env=plan.plans[0].env,
+        )
     except QgateError as exc:
         return GateOutcome(SCREEN, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
     return replace(screen_outcome(record, report), seconds=time.perf_counter() - t0)

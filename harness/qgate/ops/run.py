@@ -100,11 +100,13 @@ def run_ops(
     force: bool = False,
     arm: str | None = None,
     env: Mapping[str, str] | None = None,
+    control_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Screen every route at the contract's shapes; writes ops.json and ops.md; returns the record.
     `arm`: screen what that arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place of the kernels,
     from the contract's arm env or `env` (the arm's plan env); the record's `unseen` lists what of the
-    arm's code the screen did not run (qgate.ops.seen), None without an arm."""
+    arm's code the screen did not run (qgate.ops.seen; for the candidate, its env against the
+    control's: `control_env` or the contract's), None without an arm."""
     from qgate.ops.screen import run_screen
     from qgate.ops.seen import blind_spots
     from qgate.report.ops import screen_markdown
@@ -126,7 +128,13 @@ def run_ops(
         overrides={r: s for r, s in specs.items() if r in ops.routes},
         replacements=replacements,
     )
-    record["unseen"] = blind_spots(env, ops.routes) if arm is not None else None
+    # the candidate's env against the control's (as planned: `control_env`, or the contract's)
+    control = (
+        (control_env if control_env is not None else loaded.contract.env_for("control"))
+        if arm == "candidate"
+        else None
+    )
+    record["unseen"] = blind_spots(env, ops.routes, control) if arm is not None else None
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), screen_markdown(record))
     return record

@@ -10,6 +10,8 @@ the harness's own process. It sees the code the engine runs for a route only whe
   plugin or the op after the screen's view), and a module or package there named like one the route
   path imports (qgate_kernels, qgate_route_env, qgate, torch, vllm) replaces it in the engine but not in
   the screen (which imported the installed one first).
+- the arm's env sets nothing else otherwise than the control (a vLLM backend switch, a kernel
+  library's variable): that changes code the screen does not run.
 A screen with any blind spot cannot vouch for the candidate's code: the demo does not PASS on it.
 """
 
@@ -20,10 +22,25 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from qgate_route_env import ROUTES, override_var, switched_on
+from qgate_route_env import (
+    ATTEST_DIR_ENV,
+    RECORD_CALLS_ENV,
+    RECORD_DIR_ENV,
+    ROLES_ENV,
+    ROUTES,
+    override_var,
+    switched_on,
+)
 
 # Python runs these at start-up from any sys.path entry (the site module), before vLLM or the plugin.
 STARTUP_HOOKS = ("sitecustomize", "usercustomize")
+# Env the screen accounts for (route switches and overrides, PYTHONPATH: above) or that changes no
+# computation (which projections a route takes: the roles; the recording and attestation folders).
+_ACCOUNTED = frozenset(
+    {"PYTHONPATH", ROLES_ENV, RECORD_DIR_ENV, RECORD_CALLS_ENV, ATTEST_DIR_ENV}
+    | set(ROUTES.values())
+    | {override_var(r) for r in ROUTES}
+)
 # The packages the route path goes through: a copy of one on the arm's PYTHONPATH is what the engine
 # imports, not what the screen ran.
 ROUTE_PATH_PACKAGES = ("qgate_kernels", "qgate_route_env", "qgate", "torch", "vllm")
@@ -84,8 +101,27 @@ def pythonpath_blind_spots(env: Mapping[str, str]) -> list[str]:
     return out
 
 
-def blind_spots(env: Mapping[str, str], screened: Iterable[str]) -> list[str]:
-    """Every way the code the arm's engine runs differs from what a screen of `screened` routes ran."""
+def env_blind_spots(env: Mapping[str, str], control: Mapping[str, str]) -> list[str]:
+    """One line per variable the arm sets otherwise than the control that is no route switch or
+    override: it changes what vLLM runs (a backend, a kernel choice), which no operator screen runs."""
+    out = []
+    for key in sorted(set(env) | set(control)):
+        if key in _ACCOUNTED or env.get(key) == control.get(key):
+            continue
+        mine = f"{key}={env[key]}" if key in env else f"{key} unset"
+        theirs = f"{control[key]!r}" if key in control else "unset"
+        out.append(
+            f"env {mine} differs from the control's ({theirs}): not a route switch or override, and "
+            "what it changes in the engine the screen does not run"
+        )
+    return out
+
+
+def blind_spots(
+    env: Mapping[str, str], screened: Iterable[str], control: Mapping[str, str] | None = None
+) -> list[str]:
+    """Every way the code the arm's engine runs differs from what a screen of `screened` routes ran;
+    with `control` (the control arm's env), the arm's other env differences too."""
     ran = set(screened)
     out = []
     for route in ROUTES:
@@ -93,4 +129,5 @@ def blind_spots(env: Mapping[str, str], screened: Iterable[str]) -> list[str]:
             spec = env.get(override_var(route), "").strip()
             impl = f"its override {override_var(route)}={spec}" if spec else "its kernel"
             out.append(f"route {route} is switched on but not in ops.routes: {impl} was not screened")
-    return out + pythonpath_blind_spots(env)
+    out += pythonpath_blind_spots(env)
+    return out + (env_blind_spots(env, control) if control is not None else [])
