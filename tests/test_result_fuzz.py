@@ -198,6 +198,9 @@ CORRUPTIONS: dict[str, Edit] = {
     "decode_tok_s bad": _rep_timing("decode_tok_s"),
     "decode_tok_s 1e-308": _set("rep.decode_tok_s", 1e-308),
     "decode_tok_s missing": _set("rep.decode_tok_s", "DEL"),
+    "decode_tok_s a 400-digit integer": _set("rep.decode_tok_s", 10**400),
+    "workload.repetitions a 400-digit integer": _set("workload.repetitions", 10**400),
+    "launch engine_start_s a 400-digit integer": _set("launches.1.engine_start_s", 10**400),
     "tpot_ms bad": _rep_timing("tpot_ms"),
     "tpot_ms fast": _set("rep.tpot_ms", "fast"),
     "tpot_ms not the decode rate's": _tpot_off,
@@ -311,7 +314,7 @@ def test_every_corrupted_result_is_refused_in_one_line(tmp_path: Path, contract:
     assert not thread.is_alive(), f"hung after {len(outcomes)} cases: {cases[len(outcomes)][0]}"
     for name, bad, code, line in outcomes:
         assert code == 2 and "\n" not in line and line.startswith(f"{bad}: "), f"{name}: {code} {line}"
-    # 67 edits + 11 byte corruptions, both arms, two draws
+    # the edits and 11 byte corruptions, both arms, two draws
     assert len(outcomes) == 2 * 2 * (len(CORRUPTIONS) + 11), len(outcomes)
     for n, (name, side, _) in enumerate(cases[: len(cases) // 4]):  # the first draw's control cases
         bad = tmp_path / f"case{n}" / f"{side}.json"
@@ -549,3 +552,41 @@ def test_history_refuses_a_result_that_is_not_a_regular_file(
     res = invoke(history_app, "append", run, "--store", store)
     assert res.exit_code == 2 and "not a regular file" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1 and not store.exists(), res.output
+
+
+def test_a_sequential_record_cannot_lower_its_boundary(tmp_path: Path, contract: Path) -> None:
+    """A --until-decided result is judged at its last look's z boundary: one edited below the design's
+    (or a design of another alpha than the contract's) is refused, never judged."""
+    from qgate.contract import load_contract
+    from qgate.speed import sequential
+
+    alpha = load_contract(contract).contract.speed.stats.alpha
+    look = sequential.Look(0, 2, 1.2, 1.1, 1.3, 2.0, 8.0, 0.3, 0.3, "PASS", "shown")
+
+    def with_seq(design_alpha: float, edit: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        control, candidate = golden(contract)
+        rec = sequential.record(sequential.Design.plan(design_alpha, 2, 4), [look])
+        if edit is not None:
+            edit(rec)
+        for result in (control, candidate):
+            result["sequential"] = copy.deepcopy(rec)
+        run = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+        _write(run / "candidate.json", candidate)
+        return _write(run / "control.json", control)
+
+    cases = {
+        "as designed": with_seq(alpha),
+        "z lowered": with_seq(alpha, lambda r: r["design"].update(z_boundaries=[1.0, 1.0, 1.0])),
+        "z NaN": with_seq(alpha, lambda r: r["design"]["z_boundaries"].__setitem__(0, float("nan"))),
+        "z huge int": with_seq(alpha, lambda r: r["design"]["z_boundaries"].__setitem__(0, 10**400)),
+        "looks a string": with_seq(alpha, lambda r: r.update(looks="PASS")),
+        "look at an unplanned launch": with_seq(alpha, lambda r: r["looks"][0].update(launches=3)),
+        "another alpha": with_seq(0.5),
+    }
+    for name, ctrl in cases.items():
+        out = ctrl.parent / "out"
+        res = invoke(compare_app, ctrl, ctrl.parent / "candidate.json", "--contract", contract, "--out", out)
+        if name == "as designed":
+            assert res.exit_code in (0, 4) and "Traceback" not in res.output, res.output
+        else:
+            assert_refused(res, out, name, ctrl)

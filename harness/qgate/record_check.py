@@ -64,7 +64,11 @@ class Check:
         """A finite number in [low, high] ((low, high] with low_open): a timing a machine can measure."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, value, "expected a number")
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer of hundreds of digits: no float holds it
+            finite = False
+        if not finite:
             raise self.fail(key, value, "expected a finite number")
         if value < low or (low_open and value == low) or value > high:
             left = "(" if low_open else "["

@@ -41,6 +41,13 @@ def check_quality_result(data: dict[str, Any], where: str) -> None:
             raise c.fail(key, data[key], f"expected a {'mapping' if kind is dict else 'list'}")
     if data.get("fingerprint") is not None:
         c.dict(data["fingerprint"], "fingerprint")
+    section = data.get("quality") or {}
+    for key in ("gates", "sampling"):
+        if section.get(key) is not None:
+            c.dict(section[key], f"quality.{key}")
+    for key in ("first_index", "last_index"):
+        if section.get(key) is not None:
+            c.int(section[key], f"quality.{key}")
     if "complete" in data:
         c.bool(data["complete"], "complete")
     for i, seed in enumerate(data.get("seeds") or []):

@@ -76,6 +76,13 @@ def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None 
                 f"{len(reps)} reps from {len(launches)} launches, the contract asks for {speed.repetitions} "
                 f"reps x {planned} launches"
             )
+        seq = result.get("sequential")
+        design = seq.get("design") if isinstance(seq, dict) else None
+        if isinstance(design, dict) and design.get("alpha") != speed.stats.alpha:
+            # compare judges the stopped data at the design's boundary: it must be the contract's alpha's
+            problems.append(
+                f"sequential.design.alpha = {design.get('alpha')!r}, the contract says {speed.stats.alpha!r}"
+            )
         for key in ("repetitions", "launches", "reset_prefix_cache"):
             expected = planned if key == "launches" else getattr(speed, key)
             if key in workload and workload[key] != expected:

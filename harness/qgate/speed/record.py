@@ -20,6 +20,7 @@ speed result they read. What is checked, beyond the header (qgate.record_check):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from statistics import NormalDist
 from typing import Any
 
 from qgate.record_check import Check, check_header, check_launches
@@ -30,6 +31,7 @@ from qgate.record_check import Check, check_header, check_launches
 START_SLACK = timedelta(seconds=60)
 # relative: tpot_ms * decode_tok_s / 1000 - 1; a record rounded to 6 digits is far within it
 TPOT_TOLERANCE = 1e-3
+MAX_COUNT = 100_000  # repetitions, launches, warmup: far above any contract's
 _TIMINGS = (  # key, low, high (inclusive), required
     ("decode_tok_s", 1e-3, 1e6, True),
     ("tpot_ms", 1e-3, 1e6, True),
@@ -48,14 +50,17 @@ def check_speed_result(data: dict[str, Any], where: str) -> None:
     c = check_header(data, where, run_id=isinstance(version, int) and version >= 2)
     prompt = c.dict(data.get("prompt"), "prompt")
     workload = c.dict(data.get("workload"), "workload")
-    reps_per_launch = c.int(workload.get("repetitions"), "workload.repetitions", 1)
-    launches = c.int(workload.get("launches"), "workload.launches", 1)
-    output_tokens = c.int(workload.get("output_tokens"), "workload.output_tokens", 1)
-    c.int(workload.get("warmup", 0), "workload.warmup")
+    # Bounds far above any run (a contract's own limits are lower): counts that size arrays downstream
+    reps_per_launch = c.int(workload.get("repetitions"), "workload.repetitions", 1, MAX_COUNT)
+    launches = c.int(workload.get("launches"), "workload.launches", 1, MAX_COUNT)
+    output_tokens = c.int(workload.get("output_tokens"), "workload.output_tokens", 1, 10**8)
+    c.int(workload.get("warmup", 0), "workload.warmup", 0, MAX_COUNT)
     for key in ("greedy", "ignore_eos", "reset_prefix_cache"):
         if key in workload:
             c.bool(workload[key], f"workload.{key}")
     starts = check_launches(c, data)
+    if data.get("sequential") is not None:
+        _check_sequential(c, data["sequential"], launches)
     reps = c.list(data.get("reps"), "reps")
     if reps:
         c.sha(prompt.get("sha256"), "prompt.sha256")
@@ -126,3 +131,36 @@ def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, igno
         c.bool(rep["prefix_cache_reset"], f"{key}.prefix_cache_reset")
     if rep.get("finish_reason") is not None:
         c.str(rep["finish_reason"], f"{key}.finish_reason")
+
+
+def _check_sequential(c: Check, seq: Any, launches: int) -> None:
+    """The `sequential` record of a --until-decided run. Compare judges the stopped data at the last
+    look's z boundary, so a boundary below the fixed design's z of alpha / 2 (every O'Brien-Fleming
+    boundary is above it) is refused: edited lower it would pass what the design does not. (Computing
+    the design again to compare takes seconds a look; the contract's alpha is the integrity gate's.)"""
+    seq = c.dict(seq, "sequential")
+    design = c.dict(seq.get("design"), "sequential.design")
+    alpha = c.num(design.get("alpha"), "sequential.design.alpha", 1e-9, 0.5)
+    first = c.int(design.get("first_launches"), "sequential.design.first_launches", 2, MAX_COUNT)
+    last = c.int(design.get("max_launches"), "sequential.design.max_launches", first, MAX_COUNT)
+    planned = list(range(first, last + 1))
+    if design.get("planned_launches") != planned:
+        raise c.fail(
+            "sequential.design.planned_launches", design.get("planned_launches"), f"expected {first}..{last}"
+        )
+    floor = NormalDist().inv_cdf(1 - alpha / 2)
+    z = c.list(design.get("z_boundaries"), "sequential.design.z_boundaries")
+    if len(z) != len(planned):
+        raise c.fail(
+            "sequential.design.z_boundaries", z, f"expected one boundary for each of {len(planned)} looks"
+        )
+    for i, x in enumerate(z):
+        c.num(x, f"sequential.design.z_boundaries[{i}]", floor - 1e-9, 1e3)
+    looks = c.list(seq.get("looks"), "sequential.looks")
+    if len(looks) > len(planned):
+        raise c.fail("sequential.looks", looks, f"more looks than the {len(planned)} planned")
+    for i, look in enumerate(looks):
+        key = f"sequential.looks[{i}]"
+        at = c.int(c.dict(look, key).get("launches"), f"{key}.launches", 0, launches)
+        if at != planned[i]:
+            raise c.fail(f"{key}.launches", at, f"look {i} is planned at {planned[i]} launches")
