@@ -22,6 +22,8 @@ import pytest
 import yaml
 from conftest import IN_PROCESS_ENGINE, compare_run, qgate, small_contract
 
+from qgate.speed.record import check_speed_result
+
 pytestmark = pytest.mark.vllm
 
 AA_LAUNCHES, AA_REPS, AA_TOKENS = 2, 4, 128
@@ -69,7 +71,10 @@ def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
     assert control["prompt"]["sha256"] == candidate["prompt"]["sha256"] is not None
     assert control["env"] == candidate["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "0"} | IN_PROCESS_ENGINE
     for res in (control, candidate):
-        assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 1, True)
+        assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 2, True)
+        # schema 2: one run_id per result file, carried by every rep; the record passes compare's checks
+        assert {r["run_id"] for r in res["reps"]} == {res["run_id"]}
+        check_speed_result(res, "real")
         assert res["fingerprint"]["vllm"] == "0.32.0" and res["fingerprint"]["torch"].startswith("2.13.0")
         assert [launch["launch"] for launch in res["launches"]] == list(range(AA_LAUNCHES))
         assert all(launch["engine_start_s"] > 0 for launch in res["launches"])
@@ -85,6 +90,7 @@ def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
         assert all(r["hits"] == 0 and not r["fallbacks"] for r in res["routes"].values()), res["routes"]
     # greedy decoding of one prompt: every rep of every engine start of both arms yields the same tokens
     assert len({r["token_ids_sha256"] for res in (control, candidate) for r in res["reps"]}) == 1
+    assert control["run_id"] != candidate["run_id"]
 
 
 def test_finished_result_is_not_overwritten(aa: tuple[Path, Path]) -> None:
