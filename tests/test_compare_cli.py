@@ -178,6 +178,21 @@ def test_a_copy_of_one_run_as_the_other_arm_is_refused(tmp_path: Path, contract:
     assert res.exit_code == 2 and "the same run" in res.output, res.output
 
 
+def test_an_aa_spelt_otherwise_must_be_asked_for_too(tmp_path: Path, contract: Path) -> None:
+    """Issue 45: a candidate whose switches are the control's spelt otherwise (`off` for `0`, `No ` for
+    `false`) ran the same routes: an A/A, refused without --aa as the identical env is."""
+
+    def respelt(control: dict, candidate: dict) -> None:
+        words = {"0": "off", "1": " On", "false": "No ", "true": "yes"}
+        candidate["env"] = {k: words.get(v, v) for k, v in control["env"].items()}
+        assert candidate["env"] != control["env"]
+
+    ctrl, cand = pair_files(tmp_path, contract, respelt)
+    res = invoke(ctrl, cand, "--contract", contract, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "A/A" in res.output and "means the same" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
 def test_an_aa_must_be_asked_for(tmp_path: Path, contract: Path) -> None:
     def same_env(control: dict, candidate: dict) -> None:
         candidate["env"] = dict(control["env"])

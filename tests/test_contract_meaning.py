@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from qgate.cli import app
@@ -282,3 +283,17 @@ def test_gpu_engine_options_pass_to_vllm_and_additional_config_is_checked(tmp_pa
     assert "differ: set one" in _validate(tmp_path, _sub(SMOKE, "engine:\n", "engine:\n" + both))
     line = _validate(tmp_path, _sub(SMOKE, "engine:\n", "engine:\n  gdn_prefill_backend: flashinfer2\n"))
     assert "engine.gdn_prefill_backend" in line
+
+
+def test_an_aa_declared_keeps_the_sha256_its_run_was_recorded_under(tmp_path: Path) -> None:
+    """An A/A contract (the candidate's env is the control's) is refused without `aa: true` since issue
+    45; with it, its sha256 is the one the code before the key gave (206f56ece34a at 3ca942b), so the
+    results of an A/A run recorded then still compare under it."""
+    data = yaml.safe_load(SMOKE)
+    data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
+    path = tmp_path / "aa.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    line = _validate(tmp_path, path.read_text())
+    assert "an A/A" in line and "aa: true" in line, line
+    path.write_text(yaml.safe_dump({**data, "aa": True}, sort_keys=False))
+    assert load_contract(path).sha256.startswith("206f56ece34a")

@@ -23,6 +23,7 @@ from typing import Any
 
 from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
+from qgate.contract.aa import arm_meaning
 from qgate.errors import cut
 from qgate.gate import SEV_ERROR, Gate, decide
 from qgate.quality.compare import compare_quality
@@ -143,18 +144,30 @@ def refuse_wrong_arms(pairs: list[Pair], aa: bool) -> None:
 
 
 def refuse_unasked_aa(pairs: list[Pair], aa: bool) -> None:
-    """A candidate that ran with exactly the control's env switched nothing on: its comparison is an
-    A/A (useful to measure the noise, never evidence for a change), so it must be asked for (--aa)."""
+    """A candidate that ran with the control's env, or one that means the same (a switch `off` where the
+    control's is `0`: contract/aa.py), switched nothing on: its comparison is an A/A (useful to measure
+    the noise, never evidence for a change), so it must be asked for (--aa)."""
     if aa:
         return
     for pair in pairs:
-        env = pair.control.get("env")
-        if isinstance(env, dict) and env == pair.candidate.get("env"):
+        env, other = pair.control.get("env"), pair.candidate.get("env")
+        if isinstance(env, dict) and isinstance(other, dict) and _same_meaning(env, other):
             shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no variables"
-            raise ResultError(
-                f"{pair.candidate_path}: the candidate ran with the control's env ({shown}): this is an A/A "
-                "comparison, not evidence for a change; pass --aa to compare them as one"
+            said = (
+                "" if env == other else " as it means the same (a switch is read as on or off however spelt)"
             )
+            raise ResultError(
+                f"{pair.candidate_path}: the candidate ran with the control's env ({cut(shown)}){said}: this "
+                "is an A/A comparison, not evidence for a change; pass --aa to compare them as one"
+            )
+
+
+def _same_meaning(env: dict[str, Any], other: dict[str, Any]) -> bool:
+    if env == other:
+        return True
+    if not all(isinstance(v, str) for v in (*env.values(), *other.values())):
+        return False  # a malformed record: its own checks say so
+    return arm_meaning(env, {}) == arm_meaning(other, {})
 
 
 def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> LoadedContract:

@@ -57,10 +57,9 @@ STALL_TIMEOUT_S = 1800.0
 # "stall" before its first record.
 MIN_STALL_TIMEOUT_S = 30.0
 # Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
-# that differs only in them stay comparable.
-UNHASHED_KEYS = ("stall_timeout_s",)
-# Keys hashed only when set, so that the sha256 of every contract written before them stays the same.
-HASHED_WHEN_SET = ("aa",)
+# that differs only in them stay comparable (`aa: true` added to the contract of an A/A run recorded
+# before the key existed keeps its sha256: the env, which is what ran, is hashed).
+UNHASHED_KEYS = ("stall_timeout_s", "aa")
 
 
 # Engine args added after contracts were recorded: hashed only when set, so every earlier contract keeps
@@ -233,7 +232,7 @@ class Contract(Strict):
         "against itself; `qgate compare --aa` compares its results). Unset: arms that mean the same "
         "(routes on, read as on/off however spelt, their overrides, the other env and the engine args) "
         "are refused as an unannounced A/A (a contract with speed or quality); set: arms that differ are "
-        "refused. In the sha256 only when set",
+        "refused. Policy, not workload: left out of the contract's sha256 (the env that ran is in it)",
     )
 
     @model_validator(mode="after")
@@ -435,8 +434,7 @@ def load_contract(path: str | Path) -> LoadedContract:
     except yaml.YAMLError as exc:
         raise ContractError(f"{p}: {describe_yaml_error(exc, text)}") from None
     contract = parse_contract(data, p)
-    unset = {k for k in HASHED_WHEN_SET if not getattr(contract, k)}
-    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS) | unset)
+    resolved = contract.model_dump(mode="json", exclude=set(UNHASHED_KEYS))
     for key in ENGINE_KEYS_HASHED_WHEN_SET:
         if resolved["engine"].get(key, 0) is None:
             del resolved["engine"][key]  # unset: the hash a contract had before the key existed
