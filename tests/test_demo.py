@@ -183,6 +183,9 @@ def test_the_summary_claims_only_what_a_gate_measured(
     gates = [screen, _gate("speed", "PASS"), _gate("quality", quality)]
     record = demo.summarize_demo(plan, gates, MODEL, 0)
     assert record["verdict"] == "PASS" and says in record["next_step"] and never not in record["next_step"]
+    md = (plan.out / "summary.md").read_text()
+    exact = "yes" if bitwise == 3 else "no"
+    assert f"error bound: yes, exact (every screened output bitwise equal): {exact}, answers like" in md
     assert record["claims"] == {
         "within_bound": True,
         "exact": bitwise == 3,

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# qgate.demo.claims, in words: each from the gate that measured it (the screen only when it ran all of
+# the candidate's code)
+_CLAIMS = (
+    ("within_bound", "within the operator screen's error bound"),
+    ("exact", "exact (every screened output bitwise equal)"),
+    ("answers_like_control", "answers like the control (quality PASS)"),
+    ("not_slower", "not slower (speed PASS)"),
+    ("faster", "faster (speed PASS, improved)"),
+)
 _STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold magenta", "INCONCLUSIVE": "bold yellow"}
 
 
@@ -38,6 +47,9 @@ def summary_markdown(record: dict[str, Any]) -> str:
     for g in record["gates"]:
         for reason in g["reasons"]:
             lines.append(f"- {g['gate']}: {reason}")
+    if record.get("claims"):  # schema 3: what the gates of this run measured on the code that ran
+        said = ", ".join(f"{text}: {'yes' if record['claims'].get(key) else 'no'}" for key, text in _CLAIMS)
+        lines += ["", f"Measured in this run on the candidate's code: {said}."]
     lines += ["", record["next_step"]]
     return "\n".join(lines) + "\n"
 
