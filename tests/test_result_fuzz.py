@@ -516,6 +516,10 @@ QUALITY_CORRUPTIONS: dict[str, Edit] = {
     "decode_tok_s NaN": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_tok_s", float("nan")),
     "decode_tok_s 1e-308": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_tok_s", 1e-308),
     "decode_s a string": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_s", "fast"),
+    "decode_tok_s not the decode rate": lambda r, rng: rng.choice(r["items"]).__setitem__(
+        "decode_tok_s", 150.0
+    ),
+    "decode_s not the timestamps' span": lambda r, rng: rng.choice(r["items"]).__setitem__("decode_s", 0.06),
 }
 
 

@@ -10,7 +10,8 @@ what the comparison reads), every engine start is a record, and every item:
 - the answers' flags true or false, the counts non-negative integers;
 - token ids (output and prompt, where recorded) lists of token ids with their recorded sha256 (and the
   output's length its `output_tokens`);
-- timings finite and physical where recorded (decode_s >= 0, decode tok/s in [1e-3, 1e6] or null).
+- timings finite and physical where recorded (decode_s >= 0, decode tok/s in [1e-3, 1e6] or null) and
+  one measurement: decode_s the span of the token timestamps, decode tok/s (output_tokens - 1) / decode_s.
 """
 
 from __future__ import annotations
@@ -95,3 +96,22 @@ def _check_item(c: Check, item: dict[str, Any], key: str) -> None:
     for name in ("first_token_ts", "last_token_ts"):
         if name in item:
             c.num(item[name], f"{key}.{name}", -1e12, 1e12)
+    _check_rate(c, item, key)
+
+
+def _check_rate(c: Check, item: dict[str, Any], key: str) -> None:
+    """decode_s and decode tok/s are one measurement (quality.workload.run_item): where the record holds
+    both, they must agree: (output_tokens - 1) / decode_s, within 0.1 %."""
+    if "first_token_ts" in item and "last_token_ts" in item and "decode_s" in item:
+        span = max(0.0, float(item["last_token_ts"]) - float(item["first_token_ts"]))
+        if abs(float(item["decode_s"]) - span) > 1e-6 + 1e-3 * span:
+            raise c.fail(
+                f"{key}.decode_s", item["decode_s"], f"not last_token_ts - first_token_ts ({span:.6g})"
+            )
+    rate, seconds, n = item.get("decode_tok_s"), item.get("decode_s"), item.get("output_tokens")
+    if rate is not None and isinstance(seconds, (int, float)) and isinstance(n, int):
+        if n < 2 or seconds <= 0:
+            raise c.fail(f"{key}.decode_tok_s", rate, f"but {n} output tokens in {seconds} s: no decode rate")
+        want = (n - 1) / seconds
+        if abs(rate / want - 1.0) > 1e-3:
+            raise c.fail(f"{key}.decode_tok_s", rate, f"not (output_tokens - 1) / decode_s ({want:.6g})")
