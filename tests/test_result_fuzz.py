@@ -594,3 +594,17 @@ def test_a_sequential_record_cannot_lower_its_boundary(tmp_path: Path, contract:
             assert res.exit_code in (0, 4) and "Traceback" not in res.output, res.output
         else:
             assert_refused(res, out, name, ctrl)
+
+
+@pytest.mark.parametrize("given", ["--contract", "named by the results"])
+def test_a_contract_that_is_a_fifo_does_not_block_compare(tmp_path: Path, contract: Path, given: str) -> None:
+    control, candidate = golden(contract)
+    fifo = tmp_path / "contract.fifo"
+    os.mkfifo(fifo)
+    control["contract"]["path"] = str(fifo)
+    ctrl = _write(tmp_path / "a" / "control.json", control)
+    cand = _write(tmp_path / "b" / "candidate.json", candidate)
+    args = ("--contract", fifo) if given == "--contract" else ()
+    res = invoke(compare_app, ctrl, cand, *args, "--out", tmp_path / "out")
+    assert res.exit_code == 2 and "not a regular file" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output

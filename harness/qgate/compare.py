@@ -16,6 +16,8 @@ the report shows, so the report can be rendered again from verdict.json alone.
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,12 +175,14 @@ def _same_meaning(env: dict[str, Any], other: dict[str, Any]) -> bool:
 def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> LoadedContract:
     """The contract given, else the one the control result names; it must have the sections compared."""
     if contract_path is not None:
+        _regular_contract(contract_path)
         loaded = load_contract(contract_path)
     else:
         named = pairs[0].control.get("contract", {}).get("path") if pairs else None
         if not named:
             raise ContractError("no --contract given and the control result names no contract path")
         try:
+            _regular_contract(named)
             loaded = load_contract(named)
         except ContractError as exc:
             raise ContractError(f"no --contract given; the contract the results name fails: {exc}") from None
@@ -186,6 +190,17 @@ def resolve_contract(contract_path: str | Path | None, pairs: list[Pair]) -> Loa
         if getattr(loaded.contract, pair.kind) is None:
             raise ContractError(f"{loaded.path}: {pair.kind} = None: the contract has no {pair.kind} section")
     return loaded
+
+
+def _regular_contract(path: str | Path) -> None:
+    """A contract path that is a FIFO or a device would block the contract's read (open() waits for a
+    writer): refused from its stat first, as a result file is (results.read_result)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # the contract loader names a missing or unreadable file in its own words
+    if not stat.S_ISREG(mode):
+        raise ContractError(f"{path}: not a regular file: a contract is a YAML file")
 
 
 def switched_routes(env: dict[str, Any]) -> list[str]:
