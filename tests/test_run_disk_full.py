@@ -20,7 +20,11 @@ from typer.testing import CliRunner
 
 from qgate import models, results
 from qgate.cli import app
-from qgate.engine import arms
+from qgate.engine import arms, order
+
+CONTROL_FIRST = next(
+    s for s in range(100) if order.new_order(("control", "candidate"), s).first[0] == "control"
+)
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 REPS = 4
@@ -63,6 +67,7 @@ def test_a_full_disk_names_the_record_and_resume_completes(
     monkeypatch.setattr(results.os, "fsync", disk.fsync)
     monkeypatch.setattr(arms, "run_segment", _segments(disk))
     monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(order, "draw_seed", lambda: CONTROL_FIRST)  # the run's order: control first
     contract, out = _contract(tmp_path), tmp_path / "out"
     disk.full_after_reps = 2  # the control's third rep finds the disk full
     res = runner.invoke(app, ["run", "speed", "--contract", str(contract), "--out", str(out)])

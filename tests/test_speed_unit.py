@@ -119,9 +119,15 @@ def test_speed_runs_on_the_spine_launches_interleaved_and_resumes(
     monkeypatch.setattr(arms, "run_segment", segments)
     monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     results = run_speed(loaded, out)
+    # Interleaved ABBA from the run's recorded first order (engine/order.py, tests/test_launch_order.py).
+    first = results["control"]["launch_order"]["first"]
+    assert sorted(first) == ["candidate", "control"]
     assert [(a, n) for a, n, _ in segments.starts] == [
-        ("control", 0), ("candidate", 0), ("control", 1), ("candidate", 1)
-    ]  # fmt: skip
+        (first[0], 0),
+        (first[1], 0),
+        (first[1], 1),
+        (first[0], 1),
+    ]
     assert segments.starts[2][2] == [4, 5, 6, 7]
     for arm in ("control", "candidate"):
         saved = json.loads(arm_path(out, arm).read_text())
