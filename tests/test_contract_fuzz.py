@@ -8,6 +8,11 @@ validate` through the CLI (in process: CliRunner) exits 0 or 2, with one `qgate:
 the file when 2; when it exits 0, the real `run_speed` spine runs the contract with the engine start
 replaced by a scripted one (the subject is what run refuses before an engine starts, not vLLM) and
 must not refuse it.
+
+Below, issue 45's seeded fuzzer over every shipped contract (tags, merge keys, anchors and aliases, huge
+integers, bytes that are not UTF-8, NaN / inf in free-form dicts, sets, `~user` paths, route switches
+that mean the same however spelt): each case knows what is right for it, refused in one line naming
+its place, or accepted with a sha256 that is the same in every process.
 """
 
 from __future__ import annotations

@@ -159,10 +159,12 @@ def _int_too_long(node: ScalarNode) -> str | None:
     of a long one is slow and refused past 4,300 digits."""
     if node.style or node.tag != "tag:yaml.org,2002:int":
         return None
-    digits = node.value.lstrip("+-")
-    if digits.startswith(("0x", "0o")):
-        digits = str(_int12(digits)) if len(digits) <= 4 * MAX_INT_DIGITS else digits
-    digits = digits.lstrip("0")
+    text = node.value.lstrip("+-")
+    if text.startswith(("0x", "0o")):  # counted in decimal when short enough to convert, else as written
+        body = text[2:].lstrip("0")
+        digits = str(_int12(text[:2] + (body or "0"))) if len(body) <= 2 * MAX_INT_DIGITS else body
+    else:
+        digits = text.lstrip("0")
     if len(digits) <= MAX_INT_DIGITS:
         return None
     return (
