@@ -375,7 +375,7 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         if not missed:
             return (
                 f"The {_joined(list(kind.caught_by))} gate{'s' if len(kind.caught_by) > 1 else ''} caught "
-                f"{kind.what} (FAIL): the reasons above and in the reports say where; this is what a wrong "
+                f"{kind.what}: each FAILed, and the reasons above and in the reports say where; this is what a wrong "
                 "kernel looks like to qgate, so gate your own candidate the same way before trusting its "
                 "speed."
             )

@@ -35,7 +35,7 @@ FaultyKindOpt = Annotated[
     str | None,
     typer.Option(
         "--faulty-kind",
-        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, "
+        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, inplace, "
         "truncated; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
     ),
 ]
