@@ -375,9 +375,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         if not missed:
             return (
                 f"The {_joined(list(kind.caught_by))} gate{'s' if len(kind.caught_by) > 1 else ''} caught "
-                f"{kind.what}: each FAILed, and the reasons above and in the reports say where; this is what a wrong "
-                "kernel looks like to qgate, so gate your own candidate the same way before trusting its "
-                "speed."
+                f"{kind.what}: each FAILed, and the reasons above and in the reports say where; this is "
+                "what a wrong kernel looks like to qgate, so gate your own candidate the same way before "
+                "trusting its speed."
             )
         return (
             f"The {_joined(missed)} gate did NOT catch {kind.what}: treat this as a qgate bug and report it "

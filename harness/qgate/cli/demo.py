@@ -35,8 +35,8 @@ FaultyKindOpt = Annotated[
     str | None,
     typer.Option(
         "--faulty-kind",
-        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, inplace, "
-        "truncated; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
+        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, "
+        "truncated, inplace; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
     ),
 ]
 
