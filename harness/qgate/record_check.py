@@ -21,6 +21,8 @@ from qgate.results import ResultError, ids_sha256
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 MAX_TOKEN_ID = 2**31 - 1  # a vocabulary index; vLLM's token ids are int32
+MAX_HITS = 2**63 - 1  # a route's count fits a 64-bit counter
+MAX_INDEX = 10**9  # launches, segments: far above any run
 
 
 class Check:
@@ -45,6 +47,14 @@ class Check:
     def str(self, value: Any, key: str, empty: bool = False) -> str:
         if not isinstance(value, str) or (not empty and not value):
             raise self.fail(key, value, "expected a non-empty string" if not empty else "expected a string")
+        return value
+
+    def scalar(self, value: Any, key: str) -> Any:
+        """A fingerprint's value: text, a number, true / false or null (never a list or mapping)."""
+        if value is not None and not isinstance(value, (str, int, float)):
+            raise self.fail(key, value, "expected text, a number or null")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise self.fail(key, value, "expected a finite number")
         return value
 
     def bool(self, value: Any, key: str) -> bool:
@@ -128,18 +138,41 @@ def check_header(data: dict[str, Any], where: str, run_id: bool) -> Check:
     env = c.dict(data.get("env"), "env")
     for name, value in env.items():
         c.str(value, f"env.{name}", empty=True)
+    if contract.get("version") is not None:
+        c.int(contract["version"], "contract.version")
     c.dict(data.get("engine_args"), "engine_args")
-    c.dict(data.get("model"), "model")
+    model = c.dict(data.get("model"), "model")
+    for key in ("spec", "path", "config_sha256"):
+        if model.get(key) is not None:
+            c.str(model[key], f"model.{key}")
     if data.get("fingerprint") is not None:
-        c.dict(data["fingerprint"], "fingerprint")
-    c.dict(data.get("routes"), "routes")
+        for key, value in c.dict(data["fingerprint"], "fingerprint").items():
+            c.scalar(value, f"fingerprint.{key}")
+    check_routes(c, data.get("routes"))
     c.bool(data.get("complete"), "complete")
     for key, kind in (("inherited_env", dict), ("dropped_env", list), ("shims", dict)):
         if data.get(key) is not None and not isinstance(data[key], kind):
             raise c.fail(key, data[key], f"expected a {'mapping' if kind is dict else 'list'}")
+    for i, name in enumerate(data.get("dropped_env") or []):
+        c.str(name, f"dropped_env[{i}]")
+    for name, value in (data.get("inherited_env") or {}).items():
+        c.str(value, f"inherited_env.{name}", empty=True)
     if run_id:
         c.str(data.get("run_id"), "run_id")
     return c
+
+
+def check_routes(c: Check, routes: Any) -> None:
+    """The route attestation (qgate.routes.collect): {route: {hits, fallbacks: {reason: n}, roles: {role:
+    n}, captures: {role: n}}}, every count an integer >= 0 (the attestation gates count them)."""
+    for route, counts in c.dict(routes, "routes").items():
+        counts = c.dict(counts, f"routes.{route}")
+        if "hits" in counts:
+            c.int(counts["hits"], f"routes.{route}.hits", 0, MAX_HITS)
+        for part in ("fallbacks", "roles", "captures"):
+            if part in counts:
+                for name, n in c.dict(counts[part], f"routes.{route}.{part}").items():
+                    c.int(n, f"routes.{route}.{part}.{name}", 0, MAX_HITS)
 
 
 def check_launches(c: Check, data: dict[str, Any], complete: bool = True) -> dict[int, datetime]:
@@ -151,9 +184,9 @@ def check_launches(c: Check, data: dict[str, Any], complete: bool = True) -> dic
     for i, rec in enumerate(c.list(data.get("launches"), "launches")):
         key = f"launches[{i}]"
         rec = c.dict(rec, key)
-        launch = c.int(rec.get("launch", 0), f"{key}.launch")
+        launch = c.int(rec.get("launch", 0), f"{key}.launch", 0, MAX_INDEX)
         if complete or "segment" in rec:
-            segment = c.int(rec.get("segment"), f"{key}.segment")
+            segment = c.int(rec.get("segment"), f"{key}.segment", 0, MAX_INDEX)
             if segment in segments:
                 raise c.fail(f"{key}.segment", segment, "appears twice: every engine start is one segment")
             segments.add(segment)

@@ -31,6 +31,7 @@ from qgate.record_check import Check, check_header, check_launches
 START_SLACK = timedelta(seconds=60)
 # relative: tpot_ms * decode_tok_s / 1000 - 1; a record rounded to 6 digits is far within it
 TPOT_TOLERANCE = 1e-3
+FINISH_REASONS = ("length", "stop")  # vLLM's finish of a completed request
 MAX_COUNT = 100_000  # repetitions, launches, warmup: far above any contract's
 _TIMINGS = (  # key, low, high (inclusive), required
     ("decode_tok_s", 1e-3, 1e6, True),
@@ -70,7 +71,7 @@ def check_speed_result(data: dict[str, Any], where: str) -> None:
     for pos, rep in enumerate(reps):
         key = f"reps[{pos}]"
         rep = c.dict(rep, key)
-        index = c.int(rep.get("index"), f"{key}.index")
+        index = c.int(rep.get("index"), f"{key}.index", 0, MAX_COUNT * MAX_COUNT)
         if index in seen:
             raise c.fail(
                 f"{key}.index", index, f"also the index of reps[{seen[index]}]: each rep is measured once"
@@ -129,8 +130,19 @@ def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, igno
         raise c.fail(f"{key}.output_tokens", n, f"expected {want}")
     if rep.get("prefix_cache_reset") is not None:
         c.bool(rep["prefix_cache_reset"], f"{key}.prefix_cache_reset")
-    if rep.get("finish_reason") is not None:
-        c.str(rep["finish_reason"], f"{key}.finish_reason")
+    if rep.get("finish_reason") not in FINISH_REASONS:
+        raise c.fail(f"{key}.finish_reason", rep.get("finish_reason"), "expected 'length' or 'stop'")
+    _check_overhead(c, rep, key)
+
+
+def _check_overhead(c: Check, rep: dict[str, Any], key: str) -> None:
+    """The harness overhead is derived (speed.workload.rep_record): wall_s - engine_s; where the rep holds
+    all three, it must be that. (Its percentage is display only: the hand-made golden pair rounds it.)"""
+    if not all(k in rep for k in ("wall_s", "engine_s", "harness_overhead_s")):
+        return
+    wall, engine, over = (float(rep[k]) for k in ("wall_s", "engine_s", "harness_overhead_s"))
+    if abs(over - (wall - engine)) > 1e-6 + 1e-3 * wall:
+        raise c.fail(f"{key}.harness_overhead_s", over, f"not wall_s - engine_s ({wall - engine:.6g})")
 
 
 def _check_sequential(c: Check, seq: Any, launches: int) -> None:
