@@ -54,7 +54,7 @@ def test_trained_tiny_model_passes_the_quality_gate(passing_run: Path, tmp_path:
         assert [(r["seed"], r["index"]) for r in records] == [(s, i) for s in seeds for i in range(8, 24)]
         summary = json.loads((passing_run / "quality" / f"{arm}.json").read_text())
         s = summary["summary"]
-        assert summary["schema_version"] == 2 and summary["seeds"] == seeds
+        assert summary["schema_version"] == 3 and summary["seeds"] == seeds
         assert summary["complete"] and s["raw_correct"] == 16 and s["strict_correct"] == 16, s
         assert s["correct_outputs"] == 48 and s["natural_stops"] == 48 and s["closed_thinking"] == 48
         assert s["invalid"] == 0 and s["decode_tok_s"] > 0

@@ -79,7 +79,7 @@ def test_interrupted_run_resumes_by_item_seed_pair(
         (SEEDS[1], i) for i in range(8, 12)
     ]
     saved = json.loads((out / "quality" / "control.json").read_text())
-    assert saved["schema_version"] == 2 and saved["seeds"] == SEEDS and not saved["complete"]
+    assert saved["schema_version"] == 3 and saved["seeds"] == SEEDS and not saved["complete"]
     assert saved["summary"]["n_done"] == 20 and saved["summary"]["raw_correct"] == 16  # frozen seed done
     with pytest.raises(Exception, match="pass --resume"):
         runner.run_quality(loaded, out, ("control",))

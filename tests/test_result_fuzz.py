@@ -467,7 +467,7 @@ def test_history_appends_the_judged_night_and_refuses_a_verdict_not_utf8(
 
 
 def _quality_result(arm: str) -> dict[str, Any]:
-    """A quality result shaped as `qgate run quality` writes one (two seeds of four items)."""
+    """A quality result shaped as `qgate run quality` writes one (schema 3; two seeds of four items)."""
     from qgate.quality.scoring import score_output
 
     items = []
@@ -480,11 +480,11 @@ def _quality_result(arm: str) -> dict[str, Any]:
                 "prompt_sha256": ids_sha256(prompt), "output": text, "token_ids": ids,
                 "token_ids_sha256": ids_sha256(ids), "output_tokens": len(ids), "finish_reason": "stop",
                 "first_token_ts": 100.0, "last_token_ts": 100.03, "decode_s": 0.03, "decode_tok_s": 100.0,
-                "prefix_cache_reset": True,
+                "prefix_cache_reset": True, "run_id": "q" * 32,
                 **score_output(text, ids, "stop", str(index), ["hash"]),
             })  # fmt: skip
     return {
-        "kind": "quality", "schema_version": 2, "arm": arm,
+        "kind": "quality", "schema_version": 3, "arm": arm, "run_id": "q" * 32,
         "contract": {"name": "q", "version": 1, "sha256": "0" * 64, "path": "q.yaml"},
         "env": {}, "engine_args": {}, "model": {"spec": "tiny"}, "fingerprint": {"git_sha": "abc"},
         "launches": [{"segment": 0, "engine_start_s": 20.0, "started_at": "2026-12-01T02:00:00+00:00"}],
@@ -504,6 +504,8 @@ QUALITY_CORRUPTIONS: dict[str, Edit] = {
     "item index a string": lambda r, rng: rng.choice(r["items"]).__setitem__("index", "9"),
     "item seed a float": lambda r, rng: rng.choice(r["items"]).__setitem__("seed", 0.5),
     "item twice": lambda r, rng: r["items"].__setitem__(1, dict(r["items"][0])),
+    "item of another run": lambda r, rng: rng.choice(r["items"]).__setitem__("run_id", "r" * 32),
+    "run_id null": _set("run_id", None),
     "raw_correct a string": lambda r, rng: rng.choice(r["items"]).__setitem__("raw_correct", "yes"),
     "output_tokens negative": lambda r, rng: rng.choice(r["items"]).__setitem__("output_tokens", -4),
     "token_ids a string": lambda r, rng: rng.choice(r["items"]).__setitem__("token_ids", "13,7,9,2"),

@@ -34,7 +34,8 @@ from qgate.errors import QgateError, cut
 # line on what changed, when its shape changes.
 SCHEMAS: dict[str, tuple[int, ...]] = {
     "speed": (1, 2),  # 2: run_id in the header and every rep (a rep grafted from another run is refused)
-    "quality": (1, 2),  # 2: repeated seeds (item records carry `seed`), per-item rates
+    "quality": (1, 2, 3),  # 2: repeated seeds (item records carry `seed`), per-item rates
+    # 3: run_id in the header and every item (an item grafted from another run is refused)
     # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that
     # report/quality.py renders, no finished markdown; history reads only top-level fields of either
     # 3: inputs.<kind> carries control_sha256 / candidate_sha256, the sha256 of the result files judged

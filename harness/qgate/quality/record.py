@@ -6,7 +6,8 @@ quality result they read. What it checks: the header's keys are of their types (
 with a sha256; the others where the record holds them: hand-written reference results may hold only
 what the comparison reads), every engine start is a record, and every item:
 
-- a record whose `index` and `seed` are integers, each (seed, index) pair once;
+- a record whose `index` and `seed` are integers, each (seed, index) pair once; quality schema 3: its
+  run_id its file's (an item grafted from another run's file is refused);
 - the answers' flags true or false, the counts non-negative integers;
 - token ids (output and prompt, where recorded) lists of token ids with their recorded sha256 (and the
   output's length its `output_tokens`);
@@ -51,6 +52,9 @@ def check_quality_result(data: dict[str, Any], where: str) -> None:
             c.int(section[key], f"quality.{key}")
     if "complete" in data:
         c.bool(data["complete"], "complete")
+    version = data.get("schema_version")
+    if isinstance(version, int) and version >= 3:
+        c.str(data.get("run_id"), "run_id")
     for i, seed in enumerate(data.get("seeds") or []):
         c.int(seed, f"seeds[{i}]", -(2**63), 2**63 - 1)
     if "launches" in data:
@@ -68,6 +72,10 @@ def check_quality_result(data: dict[str, Any], where: str) -> None:
                 f"{key}.index", index, f"item {index} of seed {seed} also in items[{seen[seed, index]}]"
             )
         seen[seed, index] = pos
+        if "run_id" in data and item.get("run_id") != data["run_id"]:
+            raise c.fail(
+                f"{key}.run_id", item.get("run_id"), "not this file's run_id: an item of another run"
+            )
         _check_item(c, item, key)
 
 

@@ -16,6 +16,7 @@ Format history of quality results (`kind: quality`):
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,9 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, dataset: dict
     assert c.quality is not None
     return {
         **result_header("quality", QUALITY_SCHEMA_VERSION, loaded, plan, model),
+        # One per result file (this arm of this run; --resume keeps it): every item carries it, so an
+        # item copied in from another run's file is refused (qgate.quality.record).
+        "run_id": uuid.uuid4().hex,
         "dataset": dataset,
         "quality": c.quality.model_dump(mode="json"),
         "seeds": c.quality.run_seeds,
@@ -162,10 +166,11 @@ class QualityWorkload:
         if kind == "engine_ready":
             self.save(plan, result)
         elif kind == "item":
-            append_jsonl(result_paths(self.out_dir, plan.name)[0], event["item"])
+            item = {**event["item"], "run_id": result["run_id"]}
+            append_jsonl(result_paths(self.out_dir, plan.name)[0], item)
             seeds = self.quality.run_seeds
             result["items"] = sorted(
-                [*result["items"], event["item"]], key=lambda r: _order(seeds, (r["seed"], r["index"]))
+                [*result["items"], item], key=lambda r: _order(seeds, (r["seed"], r["index"]))
             )
             result["summary"] = summarize(result["items"], self.quality.n_items, seeds)
             self.save(plan, result)
