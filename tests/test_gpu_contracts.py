@@ -52,11 +52,14 @@ def test_qwen4exp_on_the_h200_has_its_engine_shims(path: Path) -> None:
     assert c.engine.gdn_prefill_backend == "triton"
 
 
-def test_prodshape_contracts_name_one_checkpoint_at_the_published_shapes() -> None:
-    models = {
-        load_contract(CONTRACTS / f"qwen38-prodshape-{d}-h200.yaml").contract.model for d in ("fp16", "bf16")
-    }
-    assert len(models) == 1
+def test_prodshape_contracts_name_their_checkpoints_at_the_published_shapes() -> None:
+    fp16, bf16 = (
+        load_contract(CONTRACTS / f"qwen38-prodshape-{d}-h200.yaml").contract for d in ("fp16", "bf16")
+    )
+    # vLLM 0.32 runs QSA in bf16 only: fp16 runs the checkpoint without the indexer, QSA route off
+    assert fp16.model != bf16.model and fp16.model.endswith("-noqsa")
+    assert "VLLM_SM70_QWEN38_QSA_TOPK" not in fp16.env_for("candidate")
+    assert bf16.env_for("candidate")["VLLM_SM70_QWEN38_QSA_TOPK"] == "1"
     cfg = engine_config(12)
     for key in ("hidden_size", "vocab_size", "hc_count", "hc_lowrank", "linear_num_value_heads", "head_dim"):
         assert cfg[key] == MODEL_CONFIG[key]

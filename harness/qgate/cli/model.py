@@ -60,6 +60,13 @@ def prod_shape(
     dtype: Annotated[str, typer.Option(help="stored dtype: bf16 (as the NVFP4 export) or fp16")] = "bf16",
     device: Annotated[str, typer.Option(help="where transformers builds it: cpu, or cuda (seconds)")] = "cpu",
     seed: Annotated[int, typer.Option(help="seed of the random weights")] = 0,
+    qsa: Annotated[
+        bool,
+        typer.Option(
+            "--qsa/--no-qsa",
+            help="attention layers with the QSA indexer (vLLM 0.32 runs QSA in bf16 only) or without",
+        ),
+    ] = True,
 ) -> None:
     """Write a Qwen4Exp checkpoint that vLLM loads, every routed projection at the production shapes
     and the full 248,320-row vocabulary (qgate.ops.synthetic.write_engine_checkpoint; ~3.7 GB at 12
@@ -75,5 +82,7 @@ def prod_shape(
         )
         raise typer.Exit(2)
     with user_errors(OSError):
-        out = write_engine_checkpoint(path, layers, experts, dtype=dtypes[dtype], seed=seed, device=device)
+        out = write_engine_checkpoint(
+            path, layers, experts, dtype=dtypes[dtype], seed=seed, device=device, qsa=qsa
+        )
     typer.echo(str(out))

@@ -125,6 +125,13 @@ def _hc(prefix: str, d: int, rank: int, hc: int, inject: bool) -> dict[str, tupl
 
 # ---- a checkpoint vLLM's Qwen4Exp loads, at the production shapes --------------------------------------
 ENGINE_EXPERTS = 16  # routed experts kept (of 512): >= the 10 a token uses; bf16, not NVFP4 (no route)
+QSA_KEYS = (
+    "indexer_n_heads",
+    "indexer_kv_heads",
+    "indexer_head_dim",
+    "indexer_budget",
+    "indexer_compress_ratio",
+)
 ROPE = {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25}
 
 
@@ -158,6 +165,7 @@ def write_engine_checkpoint(
     dtype: torch.dtype = torch.bfloat16,
     seed: int = 0,
     device: str = "cpu",
+    qsa: bool = True,
 ) -> Path:
     """A Qwen4ExpForCausalLM checkpoint that vLLM 0.32 loads and runs (unlike write_synthetic_checkpoint,
     which holds only the routed tensors for `run ops --real`): transformers' own classes and
@@ -165,7 +173,12 @@ def write_engine_checkpoint(
     of minutes), stored in `dtype` (bf16, as the NVFP4 export keeps its unquantized tensors), one
     safetensors file per decoder layer + one for the rest, with an index; the tiny Qwen3's tokenizer
     (2,048 tokens; the speed workload sends token ids and never detokenizes). Every routed projection
-    is at its production shape; the routed experts are cut to `experts` and kept in `dtype`."""
+    is at its production shape; the routed experts are cut to `experts` and kept in `dtype`.
+
+    qsa=False writes the attention layers without their QSA indexer (its weights dropped and its config
+    keys None, as qgate.tiny_qwen4exp does), so vLLM builds plain gated attention there: vLLM 0.32's
+    Qwen4Exp QSA refuses any dtype but bf16 ("Qwen4Exp QSA currently requires BF16", seen on the H200),
+    so an fp16 engine at these shapes runs without it (and without the QSA top-k route)."""
     import json as _json
 
     from safetensors.torch import save_file
@@ -186,6 +199,8 @@ def write_engine_checkpoint(
         torch.set_default_dtype(old)
     shards: dict[str, dict[str, torch.Tensor]] = {}
     for name, t in model.state_dict().items():
+        if not qsa and ".indexer." in name:
+            continue
         parts = name.split(".")
         key = f"layer{int(parts[2]):03d}" if parts[1] == "layers" else "rest"
         shards.setdefault(key, {})[name] = t.detach().to(dtype).to("cpu").contiguous()
@@ -202,6 +217,8 @@ def write_engine_checkpoint(
     config = cfg.to_dict()
     config.pop("transformers_version", None)
     config |= {"architectures": ["Qwen4ExpForCausalLM"], "dtype": _ST[dtype]}
+    if not qsa:
+        config |= dict.fromkeys(QSA_KEYS)
     config |= {
         "eos_token_id": tok.token_to_id(tiny.ENDOFTEXT),
         "pad_token_id": tok.token_to_id(tiny.ENDOFTEXT),

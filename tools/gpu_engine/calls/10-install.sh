@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# 10-install.sh LAST: the call after the other parts were staged, carrying .gpu-engine/call-LAST and
-# .gpu-engine/extra: stage the last part and the models + GSM8K, unpack the payload, write the
-# production-shape checkpoint (12 layers, bf16, on the GPU) while the payload's import / CuTe / sampler
-# checks run, wait for the kernels_ext build (started by stage.sh 01), then the first gate: the tiny
-# Qwen4Exp in fp16 (qgate run speed + compare). Its first engine start pays vLLM's Triton JIT (~95 s).
+# 10-install.sh LAST [DTYPE]: the call after the other parts were staged, carrying .gpu-engine/call-LAST
+# and .gpu-engine/extra: stage the last part and the models + GSM8K, unpack the payload, write the
+# production-shape checkpoints (12 layers, stored bf16, on the GPU: PRODSHAPE="qsa" (default) ->
+# /tmp/qgate-prodshape, "noqsa" -> /tmp/qgate-prodshape-noqsa for fp16) while the payload's import /
+# CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the first
+# gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare). Its first engine start
+# pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
 LAST=${1:?usage: 10-install.sh LAST}
+DTYPE=${2:-fp16}
 LAYERS=${LAYERS:-12}
 step "stage part $LAST + extra"
 cp ".gpu-engine/call-$LAST"/* "$GE/" && rm -rf "$GE/extra" && cp -r .gpu-engine/extra "$GE/extra" || exit 3
@@ -13,15 +16,19 @@ step "unpack (device_install.sh, GE_CHECKS=0)"
 GE_CHECKS=0 bash tools/gpu_engine/device_install.sh "$GE" 2>&1 | tail -n 4 | tee -a "$LOG"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 3
 use_engine
-step "production-shape checkpoint: $LAYERS layers -> /tmp/qgate-prodshape (background)"
-( t0=$(date +%s); python3 -m qgate model prod-shape /tmp/qgate-prodshape --layers "$LAYERS" --device cuda \
-    >"$GE/prodshape.log" 2>&1; echo "rc=$? seconds=$(( $(date +%s) - t0 ))" > "$GE/prodshape.rc" ) &
+step "production-shape checkpoints: ${PRODSHAPE:-qsa}, $LAYERS layers (background)"
+( for v in ${PRODSHAPE:-qsa}; do
+    t0=$(date +%s)
+    if [ "$v" = noqsa ]; then dst=/tmp/qgate-prodshape-noqsa flag=--no-qsa; else dst=/tmp/qgate-prodshape flag=--qsa; fi
+    python3 -m qgate model prod-shape "$dst" --layers "$LAYERS" --device cuda "$flag" >>"$GE/prodshape.log" 2>&1
+    echo "$v rc=$? seconds=$(( $(date +%s) - t0 )) $(du -sh "$dst" 2>/dev/null | cut -f1)" >> "$GE/prodshape.rc"
+  done ) &
 PS_PID=$!
 step "checks (device_install.sh)"
 GE_CHECK_S=90 bash tools/gpu_engine/device_install.sh "$GE" 2>&1 | tail -n 12 | tee -a "$LOG"
 wait $PS_PID
-echo "prod-shape checkpoint: $(cat "$GE/prodshape.rc") $(du -sh /tmp/qgate-prodshape 2>/dev/null | cut -f1)" | tee -a "$LOG"
+echo "prod-shape checkpoints: $(cat "$GE/prodshape.rc")" | tee -a "$LOG"
 tail -n 3 "$GE/prodshape.log" | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$LOG"
-gate tiny-fp16 contracts/qwen4exp-fp16-h200.yaml
-pack_runs tiny-fp16 tiny-fp16.run.txt tiny-fp16.compare.txt
+gate "tiny-$DTYPE" "contracts/qwen4exp-$DTYPE-h200.yaml"
+pack_runs "tiny-$DTYPE" "tiny-$DTYPE.run.txt" "tiny-$DTYPE.compare.txt"
