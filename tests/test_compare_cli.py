@@ -298,11 +298,18 @@ def test_the_sm70_pr_numbers_are_inconclusive_from_one_start_per_arm(tmp_path: P
     # The PR's table truncates to two decimals: +22.5754 % and -18.4152 %.
     assert 22.57 <= figs["throughput_change_pct"] < 22.58 and -18.42 < figs["tpot_change_pct"] <= -18.41
     assert figs["non_inferiority"]["outcome"] == "shown" and figs["non_inferiority"]["bound"] > 1.2
-    assert figs["between_launch"] == {"source": "none", "launches": 1, "history": None}
+    assert figs["between_launch"] == {"source": "none", "launches": 1, "history": None, "ttft_history": None}
     gates = {g["name"]: g for g in record["gates"]}
     across = gates["decode ratio across engine starts"]
     assert not across["passed"] and across["severity"] == "inconclusive"
-    assert record["reasons"] == [f"decode ratio across engine starts: {across['detail']}"]
+    # The prefill gate has the same rule: one start per arm, no TTFT variance between starts.
+    prefill = gates["prefill (TTFT) regression <= 10 %"]
+    assert not prefill["passed"] and prefill["severity"] == "inconclusive"
+    assert "one engine start per arm" in prefill["detail"] and "--history" in prefill["detail"]
+    assert record["reasons"] == [
+        f"decode ratio across engine starts: {across['detail']}",
+        f"prefill (TTFT) regression <= 10 %: {prefill['detail']}",
+    ]
     for says in (
         "one engine start per arm",
         "speed.launches >= 2",
@@ -328,7 +335,12 @@ def test_the_sm70_pr_numbers_pass_with_the_runners_history(tmp_path: Path) -> No
     store = tmp_path / "history.sqlite"
     for day, level in zip(range(20, 26), (1.0, 1.0015, 0.9985, 1.001, 0.999, 1.002), strict=True):
         reps = [
-            dict(r, decode_tok_s=r["decode_tok_s"] * level, tpot_ms=r["tpot_ms"] / level)
+            dict(
+                r,
+                decode_tok_s=r["decode_tok_s"] * level,
+                tpot_ms=r["tpot_ms"] / level,
+                ttft_ms=r["ttft_ms"] / level,
+            )
             for r in control["reps"]
         ]
         night = dict(control, reps=reps)
@@ -340,6 +352,12 @@ def test_the_sm70_pr_numbers_pass_with_the_runners_history(tmp_path: Path) -> No
     hist = record["figures"]["between_launch"]["history"]
     assert record["figures"]["between_launch"]["source"] == "history" and hist["used"]
     assert hist["nights"] == [f"2026-11-{d}" for d in range(20, 26)] and hist["launches"] == 6
+    # The TTFT's variance between starts from the same nights' TTFT medians: the prefill gate decides.
+    ttft_hist = record["figures"]["between_launch"]["ttft_history"]
+    assert ttft_hist["used"] and ttft_hist["nights"] == hist["nights"]
+    assert 0.05 < ttft_hist["cv_between_pct"] < ttft_hist["cv_between_upper_pct"] < 0.5, ttft_hist
+    prefill = next(g for g in record["gates"] if g["name"] == "prefill (TTFT) regression <= 10 %")
+    assert prefill["passed"] and "from the history (CV upper bound" in prefill["detail"], prefill
     assert 0.05 < hist["cv_between_pct"] < hist["cv_between_upper_pct"] < 0.5, hist
     # The candidate mean's interval (the floor of 80 tok/s) carries the between-launch variance too.
     floor = next(g for g in record["gates"] if g["name"] == "candidate mean decode >= 80 tok/s")

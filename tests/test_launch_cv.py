@@ -131,6 +131,25 @@ def test_another_machine_under_the_same_hostname_starts_the_count_again() -> Non
     assert launch_cv.estimate(rows, _tonight()).launches == 10
 
 
+def test_the_ttft_estimate_reads_one_launch_nights_medians() -> None:
+    rows = _nights(6)
+    for i, row in enumerate(rows):
+        row["ttft_ms_median"] = 50.0 * (1 + 0.01 * (-1) ** i)
+    two = [80.1, 80.2, 80.0, 80.1, 80.3, 81.0, 81.2, 80.9, 81.1, 81.0]
+    rows.append({**_row("2026-12-07", two, [0] * 5 + [1] * 5), "ttft_ms_median": 50.0})
+    rows[2]["ttft_ms_median"] = None
+    est = launch_cv.estimate(rows, _tonight(), metric="ttft")
+    assert est.used and est.launches == 5 and "TTFT medians" in est.reason
+    assert est.skipped == (
+        "2026-12-03: no positive TTFT median",
+        "2026-12-07: 2 launches: its TTFT median is not one engine start's",
+    )
+    logs = np.log([50.0 * (1 + 0.01 * (-1) ** i) for i in (0, 1, 3, 4, 5)])
+    point, upper = launch_cv.ttft_levels_var(logs)
+    assert est.cv_between_pct == pytest.approx(100 * math.sqrt(point))
+    assert est.cv_between_upper_pct == pytest.approx(100 * math.sqrt(upper)) and upper > point > 0
+
+
 def test_launch_ids_split_a_night_and_rows_without_them_must_be_one_launch() -> None:
     rows = _nights(4)
     two = [80.1, 80.2, 80.0, 80.1, 80.3, 81.0, 81.2, 80.9, 81.1, 81.0]

@@ -548,7 +548,8 @@ def test_compare_refuses_an_out_dir_holding_a_report_unless_force(tmp_path: Path
 
 
 def test_constant_ttft_in_both_arms_is_not_an_error() -> None:
-    """The prefill gate reads medians: a TTFT equal in every rep of both arms needs no test."""
+    """A TTFT equal in every rep of both arms has no noise: no test is needed, the prefill gate reads
+    the median change."""
     control, candidate = support.load_pair()
     for rep in (*control["reps"], *candidate["reps"]):
         rep["ttft_ms"] = 12.0

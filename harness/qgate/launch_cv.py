@@ -25,6 +25,11 @@ uses V's chi-square bound: max(0, V (G - 1) / chi2(1 - CONFIDENCE, G - 1) - MSW 
 the point estimate, is what the comparison adds to each arm's mean (treated as known: its uncertainty
 is taken by the bound), for the candidate too (the same runner and contract; its own reps' variance is
 measured tonight). tests/test_launch_cv.py simulates the error rates this gives (docs/compare.md).
+
+The TTFT (metric "ttft", for the prefill gate): the rows keep each night's TTFT median, not its reps,
+so from the same nights, one-launch ones only (a night of several launches keeps the median of all its
+reps), V = the sample variance of the log medians and its upper bound V (G - 1) / chi2(1 - CONFIDENCE,
+G - 1), the median's own noise not subtracted (ttft_levels_var; tests/test_prefill_gate.py simulates it).
 """
 
 from __future__ import annotations
@@ -154,6 +159,27 @@ def between_var(logs: np.ndarray, confidence: float = CONFIDENCE) -> tuple[Any, 
     return np.maximum(0.0, v - msw / r), np.maximum(0.0, upper_v - msw / r), msw
 
 
+def _ttft_level(row: Mapping[str, Any], groups: list[list[float]]) -> tuple[list[list[float]] | None, str]:
+    """A one-launch night's TTFT median as its engine start's level; None and why for a night of
+    several launches (its median pools their reps: less spread than one start's) or without one."""
+    if len(groups) != 1:
+        return None, f"{len(groups)} launches: its TTFT median is not one engine start's"
+    median = row.get("ttft_ms_median")
+    if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 < median < math.inf:
+        return None, "no positive TTFT median"
+    return [[float(median)]], ""
+
+
+def ttft_levels_var(log_levels: np.ndarray, confidence: float = CONFIDENCE) -> tuple[Any, Any]:
+    """(point, upper bound) of the between-launch variance of the log TTFT from one-launch nights' log
+    TTFT medians [..., G]: their sample variance (G - 1 df) and its one-sided upper chi-square bound.
+    The rows keep no TTFT reps, so the median's own noise is not subtracted: it stays in the estimate,
+    which can only make it larger (arrays in, arrays out: tests/test_prefill_gate.py simulates it)."""
+    g = log_levels.shape[-1]
+    v = log_levels.var(axis=-1, ddof=1)
+    return v, v * (g - 1) / float(sps.chi2.ppf(1 - confidence, g - 1))
+
+
 def estimate(
     rows: Iterable[Mapping[str, Any]],
     tonight: Mapping[str, Any],
@@ -162,10 +188,12 @@ def estimate(
     max_nights: int = MAX_NIGHTS,
     confidence: float = CONFIDENCE,
     runner_keys: tuple[str, ...] = RUNNER_KEYS,
+    metric: str = "decode",
 ) -> LaunchCV:
     """The between-launch CV of the control arm for the speed result `tonight` (module docstring).
     runner_keys: the fingerprint keys that name a runner (the simulation of tests/test_launch_cv.py
-    passes the keys before the CPU and memory were among them, to measure what they changed)."""
+    passes the keys before the CPU and memory were among them, to measure what they changed).
+    metric "ttft": the warm-prefill TTFT's, from the nights' TTFT medians (ttft_levels)."""
     fp = _fingerprint(tonight.get("fingerprint"))
     runner, vllm = _key(fp, runner_keys)
     sha = (tonight.get("contract") or {}).get("sha256")
@@ -193,6 +221,8 @@ def estimate(
     skipped: list[str] = []
     for row in reversed(streak):
         got, why = _launch_groups(row, reps) if row.get("speed_complete") == 1 else (None, "incomplete")
+        if got is not None and metric == "ttft":
+            got, why = _ttft_level(row, got)
         if got is None:
             skipped.append(f"{row.get('night')}: {why}")
             continue
@@ -204,6 +234,14 @@ def estimate(
     if len(nights) < min_nights:
         why = f"{len(nights)} usable {where}; at least {min_nights} are needed"
         return LaunchCV(False, why, **base, nights=tuple(nights), skipped=tuple(skipped))
+    if metric == "ttft":
+        point, upper = (float(x) for x in ttft_levels_var(np.log([g[0] for g in groups]), confidence))
+        return LaunchCV(
+            True, f"the TTFT medians of {len(nights)} {where}", **base, nights=tuple(nights),
+            launches=len(groups), reps_per_launch=reps, cv_between_pct=100 * math.sqrt(point),
+            cv_between_upper_pct=100 * math.sqrt(upper), confidence=confidence, df=len(groups) - 1,
+            skipped=tuple(skipped),
+        )  # fmt: skip
     logs = np.log(np.array(groups, dtype=float))  # [G, R]
     g = logs.shape[0]
     point, upper, msw = (float(x) for x in between_var(logs, confidence))

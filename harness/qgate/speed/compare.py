@@ -117,13 +117,17 @@ def compare_speed(
     control estimated from them (qgate.launch_cv) goes into the decode statistics when it can be used."""
     assert loaded.contract.speed is not None
     cfg = StatsConfig.from_contract(loaded.contract.speed.stats)
-    history = None
+    history = ttft_history = None
     if history_rows is not None and result_launches(control) == 1:
         history = history_estimate(history_rows, control)
+        ttft_history = history_estimate(history_rows, control, metric="ttft")
     between = {"rel_var": history.rel_var, "df": math.inf} if history is not None and history.used else None
     critical_z = stopped_look_z(control)
     decode = _compare_field(control, candidate, "decode_tok_s", cfg, True, between, critical_z)
-    ttft = _compare_field(control, candidate, "ttft_ms", cfg, False)
+    ttft_between = None
+    if ttft_history is not None and ttft_history.used:
+        ttft_between = {"rel_var": ttft_history.rel_var, "df": math.inf}
+    ttft = _compare_field(control, candidate, "ttft_ms", cfg, False, ttft_between)
     figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
     c, t = figs["control"], figs["candidate"]
     figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
@@ -136,6 +140,7 @@ def compare_speed(
     seq = control.get("sequential")
     figs["sequential"] = seq if isinstance(seq, dict) else None
     figs["between_launch"] = across = vd.across_starts(decode, history, result_launches(control))
+    across["ttft_history"] = None if ttft_history is None else ttft_history.to_dict()
     figs["variance_components"] = {
         arm: (None if comp is None else comp.__dict__.copy())
         for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
@@ -149,7 +154,9 @@ def compare_speed(
     ]
     gates = [
         *vd.statistics_gates(decode, ttft),
-        *vd.speed_gates(loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens, across),
+        *vd.speed_gates(
+            loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens, across, ttft
+        ),
     ]
     return {
         "checks": checks,

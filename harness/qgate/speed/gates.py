@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from qgate.comparable import canon
 from qgate.contract import Contract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
@@ -165,10 +167,12 @@ def speed_gates(
     ttft_change_pct: float | None,
     tokens: dict[str, Any],
     across: dict[str, Any] | None = None,
+    ttft: MetricStats | None = None,
 ) -> list[Gate]:
     """The contract's speed gates, plus 'no significant decode regression' (always on). across: where
     the between-launch variance came from (across_starts); without it ("none") the gates on the decode
-    ratio cannot FAIL (their failure is INCONCLUSIVE) and the across-starts gate fails INCONCLUSIVE."""
+    ratio cannot FAIL (their failure is INCONCLUSIVE) and the across-starts gate fails INCONCLUSIVE.
+    ttft: the TTFT statistics the prefill gate judges (its own interval; one start per arm: INCONCLUSIVE)."""
     assert contract.speed is not None
     g = contract.speed.gates
     across = across or across_starts(decode, None)
@@ -183,7 +187,7 @@ def speed_gates(
     if g.min_decode_tok_s is not None:
         gates.append(_floor_gate(candidate, decode, g.min_decode_tok_s))
     if g.max_prefill_regression_pct is not None:
-        gates.append(_prefill_gate(ttft_change_pct, g.max_prefill_regression_pct))
+        gates.append(_prefill_gate(ttft, ttft_change_pct, g.max_prefill_regression_pct))
     if g.identical_tokens:
         same = bool(tokens["candidate_identical_across_reps"])
         detail = (
@@ -443,8 +447,58 @@ def _floor_gate(candidate: dict[str, Any], decode: MetricStats, threshold: float
     return Gate(name, False, f"{detail}: the interval straddles the floor", SEV_INCONCLUSIVE)
 
 
-def _prefill_gate(change_pct: float | None, limit: float) -> Gate:
+# prefill_decision's codes
+PREFILL_FAIL, PREFILL_UNDECIDED, PREFILL_PASS = -1, 0, 1
+
+
+def prefill_decision(t_ci_low: Any, t_ci_high: Any, limit_pct: float) -> Any:
+    """The prefill gate's rule on the Welch-t interval of the TTFT ratio (candidate / control, each
+    bound one-sided at alpha/2; floats or arrays, so the simulation of tests/test_prefill_gate.py runs
+    this): PASS when the upper bound is at or under 1 + limit (a regression beyond the limit ruled
+    out), FAIL when the lower bound is above it (shown beyond the limit), else undecided."""
+    ceiling = 1.0 + limit_pct / 100.0
+    return np.where(
+        np.asarray(t_ci_high) <= ceiling,
+        PREFILL_PASS,
+        np.where(np.asarray(t_ci_low) > ceiling, PREFILL_FAIL, PREFILL_UNDECIDED),
+    )
+
+
+def _prefill_gate(ttft: MetricStats | None, change_pct: float | None, limit: float) -> Gate:
+    """The decode gate's treatment for TTFT (docs/compare.md, "The prefill gate"): the Welch-t interval
+    of the ratio of TTFT means, launch-aware (one start per arm: with the history's between-launch
+    estimate of the TTFT, qgate.launch_cv metric "ttft"), against the limit as a margin
+    (prefill_decision); INCONCLUSIVE when it straddles the limit or when one engine start per arm
+    leaves the variance between starts unknown. A TTFT constant in both arms has no noise: its median
+    change is the answer."""
     name = f"prefill (TTFT) regression <= {limit:g} %"
-    if change_pct is None:
-        return Gate(name, False, "the TTFT median change could not be computed", SEV_ERROR)
-    return Gate(name, change_pct <= limit, f"median TTFT change {change_pct:+.2f} %")
+    median = "n/a" if change_pct is None else f"{change_pct:+.2f} %"
+    if ttft is None or ttft.verdict == STAT_ERROR:
+        if ttft is not None and _constant_arms(ttft) and change_pct is not None:
+            return Gate(name, change_pct <= limit, f"median TTFT change {median} (constant in both arms)")
+        return Gate(name, False, "no interval of the TTFT ratio could be computed", SEV_ERROR)
+    if ttft.t_ci_low is None or ttft.t_ci_high is None:
+        return Gate(name, False, "no interval of the TTFT ratio could be computed", SEV_ERROR)
+    level = f"{100 * (1 - (ttft.alpha or 0)):g}"
+    interval = (
+        f"TTFT ratio {ttft.ratio:.4f}, Welch-t {level} % CI [{ttft.t_ci_low:.4f}, {ttft.t_ci_high:.4f}] "
+        f"(df {ttft.df:.1f}); median change {median}"
+    )
+    if ttft.launches <= 1 and ttft.between is None:
+        return Gate(
+            name, False,
+            f"{interval}; one engine start per arm: the TTFT's variance between engine starts is unknown "
+            f"(speed.launches >= 2 measures it, or `qgate compare --history` with >= {MIN_NIGHTS} earlier "
+            "one-launch control nights of this contract on this runner)",
+            SEV_INCONCLUSIVE,
+        )  # fmt: skip
+    if ttft.launches <= 1:
+        cv = 100 * ttft.between["rel_var"] ** 0.5
+        interval += f"; the variance between starts from the history (CV upper bound {cv:.2f} %)"
+    code = int(prefill_decision(ttft.t_ci_low, ttft.t_ci_high, limit))
+    ceiling = f"{1 + limit / 100:.4f}"
+    if code == PREFILL_PASS:
+        return Gate(name, True, f"{interval}; upper bound <= {ceiling}")
+    if code == PREFILL_FAIL:
+        return Gate(name, False, f"{interval}: the whole interval lies above {ceiling}")
+    return Gate(name, False, f"{interval}: the interval straddles {ceiling}", SEV_INCONCLUSIVE)
