@@ -63,6 +63,22 @@ def test_the_engine_importing_a_workload_or_the_models_is_found(tmp_path: Path) 
     ]
 
 
+def test_the_harness_reaches_kernels_ext_only_from_the_operator_screen(tmp_path: Path) -> None:
+    pkg = tmp_path / "harness" / "qgate"
+    (pkg / "ops").mkdir(parents=True)
+    (tmp_path / "kernels_ext" / "qgate_kernels").mkdir(parents=True)
+    (tmp_path / "route_env" / "qgate_route_env").mkdir(parents=True)
+    (tmp_path / "route_env" / "qgate_route_env" / "__init__.py").write_text("SWITCH = 1\n")
+    kernels = tmp_path / "kernels_ext" / "qgate_kernels"
+    (kernels / "__init__.py").write_text("from qgate_route_env import SWITCH\n")
+    (kernels / "reference.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops" / "__init__.py").write_text("")
+    (pkg / "ops" / "screen.py").write_text("from qgate_kernels import reference\n")
+    (pkg / "compare.py").write_text("def f():\n    import qgate_kernels  # lazy\n")
+    assert import_cycles.upward(import_cycles.graph(tmp_path)) == ["qgate.compare -> qgate_kernels"]
+
+
 def test_a_cycle_through_a_lazy_import_is_found(tmp_path: Path) -> None:
     pkg = tmp_path / "harness" / "qgate"
     (pkg / "sub").mkdir(parents=True)

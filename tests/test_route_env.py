@@ -76,7 +76,7 @@ def test_static_problems_of_overrides() -> None:
 # --- no second copy ------------------------------------------------------------------------------
 
 SOURCES = [REPO / "harness" / "qgate", REPO / "kernels_ext" / "qgate_kernels"]
-HOME = REPO / "harness" / "qgate_route_env" / "__init__.py"
+HOME = REPO / "route_env" / "qgate_route_env" / "__init__.py"
 ROUTE_NAMES = frozenset(route_env.ROUTES)
 # Env variable names and prefixes: code names them through route_env, never by a literal.
 ENV_WORDS = frozenset(

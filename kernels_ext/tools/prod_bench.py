@@ -10,7 +10,7 @@ GDN input (4096 + 24) x 2560 (4 key, 12 value heads of 128); top-k k 512 over 65
 blocks and over 513 visible of 65,536, and 1 x 131072, k 2048 (the case's input kinds: continuous,
 steps of 0.25, integers, ReLU-sum indexer scores, exp(3 N(0,1))).
 
-Usage (CUDA GPU, repository root, harness on PYTHONPATH):
+Usage (CUDA GPU, repository root, harness/ and route_env/ on PYTHONPATH):
     python kernels_ext/tools/prod_bench.py OUT_DIR [ROUTE,ROUTE...]   (default: every route)
 Writes OUT_DIR/bench.json and OUT_DIR/bench.md and prints the markdown.
 """

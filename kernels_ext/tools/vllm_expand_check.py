@@ -7,7 +7,7 @@ of both must give the same tokens as a set per row, and the same count. Also che
 against the reference (index order, bitwise). Rows drawn as the bench draws them (the five input
 kinds of qgate.ops.cases.topk_case), at the bench's top-k shapes with 1 and 4 rows.
 
-Usage (CUDA GPU; the stub tree and harness/ on PYTHONPATH):
+Usage (CUDA GPU; the stub tree, harness/ and route_env/ on PYTHONPATH):
     python kernels_ext/tools/vllm_expand_check.py      -> one JSON object; exit 1 on a mismatch
 """
 

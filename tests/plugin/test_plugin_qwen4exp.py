@@ -37,7 +37,7 @@ SW = {
 }
 SHIMS = {"QGATE_SHIMS": "qwen2vl_pil_image_processor,qwen4exp_hc_torch_cpu,qwen4exp_fp16_cpu"}
 # The fixtures, then this checkout's harness and plugin (ahead of whichever checkout the venv installed)
-FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "kernels_ext"))
+FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "route_env", "kernels_ext"))
 OUTPUT_TOKENS = 24
 PROMPT = 32
 # The candidate's engine runs at tensor parallel 2 (two workers: every routed site's slice per rank, and
