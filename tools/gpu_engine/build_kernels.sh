@@ -8,9 +8,9 @@
 GE=${GE:-/tmp/ge}
 t0=$(date +%s)
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} QGATE_KERNELS_CUDA=1
-rm -rf "$GE/kx" "$GE/kh" && cp -r kernels_ext "$GE/kx" && cp -r harness "$GE/kh" \
+rm -rf "$GE/kx" "$GE/kh" "$GE/kr" && cp -r kernels_ext "$GE/kx" && cp -r harness "$GE/kh" && cp -r route_env "$GE/kr" \
   && rm -rf "$GE/kx/build" "$GE/kx"/qgate_kernels/_C*.so || { echo "rc=8 seconds=0" > "$GE/build.rc"; exit 8; }
-export PYTHONPATH=$GE/kh${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$GE/kh:$GE/kr${PYTHONPATH:+:$PYTHONPATH}
 (cd "$GE/kx" && python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir .)
 rc=$?
 so=$(cd / && python3 -c "import qgate_kernels, glob, os; print(glob.glob(os.path.dirname(qgate_kernels.__file__) + '/_C*.so')[0])")

@@ -1,6 +1,6 @@
 # Sourced by every device call script (tools/gpu_engine/calls/*.sh), from the repository root on the
 # device machine. Sets LOG, step(), the payload's env (/tmp/ge/env.sh, written by device_install.sh),
-# PYTHONPATH for the checkout's harness + kernels_ext, the carried models (QGATE_CACHE) and GSM8K split,
+# PYTHONPATH for the checkout's harness + route_env + kernels_ext, the carried models (QGATE_CACHE) and GSM8K split,
 # and RUNS (the qgate run folders; pack_runs puts them in $OUT/runs.tgz: the tool brings back at most
 # 8 files). GE_COMMIT (given on the command line) is written into every call's log: the device's copy
 # of the checkout has no .git.
@@ -20,7 +20,7 @@ use_engine() {  # the payload's vLLM + qgate from this checkout
   [ -f "$GE/env.sh" ] || { echo "MISSING $GE/env.sh: the machine went cold (stage again from call-01)" | tee -a "$LOG"; exit 3; }
   # shellcheck disable=SC1091
   source "$GE/env.sh"
-  export PYTHONPATH=$PWD/harness:$PWD/kernels_ext:$PYTHONPATH
+  export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext:$PYTHONPATH
   wait_build
   export QGATE_CACHE=$GE/extra/cache QGATE_GSM8K_PATH=$GE/extra/gsm8k/test.jsonl
 }
