@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ import typer
 from qgate.cli._options import user_errors
 from qgate.contract import load_contract
 from qgate.engine.arms import contract_arms
-from qgate.engine.preflight import check_arm_envs
+from qgate.engine.preflight import arm_envs
 
 app = typer.Typer(help="Validate and show contracts.", no_args_is_help=True)
 FileArg = Annotated[Path, typer.Argument(help="contract YAML", dir_okay=False)]
@@ -24,7 +25,7 @@ def validate(file: FileArg) -> None:
     to `run`: whether this machine's vLLM has the sites of the routes switched on."""
     with user_errors():
         loaded = load_contract(file)
-        check_arm_envs([plan.env for plan in contract_arms(loaded)], machine=False)
+        arm_envs([(plan.name, plan.env) for plan in contract_arms(loaded)], os.environ, machine=False)
     typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
 
 

@@ -149,7 +149,7 @@ def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
         raise RouteError(str(problems[0]))
 
 
-def check_arm_envs(envs: Iterable[Mapping[str, str] | ArmEnv], machine: bool = True) -> None:
+def check_arm_envs(envs: Iterable[ArmEnv], machine: bool = True) -> None:
     """Every check of a run that needs no engine, beyond the contract's own, over each arm's env:
     `qgate contract validate` applies it too, so a contract it passes is not refused by `qgate run`
     before an engine starts. The engine child runs in this folder, so the check does too.
@@ -158,15 +158,16 @@ def check_arm_envs(envs: Iterable[Mapping[str, str] | ArmEnv], machine: bool = T
     `machine=False` (validate) leaves out the arms that set neither: for them the check is only whether
     this machine's vLLM has the sites of the switched-on routes (a property of the machine, not of the
     contract, and an import of vLLM: a minute on a loaded machine)."""
-    for one in envs:
-        env, process = (one.declared, one.process) if isinstance(one, ArmEnv) else (one, None)
-        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env):
-            check_overrides(env, cwd=Path.cwd(), process=process)
+    for env in envs:
+        if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env.declared):
+            check_overrides(env.declared, cwd=Path.cwd(), process=env.process)
 
 
-def arm_envs(arms: Iterable[tuple[str, Mapping[str, str]]], environ: Mapping[str, str]) -> list[ArmEnv]:
+def arm_envs(
+    arms: Iterable[tuple[str, Mapping[str, str]]], environ: Mapping[str, str], machine: bool = True
+) -> list[ArmEnv]:
     """Every arm's ArmEnv, built once from its declared env and `environ` (the caller's, read once) and
     checked (check_arm_envs: a broken route override fails here, before any engine starts)."""
     built = [arm_env(name, declared, environ) for name, declared in arms]
-    check_arm_envs(built)
+    check_arm_envs(built, machine)
     return built
