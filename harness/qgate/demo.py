@@ -151,7 +151,10 @@ def make_plan(contract: Path, out: Path, faulty: bool | str | None = None, devic
         if not module.is_file():
             raise DemoError(f"--faulty needs a source checkout: {module} not found")
         cand = plans[1]
-        env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": str(fixtures)}
+        # The fixtures in front of this process's own path: an arm's PYTHONPATH replaces the inherited
+        # one, and a source checkout run through PYTHONPATH (no install) needs it in the engine too.
+        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": os.pathsep.join([str(fixtures), *inherited])}
         plans = [plans[0], replace(cand, env=env)]
     return DemoPlan(loaded, out, kind, plans, device)
 
