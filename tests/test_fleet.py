@@ -202,19 +202,25 @@ def test_gather_appends_every_entry_and_writes_one_report(
     assert res.exit_code == 2 and "refused" in res.output and "Traceback" not in res.output
 
 
-def test_a_night_that_lost_nothing_exits_0_with_a_clean_junit(
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_night_that_lost_nothing_exits_0_with_a_clean_junit_and_stderr(
     tmp_path: Path,
     contract: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    store = str(tmp_path / "h.sqlite") if backend == "sqlite" else request.getfixturevalue("pg_url")
     run, _ = make_night(tmp_path / "runs" / "a", contract, "2026-12-01", "1" * 40, misses=1)
     shutil.copytree(run, tmp_path / "art" / f"{ARTIFACT_PREFIX}a")
     fleet = fleet_file(tmp_path, [entry("a", quality_contract=QUALITY)])
     monkeypatch.chdir(REPO)
     out = tmp_path / "report"
-    args = ["fleet", "gather", str(fleet), str(tmp_path / "art"), "--out", str(out)]
-    res = runner.invoke(app, [*args, "--store", str(tmp_path / "h.sqlite")])
-    assert res.exit_code == 0 and res.stderr == "", res.output
+    args = ["fleet", "gather", str(fleet), str(tmp_path / "art"), "--out", str(out), "--store", store]
+    for status in ("appended", "already recorded"):  # a retried gather: still a success, silent on stderr
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0 and res.stderr == "", res.output
+        assert res.stdout.startswith(f"a: {status}: night 2026-12-01 -> ")
     suites = ET.parse(out / "junit.xml").getroot()
     assert suites.get("errors") == "0" and suites[0].get("tests") == "1"
     assert (out / "fleet.md").read_text().startswith("# qgate fleet night 2026-12-01\n\n| entry |")
