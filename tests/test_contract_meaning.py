@@ -262,8 +262,10 @@ def test_an_arm_override_is_merged_and_null_unsets_the_shared_arg(tmp_path: Path
 
 
 def test_shipped_contract_hashes_are_unchanged_by_the_override_model() -> None:
-    """The override model dumps only the keys an arm sets: the sha256 every recorded result carries."""
-    assert load_contract(CONTRACTS / "smoke-cpu.yaml").sha256.startswith("7c254218bcb4")
+    """The override model dumps only the keys an arm sets: the sha256 every recorded result carries.
+    (smoke-cpu's changed from 7c254218bcb4 when speed.prompt_seed's default became unset, drawn per run:
+    a new workload, every rep on its own prompt, so nights before it are not the same contract's.)"""
+    assert load_contract(CONTRACTS / "smoke-cpu.yaml").sha256.startswith("747243c9245c")
     assert load_contract(CONTRACTS / "quality-cpu.yaml").sha256.startswith("6d525818f52c")
 
 

@@ -124,6 +124,8 @@ def test_collect_reads_the_real_shapes(tmp_path: Path, contract: Path) -> None:
     assert (cand["max_token_run"], cand["length_caps"], cand["gate_min_raw_correct"]) == (6, 0, 14)
     assert cand["verdict"] == "PASS"
     assert set(json.loads(cand["verdicts"])) == {"speed", "quality"}
+    # the run's prompt seed, drawn (not pinned) when the run started (schema 4)
+    assert (cand["prompt_seed"], cand["prompt_seed_pinned"]) == (0, 0)
 
 
 def test_night_verdict_is_the_worst_kind(tmp_path: Path, contract: Path) -> None:

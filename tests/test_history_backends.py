@@ -313,7 +313,7 @@ def test_an_older_store_is_read_and_upgraded_by_its_next_append(
     history.append(store, run)
     # Make it what schema 1 wrote: no V2 columns (the triggers would refuse an UPDATE of nights, not
     # of qgate_history). The upgrade adds whatever night.COLUMNS has beyond the store's columns.
-    for col in (*history.V2_COLUMNS, *history.V3_COLUMNS):
+    for col in (*history.V2_COLUMNS, *history.V3_COLUMNS, *history.V4_COLUMNS):
         execute(store, f"ALTER TABLE nights DROP COLUMN {col}")
     execute(store, "UPDATE qgate_history SET value = '1' WHERE key = 'schema_version'")
     old = history.read_rows(store)

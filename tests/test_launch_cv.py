@@ -362,8 +362,9 @@ def test_history_rows_carry_launch_ids_and_a_version_2_store_is_upgraded(tmp_pat
     control, candidate = support.load_pair()  # two launches of 5 reps per arm
     store = tmp_path / "h.sqlite"
     history.append(store, support.history_night(tmp_path, "2026-12-01", control, candidate))
-    conn = sqlite3.connect(store)  # make it what schema 2 wrote: no decode_launch_ids
-    conn.execute("ALTER TABLE nights DROP COLUMN decode_launch_ids")
+    conn = sqlite3.connect(store)  # make it what schema 2 wrote: no decode_launch_ids (nor schema 4's)
+    for col in ("decode_launch_ids", *history.V4_COLUMNS):
+        conn.execute(f"ALTER TABLE nights DROP COLUMN {col}")
     conn.execute("UPDATE qgate_history SET value = '2' WHERE key = 'schema_version'")
     conn.commit()
     conn.close()
@@ -374,7 +375,9 @@ def test_history_rows_carry_launch_ids_and_a_version_2_store_is_upgraded(tmp_pat
     rows = history.read_rows(store)
     assert [r["decode_launch_ids"] for r in rows] == [None, None, None, None]  # one launch: unset
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM qgate_history WHERE key = 'schema_version'").fetchone() == ("3",)
+    version = str(history.HISTORY_SCHEMA_VERSION)
+    row = conn.execute("SELECT value FROM qgate_history WHERE key = 'schema_version'").fetchone()
+    assert row == (version,)
     conn.close()
     two = support.history_night(tmp_path, "2026-12-03", control, candidate)
     history.append(store, two)

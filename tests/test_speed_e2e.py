@@ -71,7 +71,7 @@ def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
     assert control["prompt"]["sha256"] == candidate["prompt"]["sha256"] is not None
     assert control["env"] == candidate["env"] == {"VLLM_SM70_QWEN38_FP16_GEMV": "0"} | IN_PROCESS_ENGINE
     for res in (control, candidate):
-        assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 2, True)
+        assert (res["kind"], res["schema_version"], res["complete"]) == ("speed", 3, True)
         # schema 2: one run_id per result file, carried by every rep; the record passes compare's checks
         assert {r["run_id"] for r in res["reps"]} == {res["run_id"]}
         check_speed_result(res, "real")
@@ -88,8 +88,14 @@ def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
             assert rep["wall_s"] >= rep["engine_s"] * 0.99
         # no route switched on: every route counted, none ran or fell back
         assert all(r["hits"] == 0 and not r["fallbacks"] for r in res["routes"].values()), res["routes"]
-    # greedy decoding of one prompt: every rep of every engine start of both arms yields the same tokens
-    assert len({r["token_ids_sha256"] for res in (control, candidate) for r in res["reps"]}) == 1
+    # Every rep and warm-up on a prompt of its own (TEST04), rep i the same in both arms; the run's seed
+    # was drawn (TEST05). Greedy decoding: rep i yields the same tokens in both arms, and the reps differ.
+    assert control["prompt"]["seed_pinned"] is False and isinstance(control["prompt"]["seed"], int)
+    prompts = [[r["prompt_sha256"] for r in res["reps"]] for res in (control, candidate)]
+    warmups = [w["prompt_sha256"] for w in control["warmups"]]
+    assert prompts[0] == prompts[1] and len(set(prompts[0] + warmups)) == AA_LAUNCHES * (AA_REPS + 1)
+    tokens = [[r["token_ids_sha256"] for r in res["reps"]] for res in (control, candidate)]
+    assert tokens[0] == tokens[1] and len(set(tokens[0])) == AA_LAUNCHES * AA_REPS
     assert control["run_id"] != candidate["run_id"]
 
 

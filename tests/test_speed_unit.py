@@ -13,7 +13,8 @@ from qgate import models
 from qgate.contract import load_contract
 from qgate.engine import arms
 from qgate.results import ResultError
-from qgate.speed.run import arm_path, run_speed
+from qgate.speed import run as speed_run
+from qgate.speed.run import arm_path, run_seed, run_speed
 from qgate.speed.workload import SpeedError, ids_sha256, rep_record, run_reps, synthetic_prompt
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
@@ -70,7 +71,12 @@ class _Adapter:
 
     def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict:
         self.calls.append(("generate", dict(sampling)))
+        self.prompts.append(list(prompt_token_ids))
         return _out()
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        return self.__dict__.setdefault("_prompts", [])
 
 
 def test_reps_reset_before_every_generate_and_emit_records() -> None:
@@ -83,6 +89,61 @@ def test_reps_reset_before_every_generate_and_emit_records() -> None:
     assert sampling["temperature"] == 0.0 and sampling["ignore_eos"] is True
     assert sampling["max_tokens"] == sampling["min_tokens"] == 5
     assert [e["rep"]["index"] for e in events if e["event"] == "rep"] == [0, 1]
+
+
+def test_every_rep_and_warmup_decodes_its_own_prompt_the_same_in_both_arms() -> None:
+    """TEST04: rep i's prompt is drawn from (run seed, i): distinct within a run, the warm-up's its own,
+    the same for rep i in another launch or arm, another under another seed; each rep records its hash."""
+    first, events = _Adapter(reset_ok=True), []
+    run_reps(first, {**SPEC, "rep_indices": [0, 1, 2, 3]}, events.append)
+    warm, *reps = first.prompts
+    assert len({tuple(p) for p in first.prompts}) == 5 and all(len(p) == 16 for p in first.prompts)
+    assert not {0} & {t for p in first.prompts for t in p}  # no special id
+    recs = [e["rep"] for e in events if e["event"] == "rep"]
+    assert [r["prompt_sha256"] for r in recs] == [ids_sha256(p) for p in reps]
+    assert events[1]["prompt_sha256"] == ids_sha256(warm) and events[1]["launch"] == 0
+    # the other arm, a resumed or later launch: rep 2 alone gets rep 2's prompt; its warm-up another one
+    other = _Adapter(reset_ok=True)
+    run_reps(other, {**SPEC, "launch": 1, "rep_indices": [2]}, lambda e: None)
+    assert other.prompts[1] == reps[2] and other.prompts[0] not in first.prompts
+    reseeded = _Adapter(reset_ok=True)
+    run_reps(reseeded, {**SPEC, "prompt_seed": 4, "rep_indices": [0]}, lambda e: None)
+    assert reseeded.prompts[1] != reps[0]
+
+
+def test_the_run_seed_is_drawn_unless_pinned_and_kept_by_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TEST05: no contract seed -> a fresh one per run (recorded); a pinned one is used as is; a folder
+    holding an arm result keeps its seed (resume, the other arm run alone); two seeds there: refused."""
+    data = yaml.safe_load((CONTRACTS / "smoke-cpu.yaml").read_text())
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    data["speed"]["prompt_seed"] = 11
+    (tmp_path / "pinned.yaml").write_text(yaml.safe_dump(data))
+    drawn, pinned = load_contract(tmp_path / "c.yaml"), load_contract(tmp_path / "pinned.yaml")
+    seeds = {run_seed(drawn, tmp_path / f"out{i}") for i in range(4)}
+    assert len(seeds) == 4 and all(0 <= s < 2**63 for s in seeds)
+    assert run_seed(pinned, tmp_path / "out") == 11
+    monkeypatch.setattr(arms, "run_segment", _ScriptedSegments())
+    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(speed_run.secrets, "randbits", lambda bits: 123456789)
+    out = tmp_path / "run"
+    results = run_speed(drawn, out, arms=("control",))
+    assert results["control"]["prompt"] | {"sha256": None} == {
+        "input_tokens": drawn.contract.speed.input_tokens, "seed": 123456789, "seed_pinned": False,
+        "sha256": None,
+    }  # fmt: skip
+    monkeypatch.setattr(speed_run.secrets, "randbits", lambda bits: 5)
+    assert run_seed(drawn, out) == 123456789  # the candidate run alone into the same folder: same prompts
+    candidate = run_speed(drawn, out, arms=("candidate",))["candidate"]
+    assert candidate["prompt"]["seed"] == 123456789
+    saved = json.loads(arm_path(out, "candidate").read_text())
+    saved["prompt"]["seed"] = 7
+    arm_path(out, "candidate").write_text(json.dumps(saved))
+    with pytest.raises(ResultError, match="different prompt seeds"):
+        run_seed(drawn, out)
+    assert pinned.contract.speed.prompt() == {"input_tokens": pinned.contract.speed.input_tokens, "seed": 11,
+                                              "seed_pinned": True}  # fmt: skip
 
 
 def test_refused_prefix_cache_reset_fails_the_run() -> None:

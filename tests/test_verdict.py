@@ -205,8 +205,38 @@ def test_gates_fail_on_slow_rep_prefill_regression_and_unstable_tokens() -> None
     control, candidate = support.load_pair()
     candidate["reps"][4]["token_ids"] = candidate["reps"][4]["token_ids"][:5] + [1, 2, 3]
     candidate["reps"][4]["token_ids_sha256"] = ids_sha256(candidate["reps"][4]["token_ids"])
-    rec = verdict_of(control, candidate)
-    assert rec["verdict"] == "FAIL" and not gate(rec, "candidate tokens identical")["passed"]
+    tokens = verdict_of(control, candidate)["speed"]["tokens"]
+    assert (tokens["diverging_reps"], tokens["first_diverging_rep"], tokens["first_diverging_index"]) == (
+        [4],
+        4,
+        5,
+    )
+    assert tokens["reps_compared"] == 10 and not tokens["control_vs_candidate_identical"]
+
+
+@pytest.mark.parametrize(
+    ("arm", "change", "says"),
+    [
+        ("candidate", lambda r: r["reps"][3].update(prompt_sha256=r["reps"][1]["prompt_sha256"]),
+         "candidate rep 3 decodes the prompt of rep 1"),
+        ("control", lambda r: r["warmups"][1].update(prompt_sha256=r["reps"][7]["prompt_sha256"]),
+         "control warm-up 0 of launch 1 decodes the prompt of rep 7"),
+        ("candidate", lambda r: r["reps"][6].update(prompt_sha256="ab" * 32),
+         "rep 6: the arms decoded different prompts"),
+        ("candidate", lambda r: [rep.pop("prompt_sha256") for rep in r["reps"]],
+         "candidate rep 0 records no prompt hash (10 of 10 reps; a speed result of schema 1"),
+    ],
+)  # fmt: skip
+def test_a_repeated_or_unpaired_prompt_is_refused(arm: str, change: Any, says: str) -> None:
+    """TEST04: a prompt that comes twice in an arm (a rep, a warm-up) lets a result cache answer from
+    memory, and arms on different prompts are no pair: ERROR, naming the rep."""
+    pair = dict(zip(("control", "candidate"), support.load_pair(), strict=True))
+    assert gate(verdict_of(pair["control"], pair["candidate"]), "prompts fresh")["passed"]
+    change(pair[arm])
+    rec = verdict_of(pair["control"], pair["candidate"])
+    prompts = gate(rec, "prompts fresh and paired")
+    assert rec["verdict"] == "ERROR" and not prompts["passed"] and prompts["severity"] == "error"
+    assert says in prompts["detail"], prompts["detail"]
 
 
 def test_improvement_gate_needs_a_significant_improvement() -> None:
@@ -389,7 +419,15 @@ def test_launches_are_the_unit_with_variance_components() -> None:
     control, candidate = one_pair()
     for arm in (control, candidate):
         arm["workload"].update(launches=2, repetitions=5)
-        second = [dict(r, index=r["index"] + 5, decode_tok_s=r["decode_tok_s"] * 1.01) for r in arm["reps"]]
+        second = [
+            dict(
+                r,
+                index=r["index"] + 5,
+                decode_tok_s=r["decode_tok_s"] * 1.01,
+                prompt_sha256=f"second-{r['index']}",
+            )
+            for r in arm["reps"]
+        ]
         arm["reps"] = arm["reps"] + second
         for i, rep in enumerate(arm["reps"]):
             rep["launch"] = i // 5

@@ -78,15 +78,20 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("quality_item_rates", "TEXT"),  # JSON {index: [correct, runs]} (raw and strict right); 2+ seeds only
     # schema 3, last: JSON list, the launch of every rep of decode_tok_s_reps; 2+ launches only
     ("decode_launch_ids", "TEXT"),
+    # schema 4, last: the speed run's prompt seed (drawn when the run started unless the contract pinned
+    # it: MLPerf's TEST05) and whether it was pinned (1) or drawn (0)
+    ("prompt_seed", "INTEGER"),
+    ("prompt_seed_pinned", "INTEGER"),
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 # Columns added by schema 2 (absent from a version-1 store) and 3; unset schema-2 ones and the schema-3
 # one stay out of content_sha256, so a night hashes as it did under schema 1.
 V2_COLUMNS = ("quality_seeds", "quality_outputs", "quality_item_rates")
 V3_COLUMNS = ("decode_launch_ids",)
-ADDED_COLUMNS = V2_COLUMNS + V3_COLUMNS
+V4_COLUMNS = ("prompt_seed", "prompt_seed_pinned")
+ADDED_COLUMNS = V2_COLUMNS + V3_COLUMNS + V4_COLUMNS
 V1_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in ADDED_COLUMNS)
-V2_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V3_COLUMNS)
+V2_COLUMN_NAMES = tuple(name for name in COLUMN_NAMES if name not in V3_COLUMNS + V4_COLUMNS)
 # Not part of a night's content: where and when it was appended.
 _NOT_CONTENT = ("appended_at", "source", "content_sha256")
 _FINGERPRINT_KEYS = (
@@ -125,6 +130,20 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
         "ttft_ms_median": figs["ttft_ms_median"],
         "speed_complete": int(result.get("complete") is True),
         "decode_launch_ids": json.dumps(figs["launch_ids"]) if several else None,
+        **_prompt_seed(result),
+    }
+
+
+def _prompt_seed(result: dict[str, Any]) -> dict[str, Any]:
+    """The run's prompt seed and whether the contract pinned it (a schema-1 result: the contract's
+    seed, always pinned then)."""
+    prompt = result.get("prompt") if isinstance(result.get("prompt"), dict) else {}
+    seed = prompt.get("seed")
+    ok = isinstance(seed, int) and not isinstance(seed, bool)
+    pinned = prompt.get("seed_pinned", True if ok else None)
+    return {
+        "prompt_seed": seed if ok else None,
+        "prompt_seed_pinned": None if pinned is None else int(pinned is True),
     }
 
 
@@ -355,12 +374,13 @@ def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
 
 def content_sha256(row: dict[str, Any]) -> str:
     """Hash of what a night says (not where or when it was appended): the idempotency key. The launch
-    ids (schema 3) are left out: they come from the same result files as the reps, and a night of 2+
-    launches recorded before schema 3 must still be appended again as "already recorded"."""
+    ids (schema 3) and the prompt seed (schema 4) are left out: they come from the same result files as
+    the reps, and a night recorded before them must still be appended again as "already recorded"."""
+    later = V3_COLUMNS + V4_COLUMNS
     content = {
         k: row.get(k)
         for k in COLUMN_NAMES
-        if k not in _NOT_CONTENT and k not in V3_COLUMNS and not (k in V2_COLUMNS and row.get(k) is None)
+        if k not in _NOT_CONTENT and k not in later and not (k in V2_COLUMNS and row.get(k) is None)
     }
     if isinstance(content.get("fingerprint"), str):
         fp = json.loads(content["fingerprint"])

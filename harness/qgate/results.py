@@ -4,6 +4,10 @@ Format history of speed results (``kind: speed``):
   1 (2026-11-29): first version; reps carry engine timestamps and token ids.
   2 (2026-12-04): `run_id` (one per result file: an arm of one run) in the header and in every rep, so
                   a rep copied in from another run's file is told apart (qgate.speed.record).
+  3 (2026-12-04): every rep on its own prompt (rep `prompt_sha256`), `warmups` (their prompts),
+                  `prompt.seed` the run's (drawn unless pinned: `prompt.seed_pinned`), `prompt.sha256`
+                  the prompt plan's; `audit` in the control's result (qgate.speed.audit). Version 1 is
+                  still read, so that compare can say why it refuses one (one prompt in every rep); 2 likewise.
 
 Reading: a result is read by `read_result` only (regular file, size cap, UTF-8, nesting cap, then
 JSON); what its records must hold is checked by the kind's own module (qgate.speed.record,
@@ -33,7 +37,8 @@ from qgate.errors import QgateError, cut
 # (`qgate bench ops` once wrote ops_bench 3 while loading knew {1, 2}). Bump a kind here, with a
 # line on what changed, when its shape changes.
 SCHEMAS: dict[str, tuple[int, ...]] = {
-    "speed": (1, 2),  # 2: run_id in the header and every rep (a rep grafted from another run is refused)
+    "speed": (1, 2, 3),  # 2: run_id in the header and every rep (a rep grafted from another run is refused)
+    # 3: every rep on a prompt of its own (prompt_sha256), warmups, the run's prompt seed, the audit
     "quality": (1, 2, 3),  # 2: repeated seeds (item records carry `seed`), per-item rates
     # 3: run_id in the header and every item (an item grafted from another run is refused)
     # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that

@@ -49,7 +49,12 @@ class Speed(Strict):
         description="engine starts per arm, interleaved; a PASS or FAIL on the decode ratio needs >= 2 "
         "(or `qgate compare --history`)",
     )
-    prompt_seed: NonNegativeSeed = 0
+    prompt_seed: NonNegativeSeed | None = Field(
+        None,
+        description="the seed every rep's prompt is drawn from (rep i: its own prompt, the same in both "
+        "arms); unset: a fresh seed is drawn when the run starts (recorded in the results and the "
+        "history), so no candidate can be tuned to a published one; set: pinned, and reported as pinned",
+    )
     gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)
 
@@ -57,9 +62,14 @@ class Speed(Strict):
         """What an arm's result records under `workload` (WORKLOAD_KEYS, from this schema)."""
         return {key: getattr(self, key) for key in WORKLOAD_KEYS}
 
-    def prompt(self) -> dict[str, Any]:
-        """What an arm's result records under `prompt` (its sha256 comes from the child)."""
-        return {PROMPT_KEYS[key]: getattr(self, key) for key in PROMPT_KEYS}
+    def prompt(self, seed: int | None = None) -> dict[str, Any]:
+        """What an arm's result records under `prompt` (its sha256 comes from the child): the run's seed
+        (the contract's when pinned, else `seed`, drawn when the run started) and whether it was pinned."""
+        out = {PROMPT_KEYS[key]: getattr(self, key) for key in PROMPT_KEYS}
+        out["seed_pinned"] = self.prompt_seed is not None
+        if self.prompt_seed is None:
+            out["seed"] = seed
+        return out
 
 
 # The section's keys by role, derived from the schema: the prompt's (field -> its key in a result's

@@ -30,6 +30,7 @@ from qgate.night import (  # noqa: F401  (re-exported: the CLI's and tests' name
     V1_COLUMN_NAMES,
     V2_COLUMNS,
     V3_COLUMNS,
+    V4_COLUMNS,
     HistoryError,
     collect,
     unjudged_kinds,

@@ -8,6 +8,8 @@ Format history of the store (`qgate_history.schema_version`):
                   correct rates).
   3 (2026-12-03): decode_launch_ids (the launch of every decode rep, nights of 2+ launches: the
                   between-launch estimate of qgate.launch_cv).
+  4 (2026-12-04): prompt_seed, prompt_seed_pinned (the speed run's prompt seed, drawn when the run
+                  started unless the contract pinned it).
 A store of an older version is read as it is (the columns it lacks read as unset) and upgraded in
 place, in the append's own transaction, on its next append: the columns it lacks are added at the end
 (night.COLUMNS only ever grows at the end), no row is changed. A store of a newer version is refused.
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from qgate.night import COLUMN_NAMES, COLUMNS, V1_COLUMN_NAMES, HistoryError
 from qgate.results import utc_now
 
-HISTORY_SCHEMA_VERSION = 3
+HISTORY_SCHEMA_VERSION = 4
 FORMAT = "qgate-history"
 # The messages the backends' database rules raise (triggers, checks); the Python side maps them to
 # the user's one line. Prefixed so that a foreign error is never taken for one of them.

@@ -69,7 +69,9 @@ def _arms(record: dict[str, Any]) -> list[str]:
                 + _ci(*f["decode_tok_s_ci"]),
                 "mean TPOT (ms)": _num(f["tpot_ms_mean"], ".3f"),
                 "tokens vs control": _tokens(arm["tokens"]),
-                "same tokens every rep": "yes" if arm["tokens"]["identical_across_reps"] else "NO",
+                "same tokens for one prompt": {True: "yes", False: "NO", None: "n/a"}[
+                    arm["tokens"]["identical_across_reps"]
+                ],
                 "routes attested": "yes" if arm["attested"] else "ERROR",
             }
         )

@@ -231,18 +231,21 @@ def _prefill(record: dict[str, Any]) -> list[str]:
 
 def _tokens(record: dict[str, Any]) -> list[str]:
     tk = record["speed"]["tokens"]
-    yes = {True: "yes", False: "no"}
+    yes = {True: "yes", False: "no", None: "n/a (no prompt came twice)"}
     if tk["control_vs_candidate_identical"]:
-        versus = "identical"
+        versus = f"identical in all {tk.get('reps_compared', 'n/a')} reps"
     else:
-        versus = f"differ; first diverging index {tk['first_diverging_index']}"
+        where = f"rep {tk['first_diverging_rep']}, " if tk.get("first_diverging_rep") is not None else ""
+        diverging = tk.get("diverging_reps")
+        count = f"{len(diverging)} of {tk.get('reps_compared')} reps " if isinstance(diverging, list) else ""
+        versus = f"{count}differ; first diverging at {where}index {tk['first_diverging_index']}"
     return [
         "### Tokens",
         "",
-        f"- All candidate token arrays identical across reps: {yes[tk['candidate_identical_across_reps']]}",
-        f"- All control token arrays identical across reps: {yes[tk['control_identical_across_reps']]}",
-        f"- Control vs candidate (first rep, {tk['control_tokens']} v {tk['candidate_tokens']} tokens): "
-        f"{versus}",
+        f"- Candidate reps of one prompt gave one token array: {yes[tk['candidate_identical_across_reps']]}",
+        f"- Control reps of one prompt gave one token array: {yes[tk['control_identical_across_reps']]}",
+        f"- Control vs candidate, rep by rep on the same prompt ({tk['control_tokens']} v "
+        f"{tk['candidate_tokens']} tokens): {versus}",
         "",
     ]
 

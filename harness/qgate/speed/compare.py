@@ -33,6 +33,7 @@ from qgate.stats import (
 # Dotted keys a speed result adds to the refuse-to-compare check (qgate.comparable.differences).
 SPEED_EXTRA_KEYS = (
     "prompt.sha256",
+    "prompt.seed_pinned",
     *(f"prompt.{key}" for key in PROMPT_KEYS.values()),
     *(f"workload.{key}" for key in WORKLOAD_KEYS),
 )
@@ -147,6 +148,7 @@ def compare_speed(
     }
     tokens = vd.token_summary(control, candidate)
     checks = [
+        vd.prompts_gate(control, candidate),
         vd.completeness_gate(control, "control"),
         vd.completeness_gate(candidate, "candidate"),
         vd.integrity_gate(control, "control", loaded.contract),

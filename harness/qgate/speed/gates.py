@@ -29,25 +29,102 @@ from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
 
+def _same_prompt_same_tokens(result: dict[str, Any]) -> bool | None:
+    """Whether the arm's reps that decoded one prompt produced one token array (greedy decoding is a
+    function of the prompt): None when no prompt came twice (schema 2: every rep its own prompt), so
+    there is nothing to compare. A rep without a prompt hash (schema 1) decoded the run's one prompt."""
+    by_prompt: dict[Any, list[list[int]]] = {}
+    for r in result.get("reps") or []:
+        if isinstance(r, dict):
+            by_prompt.setdefault(r.get("prompt_sha256"), []).append(list(r.get("token_ids") or []))
+    groups = [arrays for arrays in by_prompt.values() if len(arrays) > 1]
+    if not groups:
+        return None
+    return all(all(a == arrays[0] for a in arrays) for arrays in groups)
+
+
+def _by_index(result: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    return {r.get("index"): r for r in result.get("reps") or [] if isinstance(r, dict)}
+
+
 def token_summary(control: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
-    """Whether each arm's reps produced one token array, and where control and candidate diverge."""
-    c_arrays = [list(r.get("token_ids") or []) for r in control.get("reps", [])]
-    t_arrays = [list(r.get("token_ids") or []) for r in candidate.get("reps", [])]
+    """Where control and candidate diverge, rep by rep (rep i of both arms decoded the same prompt):
+    the reps compared, those whose tokens differ, the first of them and its first diverging position;
+    and whether each arm's reps of one prompt agree (None: no prompt came twice)."""
+    c_reps, t_reps = _by_index(control), _by_index(candidate)
+    paired = sorted((i for i in c_reps if i in t_reps), key=lambda i: (str(type(i)), i))
+    diverging: list[Any] = []
     first_div: int | None = None
-    same = bool(c_arrays and t_arrays) and c_arrays[0] == t_arrays[0]
-    if c_arrays and t_arrays and not same:
-        a, b = c_arrays[0], t_arrays[0]
-        first_div = next(
-            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-        )
+    for i in paired:
+        a, b = list(c_reps[i].get("token_ids") or []), list(t_reps[i].get("token_ids") or [])
+        if a != b:
+            if not diverging:
+                first_div = next(
+                    (j for j, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+                )
+            diverging.append(i)
+    c_first = next(iter(c_reps.values()), {})
+    t_first = next(iter(t_reps.values()), {})
     return {
-        "control_identical_across_reps": bool(c_arrays) and all(x == c_arrays[0] for x in c_arrays),
-        "candidate_identical_across_reps": bool(t_arrays) and all(x == t_arrays[0] for x in t_arrays),
-        "control_vs_candidate_identical": same,
+        "control_identical_across_reps": _same_prompt_same_tokens(control),
+        "candidate_identical_across_reps": _same_prompt_same_tokens(candidate),
+        "control_vs_candidate_identical": bool(paired) and not diverging,
+        "reps_compared": len(paired),
+        "diverging_reps": diverging,
+        "first_diverging_rep": diverging[0] if diverging else None,
         "first_diverging_index": first_div,
-        "control_tokens": len(c_arrays[0]) if c_arrays else 0,
-        "candidate_tokens": len(t_arrays[0]) if t_arrays else 0,
+        "control_tokens": len(c_first.get("token_ids") or []),
+        "candidate_tokens": len(t_first.get("token_ids") or []),
     }
+
+
+def prompts_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate:
+    """Nothing repeats (MLPerf's TEST04): every timed rep and warm-up of each arm decoded a prompt of its
+    own, and rep i of both arms the same one. A result where a prompt repeats (schema 1 decoded one
+    prompt in every rep) lets a result cache keyed by the input answer from memory, so it is refused
+    (ERROR), as are arms whose prompt sequences differ (not a paired comparison)."""
+    name = "prompts fresh and paired"
+    problems: list[str] = []
+    sequences = {}
+    for arm, result in (("control", control), ("candidate", candidate)):
+        reps = sorted(_by_index(result).items(), key=lambda kv: (str(type(kv[0])), kv[0]))
+        missing = [i for i, r in reps if not isinstance(r.get("prompt_sha256"), str)]
+        if missing:
+            problems.append(
+                f"{arm} rep {missing[0]} records no prompt hash ({len(missing)} of {len(reps)} reps; a speed "
+                "result of schema 1 decoded one prompt in every rep, which a result cache answers from "
+                "memory): rerun it with this qgate"
+            )
+            continue
+        seen: dict[str, str] = {}
+        warm = [w for w in result.get("warmups") or [] if isinstance(w, dict)]
+        named = [(f"rep {i}", r["prompt_sha256"]) for i, r in reps]
+        named += [
+            (f"warm-up {w.get('index')} of launch {w.get('launch')}", w.get("prompt_sha256")) for w in warm
+        ]
+        for label, sha in named:
+            if sha in seen:
+                problems.append(f"{arm} {label} decodes the prompt of {seen[sha]} (sha256 {str(sha)[:12]})")
+                break
+            seen[str(sha)] = label
+        sequences[arm] = {i: r["prompt_sha256"] for i, r in reps}
+    if len(sequences) == 2 and sequences["control"] != sequences["candidate"]:
+        c, t = sequences["control"], sequences["candidate"]
+        odd = next((i for i in c if c[i] != t.get(i)), next((i for i in t if i not in c), None))
+        problems.append(f"rep {odd}: the arms decoded different prompts (the pairing is by rep index)")
+    if problems:
+        return Gate(name, False, "refuse to compare: " + "; ".join(problems[:2]), SEV_ERROR)
+    n = len(sequences.get("control") or {})
+    prompt = control.get("prompt") if isinstance(control.get("prompt"), dict) else {}
+    pinned = "pinned by the contract" if prompt.get("seed_pinned") else "drawn when the run started"
+    warm = len([w for w in control.get("warmups") or [] if isinstance(w, dict)])
+    return Gate(
+        name,
+        True,
+        f"{n} reps per arm, each on a prompt of its own, the same sequence in both arms; {warm} warm-ups on "
+        f"their own; seed {prompt.get('seed')} ({pinned})",
+        SEV_ERROR,
+    )
 
 
 def _sequential_launches(result: dict[str, Any]) -> int | None:
@@ -189,11 +266,13 @@ def speed_gates(
     if g.max_prefill_regression_pct is not None:
         gates.append(_prefill_gate(ttft, ttft_change_pct, g.max_prefill_regression_pct))
     if g.identical_tokens:
-        same = bool(tokens["candidate_identical_across_reps"])
-        detail = (
-            "all candidate reps produced the same token ids" if same else "candidate reps differ in tokens"
-        )
-        gates.append(Gate("candidate tokens identical across reps", same, detail))
+        same = tokens["candidate_identical_across_reps"]
+        detail = {
+            True: "the candidate's reps of one prompt produced the same token ids",
+            False: "candidate reps of one prompt differ in tokens",
+            None: "every rep decoded a prompt of its own: no two reps to compare",
+        }[same]
+        gates.append(Gate("candidate tokens identical across reps", same is not False, detail))
     gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))

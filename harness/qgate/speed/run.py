@@ -7,6 +7,7 @@ without being asked to resume. Launches are interleaved by the spine (qgate.engi
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ def arm_path(out_dir: Path, arm: str) -> Path:
     return out_dir / "speed" / f"{arm}.json"
 
 
-def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, Any]:
+def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict, seed: int | None = None) -> dict[str, Any]:
     s = loaded.contract.speed
     assert s is not None
     return {
@@ -35,17 +36,48 @@ def new_result(loaded: LoadedContract, plan: ArmPlan, model: dict) -> dict[str, 
         # One per result file (this arm of this run; --resume keeps it): every rep carries it, so a rep
         # copied in from another run's file is refused (qgate.speed.record).
         "run_id": uuid.uuid4().hex,
-        "prompt": {**s.prompt(), "sha256": None},
+        "prompt": {**s.prompt(seed), "sha256": None},
         "workload": s.workload(),
+        "warmups": [],
         "reps": [],
     }
 
 
-def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict) -> dict:
+# A drawn seed fits a signed 64-bit integer: the history's column (SQLite INTEGER, Postgres BIGINT).
+SEED_BITS = 63
+
+
+def run_seed(loaded: LoadedContract, out_dir: Path, arms: tuple[str, ...] = ARMS) -> int:
+    """The prompt seed of a run in out_dir (MLPerf's TEST05: not known before the run): the contract's
+    when it pins one; else the seed an arm result already in out_dir was run with (a resumed run, or the
+    other arm run on its own into the same folder: both arms must decode the same prompts); else a fresh
+    one from the OS's random source, drawn now."""
+    s = loaded.contract.speed
+    assert s is not None
+    if s.prompt_seed is not None:
+        return s.prompt_seed
+    seen: dict[int, str] = {}
+    for arm in dict.fromkeys((*ARMS, *arms)):
+        path = arm_path(out_dir, arm)
+        if path.exists():
+            seed = load_result(path, kind="speed").get("prompt", {}).get("seed")
+            if isinstance(seed, int) and not isinstance(seed, bool):
+                seen.setdefault(seed, arm)
+    if len(seen) > 1:
+        raise ResultError(
+            f"{out_dir / 'speed'}: the arm results there were run with different prompt seeds "
+            f"({', '.join(f'{arm} {seed}' for seed, arm in seen.items())}): not one run to continue"
+        )
+    return next(iter(seen)) if seen else secrets.randbits(SEED_BITS)
+
+
+def open_result(
+    loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bool, model: dict, seed: int | None = None
+) -> dict:
     """A fresh result, or the saved one when resuming; refuse to clobber or to mix contracts."""
     path = arm_path(out_dir, plan.name)
     if not path.exists():
-        return new_result(loaded, plan, model)
+        return new_result(loaded, plan, model, seed)
     if not resume:
         raise ResultError(f"{path}: a result exists; pass --resume to continue it or choose another --out")
     saved = load_result(path, kind="speed")
@@ -56,6 +88,10 @@ def open_result(loaded: LoadedContract, plan: ArmPlan, out_dir: Path, resume: bo
         )
     if saved["env"] != plan.env:
         raise ResultError(f"{path}: saved with env {saved['env']}, not {plan.env}: cannot resume")
+    if seed is not None and saved.get("prompt", {}).get("seed") != seed:
+        raise ResultError(
+            f"{path}: saved with prompt seed {saved['prompt'].get('seed')}, not {seed}: cannot resume"
+        )
     return saved
 
 
@@ -75,6 +111,16 @@ class SpeedWorkload:
     kind: str = "speed"
     runner: str = "qgate.speed.workload:run_reps"
     launch_count: int | None = None  # --until-decided: the launches of this look, not the contract's
+    prompt_seed: int | None = None  # the run's (run_seed); None: the contract's pinned one
+
+    @property
+    def seed(self) -> int:
+        s = self.loaded.contract.speed
+        assert s is not None
+        seed = self.prompt_seed if self.prompt_seed is not None else s.prompt_seed
+        if seed is None:
+            raise ResultError("the speed workload was given no prompt seed (qgate.speed.run.run_seed)")
+        return seed
 
     @property
     def launches(self) -> int:
@@ -82,7 +128,7 @@ class SpeedWorkload:
         return self.launch_count or self.loaded.contract.speed.launches
 
     def open(self, plan: ArmPlan, model: dict) -> dict:
-        result = open_result(self.loaded, plan, self.out_dir, self.resume, model)
+        result = open_result(self.loaded, plan, self.out_dir, self.resume, model, self.seed)
         if self.launch_count is not None:  # a look of --until-decided: complete again after its last launch
             result["workload"]["launches"] = self.launch_count
             result["complete"] = len(result["reps"]) == self.launches * self.loaded.contract.speed.repetitions
@@ -96,6 +142,7 @@ class SpeedWorkload:
             return None
         # The child reads the prompt's fields by their schema names and the workload's keys.
         prompt = {key: getattr(s, key) for key in PROMPT_KEYS}
+        prompt["prompt_seed"] = self.seed
         return {**prompt, **s.workload(), "launch": launch, "rep_indices": todo}
 
     def label(self, arm: str, launch: int) -> str:
@@ -110,6 +157,11 @@ class SpeedWorkload:
             if result["prompt"]["sha256"] not in (None, event["sha256"]):
                 raise EngineError(f"{plan.name}: prompt changed between launches ({event['sha256'][:12]})")
             result["prompt"]["sha256"] = event["sha256"]
+        elif kind == "warmup":  # the warm-ups' prompts are kept so that no rep can be shown to reuse one
+            # A launch run again after a kill warms up on the same prompt again: kept once.
+            warm = {k: event.get(k) for k in ("launch", "index", "prompt_sha256")}
+            if warm not in result.setdefault("warmups", []):
+                result["warmups"].append(warm)
         elif kind == "rep":
             rep = event["rep"]
             if "run_id" in result:  # a result of schema 1 (resumed) records none
@@ -135,7 +187,10 @@ def run_speed(
     if loaded.contract.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
     model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731 (resolved by the spine, holding DIR)
-    return run_arms(loaded, out_dir, SpeedWorkload(loaded, out_dir, resume), arms, model=model, **run)
+    seed = run_seed(loaded, out_dir, tuple(p.name for p in run.get("plans") or []) or arms)
+    work = SpeedWorkload(loaded, out_dir, resume, prompt_seed=seed)
+    results = run_arms(loaded, out_dir, work, arms, model=model, **run)
+    return run_audit(loaded, out_dir, results, seed, **run)
 
 
 def first_launches(result: dict, launches: int) -> dict:
@@ -180,8 +235,9 @@ def run_speed_until_decided(
     looks: list = []
     results: dict[str, dict] = {}
     model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731 (resolved holding DIR)
+    seed = run_seed(loaded, out_dir, tuple(p.name for p in run.get("plans") or []))
     for index, launches in enumerate(design.launches):
-        work = SpeedWorkload(loaded, out_dir, resume or index > 0, launch_count=launches)
+        work = SpeedWorkload(loaded, out_dir, resume or index > 0, launch_count=launches, prompt_seed=seed)
         results = run_arms(loaded, out_dir, work, ARMS, model=model, **run)
         control, candidate = (first_launches(results[a], launches) for a in ARMS)
         looks.append(look_at(design, index, decode_stats(control, candidate, cfg), s))

@@ -1,8 +1,15 @@
-"""The speed workload: a deterministic prompt, warmup, timed reps after a prefix-cache reset.
+"""The speed workload: warmup, timed reps after a prefix-cache reset, each on a prompt of its own.
 
 Runs inside the engine child against the adapter (qgate.engine.child.VllmEngine); it never imports vLLM.
 Pure decode rate = (n - 1) / (last_token_ts - first_token_ts), both taken from the engine's own
 timestamps, so the harness's own work (Python, IPC, detokenising) is not in the figure.
+
+Nothing repeats (MLPerf's TEST04): rep i decodes the prompt drawn from (run seed, i), warm-up w of
+launch L the one drawn from (run seed, L, w); both arms draw the same sequence, no prompt comes twice in
+a run, so a result cache keyed by the input finds nothing to return. Each rep records its prompt's hash
+(`prompt_sha256`); qgate.speed.gates.prompts_gate refuses a comparison where a prompt repeats or the
+arms' sequences differ. The run seed is drawn when the run starts unless the contract pins one
+(qgate.speed.run.run_seed).
 """
 
 from __future__ import annotations
@@ -28,14 +35,40 @@ class Engine(Protocol):
     def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict: ...
 
 
-def synthetic_prompt(vocab_size: int, n_tokens: int, seed: int, exclude: list[int]) -> list[int]:
-    """Exactly n_tokens ids drawn from the vocabulary without special tokens; same seed, same ids."""
+def prompt_pool(vocab_size: int, exclude: list[int]) -> list[int]:
+    """The token ids prompts are drawn from: the vocabulary without special tokens."""
     banned = set(exclude)
     pool = [i for i in range(vocab_size) if i not in banned]
     if not pool:
         raise SpeedError("the vocabulary has no ordinary tokens to build a prompt from")
+    return pool
+
+
+def synthetic_prompt(vocab_size: int, n_tokens: int, seed: int | str, exclude: list[int]) -> list[int]:
+    """Exactly n_tokens ids drawn from the vocabulary without special tokens; same seed, same ids."""
+    return draw(prompt_pool(vocab_size, exclude), n_tokens, seed)
+
+
+def draw(pool: list[int], n_tokens: int, seed: int | str) -> list[int]:
+    # random.Random seeds a str through SHA-512 (version 2): the same ids on every platform and Python.
     rng = random.Random(seed)
     return [pool[rng.randrange(len(pool))] for _ in range(n_tokens)]
+
+
+def rep_seed(run_seed: int, index: int) -> str:
+    """The seed of timed rep `index`'s prompt (the same in both arms: the reps' index is the pairing)."""
+    return f"qgate-speed-rep:{run_seed}:{index}"
+
+
+def warmup_seed(run_seed: int, launch: int, index: int) -> str:
+    """The seed of a warm-up's prompt: its own, never a timed rep's."""
+    return f"qgate-speed-warmup:{run_seed}:{launch}:{index}"
+
+
+def plan_sha256(pool: list[int], n_tokens: int, run_seed: int) -> str:
+    """What every launch of both arms must agree on (the result's `prompt.sha256`): the ids prompts are
+    drawn from, their length and the run seed; each rep's own prompt hash is its `prompt_sha256`."""
+    return ids_sha256([len(pool), *pool, -1, n_tokens, -1, run_seed])
 
 
 def sampling_params(spec: dict) -> dict[str, Any]:
@@ -51,7 +84,9 @@ def sampling_params(spec: dict) -> dict[str, Any]:
     return params
 
 
-def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | None) -> dict[str, Any]:
+def rep_record(
+    out: dict, wall_s: float, index: int, launch: int, reset: bool | None, prompt_sha256: str | None = None
+) -> dict[str, Any]:
     """One measured rep from one generate() result and the wall time around it."""
     n = out["num_generation_tokens"]
     decode_s = out["last_token_ts"] - out["first_token_ts"]
@@ -76,6 +111,7 @@ def rep_record(out: dict, wall_s: float, index: int, launch: int, reset: bool | 
         "output_tokens": n,
         "token_ids": out["token_ids"],
         "token_ids_sha256": ids_sha256(out["token_ids"]),
+        "prompt_sha256": prompt_sha256,
         "finish_reason": out["finish_reason"],
         "prefix_cache_reset": reset,
         "started_at": utc_now(),
@@ -95,14 +131,25 @@ def _one(engine: Engine, prompt: list[int], spec: dict) -> tuple[dict, float, bo
 
 
 def run_reps(engine: Engine, spec: dict, emit: Callable[[dict], None]) -> None:
-    """Warmup reps, then the reps not yet done; emit every record as soon as it exists."""
-    prompt = synthetic_prompt(
-        engine.vocab_size, spec["input_tokens"], spec["prompt_seed"], engine.special_token_ids
-    )
-    emit({"event": "prompt", "input_tokens": len(prompt), "sha256": ids_sha256(prompt)})
+    """Warmup reps, then the reps not yet done, each on its own prompt; emit every record as soon as it
+    exists. The prompt is drawn before the rep's reset and generate(), outside its timing."""
+    pool = prompt_pool(engine.vocab_size, engine.special_token_ids)
+    n, seed, launch = spec["input_tokens"], spec["prompt_seed"], spec["launch"]
+    emit({"event": "prompt", "input_tokens": n, "sha256": plan_sha256(pool, n, seed)})
     for w in range(spec["warmup"]):
+        prompt = draw(pool, n, warmup_seed(seed, launch, w))
         out, wall_s, _ = _one(engine, prompt, spec)
-        emit({"event": "warmup", "index": w, "wall_s": wall_s})
+        emit(
+            {
+                "event": "warmup",
+                "index": w,
+                "launch": launch,
+                "wall_s": wall_s,
+                "prompt_sha256": ids_sha256(prompt),
+            }
+        )
     for index in spec["rep_indices"]:
+        prompt = draw(pool, n, rep_seed(seed, index))
         out, wall_s, reset = _one(engine, prompt, spec)
-        emit({"event": "rep", "rep": rep_record(out, wall_s, index, spec["launch"], reset)})
+        rep = rep_record(out, wall_s, index, launch, reset, ids_sha256(prompt))
+        emit({"event": "rep", "rep": rep})
