@@ -6,8 +6,9 @@ Format history of speed results (``kind: speed``):
                   a rep copied in from another run's file is told apart (qgate.speed.record).
   3 (2026-12-04): every rep on its own prompt (rep `prompt_sha256`), `warmups` (their prompts),
                   `prompt.seed` the run's (drawn unless pinned: `prompt.seed_pinned`), `prompt.sha256`
-                  the prompt plan's; `audit` in the control's result (qgate.speed.audit). Version 1 is
-                  still read, so that compare can say why it refuses one (one prompt in every rep); 2 likewise.
+                  the prompt plan's; `audit` in the control's result (qgate.speed.audit). Versions 1
+                  and 2 are still read, so that compare can say why it refuses one (one prompt in
+                  every rep).
 
 Reading: a result is read by `read_result` only (regular file, size cap, UTF-8, nesting cap, then
 JSON); what its records must hold is checked by the kind's own module (qgate.speed.record,

@@ -67,6 +67,8 @@ class SpeedProgress(ArmBars):
                 completed=self._bar.tasks[task].completed + 1,
                 status=f"rep {rep['index']}: {rep['decode_tok_s']:.1f} tok/s",
             )
+        elif kind == "audit":  # the control's model scoring a candidate rep (qgate.speed.audit), untimed
+            self._bar.update(task, status=f"audit: rep {ev['audit']['index']} scored")
         elif kind == "error":
             self._bar.update(task, status=f"[red]error: {ev.get('message', '')[:60]}")
 

@@ -16,7 +16,12 @@ class SpeedGates(Strict):
         description="the candidate's mean decode rate >= this (one-sided bound; low reps reported)",
     )
     max_prefill_regression_pct: float | None = Field(None, ge=0)
-    identical_tokens: bool = True
+    identical_tokens: bool = Field(
+        True,
+        description="the candidate's timed output must be the control's tokens, or tokens the control's "
+        "model finds plausible where they differ (the audit, docs/speed-audit.md): beyond its calibrated "
+        "count of implausible tokens the speed gate FAILs; false: the audit is reported, never failing",
+    )
     min_decode_improvement_pct: float | None = Field(None, ge=0)
     max_decode_regression_pct: float = Field(
         gt=0,

@@ -84,6 +84,28 @@ class VllmEngine:
             "num_prompt_tokens": len(out.prompt_token_ids or prompt_token_ids),
         }
 
+    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+        """Teacher forcing: this engine's model reads token_ids in one prefill (vLLM prompt logprobs)
+        and, for every position from `start` on, says (its top token, that token's logprob, the logprob
+        of the token that stands there). Nothing is decoded (max_tokens 1, greedy)."""
+        params = self._sampling_cls(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+        prompt = self._prompt_cls(prompt_token_ids=list(token_ids))
+        (out,) = self._llm.generate([prompt], params, use_tqdm=False)
+        rows = out.prompt_logprobs
+        if rows is None or len(rows) != len(token_ids):
+            raise RuntimeError(
+                f"vLLM returned {0 if rows is None else len(rows)} prompt logprobs, not {len(token_ids)}"
+            )
+        scored = []
+        for pos in range(max(1, start), len(token_ids)):
+            row = rows[pos] or {}
+            have = row.get(token_ids[pos])
+            top = next((t for t, lp in row.items() if lp.rank == 1), None)
+            if have is None or top is None:
+                raise RuntimeError(f"prompt logprobs at position {pos} lack the token or the top one")
+            scored.append((int(top), float(row[top].logprob), float(have.logprob)))
+        return scored
+
 
 def runner(path: str) -> Any:
     """The workload function an import path names (`package.module:function`), imported here."""

@@ -157,7 +157,7 @@ def compare_speed(
     gates = [
         *vd.statistics_gates(decode, ttft),
         *vd.speed_gates(
-            loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens, across, ttft
+            loaded.contract, candidate, decode, figs["ttft_median_change_pct"], tokens, across, ttft, control
         ),
     ]
     return {

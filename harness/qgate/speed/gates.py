@@ -17,6 +17,7 @@ from qgate.contract import Contract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.launch_cv import MIN_NIGHTS
 from qgate.results import ids_sha256
+from qgate.speed.audit import audit_gate
 from qgate.stats import (
     ADVICE_TARGET,
     IMPROVED,
@@ -245,6 +246,7 @@ def speed_gates(
     tokens: dict[str, Any],
     across: dict[str, Any] | None = None,
     ttft: MetricStats | None = None,
+    control: dict[str, Any] | None = None,
 ) -> list[Gate]:
     """The contract's speed gates, plus 'no significant decode regression' (always on). across: where
     the between-launch variance came from (across_starts); without it ("none") the gates on the decode
@@ -265,14 +267,12 @@ def speed_gates(
         gates.append(_floor_gate(candidate, decode, g.min_decode_tok_s))
     if g.max_prefill_regression_pct is not None:
         gates.append(_prefill_gate(ttft, ttft_change_pct, g.max_prefill_regression_pct))
-    if g.identical_tokens:
-        same = tokens["candidate_identical_across_reps"]
-        detail = {
-            True: "the candidate's reps of one prompt produced the same token ids",
-            False: "candidate reps of one prompt differ in tokens",
-            None: "every rep decoded a prompt of its own: no two reps to compare",
-        }[same]
-        gates.append(Gate("candidate tokens identical across reps", same is not False, detail))
+    if tokens["candidate_identical_across_reps"] is False:  # one prompt decoded twice (schema 1)
+        gates.append(
+            Gate("candidate tokens identical across reps", False, "candidate reps of one prompt differ")
+        )
+    if control is not None:
+        gates.append(audit_gate(control, candidate, g.identical_tokens))
     gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qgate import models
 from qgate.contract import LoadedContract
 from qgate.contract.speed import PROMPT_KEYS
-from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
+from qgate.engine.arms import ARMS, ArmPlan, ArmRun, contract_arms, result_header, run_arms
 from qgate.engine.launcher import EngineError
 from qgate.results import SPEED_SCHEMA_VERSION, ResultError, atomic_write_json, load_result
 
@@ -183,7 +183,8 @@ def run_speed(
     loaded: LoadedContract, out_dir: Path, arms: tuple[str, ...] = ARMS, resume: bool = False,
     **run: Unpack[ArmRun],
 ) -> dict[str, dict]:  # fmt: skip
-    """Every launch of every arm (engine.arms.run_arms: plans, progress, kill_leftovers); the results."""
+    """Every launch of every arm (engine.arms.run_arms: plans, progress, kill_leftovers), then the audit
+    of the candidate's timed output (run_audit); the results."""
     if loaded.contract.speed is None:
         raise ResultError(f"{loaded.path}: speed = None: the contract has no speed section")
     model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731 (resolved by the spine, holding DIR)
@@ -191,6 +192,96 @@ def run_speed(
     work = SpeedWorkload(loaded, out_dir, resume, prompt_seed=seed)
     results = run_arms(loaded, out_dir, work, arms, model=model, **run)
     return run_audit(loaded, out_dir, results, seed, **run)
+
+
+AUDIT_ARM = "control-audit"  # the audit's engine start: its log, attestation folder and progress label
+
+
+@dataclass(frozen=True)
+class AuditWorkload:
+    """One engine start of the control's env after the timed launches, on no clock: the control's model
+    scores the candidate's reps whose tokens left the control's (qgate.speed.audit). Its record goes
+    into the control's result under `audit` (the reps scored, its engine start, its route counts: none
+    may have run), which compare reads."""
+
+    loaded: LoadedContract
+    out_dir: Path
+    control: dict
+    items: list
+    prompt_seed: int
+    kind: str = "speed"
+    runner: str = "qgate.speed.workload:run_reps"
+    launches: int = 1
+
+    def open(self, plan: ArmPlan, model: dict) -> dict:
+        audit = dict(self.control.get("audit") or {})
+        return {
+            "arm": plan.name, "env": dict(plan.env), "engine_args": dict(plan.engine_args),
+            "fingerprint": None, "launches": [], "routes": {}, "dropped_env": [], "inherited_env": None,
+            "reps": list(audit.get("reps") or []), "prompt": {"sha256": None},
+        }  # fmt: skip
+
+    def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
+        s = self.loaded.contract.speed
+        assert s is not None
+        prompt = {key: getattr(s, key) for key in PROMPT_KEYS}
+        prompt["prompt_seed"] = self.prompt_seed
+        work = {**s.workload(), "warmup": 0}
+        return {**prompt, **work, "launch": launch, "rep_indices": [], "audit": self.items}
+
+    def label(self, arm: str, launch: int) -> str:
+        return "control audit (the candidate's timed output scored by the control's model)"
+
+    def launch_fields(self, launch: int) -> dict:
+        return {"audit": True}
+
+    def on_record(self, plan: ArmPlan, result: dict, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "prompt" and event["sha256"] != self.control["prompt"].get("sha256"):
+            raise EngineError(f"{plan.name}: the prompt plan differs from the control's timed launches")
+        if kind == "audit":
+            result["reps"].append(event["audit"])
+            self.save(plan, result)
+
+    def save(self, plan: ArmPlan, result: dict) -> None:
+        keys = ("launches", "routes", "dropped_env", "fingerprint", "reps")
+        self.control["audit"] = {key: result[key] for key in keys}
+        atomic_write_json(arm_path(self.out_dir, "control"), self.control)
+
+    def finish(self, result: dict) -> None:
+        pass
+
+
+def run_audit(
+    loaded: LoadedContract, out_dir: Path, results: dict[str, dict], seed: int, **run: Unpack[ArmRun]
+) -> dict[str, dict]:  # fmt: skip
+    """The audit of the candidate's timed output (MLPerf's TEST01), once both arms' results are complete:
+    the reps whose tokens differ from the control's (qgate.speed.audit.audit_items) scored in one engine
+    start of the control's env and engine args; none differing: no engine start, the control's result
+    records an empty audit. Only the contract's two arms (an ablation's derived arms are not audited)."""
+    from qgate.speed.audit import audit_items
+
+    control, candidate = results.get("control"), results.get("candidate")
+    if control is None or candidate is None or not (control.get("complete") and candidate.get("complete")):
+        return results
+    if run.get("plans") is not None and {p.name for p in run["plans"]} != set(ARMS):
+        return results
+    items = audit_items(control, candidate)
+    if not items:
+        control.setdefault(
+            "audit", {"launches": [], "routes": {}, "dropped_env": [], "fingerprint": None, "reps": []}
+        )
+        atomic_write_json(arm_path(out_dir, "control"), control)
+        return results
+    plans = run.get("plans") or contract_arms(loaded, ARMS)
+    ctrl = next(p for p in plans if p.name == "control")
+    work = AuditWorkload(loaded, out_dir, control, items, seed)
+    run_arms(
+        loaded, out_dir, work, (AUDIT_ARM,), plans=[replace(ctrl, name=AUDIT_ARM)],
+        model=lambda: models.resolve_model(loaded.contract.model),
+        progress=run.get("progress"), kill_leftovers=bool(run.get("kill_leftovers")),
+    )  # fmt: skip
+    return {**results, "control": work.control}
 
 
 def first_launches(result: dict, launches: int) -> dict:
@@ -247,6 +338,7 @@ def run_speed_until_decided(
             atomic_write_json(arm_path(out_dir, arm), results[arm])
         if rec["decision"] is not None:
             break
+    results = run_audit(loaded, out_dir, results, seed, **run)
     return results, sequential_record(design, looks)
 
 

@@ -33,6 +33,7 @@ class Engine(Protocol):
 
     def reset_prefix_cache(self) -> bool: ...
     def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict: ...
+    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]: ...
 
 
 def prompt_pool(vocab_size: int, exclude: list[int]) -> list[int]:
@@ -153,3 +154,29 @@ def run_reps(engine: Engine, spec: dict, emit: Callable[[dict], None]) -> None:
         out, wall_s, reset = _one(engine, prompt, spec)
         rep = rep_record(out, wall_s, index, launch, reset, ids_sha256(prompt))
         emit({"event": "rep", "rep": rep})
+    # After the timed reps, never between them: the audit's scoring is on no clock.
+    for item in spec.get("audit") or []:
+        emit({"event": "audit", "audit": audit_rep(engine, pool, spec, item)})
+
+
+def audit_rep(engine: Engine, pool: list[int], spec: dict, item: dict) -> dict[str, Any]:
+    """Score another arm's output of one rep with this engine's model (qgate.speed.audit): the rep's
+    prompt drawn again (its hash must be the one the rep recorded), then teacher forcing over prompt +
+    output from the first position where the output left this arm's own greedy tokens."""
+    prompt = draw(pool, spec["input_tokens"], rep_seed(spec["prompt_seed"], item["index"]))
+    if ids_sha256(prompt) != item["prompt_sha256"]:
+        raise SpeedError(f"audit of rep {item['index']}: its prompt does not draw again from the run seed")
+    tokens, start = list(item["token_ids"]), int(item["from"])
+    if spec["reset_prefix_cache"] and not engine.reset_prefix_cache():
+        raise SpeedError("reset_prefix_cache() returned False before an audit")
+    t0 = time.perf_counter()
+    scored = engine.score(prompt + tokens, len(prompt) + start)
+    return {
+        "index": item["index"],
+        "prompt_sha256": item["prompt_sha256"],
+        "token_ids_sha256": ids_sha256(tokens),
+        "from": start,
+        "top_ids": [top for top, _, _ in scored],
+        "margins": [top_lp - lp for _, top_lp, lp in scored],
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,157 @@
+"""The speed gate's audit of the candidate's timed output (qgate.speed.audit, MLPerf's TEST01) without an
+engine: which reps are scored, the statistic, the gate's PASS / FAIL / ERROR lines, the child's scoring
+loop against a hand-written adapter, and the error rates recomputed (seeded) from the margins recorded
+on the demo model (tests/fixtures/audit_margins.json, docs/speed-audit.md)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from qgate.results import ids_sha256
+from qgate.speed import audit
+from qgate.speed.workload import draw, prompt_pool, rep_seed, run_reps
+
+_spec = importlib.util.spec_from_file_location(
+    "golden_support", Path(__file__).parent / "golden" / "support.py"
+)
+support = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(support)
+
+MARGINS = Path(__file__).parent / "fixtures" / "audit_margins.json"
+
+
+def _diverge(candidate: dict, index: int, at: int, new: list[int]) -> list[int]:
+    rep = next(r for r in candidate["reps"] if r["index"] == index)
+    rep["token_ids"] = rep["token_ids"][:at] + new
+    rep["token_ids_sha256"] = ids_sha256(rep["token_ids"])
+    return rep["token_ids"]
+
+
+def _scored(index: int, tokens: list[int], at: int, margins: list[float], prompt: str) -> dict:
+    return {
+        "index": index, "prompt_sha256": prompt, "token_ids_sha256": ids_sha256(tokens), "from": at,
+        "top_ids": [7] * len(margins), "margins": margins, "seconds": 0.01,
+    }  # fmt: skip
+
+
+def test_only_reps_that_left_the_controls_tokens_are_scored_from_where_they_left() -> None:
+    control, candidate = support.load_pair()
+    assert audit.audit_items(control, candidate) == []
+    tokens = _diverge(candidate, 3, 5, [1, 2, 3])
+    (item,) = audit.audit_items(control, candidate)
+    assert (item["index"], item["from"], item["token_ids"]) == (3, 5, tokens)
+    assert item["prompt_sha256"] == candidate["reps"][3]["prompt_sha256"]
+    # already scored (a resumed run): nothing left; other tokens under the same index: scored again
+    control["audit"] = {"reps": [_scored(3, tokens, 5, [0.0] * 3, item["prompt_sha256"])], "routes": {}}
+    assert audit.audit_items(control, candidate) == []
+    _diverge(candidate, 3, 6, [9, 9])
+    assert [i["from"] for i in audit.audit_items(control, candidate)] == [5]
+
+
+def test_the_gate_passes_identical_tokens_and_plausible_ones_and_fails_the_rest() -> None:
+    control, candidate = support.load_pair()
+    g = audit.audit_gate(control, candidate)
+    assert g.passed and "the control's in all 10 reps" in g.detail
+    t3 = _diverge(candidate, 3, 5, [1, 2, 3])
+    t6 = _diverge(candidate, 6, 2, [4, 4, 4, 4, 4, 4])
+    g = audit.audit_gate(control, candidate)
+    assert not g.passed and g.severity == "error" and "no audit scored rep 3's (2 unscored)" in g.detail
+    prompt = {r["index"]: r["prompt_sha256"] for r in candidate["reps"]}
+    near_ties = [
+        _scored(3, t3, 5, [0.01, 0.0, 0.3], prompt[3]),
+        _scored(6, t6, 2, [0.0] * 5 + [2.5], prompt[6]),
+    ]
+    control["audit"] = {"reps": near_ties, "routes": {"fp16_gemv": {"hits": 0}}}
+    g = audit.audit_gate(control, candidate)
+    assert (
+        g.passed
+        and "2 of 10 reps differ" in g.detail
+        and "9 tokens" in g.detail
+        and "1 above 2 nats" in g.detail
+    )
+    # half the work: every scored token far above the margin -> FAIL naming the first
+    control["audit"]["reps"][1]["margins"] = [0.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    g = audit.audit_gate(control, candidate)
+    assert not g.passed and g.severity == "fail"
+    assert (
+        "first: rep 6 position 3, candidate token 4 where the control's top is 7, margin 3.00 nats"
+        in g.detail
+    )
+    reported = audit.audit_gate(control, candidate, gated=False)
+    assert reported.passed and "not gated" in reported.detail
+    # an audit by an engine in which a route ran is not the control's math; a NaN margin is no margin
+    bad = copy.deepcopy(control)
+    bad["audit"]["routes"]["fp16_gemv"]["hits"] = 12
+    assert audit.audit_gate(bad, candidate).severity == "error"
+    bad = copy.deepcopy(control)
+    bad["audit"]["reps"][0]["margins"][0] = float("nan")
+    g = audit.audit_gate(bad, candidate)
+    assert not g.passed and g.severity == "error" and "finite" in g.detail
+    # the scored tokens must be the candidate's as recorded
+    _diverge(candidate, 6, 2, [5, 5, 5, 5, 5, 5])
+    assert "no audit scored rep 6's" in audit.audit_gate(control, candidate).detail
+
+
+class _Scorer:
+    vocab_size = 50
+    special_token_ids = [0, 1]
+
+    def __init__(self) -> None:
+        self.scored: list[tuple[list[int], int]] = []
+
+    def reset_prefix_cache(self) -> bool:
+        return True
+
+    def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict:
+        raise AssertionError("an audit start decodes nothing")
+
+    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+        self.scored.append((list(token_ids), start))
+        return [
+            (token_ids[p] if p % 2 else 3, -0.5, -0.5 - (p % 2 == 0)) for p in range(start, len(token_ids))
+        ]
+
+
+def test_the_child_scores_the_reps_prompt_drawn_again_plus_the_candidates_tokens() -> None:
+    engine, events = _Scorer(), []
+    prompt = draw(prompt_pool(50, [0, 1]), 8, rep_seed(42, 5))
+    item = {"index": 5, "prompt_sha256": ids_sha256(prompt), "token_ids": [9, 9, 8, 7], "from": 2}
+    spec = {
+        "input_tokens": 8, "output_tokens": 4, "greedy": True, "ignore_eos": True, "warmup": 0,
+        "reset_prefix_cache": True, "prompt_seed": 42, "launch": 0, "rep_indices": [], "audit": [item],
+    }  # fmt: skip
+    run_reps(engine, spec, events.append)
+    assert engine.scored == [(prompt + [9, 9, 8, 7], 10)]
+    (rec,) = [e["audit"] for e in events if e["event"] == "audit"]
+    assert (rec["index"], rec["from"], rec["token_ids_sha256"]) == (5, 2, ids_sha256([9, 9, 8, 7]))
+    assert rec["margins"] == [1.0, 0.0] and rec["top_ids"] == [3, 7]
+    with pytest.raises(Exception, match="does not draw again"):
+        run_reps(engine, {**spec, "audit": [{**item, "prompt_sha256": "x"}]}, events.append)
+
+
+def test_error_rates_are_seeded_and_separate_rounding_from_half_the_work() -> None:
+    rng = random.Random(3)
+    legit = [[abs(rng.gauss(0, 0.05)) if rng.random() < 0.3 else 0.0 for _ in range(64)] for _ in range(50)]
+    broken = [[abs(rng.gauss(4, 2)) for _ in range(64)] for _ in range(50)]
+    a = audit.error_rates(legit, broken, reps_per_run=8, runs=400, seed=11)
+    assert a == audit.error_rates(legit, broken, reps_per_run=8, runs=400, seed=11)
+    assert (a["false_fail"], a["power"]) == (0.0, 1.0)
+
+
+def test_recorded_margins_of_the_demo_model_reproduce_the_documented_error_rates() -> None:
+    """docs/speed-audit.md's numbers: margins recorded by `qgate run speed` on the demo model (the
+    control's model scoring legitimate rounding changes and a candidate doing half the work), runs of
+    the demo's 8 reps resampled with a fixed seed."""
+    data = json.loads(MARGINS.read_text())
+    legit = [rep for name in data["legitimate"] for rep in data["legitimate"][name]]
+    broken = [rep for name in data["broken"] for rep in data["broken"][name]]
+    rates = audit.error_rates(legit, broken, reps_per_run=8, runs=2000, seed=20261204)
+    assert rates["false_fail"] == data["expected"]["false_fail"]
+    assert rates["power"] == data["expected"]["power"]
+    assert max(m for rep in legit for m in rep) < audit.IMPLAUSIBLE_NATS
