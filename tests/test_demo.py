@@ -250,3 +250,21 @@ def test_cli_bad_contract_is_one_line_exit_2(tmp_path: Path) -> None:
     )
     assert res.returncode == 2, res.stderr
     assert "missing: ops, quality" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_speed_gate_whose_audit_failed_says_the_timed_output_was_caught(tmp_path: Path) -> None:
+    """A defeat device passes the screen and the quality gate (exact outside the timed reps); the next
+    step names the audit's line and claims nothing about the candidate's answers or speed."""
+    from qgate.speed.audit import NAME
+
+    plan = demo.make_plan(DEMO, tmp_path / "out")
+    plan.out.mkdir()
+    line = f"speed: {NAME}: 8 of 8 reps differ ...; first: rep 0 position 4, candidate token 5 where ..."
+    gates = _gates()
+    gates[1] = _gate("speed", "FAIL", [line])
+    model = {"spec": "tiny-trained-wide", "path": "/m", "seconds": 0.1, "built_now": False}
+    record = demo.summarize_demo(plan, gates, model, 0.0)
+    says = record["next_step"]
+    assert record["verdict"] == "FAIL" and demo.exit_code(record) == 1
+    assert "audit caught the candidate's timed output" in says and "rep 0 position 4" in says
+    assert "answers like the control" not in says and "faster" not in says

@@ -35,6 +35,7 @@ from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
 from qgate.results import atomic_write_json, atomic_write_text, current_schema, utc_now
+from qgate.speed.audit import NAME as AUDIT
 from qgate_route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
@@ -409,6 +410,13 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         return (
             f"The quality gate could not decide ({quality.verdict}): its reason above says what evidence "
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
+        )
+    audited = [r for r in (speed.reasons if speed is not None else []) if AUDIT in r]
+    if audited:  # the timed output is not the control's work: no sentence about its speed or answers
+        return (
+            f"The speed gate's audit caught the candidate's timed output ({audited[0]}): "
+            "what it timed is not the work the control does, whatever the other gates saw outside the "
+            f"timed reps; see {speed.report} and docs/speed-audit.md."
         )
     said = _claimed(claims(gates))
     subject = f"The candidate {_joined(said)} but" if said else "The candidate"
