@@ -125,7 +125,7 @@ def test_the_run_seed_is_drawn_unless_pinned_and_kept_by_the_run_folder(
     assert len(seeds) == 4 and all(0 <= s < 2**63 for s in seeds)
     assert run_seed(pinned, tmp_path / "out") == 11
     monkeypatch.setattr(arms, "run_segment", _ScriptedSegments())
-    monkeypatch.setattr(arms, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     monkeypatch.setattr(speed_run.secrets, "randbits", lambda bits: 123456789)
     out = tmp_path / "run"
     results = run_speed(drawn, out, arms=("control",))

@@ -3,6 +3,8 @@
 The fixture pair (speed_control.json, speed_candidate.json) is hand-made: control ~50 tok/s,
 candidate ~60 tok/s (+20 %), CV ~0.3 %, identical tokens, one route switched on and attested; two
 launches of 5 reps per arm (the contract's launches: 2; a verdict across engine starts needs them).
+Schema 1's shape (no run_id: tests/test_result_fuzz.py makes schema-2 copies) with the prompt hashes
+of schema 3 (every rep and warm-up its own prompt, the same in both arms), which the speed gate needs.
 `one_launch` cuts a result to its first launch (what a run of launches: 1 records).
 """
 
