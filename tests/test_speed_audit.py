@@ -155,3 +155,83 @@ def test_recorded_margins_of_the_demo_model_reproduce_the_documented_error_rates
     assert rates["false_fail"] == data["expected"]["false_fail"]
     assert rates["power"] == data["expected"]["power"]
     assert max(m for rep in legit for m in rep) < audit.IMPLAUSIBLE_NATS
+
+
+class _FakeEngine:
+    """One engine start of an arm: greedy tokens a function of the prompt; the candidate's (its env
+    switches the GEMV route on) leave them from position 3; scoring gives every token `margin`."""
+
+    vocab_size = 64
+    special_token_ids = [0]
+
+    def __init__(self, env: dict, margin: float, scored: list) -> None:
+        self.routed, self.margin, self.scored = env.get("VLLM_SM70_QWEN38_FP16_GEMV") == "1", margin, scored
+
+    def reset_prefix_cache(self) -> bool:
+        return True
+
+    def generate(self, prompt: list[int], sampling: dict) -> dict:
+        ids = [(sum(prompt) + j) % 60 + 1 for j in range(sampling["max_tokens"])]
+        if self.routed:
+            ids[3:] = [61] * (len(ids) - 3)
+        times = {
+            "first_token_ts": 1.0,
+            "last_token_ts": 1.1,
+            "first_token_latency_s": 0.01,
+            "scheduled_ts": 0.99,
+        }
+        return {"token_ids": ids, "finish_reason": "length", "num_generation_tokens": len(ids), **times}
+
+    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+        self.scored.append(start)
+        return [(5, -0.1, -0.1 - self.margin) for _ in range(start, len(token_ids))]
+
+
+@pytest.mark.parametrize(("margin", "passed"), [(0.0, True), (5.0, False)])
+def test_the_audit_runs_once_after_the_timed_launches_in_the_controls_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, margin: float, passed: bool
+) -> None:
+    """The spine's real child loop (speed.workload.run_reps) on a fake engine per start: the candidate's
+    reps differ from position 3; after both arms' launches one more start, of the control's env, scores
+    exactly those reps from there (and its record lands in the control's result); a rerun of the same
+    folder with --resume finds nothing left to score: no start."""
+    import yaml
+
+    from qgate import models
+    from qgate.contract import load_contract
+    from qgate.engine import arms
+    from qgate.speed.run import run_speed
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "contracts" / "smoke-cpu.yaml").read_text())
+    data["speed"].update({"repetitions": 2, "launches": 2, "output_tokens": 6, "input_tokens": 8})
+    data["arms"]["candidate"]["env"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "1"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    loaded = load_contract(tmp_path / "c.yaml")
+    starts: list[tuple[str, list, int]] = []
+    scored: list[int] = []
+
+    def segment(spec, env, log, attest, result, on_event, save, label):  # noqa: ANN001, ANN202
+        starts.append((result["arm"], list(spec["rep_indices"]), len(spec.get("audit") or [])))
+        on_event({"event": "engine_ready", "fingerprint": {"cpu": "x"}, "engine_start_s": 0.1})
+        run_reps(_FakeEngine(dict(env.declared), margin, scored), spec, on_event)
+        save(result)
+        return result
+
+    monkeypatch.setattr(arms, "run_segment", segment)
+    monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
+    results = run_speed(loaded, tmp_path / "out")
+    assert [(a, n) for a, _, n in starts] == [
+        ("control", 0), ("candidate", 0), ("control", 0), ("candidate", 0), ("control-audit", 4)
+    ]  # fmt: skip
+    assert starts[-1][1] == [] and scored == [8 + 3] * 4  # prompt + the candidate's tokens, from 3
+    saved = json.loads((tmp_path / "out" / "speed" / "control.json").read_text())
+    assert saved["audit"] == results["control"]["audit"] and len(saved["audit"]["launches"]) == 1
+    assert [a["index"] for a in saved["audit"]["reps"]] == [0, 1, 2, 3]
+    assert len(saved["launches"]) == 2  # the audit's start is not one of the control's timed launches
+    candidate = json.loads((tmp_path / "out" / "speed" / "candidate.json").read_text())
+    gate = audit.audit_gate(saved, candidate)
+    assert gate.passed is passed, gate.detail
+    if not passed:
+        assert "first: rep 0 position 3, candidate token 61 where the control's top is 5" in gate.detail
+    run_speed(loaded, tmp_path / "out", resume=True)
+    assert len(starts) == 5
