@@ -289,8 +289,10 @@ def test_gpu_engine_options_pass_to_vllm_and_additional_config_is_checked(tmp_pa
 
 def test_an_aa_declared_keeps_the_sha256_its_run_was_recorded_under(tmp_path: Path) -> None:
     """An A/A contract (the candidate's env is the control's) is refused without `aa: true` since issue
-    45; with it, its sha256 is the one the code before the key gave (206f56ece34a at 3ca942b), so the
-    results of an A/A run recorded then still compare under it."""
+    45; with it, its sha256 is the one the code before the key gave (206f56ece34a at 3ca942b; 4861c2b0428c
+    since speed.prompt_seed's default became unset, drawn per run: results recorded before decoded one
+    prompt in every rep, which compare refuses anyway), so the results of an A/A run still compare
+    under it."""
     data = yaml.safe_load(SMOKE)
     data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"])
     path = tmp_path / "aa.yaml"
@@ -298,4 +300,4 @@ def test_an_aa_declared_keeps_the_sha256_its_run_was_recorded_under(tmp_path: Pa
     line = _validate(tmp_path, path.read_text())
     assert "an A/A" in line and "aa: true" in line, line
     path.write_text(yaml.safe_dump({**data, "aa": True}, sort_keys=False))
-    assert load_contract(path).sha256.startswith("206f56ece34a")
+    assert load_contract(path).sha256.startswith("4861c2b0428c")

@@ -1,7 +1,6 @@
 """The speed gate's audit of the candidate's timed output (qgate.speed.audit, MLPerf's TEST01) without an
 engine: which reps are scored, the statistic, the gate's PASS / FAIL / ERROR lines, the child's scoring
-loop against a hand-written adapter, and the error rates recomputed (seeded) from the margins recorded
-on the demo model (tests/fixtures/audit_margins.json, docs/speed-audit.md)."""
+loop against a hand-written adapter, the one engine start after the timed launches on the spine."""
 
 from __future__ import annotations
 
@@ -22,8 +21,6 @@ _spec = importlib.util.spec_from_file_location(
 )
 support = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(support)
-
-MARGINS = Path(__file__).parent / "fixtures" / "audit_margins.json"
 
 
 def _diverge(candidate: dict, index: int, at: int, new: list[int]) -> list[int]:
@@ -144,19 +141,6 @@ def test_error_rates_are_seeded_and_separate_rounding_from_half_the_work() -> No
     assert (a["false_fail"], a["power"]) == (0.0, 1.0)
 
 
-def test_recorded_margins_of_the_demo_model_reproduce_the_documented_error_rates() -> None:
-    """docs/speed-audit.md's numbers: margins recorded by `qgate run speed` on the demo model (the
-    control's model scoring legitimate rounding changes and a candidate doing half the work), runs of
-    the demo's 8 reps resampled with a fixed seed."""
-    data = json.loads(MARGINS.read_text())
-    legit = [rep for name in data["legitimate"] for rep in data["legitimate"][name]]
-    broken = [rep for name in data["broken"] for rep in data["broken"][name]]
-    rates = audit.error_rates(legit, broken, reps_per_run=8, runs=2000, seed=20261204)
-    assert rates["false_fail"] == data["expected"]["false_fail"]
-    assert rates["power"] == data["expected"]["power"]
-    assert max(m for rep in legit for m in rep) < audit.IMPLAUSIBLE_NATS
-
-
 class _FakeEngine:
     """One engine start of an arm: greedy tokens a function of the prompt; the candidate's (its env
     switches the GEMV route on) leave them from position 3; scoring gives every token `margin`."""
@@ -220,9 +204,10 @@ def test_the_audit_runs_once_after_the_timed_launches_in_the_controls_env(
     monkeypatch.setattr(arms, "run_segment", segment)
     monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     results = run_speed(loaded, tmp_path / "out")
-    assert [(a, n) for a, _, n in starts] == [
-        ("control", 0), ("candidate", 0), ("control", 0), ("candidate", 0), ("control-audit", 4)
-    ]  # fmt: skip
+    # the timed launches in ABBA order (engine/order.py: its first order drawn), then the audit
+    assert sorted(starts[:4]) == [("candidate", [0, 1], 0), ("candidate", [2, 3], 0), ("control", [0, 1], 0),
+                                  ("control", [2, 3], 0)]  # fmt: skip
+    assert starts[4][0] == "control-audit" and starts[4][2] == 4
     assert starts[-1][1] == [] and scored == [8 + 3] * 4  # prompt + the candidate's tokens, from 3
     saved = json.loads((tmp_path / "out" / "speed" / "control.json").read_text())
     assert saved["audit"] == results["control"]["audit"] and len(saved["audit"]["launches"]) == 1
