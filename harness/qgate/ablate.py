@@ -47,7 +47,7 @@ from typing import Any
 
 import qgate_route_env as route_env
 from qgate import comparable, routes
-from qgate.compare import refuse_overwrite
+from qgate.compare import read_checked, refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError
@@ -286,14 +286,19 @@ def analyse(
     quality: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Read the arms' results from out_dir and build the ablation record."""
-    speed = {a.name: load_result(arm_path(out_dir, a.name), "speed") for a in arms}
+    # Checked as compare checks a result (a --resume continues files on disk: a broken one is refused)
+    speed = {a.name: _checked(arm_path(out_dir, a.name), "speed") for a in arms}
     qual = {}
     for a in arms:
         path = out_dir / "quality" / f"{a.name}.json"
         if path.is_file():
-            qual[a.name] = load_result(path, "quality")
+            qual[a.name] = _checked(path, "quality")
     paths = {a.name: str(arm_path(out_dir, a.name)) for a in arms}
     return build_record(loaded, design, factors, arms, speed, qual, dict(quality), paths)
+
+
+def _checked(path: Path, kind: str) -> dict[str, Any]:
+    return read_checked(path, kind)[0]
 
 
 def write_ablation(record: dict[str, Any], out_dir: Path) -> dict[str, str]:
