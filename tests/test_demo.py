@@ -121,6 +121,26 @@ def test_faulty_demo_succeeds_only_when_the_gates_its_kind_names_catch_it(
     assert f"faulty candidate: {record['faulty']}" in out and "built now in 90 s" in out and quality in out
 
 
+@pytest.mark.parametrize(
+    ("kind", "speed", "code", "says"),
+    [
+        ("defeat", "FAIL", 0, "The speed gate caught the defeat device"),
+        ("defeat", "INCONCLUSIVE", 1, "The speed gate did NOT catch the defeat device"),
+        ("cache", "INCONCLUSIVE", 0, "The speed gate caught the result cache"),
+        ("cache", "FAIL", 0, "no PASS"),
+        ("cache", "PASS", 1, "The speed gate did NOT catch the result cache"),
+        ("cache", "ERROR", 1, "did NOT catch"),
+    ],
+)
+def test_the_speed_gates_kinds_are_caught_by_a_fail_or_for_the_cache_no_pass(
+    tmp_path: Path, kind: str, speed: str, code: int, says: str
+) -> None:
+    plan = demo.make_plan(DEMO, tmp_path / "out", faulty=kind)
+    plan.out.mkdir()
+    record = demo.summarize_demo(plan, _gates(speed=speed), MODEL, 0)
+    assert demo.exit_code(record) == code and says in record["next_step"], record["next_step"]
+
+
 def test_every_faulty_kind_resolves_to_a_fixture_with_the_route_signature(tmp_path: Path) -> None:
     import sys
 

@@ -50,6 +50,9 @@ class FaultyKind:
     impl: str  # module:function in tests/fixtures, the candidate's QGATE_ROUTE_IMPL_FP16_GEMV
     what: str  # what the candidate does wrong, in words
     caught_by: tuple[str, ...]  # the gates that must FAIL on it (docs/integrity.md)
+    # "FAIL": each of those gates must FAIL; "no PASS": it must not PASS (a trick that is neutralised,
+    # not wrong: the result cache finds no repeat, so its speed-up is gone but it may just be slow)
+    must: str = "FAIL"
 
 
 # The test-only gamed GEMV routes the demo can switch in (tests/fixtures; never shipped as routes).
@@ -73,6 +76,17 @@ FAULTY_KINDS: dict[str, FaultyKind] = {
         "lowprec_routes:truncated_gemv",
         "the truncated GEMV (the last 1/16 of K skipped)",
         (SCREEN,),
+    ),
+    "cache": FaultyKind(
+        "gamed_routes:cache_gemv",
+        "the result cache (every result remembered by its input, returned when the input comes again)",
+        (SPEED,),
+        must="no PASS",
+    ),
+    "defeat": FaultyKind(
+        "gamed_routes:defeat_gemv",
+        "the defeat device (exact except under the speed workload, where it does half the work)",
+        (SPEED,),
     ),
     "inplace": FaultyKind(
         "copy_routes:inplace_gemv",
@@ -362,11 +376,14 @@ def _joined(parts: list[str]) -> str:
 
 
 def faulty_missed(plan: DemoPlan, gates: list[GateOutcome]) -> list[str]:
-    """The gates that should have FAILed on the faulty kind and did not (empty: caught)."""
+    """The gates that should have FAILed (or, `must="no PASS"`, not PASSed) on the faulty kind and did
+    not (empty: caught)."""
     if plan.faulty is None:
         return []
-    failed = {g.gate for g in gates if g.verdict == "FAIL"}
-    return [g for g in FAULTY_KINDS[plan.faulty].caught_by if g not in failed]
+    kind = FAULTY_KINDS[plan.faulty]
+    ok = {"FAIL"} if kind.must == "FAIL" else {"FAIL", "INCONCLUSIVE"}  # ERROR judged nothing
+    held = {g.gate for g in gates if g.verdict in ok}
+    return [g for g in kind.caught_by if g not in held]
 
 
 def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
@@ -379,7 +396,8 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
         if not missed:
             return (
                 f"The {_joined(list(kind.caught_by))} gate{'s' if len(kind.caught_by) > 1 else ''} caught "
-                f"{kind.what}: each FAILed, and the reasons above and in the reports say where; this is "
+                f"{kind.what}: {'each FAILed' if kind.must == 'FAIL' else 'no PASS'}, and the reasons above "
+                "and in the reports say where; this is "
                 "what a wrong kernel looks like to qgate, so gate your own candidate the same way before "
                 "trusting its speed."
             )

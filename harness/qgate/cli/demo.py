@@ -36,7 +36,7 @@ FaultyKindOpt = Annotated[
     typer.Option(
         "--faulty-kind",
         help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, "
-        "truncated, inplace; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
+        "truncated, inplace, cache, defeat; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
     ),
 ]
 
