@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from qgate.cli import app
 from qgate.contract import load_contract
+from qgate.contract.messages import ContractError
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 SMOKE = CONTRACTS / "smoke-cpu.yaml"
@@ -187,3 +189,14 @@ def test_messages_say_what_is_wrong_in_the_users_terms(
     result = runner.invoke(app, ["contract", "validate", str(path)])
     assert result.exit_code == 2 and says in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and "{" not in result.output, result.output
+
+
+def test_a_fifo_given_as_a_contract_is_refused_without_blocking(tmp_path: Path) -> None:
+    # open() of a FIFO waits for a writer: `qgate run` and `contract validate` hung on one.
+    fifo = tmp_path / "contract.yaml"
+    os.mkfifo(fifo)
+    result = runner.invoke(app, ["contract", "validate", str(fifo)])
+    assert result.exit_code == 2, result.output
+    assert "not a regular file" in result.output and len(result.output.strip().splitlines()) == 1
+    with pytest.raises(ContractError, match="not a regular file"):
+        load_contract(tmp_path)  # a folder, past the CLI's own path check

@@ -12,7 +12,9 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -417,10 +419,17 @@ def load_contract(path: str | Path) -> LoadedContract:
     expansion beyond a small bound, no NaN or infinity."""
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        # A FIFO or a device given as a contract must not block the read (open() waits for a writer):
+        # its type is checked before opening, and again on the descriptor, opened non-blocking.
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise ContractError(f"{p}: not a regular file: a contract is a YAML file")
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ContractError(f"{p}: not a regular file: a contract is a YAML file")
             raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise ContractError(f"{p}: cannot read contract: {exc.strerror}") from None
+        raise ContractError(f"{p}: cannot read contract: {exc.strerror or exc}") from None
     if len(raw) > MAX_BYTES:
         raise ContractError(f"{p}: larger than {MAX_BYTES // 1024} KiB: not a contract")
     try:
