@@ -13,11 +13,13 @@ vLLM 0.32's Qwen4Exp call sites, or the ones a contract names through QGATE_SITE
   (`HC_PROJ_ROLES`). A listed role that matches no layer of the loaded model fails the engine start
   with one line. Layers whose linear method is a vLLM subclass with its own `apply` (on Hopper with bf16
   vLLM 0.32 swaps the planned layers to `Qwen4ExpLowLatencyLinearMethod`) are taken too: their
-  fallbacks run that subclass's apply. Batch-one calls of a routed dtype (x [1, K], the weight's) run
+  fallbacks run that subclass's apply. Batch-one fp16 or bf16 calls (x [1, K], the weight's dtype) run
   `ops.gemv(weight, x, static_weight=True)` (+ bias); every other call keeps vLLM's path and counts a
   fallback with its reason.
 - fused_hc_fp16: Qwen4Exp's `GatedResidual.mix` / `combine_and_mix` (also the final mixer) run
   `ops.hc_mix` / `ops.hc_combine_and_mix` for batch one (sites/hc.py).
+(The routes' names say fp16, the SM70 premise; every site routes bf16 as well (registry.ROUTED_DTYPES):
+the kernels take it on the CPU and on CUDA, and bf16 is the H200's own dtype and stock Qwen4Exp's.)
 - fused_gdn_input_fp16: `QwenGatedDeltaNetAttention.forward_cpu/forward_cuda` Part 1 (the two input
   projections and the split into mixed_qkv, z, b, a) runs `ops.gdn_input(..., layout=...)` for batch
   one, for the flat layout (Qwen3.5, Qwen4Exp) and the interleaved one (Qwen3-Next) (sites/gdn.py).
@@ -27,7 +29,7 @@ them while the previous kernel finishes; an override gets no such argument.)
 A route with no wired site in the loaded model counts `no_site_in_model`, so a switched-on route that
 cannot run never looks like a missing plugin, and never passes as a hit. A site missing from the
 installed vLLM (another version, a fork) fails the engine start with one line naming the attribute.
-Layers of another float dtype (registry.ROUTED_DTYPES) are wired too, keep no weight, and count `dtype`.
+Layers of another float dtype (a float32 model) are wired too, keep no weight, and count `dtype`.
 Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arms, and never count.
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /

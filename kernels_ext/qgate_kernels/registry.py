@@ -16,9 +16,11 @@ import torch  # vLLM has imported it already when it loads plugins
 
 from qgate_kernels import attest, sites
 
-# The weight dtypes a routed site takes; weights of other dtypes keep vLLM's path on every call,
-# counted `dtype`.
-ROUTED_DTYPES = (torch.float16,)
+# The weight dtypes a routed site takes: those the route ops are defined for (qgate_kernels.ops, fp16
+# and bf16: the CPU kernels and the CUDA kernels take both, dtypes.route_dtypes says so per device).
+# A call the op's kernel cannot take on its device runs the op's counted fallback (op_<reason>);
+# weights of other dtypes (float32) keep vLLM's path on every call, counted `dtype`.
+ROUTED_DTYPES = (torch.float16, torch.bfloat16)
 
 
 @dataclass

@@ -128,7 +128,7 @@ def _run(tmp: Path, env: dict[str, str], dtype: str) -> dict:
     arm = env | route_env.platform_env(ENGINE_SHIMS, {})
     # This checkout's harness and plugin ahead of the rest; the caller's PYTHONPATH kept (the staged
     # vLLM of the GPU kit is found through it).
-    here = [str(REPO / "harness"), str(REPO / "kernels_ext")]
+    here = [str(REPO / d) for d in ("harness", "route_env", "kernels_ext")]
     path = os.pathsep.join([*here, os.environ.get("PYTHONPATH", "")])
     full = preflight.engine_env(arm) | {route_env.ATTEST_DIR_ENV: str(attest_dir), "PYTHONPATH": path}
     out = tmp / "out.json"

@@ -426,3 +426,27 @@ def test_hits_counted_one_by_one_under_capture_count_per_replay(tmp_path: Path) 
     assert data["hits"] == 1 + 2 * 4 and data["roles"] == {"attn.mix": 5, "moe.combine_and_mix": 4}
     assert data["captures"] == {"attn.mix": 1, "moe.combine_and_mix": 1}
     assert data["fallbacks"] == {"dtype": 8} and data["captured_fallbacks"] == {"dtype": 2}
+
+
+def test_bf16_weights_are_routed_and_float32_ones_keep_vllms_path(plugin_alone: object) -> None:
+    """Issue 46: the sites route bf16 as they route fp16 (the ops' kernels take both); a float32 weight
+    keeps vLLM's path on every call, counted `dtype`."""
+    import torch
+
+    from qgate_kernels import registry
+
+    plugin = plugin_alone
+    w = (torch.randn(64, 32) * 0.2).bfloat16()
+    call, tally = plugin.standalone_linear(w)  # type: ignore[attr-defined]
+    x = torch.randn(1, 32).bfloat16()
+    y = call(x)
+    assert y.dtype == torch.bfloat16 and tally.n == 1
+    torch.testing.assert_close(
+        y.float(), torch.nn.functional.linear(x.float(), w.float()), rtol=1e-2, atol=1e-2
+    )
+    w32 = torch.randn(8, 32)
+    call32, tally32 = plugin.standalone_linear(w32)  # type: ignore[attr-defined]
+    x32 = torch.randn(1, 32)
+    torch.testing.assert_close(call32(x32), torch.nn.functional.linear(x32, w32))
+    counts = registry.STATE.recorder.counters.routes(["fp16_gemv"])["fp16_gemv"]  # type: ignore[union-attr]
+    assert tally32.n == 0 and counts["hits"] == 1 and counts["fallbacks"] == {"dtype": 1}

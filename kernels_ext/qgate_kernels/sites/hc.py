@@ -6,7 +6,7 @@ sits: `attn` (`attn_hyper_connection`: before the attention or GDN block), `moe`
 (`mlp_hyper_connection`: before the MoE block) or `final` (`hyper_connection_mixer`, use_combine=False),
 and hits are counted per role and method (`attn.mix`, `attn.combine_and_mix`, `moe.combine_and_mix`,
 `final.combine_and_mix`). The patched methods call the opaque ops `qgate_routes::hc_mix` /
-`qgate_routes::hc_combine_mix`; inside, batch-one calls of a routed dtype (the module's parameters and the
+`qgate_routes::hc_combine_mix`; inside, batch-one fp16 / bf16 calls (the module's parameters and the
 activations of one dtype: registry.ROUTED_DTYPES) run `ops.hc_mix` / `ops.hc_combine_and_mix` and everything
 else vLLM's own method, counted with its reason.
 """
