@@ -200,3 +200,20 @@ def test_a_fifo_given_as_a_contract_is_refused_without_blocking(tmp_path: Path) 
     assert "not a regular file" in result.output and len(result.output.strip().splitlines()) == 1
     with pytest.raises(ContractError, match="not a regular file"):
         load_contract(tmp_path)  # a folder, past the CLI's own path check
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [("speed", "repetitions", 10**19), ("speed", "launches", 101), ("speed", "warmup", 10**6)],
+)
+def test_counts_that_would_run_for_ever_are_refused(
+    tmp_path: Path, section: str, key: str, value: int
+) -> None:
+    # 20 digits pass the YAML reader's integer cap; the schema's own bound names the key.
+    data = yaml.safe_load(SMOKE.read_text())
+    data[section][key] = value
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = runner.invoke(app, ["contract", "validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert f"{section}.{key} = {value}" in result.output and "less than or equal" in result.output

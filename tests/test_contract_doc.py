@@ -54,7 +54,7 @@ def test_reference_names_every_section_of_the_contract() -> None:
         assert heading in text
     floor = "the candidate's mean decode rate >= this (one-sided bound; low reps reported)"
     assert f"| `min_decode_tok_s` | number or null | unset | >= 0 | {floor} |" in text
-    assert "| `input_tokens` | integer | **required** | >= 1 |  |" in text
+    assert "| `input_tokens` | integer | **required** | >= 1, <= 10000000 |  |" in text
 
 
 def test_generator_renders_types_defaults_constraints_and_rules() -> None:

@@ -57,7 +57,7 @@ class QualitySampling(Strict):
     top_p: float = Field(0.95, gt=0, le=1)
     top_k: int = Field(20, ge=-1, description="-1 or 0: off")
     seed: SamplingSeed = 20260828
-    max_tokens: int = Field(4096, ge=1)
+    max_tokens: int = Field(4096, ge=1, le=10_000_000)
     skip_special_tokens: bool = True
 
     def vllm_kwargs(self) -> dict[str, Any]:
@@ -110,10 +110,13 @@ class Quality(Strict):
         "(the frozen seed the floors apply to); default: [sampling.seed]",
     )
     repeats: int | None = Field(
-        None, ge=1, description="instead of seeds: sampling.seed, sampling.seed + 1, ... (this many)"
+        None,
+        ge=1,
+        le=10_000,
+        description="instead of seeds: sampling.seed, sampling.seed + 1, ... (this many)",
     )
     strict_formats: list[StrictFormat] = Field(min_length=1)
-    window_chars: int = Field(50, ge=1)
+    window_chars: int = Field(50, ge=1, le=1_000_000)
     reset_prefix_cache: bool = True
     gates: QualityGates
 

@@ -36,21 +36,24 @@ class SpeedStats(Strict):
     alpha: float = Field(0.05, gt=0, lt=1)
     min_effect_pct: float = Field(2.0, ge=0, description="practical floor for improved/regressed")
     max_cv_pct: float = Field(10.0, gt=0, description="above this CV an arm is inconclusive")
-    bootstrap_resamples: int = Field(10000, ge=100)
+    bootstrap_resamples: int = Field(10000, ge=100, le=10_000_000)
     seed: NonNegativeSeed = Field(20260828, description="the bootstrap's numpy generator")
 
 
 class Speed(Strict):
-    input_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=2, description="at least 2: the decode rate is (n - 1) / decode time")
+    input_tokens: int = Field(ge=1, le=10_000_000)
+    output_tokens: int = Field(
+        ge=2, le=10_000_000, description="at least 2: the decode rate is (n - 1) / decode time"
+    )
     greedy: bool = True
     ignore_eos: bool = True
-    warmup: int = Field(1, ge=0)
-    repetitions: int = Field(5, ge=1)
+    warmup: int = Field(1, ge=0, le=1000)
+    repetitions: int = Field(5, ge=1, le=10_000)
     reset_prefix_cache: bool = True
     launches: int = Field(
         1,
         ge=1,
+        le=100,  # as --max-launches: planning the looks of 1,000 launches took minutes
         description="engine starts per arm, interleaved; a PASS or FAIL on the decode ratio needs >= 2 "
         "(or `qgate compare --history`)",
     )
