@@ -30,69 +30,93 @@ def _diverge(candidate: dict, index: int, at: int, new: list[int]) -> list[int]:
     return rep["token_ids"]
 
 
-def _scored(index: int, tokens: list[int], at: int, margins: list[float], prompt: str) -> dict:
+def _scored(
+    index: int, tokens: list[int], at: int, margins: list[float], prompt: str, arm: str = "candidate"
+) -> dict:
     return {
-        "index": index, "prompt_sha256": prompt, "token_ids_sha256": ids_sha256(tokens), "from": at,
-        "top_ids": [7] * len(margins), "margins": margins, "seconds": 0.01,
+        "index": index, "arm": arm, "prompt_sha256": prompt, "token_ids_sha256": ids_sha256(tokens),
+        "from": at, "top_ids": [7] * len(margins), "margins": margins, "seconds": 0.01,
     }  # fmt: skip
 
 
-def test_only_reps_that_left_the_controls_tokens_are_scored_from_where_they_left() -> None:
+def test_reps_that_left_the_controls_tokens_are_scored_from_there_with_the_controls_own() -> None:
     control, candidate = support.load_pair()
     assert audit.audit_items(control, candidate) == []
     tokens = _diverge(candidate, 3, 5, [1, 2, 3])
-    (item,) = audit.audit_items(control, candidate)
-    assert (item["index"], item["from"], item["token_ids"]) == (3, 5, tokens)
-    assert item["prompt_sha256"] == candidate["reps"][3]["prompt_sha256"]
+    cand, own = audit.audit_items(control, candidate)
+    assert (cand["arm"], cand["index"], cand["from"], cand["token_ids"]) == ("candidate", 3, 5, tokens)
+    assert (own["arm"], own["index"], own["from"]) == ("control", 3, 5)
+    assert own["token_ids"] == control["reps"][3]["token_ids"]
+    assert cand["prompt_sha256"] == own["prompt_sha256"] == candidate["reps"][3]["prompt_sha256"]
     # already scored (a resumed run): nothing left; other tokens under the same index: scored again
-    control["audit"] = {"reps": [_scored(3, tokens, 5, [0.0] * 3, item["prompt_sha256"])], "routes": {}}
+    sha = cand["prompt_sha256"]
+    scored = [
+        _scored(3, tokens, 5, [0.0] * 3, sha),
+        _scored(3, own["token_ids"], 5, [0.0] * 3, sha, "control"),
+    ]
+    control["audit"] = {"reps": scored}
     assert audit.audit_items(control, candidate) == []
     _diverge(candidate, 3, 6, [9, 9])
-    assert [i["from"] for i in audit.audit_items(control, candidate)] == [5]
+    assert [(i["arm"], i["from"]) for i in audit.audit_items(control, candidate)] == [("candidate", 5)]
 
 
-def test_the_gate_passes_identical_tokens_and_plausible_ones_and_fails_the_rest() -> None:
+def _audited(control: dict, candidate: dict, margins: dict[int, tuple[list[float], list[float]]]) -> dict:
+    """The control's result with an audit scoring each rep's candidate and own tokens with `margins`."""
+    c, t = ({r["index"]: r for r in x["reps"]} for x in (control, candidate))
+    reps = []
+    for i, (cand, own) in margins.items():
+        at = audit.first_divergence(c[i]["token_ids"], t[i]["token_ids"])
+        reps.append(_scored(i, t[i]["token_ids"], at, cand, t[i]["prompt_sha256"]))
+        reps.append(_scored(i, c[i]["token_ids"], at, own, t[i]["prompt_sha256"], "control"))
+    return {**control, "audit": {"reps": reps, "routes": {"fp16_gemv": {"hits": 0}}}}
+
+
+def test_the_gate_passes_identical_and_plausible_tokens_and_fails_the_implausible() -> None:
     control, candidate = support.load_pair()
     g = audit.audit_gate(control, candidate)
     assert g.passed and "the control's in all 10 reps" in g.detail
-    t3 = _diverge(candidate, 3, 5, [1, 2, 3])
-    t6 = _diverge(candidate, 6, 2, [4, 4, 4, 4, 4, 4])
-    g = audit.audit_gate(control, candidate)
-    assert not g.passed and g.severity == "error" and "no audit scored rep 3's (2 unscored)" in g.detail
-    prompt = {r["index"]: r["prompt_sha256"] for r in candidate["reps"]}
-    near_ties = [
-        _scored(3, t3, 5, [0.01, 0.0, 0.3], prompt[3]),
-        _scored(6, t6, 2, [0.0] * 5 + [2.5], prompt[6]),
-    ]
-    control["audit"] = {"reps": near_ties, "routes": {"fp16_gemv": {"hits": 0}}}
+    _diverge(candidate, 3, 1, [1] * 7)
+    _diverge(candidate, 6, 2, [4] * 6)
     g = audit.audit_gate(control, candidate)
     assert (
-        g.passed
-        and "2 of 10 reps differ" in g.detail
-        and "9 tokens" in g.detail
-        and "1 above 2 nats" in g.detail
+        not g.passed
+        and g.severity == "error"
+        and "no audit scored rep 3's and the control's own (2" in g.detail
     )
-    # half the work: every scored token far above the margin -> FAIL naming the first
-    control["audit"]["reps"][1]["margins"] = [0.0, 3.0, 4.0, 5.0, 6.0, 7.0]
-    g = audit.audit_gate(control, candidate)
-    assert not g.passed and g.severity == "fail"
+    # the control's own decode is as implausible to its prefill as the candidate's tokens: PASS
+    stop = [0.0, 9.5, 0.0, 0.0, 0.0, 0.0]  # one token in six: the model's top was a banned stop token
+    ok = _audited(control, candidate, {3: ([0.0] + stop, [0.0] + stop), 6: (stop, [0.01] + stop[1:])})
+    g = audit.audit_gate(ok, candidate)
     assert (
-        "first: rep 6 position 3, candidate token 4 where the control's top is 7, margin 3.00 nats"
+        g.passed and "2 of 10 reps differ" in g.detail and "finds 2 of the candidate's 13 tokens" in g.detail
+    )
+    assert "2 of its own decode's 13" in g.detail
+    # half the work: most of the candidate's tokens far above the margin, its own near none -> FAIL
+    far = [0.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    bad = _audited(control, candidate, {3: ([5.0] * 7, [0.0] * 7), 6: (far, [0.0] * 6)})
+    g = audit.audit_gate(bad, candidate)
+    assert not g.passed and g.severity == "fail", g.detail
+    assert (
+        "first: rep 3 position 1, candidate token 1 where the control's top is 7, margin 5.00 nats"
         in g.detail
     )
-    reported = audit.audit_gate(control, candidate, gated=False)
+    reported = audit.audit_gate(bad, candidate, gated=False)
     assert reported.passed and "not gated" in reported.detail
+    # the same implausible rate in the control's own tokens: not the candidate's doing
+    assert audit.audit_gate(
+        _audited(control, candidate, {3: ([5.0] * 7,) * 2, 6: (far, far)}), candidate
+    ).passed
     # an audit by an engine in which a route ran is not the control's math; a NaN margin is no margin
-    bad = copy.deepcopy(control)
-    bad["audit"]["routes"]["fp16_gemv"]["hits"] = 12
-    assert audit.audit_gate(bad, candidate).severity == "error"
-    bad = copy.deepcopy(control)
-    bad["audit"]["reps"][0]["margins"][0] = float("nan")
-    g = audit.audit_gate(bad, candidate)
+    routed = copy.deepcopy(bad)
+    routed["audit"]["routes"]["fp16_gemv"]["hits"] = 12
+    assert audit.audit_gate(routed, candidate).severity == "error"
+    nan = copy.deepcopy(bad)
+    nan["audit"]["reps"][1]["margins"][0] = float("nan")
+    g = audit.audit_gate(nan, candidate)
     assert not g.passed and g.severity == "error" and "finite" in g.detail
     # the scored tokens must be the candidate's as recorded
-    _diverge(candidate, 6, 2, [5, 5, 5, 5, 5, 5])
-    assert "no audit scored rep 6's" in audit.audit_gate(control, candidate).detail
+    _diverge(candidate, 6, 2, [5] * 6)
+    assert "no audit scored rep 6's" in audit.audit_gate(bad, candidate).detail
 
 
 class _Scorer:
@@ -108,8 +132,9 @@ class _Scorer:
     def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict:
         raise AssertionError("an audit start decodes nothing")
 
-    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+    def score(self, token_ids: list[int], start: int, exclude: list | None = None) -> list:
         self.scored.append((list(token_ids), start))
+        assert exclude == [0, 1]  # ignore_eos: the special tokens are not a top decoding could pick
         return [
             (token_ids[p] if p % 2 else 3, -0.5, -0.5 - (p % 2 == 0)) for p in range(start, len(token_ids))
         ]
@@ -134,11 +159,16 @@ def test_the_child_scores_the_reps_prompt_drawn_again_plus_the_candidates_tokens
 
 def test_error_rates_are_seeded_and_separate_rounding_from_half_the_work() -> None:
     rng = random.Random(3)
-    legit = [[abs(rng.gauss(0, 0.05)) if rng.random() < 0.3 else 0.0 for _ in range(64)] for _ in range(50)]
-    broken = [[abs(rng.gauss(4, 2)) for _ in range(64)] for _ in range(50)]
-    a = audit.error_rates(legit, broken, reps_per_run=8, runs=400, seed=11)
-    assert a == audit.error_rates(legit, broken, reps_per_run=8, runs=400, seed=11)
-    assert (a["false_fail"], a["power"]) == (0.0, 1.0)
+
+    def rep(rate: float, own: float) -> tuple[list[float], list[float]]:
+        return ([9.0 if rng.random() < rate else 0.0 for _ in range(64)],
+                [9.0 if rng.random() < own else 0.0 for _ in range(64)])  # fmt: skip
+
+    legit = [rep(0.15, 0.15) for _ in range(50)]
+    broken = [rep(0.6, 0.15) for _ in range(50)]
+    a = audit.error_rates(legit, broken, reps_per_run=8, runs=300, seed=11)
+    assert a == audit.error_rates(legit, broken, reps_per_run=8, runs=300, seed=11)
+    assert a["false_fail"] <= 0.01 and a["power"] == 1.0
 
 
 class _FakeEngine:
@@ -166,9 +196,9 @@ class _FakeEngine:
         }
         return {"token_ids": ids, "finish_reason": "length", "num_generation_tokens": len(ids), **times}
 
-    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+    def score(self, token_ids: list[int], start: int, exclude: list | None = None) -> list:
         self.scored.append(start)
-        return [(5, -0.1, -0.1 - self.margin) for _ in range(start, len(token_ids))]
+        return [(5, -0.1, -0.1 - self.margin * (token_ids[p] == 61)) for p in range(start, len(token_ids))]
 
 
 @pytest.mark.parametrize(("margin", "passed"), [(0.0, True), (5.0, False)])
@@ -207,11 +237,14 @@ def test_the_audit_runs_once_after_the_timed_launches_in_the_controls_env(
     # the timed launches in ABBA order (engine/order.py: its first order drawn), then the audit
     assert sorted(starts[:4]) == [("candidate", [0, 1], 0), ("candidate", [2, 3], 0), ("control", [0, 1], 0),
                                   ("control", [2, 3], 0)]  # fmt: skip
-    assert starts[4][0] == "control-audit" and starts[4][2] == 4
-    assert starts[-1][1] == [] and scored == [8 + 3] * 4  # prompt + the candidate's tokens, from 3
+    assert starts[4][0] == "control-audit" and starts[4][2] == 8
+    # prompt + the candidate's tokens, and the control's own, from 3
+    assert starts[-1][1] == [] and scored == [8 + 3] * 8
     saved = json.loads((tmp_path / "out" / "speed" / "control.json").read_text())
     assert saved["audit"] == results["control"]["audit"] and len(saved["audit"]["launches"]) == 1
-    assert [a["index"] for a in saved["audit"]["reps"]] == [0, 1, 2, 3]
+    assert [(a["index"], a["arm"]) for a in saved["audit"]["reps"]] == [
+        (i, arm) for i in range(4) for arm in ("candidate", "control")
+    ]
     assert len(saved["launches"]) == 2  # the audit's start is not one of the control's timed launches
     candidate = json.loads((tmp_path / "out" / "speed" / "candidate.json").read_text())
     gate = audit.audit_gate(saved, candidate)

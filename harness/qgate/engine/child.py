@@ -28,6 +28,10 @@ if __name__ == "__mp_main__":
 
 from qgate.engine.fingerprint import fingerprint  # noqa: E402 (after arming: as early as possible)
 
+# Prompt logprobs asked per position when scoring: enough that the best token decoding could pick is
+# among them when the model's own top is a stop token it could not (min_tokens).
+SCORE_TOP = 5
+
 
 class VllmEngine:
     """The adapter a workload sees: plain lists and dicts in and out, no vLLM types."""
@@ -84,11 +88,18 @@ class VllmEngine:
             "num_prompt_tokens": len(out.prompt_token_ids or prompt_token_ids),
         }
 
-    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]:
+    def score(
+        self, token_ids: list[int], start: int, exclude: list[int] | None = None
+    ) -> list[tuple[int, float, float]]:
         """Teacher forcing: this engine's model reads token_ids in one prefill (vLLM prompt logprobs)
         and, for every position from `start` on, says (its top token, that token's logprob, the logprob
-        of the token that stands there). Nothing is decoded (max_tokens 1, greedy)."""
-        params = self._sampling_cls(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+        of the token that stands there). `exclude`: tokens decoding could not pick (a stop token under
+        min_tokens / ignore_eos): the top is the best of the others, from the SCORE_TOP best. Nothing is
+        decoded (max_tokens 1, greedy)."""
+        banned = set(exclude or ())
+        params = self._sampling_cls(
+            max_tokens=1, temperature=0.0, prompt_logprobs=SCORE_TOP, detokenize=False
+        )
         prompt = self._prompt_cls(prompt_token_ids=list(token_ids))
         (out,) = self._llm.generate([prompt], params, use_tqdm=False)
         rows = out.prompt_logprobs
@@ -100,9 +111,10 @@ class VllmEngine:
         for pos in range(max(1, start), len(token_ids)):
             row = rows[pos] or {}
             have = row.get(token_ids[pos])
-            top = next((t for t, lp in row.items() if lp.rank == 1), None)
-            if have is None or top is None:
-                raise RuntimeError(f"prompt logprobs at position {pos} lack the token or the top one")
+            ranked = sorted((lp.rank, t) for t, lp in row.items() if lp.rank is not None and t not in banned)
+            if have is None or not ranked:
+                raise RuntimeError(f"prompt logprobs at position {pos} lack the token or an allowed top one")
+            top = ranked[0][1]
             scored.append((int(top), float(row[top].logprob), float(have.logprob)))
         return scored
 

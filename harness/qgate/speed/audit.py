@@ -30,11 +30,12 @@ from qgate.results import ids_sha256
 # Calibrated on the demo model (docs/speed-audit.md): the largest margin of a legitimate rounding change
 # was below 1 nat; a candidate doing half the work put most of its tokens far above 2.
 IMPLAUSIBLE_NATS = 2.0
-# Tokens above the margin a run may hold before it FAILs: a near-tie the control resolves one way in
-# its prefill (batched GEMM) and the other in decode (GEMV) is a legitimate token with a small margin,
-# never one above IMPLAUSIBLE_NATS in the calibration; a few are allowed so that one rare one alone
-# cannot fail a good candidate.
+# Tokens above the margin a run may hold before it can FAIL (a few rare ones alone never fail).
 MAX_IMPLAUSIBLE = 3
+# The candidate's rate of implausible tokens must exceed the baseline's (the control's own decode
+# tokens from the same positions, scored the same way) by this much, at this one-sided Fisher level.
+MIN_RATE_GAP = 0.10
+AUDIT_ALPHA = 1e-3
 
 NAME = "candidate's timed output plausible to the control"
 
@@ -52,10 +53,12 @@ def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 def audit_items(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
     """What the control's model must score: every candidate rep whose tokens differ from the control's
-    rep of the same index (the same prompt), from the first diverging position, unless the control's
-    audit already scored exactly those tokens (a resumed run)."""
+    rep of the same index (the same prompt), from the first diverging position, and the control's own
+    tokens of that rep from the same position (the baseline: how its teacher-forced prefill judges what
+    its own decode picked); unless the control's audit already scored exactly those tokens (a resumed
+    run)."""
     done = {
-        (a.get("index"), a.get("token_ids_sha256"))
+        (a.get("arm", "candidate"), a.get("index"), a.get("token_ids_sha256"))
         for a in (control.get("audit") or {}).get("reps") or []
         if isinstance(a, dict)
     }
@@ -65,16 +68,20 @@ def audit_items(control: dict[str, Any], candidate: dict[str, Any]) -> list[dict
         if ctrl is None or not isinstance(rep.get("prompt_sha256"), str):
             continue
         start = first_divergence(ctrl.get("token_ids") or [], rep.get("token_ids") or [])
-        if start is None or (index, ids_sha256(rep.get("token_ids") or [])) in done:
+        if start is None:
             continue
-        items.append(
-            {
-                "index": index,
-                "prompt_sha256": rep["prompt_sha256"],
-                "token_ids": rep["token_ids"],
-                "from": start,
-            }
-        )
+        for arm, tokens in (
+            ("candidate", rep.get("token_ids") or []),
+            ("control", ctrl.get("token_ids") or []),
+        ):
+            if (arm, index, ids_sha256(tokens)) not in done:
+                item = {
+                    "index": index,
+                    "prompt_sha256": rep["prompt_sha256"],
+                    "token_ids": tokens,
+                    "from": start,
+                }
+                items.append({**item, "arm": arm})
     return items
 
 
@@ -101,12 +108,35 @@ def _route_hits(audit: dict[str, Any]) -> int:
     return sum(int(r.get("hits", 0)) for r in routes.values() if isinstance(r, dict))
 
 
+def _entries(audit: dict[str, Any], arm: str) -> dict[Any, dict[str, Any]]:
+    return {
+        a.get("index"): a
+        for a in audit.get("reps") or []
+        if isinstance(a, dict) and a.get("arm", "candidate") == arm
+    }
+
+
+def excess(k_t: int, n_t: int, k_c: int, n_c: int) -> tuple[float, float]:
+    """(one-sided Fisher exact p that the candidate's rate of implausible tokens is above the control's
+    own, the gap of the two rates)."""
+    from scipy.stats import fisher_exact
+
+    if n_t == 0:
+        return 1.0, 0.0
+    gap = k_t / n_t - (k_c / n_c if n_c else 0.0)
+    _, p = fisher_exact([[k_t, n_t - k_t], [k_c, n_c - k_c]], alternative="greater")
+    return float(p), gap
+
+
 def audit_gate(control: dict[str, Any], candidate: dict[str, Any], gated: bool = True) -> Gate:
     """The audit's verdict on the candidate's timed output. PASS: its tokens are the control's in every
-    rep, or the control's model finds at most MAX_IMPLAUSIBLE of the differing ones implausible. FAIL
-    (gated: the contract's speed.gates.identical_tokens) beyond that, naming the first. ERROR: tokens
-    that differ with no audit of exactly them, an audit whose margins are not finite, or one scored by
-    an engine in which a route ran (not the control's math). Not gated: reported, never failing."""
+    rep, or the control's model finds the differing ones no less plausible than its own decode's tokens
+    from the same positions (the baseline). FAIL (gated: the contract's speed.gates.identical_tokens)
+    when more than MAX_IMPLAUSIBLE of the candidate's tokens are implausible AND their rate exceeds the
+    baseline's by more than MIN_RATE_GAP AND a one-sided Fisher exact test says so at AUDIT_ALPHA;
+    naming the first. ERROR: tokens that differ with no audit of exactly them (or no baseline), an audit
+    whose margins are not finite, or one scored by an engine in which a route ran (not the control's
+    math). Not gated: reported, never failing."""
     c_reps, t_reps = _reps(control), _reps(candidate)
     paired = [i for i in t_reps if i in c_reps]
     diverging = {
@@ -117,20 +147,20 @@ def audit_gate(control: dict[str, Any], candidate: dict[str, Any], gated: bool =
     if not diverging:
         return Gate(NAME, True, f"the candidate's tokens are the control's in all {len(paired)} reps")
     audit = control.get("audit") if isinstance(control.get("audit"), dict) else {}
-    by_rep = {a.get("index"): a for a in audit.get("reps") or [] if isinstance(a, dict)}
+    cand, base = _entries(audit, "candidate"), _entries(audit, "control")
     missing = [
         i
         for i in diverging
-        if i not in by_rep
-        or by_rep[i].get("token_ids_sha256") != ids_sha256(t_reps[i].get("token_ids") or [])
+        if cand.get(i, {}).get("token_ids_sha256") != ids_sha256(t_reps[i].get("token_ids") or [])
+        or base.get(i, {}).get("token_ids_sha256") != ids_sha256(c_reps[i].get("token_ids") or [])
     ]
     if missing:
         return Gate(
             NAME,
             False,
             f"the candidate's tokens differ from the control's in {len(diverging)} reps and no audit scored "
-            f"rep {missing[0]}'s ({len(missing)} unscored): run `qgate run speed` with this qgate (it scores "
-            "them in an engine start of the control)",
+            f"rep {missing[0]}'s and the control's own ({len(missing)} unscored): run `qgate run speed` with "
+            "this qgate (it scores them in an engine start of the control)",
             SEV_ERROR,
         )
     if _route_hits(audit):
@@ -140,19 +170,23 @@ def audit_gate(control: dict[str, Any], candidate: dict[str, Any], gated: bool =
             f"the audit's engine ran {_route_hits(audit)} route calls: not the control's math",
             SEV_ERROR,
         )
-    scored = [by_rep[i] for i in diverging]
+    scored, own = [cand[i] for i in diverging], [base[i] for i in diverging]
     margins = [m for a in scored for m in a.get("margins") or []]
-    if not all(isinstance(m, (int, float)) and math.isfinite(m) for m in margins):
+    baseline = [m for a in own for m in a.get("margins") or []]
+    if not all(isinstance(m, (int, float)) and math.isfinite(m) for m in margins + baseline):
         return Gate(NAME, False, "an audit margin is not a finite number", SEV_ERROR)
     tokens = {i: list(t_reps[i].get("token_ids") or []) for i in diverging}
     bad = implausible(scored, tokens)
+    k_c = sum(m > IMPLAUSIBLE_NATS for m in baseline)
+    p, gap = excess(len(bad), len(margins), k_c, len(baseline))
     fact = (
-        f"{len(diverging)} of {len(paired)} reps differ from the control's tokens; the control's model "
-        f"scored {len(margins)} tokens from each first divergence: {len(bad)} above "
-        f"{IMPLAUSIBLE_NATS:g} nats (largest margin {max(margins, default=0.0):.3f}; "
-        f"at most {MAX_IMPLAUSIBLE} allowed)"
+        f"{len(diverging)} of {len(paired)} reps differ from the control's tokens; from each first "
+        f"divergence the control's model finds {len(bad)} of the candidate's {len(margins)} tokens above "
+        f"{IMPLAUSIBLE_NATS:g} nats, {k_c} of its own decode's {len(baseline)} (rate gap {100 * gap:+.1f} "
+        f"points, one-sided Fisher p {p:.2g}; fails above {MAX_IMPLAUSIBLE} tokens, "
+        f"{100 * MIN_RATE_GAP:g} points and p < {AUDIT_ALPHA:g})"
     )
-    if len(bad) <= MAX_IMPLAUSIBLE:
+    if not fails(len(bad), len(margins), k_c, len(baseline)):
         return Gate(NAME, True, fact)
     b = bad[0]
     first = (
@@ -169,23 +203,39 @@ def audit_gate(control: dict[str, Any], candidate: dict[str, Any], gated: bool =
     )
 
 
+def fails(k_t: int, n_t: int, k_c: int, n_c: int) -> bool:
+    """The gate's rule on the counts: the candidate's implausible tokens (k_t of n_t) against the
+    control's own (k_c of n_c)."""
+    p, gap = excess(k_t, n_t, k_c, n_c)
+    return k_t > MAX_IMPLAUSIBLE and gap > MIN_RATE_GAP and p < AUDIT_ALPHA
+
+
+Pair = tuple[list[float], list[float]]  # one rep: the candidate's margins, the control's own
+
+
 def error_rates(
-    legit: list[list[float]], broken: list[list[float]], reps_per_run: int, runs: int, seed: int,
-    margin: float = IMPLAUSIBLE_NATS, allowed: int = MAX_IMPLAUSIBLE,
-) -> dict[str, float]:  # fmt: skip
-    """The audit's error rates from recorded margins (each inner list: one rep's margins): runs of
-    `reps_per_run` reps drawn with replacement (seeded) from the legitimate reps (false FAIL: more than
-    `allowed` tokens above `margin`) and from the broken candidate's (power: the same, wanted)."""
+    legit: list[Pair], broken: list[Pair], reps_per_run: int, runs: int, seed: int
+) -> dict[str, float]:
+    """The audit's error rates from recorded margins: runs of `reps_per_run` reps drawn with replacement
+    (seeded) from the legitimate candidates' reps (false FAIL: the gate's rule says FAIL) and from the
+    broken candidate's (power: the same, wanted); each rep is its candidate's margins and the control's
+    own from the same positions."""
     rng = random.Random(seed)
 
-    def fail_rate(pool: list[list[float]]) -> float:
+    def fail_rate(pool: list[Pair]) -> float:
         if not pool:
             return math.nan
-        counts = [sum(m > margin for m in pool[rng.randrange(len(pool))]) for _ in range(runs * reps_per_run)]
-        runs_failed = sum(
-            sum(counts[r * reps_per_run : (r + 1) * reps_per_run]) > allowed for r in range(runs)
-        )
-        return runs_failed / runs
+        failed = 0
+        for _ in range(runs):
+            k_t = n_t = k_c = n_c = 0
+            for _ in range(reps_per_run):
+                cand, own = pool[rng.randrange(len(pool))]
+                k_t += sum(m > IMPLAUSIBLE_NATS for m in cand)
+                n_t += len(cand)
+                k_c += sum(m > IMPLAUSIBLE_NATS for m in own)
+                n_c += len(own)
+            failed += fails(k_t, n_t, k_c, n_c)
+        return failed / runs
 
     return {
         "false_fail": fail_rate(legit),

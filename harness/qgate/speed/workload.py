@@ -33,7 +33,9 @@ class Engine(Protocol):
 
     def reset_prefix_cache(self) -> bool: ...
     def generate(self, prompt_token_ids: list[int], sampling: dict) -> dict: ...
-    def score(self, token_ids: list[int], start: int) -> list[tuple[int, float, float]]: ...
+    def score(
+        self, token_ids: list[int], start: int, exclude: list[int] | None = None
+    ) -> list[tuple[int, float, float]]: ...
 
 
 def prompt_pool(vocab_size: int, exclude: list[int]) -> list[int]:
@@ -170,9 +172,13 @@ def audit_rep(engine: Engine, pool: list[int], spec: dict, item: dict) -> dict[s
     if spec["reset_prefix_cache"] and not engine.reset_prefix_cache():
         raise SpeedError("reset_prefix_cache() returned False before an audit")
     t0 = time.perf_counter()
-    scored = engine.score(prompt + tokens, len(prompt) + start)
+    # With ignore_eos the timed decode ran under min_tokens = output_tokens, which bans the stop tokens:
+    # the control's top among the tokens decoding could pick (the special ones left out) is the measure.
+    exclude = engine.special_token_ids if spec["ignore_eos"] else []
+    scored = engine.score(prompt + tokens, len(prompt) + start, exclude)
     return {
         "index": item["index"],
+        "arm": item.get("arm", "candidate"),  # whose tokens: the candidate's, or the control's own (baseline)
         "prompt_sha256": item["prompt_sha256"],
         "token_ids_sha256": ids_sha256(tokens),
         "from": start,
