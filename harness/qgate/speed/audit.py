@@ -222,19 +222,23 @@ def error_rates(
     own from the same positions."""
     rng = random.Random(seed)
 
+    def counts(pair: Pair) -> tuple[int, int, int, int]:
+        cand, own = pair
+        return (
+            sum(m > IMPLAUSIBLE_NATS for m in cand),
+            len(cand),
+            sum(m > IMPLAUSIBLE_NATS for m in own),
+            len(own),
+        )
+
     def fail_rate(pool: list[Pair]) -> float:
         if not pool:
             return math.nan
+        reps = [counts(pair) for pair in pool]
         failed = 0
         for _ in range(runs):
-            k_t = n_t = k_c = n_c = 0
-            for _ in range(reps_per_run):
-                cand, own = pool[rng.randrange(len(pool))]
-                k_t += sum(m > IMPLAUSIBLE_NATS for m in cand)
-                n_t += len(cand)
-                k_c += sum(m > IMPLAUSIBLE_NATS for m in own)
-                n_c += len(own)
-            failed += fails(k_t, n_t, k_c, n_c)
+            drawn = [reps[rng.randrange(len(reps))] for _ in range(reps_per_run)]
+            failed += fails(*(sum(c[j] for c in drawn) for j in range(4)))
         return failed / runs
 
     return {
