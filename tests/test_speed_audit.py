@@ -1,6 +1,8 @@
 """The speed gate's audit of the candidate's timed output (qgate.speed.audit, MLPerf's TEST01) without an
 engine: which reps are scored, the statistic, the gate's PASS / FAIL / ERROR lines, the child's scoring
-loop against a hand-written adapter, the one engine start after the timed launches on the spine."""
+loop against a hand-written adapter, the one engine start after the timed launches on the spine, and the
+error rates recomputed (seeded) from the margins recorded on the demo model
+(tests/fixtures/audit_margins.json, docs/speed-audit.md)."""
 
 from __future__ import annotations
 
@@ -169,6 +171,30 @@ def test_error_rates_are_seeded_and_separate_rounding_from_half_the_work() -> No
     a = audit.error_rates(legit, broken, reps_per_run=8, runs=300, seed=11)
     assert a == audit.error_rates(legit, broken, reps_per_run=8, runs=300, seed=11)
     assert a["false_fail"] <= 0.01 and a["power"] == 1.0
+
+
+MARGINS = Path(__file__).parent / "fixtures" / "audit_margins.json"
+
+
+def test_recorded_margins_of_the_demo_model_reproduce_the_documented_error_rates() -> None:
+    """docs/speed-audit.md's rates: the pairs of margins (a candidate rep's, the control's own) that the
+    audit recorded on the demo model for legitimate rounding changes and for broken candidates, runs of
+    the demo's 8 reps resampled 2,000 times with a fixed seed; and every legitimate rep passes alone."""
+    data = json.loads(MARGINS.read_text())
+    legit = [tuple(p) for pairs in data["legitimate"].values() for p in pairs]
+    broken = [tuple(p) for pairs in data["broken"].values() for p in pairs]
+    assert sum(bool(c) for c, _ in legit) >= 1 and sum(bool(c) for c, _ in broken) >= 8
+    rates = audit.error_rates(legit, broken, reps_per_run=8, runs=2000, seed=20261204)
+    assert (rates["false_fail"], rates["power"]) == (
+        data["expected"]["false_fail"],
+        data["expected"]["power"],
+    )
+    assert rates["false_fail"] <= 0.01 and rates["power"] >= 0.99
+    for name, pairs in data["broken"].items():  # each broken candidate's own run of 8 reps fails
+        cand = [m for c, _ in pairs for m in c]
+        own = [m for _, o in pairs for m in o]
+        above = [sum(m > audit.IMPLAUSIBLE_NATS for m in x) for x in (cand, own)]
+        assert audit.fails(above[0], len(cand), above[1], len(own)), name
 
 
 class _FakeEngine:
