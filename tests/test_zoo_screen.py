@@ -152,3 +152,25 @@ def test_env_the_candidate_sets_otherwise_than_the_control_is_a_blind_spot() -> 
         "and what it changes in the engine the screen does not run",
     ]
     assert seen.blind_spots(cand, ["fp16_gemv"]) == []  # without the control's env: not judged
+
+
+def test_run_ops_arm_with_a_blind_spot_says_so_and_exits_4(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from qgate.cli import app
+
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text("")
+    doc = yaml.safe_load((CONTRACTS / "demo-cpu.yaml").read_text())
+    doc["ops"] = {"routes": ["fp16_gemv"], "trials": 2, "default_shapes": False,
+                  "shapes": {"fp16_gemv": [{"n": 32, "k": 64}]}}  # fmt: skip
+    doc["arms"]["candidate"]["env"]["PYTHONPATH"] = str(tmp_path / "hooks")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = CliRunner().invoke(
+        app,
+        ["run", "ops", "-c", str(path), "-o", str(tmp_path / "o"), "--device", "cpu", "--arm", "candidate"],
+    )
+    assert res.exit_code == 4, res.output
+    assert "Not seen by this screen (it cannot vouch for arm `candidate`):" in res.output
+    assert "holds sitecustomize: code every engine process runs at start-up" in res.output
