@@ -7,7 +7,12 @@ label), each entry run as its own process (`qgate fleet contracts`, `qgate run s
 `qgate fleet gather` appending the three nights to a Postgres store started here (pgserver, no root)
 and writing the night's report. Prints each step's outcome and the report.
 
-    flock /tmp/qgate-engine.lock python tools/fleet_night_cpu.py [--keep DIR]
+    flock /tmp/qgate-engine.lock python tools/fleet_night_cpu.py [--keep DIR] [--kill ENTRY ...]
+
+--kill ENTRY: that entry's job is killed (SIGKILL to its process group) once its first rep is on disk,
+as a runner lost mid-run: its artifact is the partial run folder. The night must then say so: gather
+exits 3, fleet.md's first lines and junit.xml's "qgate fleet entries" suite name the entry (checked
+here; the tool exits 1 when they do not).
 
 Engine runs: run it under the shared engine lock, from a checkout nobody commits to meanwhile (the
 results record its HEAD: a commit made while it runs gives the arms two commits, which the history
@@ -18,8 +23,10 @@ tests/test_fleet.py tests the gather step on run folders the suite makes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -80,6 +87,9 @@ echo "compare exit $status"
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="work in DIR and keep it (default: a temporary dir)")
+    parser.add_argument(
+        "--kill", action="append", default=[], choices=list(ENTRIES), help="kill this entry mid-run"
+    )
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="qgate-fleet-night-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -93,10 +103,13 @@ def main() -> int:
         log = open(root / f"{name}.log", "w")  # noqa: SIM115 (closed below)
         procs[name] = (
             subprocess.Popen(
-                ["bash", "-c", entry_script(name)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT
+                ["bash", "-c", entry_script(name)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: --kill ends the whole job, engine too
             ),
             log,
-        )
+        )  # fmt: skip
+    for name in args.kill:
+        kill_after_first_rep(root / "runs" / name, procs[name][0])
     for name, (proc, log) in procs.items():
         proc.wait()
         log.close()
@@ -127,10 +140,43 @@ def main() -> int:
                 name, [(r["night"], r["arm"], r["verdict"], round(r["decode_tok_s_mean"], 1)) for r in rows]
             )
         print((root / "report" / "fleet.md").read_text())
+        ok = check_lost(root / "report", gather.returncode, args.kill)
     finally:
         server.cleanup()
     print(f"work dir: {root}")
-    return 0 if gather.returncode == 0 else 1
+    return 0 if ok else 1
+
+
+def kill_after_first_rep(run: Path, proc: subprocess.Popen) -> None:
+    """SIGKILL the entry's process group once a rep of it is on disk (or its job ended first)."""
+    while proc.poll() is None:
+        for arm in ("control", "candidate"):
+            try:
+                reps = json.loads((run / "speed" / f"{arm}.json").read_text())["reps"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if reps:
+                os.killpg(proc.pid, signal.SIGKILL)
+                print(f"killed entry {run.name} with {len(reps)} {arm} rep(s) on disk")
+                return
+        time.sleep(0.5)
+
+
+def check_lost(report: Path, code: int, killed: list[str]) -> bool:
+    """The night says what it lost: gather's exit code, fleet.md's first lines, junit.xml's entries."""
+    import xml.etree.ElementTree as ET
+
+    text = (report / "fleet.md").read_text()
+    suite = ET.parse(report / "junit.xml").getroot().find("testsuite[@name='qgate fleet entries']")
+    errors = {
+        c.get("name").removesuffix(" finished")
+        for c in suite.findall("testcase")
+        if c.find("error") is not None
+    }
+    head = "\n".join(text.splitlines()[: 3 + len(killed)])
+    ok = code == (3 if killed else 0) and errors == set(killed) and all(f"- {n}: " in head for n in killed)
+    print(f"lost entries: exit {code}, junit errors {sorted(errors)}, fleet.md head names them: {ok}")
+    return ok
 
 
 if __name__ == "__main__":
