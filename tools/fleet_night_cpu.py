@@ -135,7 +135,11 @@ def main() -> int:
 
         print("rows in the store:")
         for name in ENTRIES:
-            rows = history.read_rows(url, entry=name)
+            try:
+                rows = history.read_rows(url, entry=name)
+            except history.HistoryError as exc:  # a killed entry's history was never made
+                print(name, f"none: {exc}")
+                continue
             print(
                 name, [(r["night"], r["arm"], r["verdict"], round(r["decode_tok_s_mean"], 1)) for r in rows]
             )
