@@ -50,7 +50,10 @@ MAX_NIGHTS = 30
 CONFIDENCE = 0.9
 RUNNER_KEYS = ("hostname", "cpu", "cpu_count", "memory_gib", "gpu", "driver", "torch")
 # Keys qgate began to record later (memory_gib, 2026-12): compared only when both fingerprints hold one,
-# so a history written before keeps its nights (its CPU model and count still tell machines apart).
+# so a night whose results were measured before keeps counting (their CPU model and count, which every
+# result records, still tell machines apart). A history row appended before 2026-12 keeps no CPU at
+# all (night.py did not): it does not count for a runner that records one, and such a history's
+# estimate starts again (MIN_NIGHTS nights) rather than pool machines it cannot tell apart.
 LATER_KEYS = ("memory_gib",)
 
 
