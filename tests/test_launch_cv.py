@@ -129,6 +129,12 @@ def test_another_machine_under_the_same_hostname_starts_the_count_again() -> Non
     for row in rows[:5]:
         row["fingerprint"] = json.dumps({k: v for k, v in FP.items() if k != "memory_gib"})
     assert launch_cv.estimate(rows, _tonight()).launches == 10
+    # A row appended before the history kept the CPU (gpu, driver, torch, vllm, hostname only): not this
+    # runner for certain, so it does not count; the last three nights, kept with it, do.
+    for row in rows[:7]:
+        row["fingerprint"] = json.dumps({k: FP[k] for k in ("hostname", "gpu", "driver", "torch", "vllm")})
+    est = launch_cv.estimate(rows, _tonight())
+    assert not est.used and est.nights == ("2026-12-08", "2026-12-09", "2026-12-10")
 
 
 def test_the_ttft_estimate_reads_one_launch_nights_medians() -> None:
