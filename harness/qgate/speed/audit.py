@@ -8,11 +8,14 @@ clock: qgate.speed.run.run_audit) and gives, at every position from the first di
 margin = logprob(its top token) - logprob(the candidate's token) >= 0, on the candidate's own prefix.
 A candidate that only rounds differently picks, at every step, a token the control's model ranks top or
 within rounding of it (a near-tie: margin ~ 0); a candidate that does other math picks tokens that
-model does not. A token is implausible where its margin exceeds IMPLAUSIBLE_NATS; more than
-MAX_IMPLAUSIBLE of them in a run FAIL the speed gate, naming the first (rep, position, both tokens,
-margin). The two numbers are calibrated in docs/speed-audit.md (legitimate rounding changes against a
-candidate doing half the work, on the demo's model); `error_rates` recomputes them from recorded
-margins, and tests/test_speed_audit.py reproduces them with a seed.
+model does not. The top is the best token decoding could pick (with ignore_eos the stop tokens are
+banned: VllmEngine.score leaves the special tokens out), and the control's own decode tokens of the rep
+are scored the same way from the same position: the baseline. A token is implausible where its margin
+exceeds IMPLAUSIBLE_NATS; the speed gate FAILs (`fails`) when more than MAX_IMPLAUSIBLE of the
+candidate's are, their rate exceeds the baseline's by MIN_RATE_GAP and a one-sided Fisher exact test
+says so at AUDIT_ALPHA, naming the first (rep, position, both tokens, margin). docs/speed-audit.md
+gives the calibration on the demo's model; `error_rates` recomputes the rates from recorded margins
+(tests/fixtures/audit_margins.json), tests/test_speed_audit.py with a seed.
 
 Pure: plain data in, Gate and plain data out; the engine start lives in qgate.speed.run.
 """
@@ -28,7 +31,8 @@ from qgate.gate import SEV_ERROR, SEV_FAIL, Gate
 from qgate.results import ids_sha256
 
 # Calibrated on the demo model (docs/speed-audit.md): the largest margin of a legitimate rounding change
-# was below 1 nat; a candidate doing half the work put most of its tokens far above 2.
+# was 0.008 nats (1,341 tokens scored); the broken candidates put 36-58 % of their tokens above 2, most
+# near 10.
 IMPLAUSIBLE_NATS = 2.0
 # Tokens above the margin a run may hold before it can FAIL (a few rare ones alone never fail).
 MAX_IMPLAUSIBLE = 3
