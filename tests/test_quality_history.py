@@ -67,8 +67,8 @@ def test_a_version_1_store_is_read_and_upgraded_on_append(
     store = tmp_path / "h.sqlite"
     run1, _ = make_night(tmp_path, contract, "2026-12-01", "a" * 40, misses=1)
     history.append(store, run1)
-    conn = sqlite3.connect(store)  # make it what schema 1 wrote: no V2 (or V3) columns
-    for col in (*history.V2_COLUMNS, *history.V3_COLUMNS):
+    conn = sqlite3.connect(store)  # make it what schema 1 wrote: no V2 (or later) columns
+    for col in (*history.V2_COLUMNS, *history.V3_COLUMNS, *history.V4_COLUMNS):
         conn.execute(f"ALTER TABLE nights DROP COLUMN {col}")
     conn.execute("UPDATE qgate_history SET value = '1' WHERE key = 'schema_version'")
     conn.commit()
