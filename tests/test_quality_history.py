@@ -82,5 +82,6 @@ def test_a_version_1_store_is_read_and_upgraded_on_append(
     rows = history.read_rows(store)
     assert [r["quality_seeds"] for r in rows] == [None, None, 3, 3]
     conn = sqlite3.connect(store)
-    assert conn.execute("SELECT value FROM qgate_history WHERE key = 'schema_version'").fetchone() == ("3",)
+    version = conn.execute("SELECT value FROM qgate_history WHERE key = 'schema_version'").fetchone()
+    assert version == (str(history.HISTORY_SCHEMA_VERSION),)
     conn.close()
