@@ -1,4 +1,4 @@
-"""The order of engine starts (qgate.engine.order): ABBA from a seeded random first order, recorded in
+"""The order of engine starts (qgate.engine.order): a seeded random first order, alternated, recorded in
 every arm's result and kept on --resume; and the seeded simulation of what it changes when the first
 engine start of a run is slow (docs/compare.md, "Launch order"; `pytest -s tests/test_launch_order.py
 -k simulated` prints the table). The engine starts are scripted (tests/scripted_engine.py): the subject
@@ -20,7 +20,7 @@ from test_launch_cv import FLOOR, REPS, _decide, _launches
 from qgate import models
 from qgate.contract import load_contract
 from qgate.engine import arms, order
-from qgate.engine.order import ABBA, FIXED, LaunchOrder, new_order, plan_order
+from qgate.engine.order import ABBA, ALTERNATE, FIXED, LaunchOrder, new_order, plan_order
 from qgate.speed.run import run_speed
 from qgate.speed.sequential import Design
 from qgate.stats import arm_variance
@@ -31,17 +31,21 @@ CONTROL_FIRST = next(s for s in range(100) if new_order(NAMES, s).first[0] == "c
 CANDIDATE_FIRST = next(s for s in range(100) if new_order(NAMES, s).first[0] == "candidate")
 
 
-def test_abba_from_a_seeded_first_order() -> None:
+def test_a_seeded_first_order_alternated() -> None:
     o = new_order(NAMES, CANDIDATE_FIRST)
-    assert o.scheme == ABBA and o.seed == CANDIDATE_FIRST
+    assert o.scheme == ALTERNATE and o.seed == CANDIDATE_FIRST
     ba, ab = ("candidate", "control"), ("control", "candidate")
-    assert [o.arms(i) for i in range(4)] == [ba, ab, ba, ab]
-    assert [o.position("control", i) for i in range(3)] == [1, 2, 5]
+    assert [o.arms(i) for i in range(4)] == [ba, ba, ba, ba]  # one arm's starts never side by side
+    assert [o.position("control", i) for i in range(3)] == [1, 3, 5]
+    abba = LaunchOrder(ABBA, ba, 1)  # the scheme of 2026-12-04 19:19-20:40: still read and run on resume
+    assert [abba.arms(i) for i in range(3)] == [ba, ab, ba] and order.from_record(
+        abba.to_dict(), NAMES
+    ) == abba
     assert new_order(NAMES, CANDIDATE_FIRST) == o  # the seed reproduces it
     firsts = {new_order(NAMES).first[0] for _ in range(64)}  # a run's own seed: either arm first
     assert firsts == set(NAMES)
     three = new_order(("control", "a", "b"), 7)
-    assert three.arms(1) == tuple(reversed(three.arms(0))) and sorted(three.first) == ["a", "b", "control"]
+    assert three.arms(1) == three.arms(0) and sorted(three.first) == ["a", "b", "control"]
 
 
 def test_the_order_a_result_recorded_is_kept_and_old_results_go_on_control_first() -> None:
@@ -53,7 +57,7 @@ def test_the_order_a_result_recorded_is_kept_and_old_results_go_on_control_first
     # A record for other arms (a one-arm run's) or of an unknown scheme is not this run's order.
     assert order.from_record({**o.to_dict(), "first": ["control"]}, NAMES) is None
     assert order.from_record({**o.to_dict(), "scheme": "zigzag"}, NAMES) is None
-    assert plan_order(NAMES, [{"launches": []}, {"launches": []}]).scheme == ABBA
+    assert plan_order(NAMES, [{"launches": []}, {"launches": []}]).scheme == ALTERNATE
 
 
 class _Starts(ScriptedSegments):
@@ -89,13 +93,13 @@ def test_the_spine_starts_the_arms_in_the_recorded_order_and_resume_keeps_it(
     monkeypatch.setattr(arms, "run_segment", starts)
     with pytest.raises(KeyboardInterrupt):
         run_speed(loaded, tmp_path / "out")
-    assert starts.labels == ["candidate 0", "control 0", "control 1"]
-    # Resumed with another seed drawn: the recorded order goes on (BA | AB | BA).
+    assert starts.labels == ["candidate 0", "control 0", "candidate 1"]
+    # Resumed with another seed drawn: the recorded order goes on (BA | BA | BA).
     monkeypatch.setattr(order, "draw_seed", lambda: CONTROL_FIRST)
     starts = _Starts()
     monkeypatch.setattr(arms, "run_segment", starts)
     done = run_speed(loaded, tmp_path / "out", resume=True)
-    assert starts.labels == ["candidate 1", "candidate 2", "control 2"]
+    assert starts.labels == ["control 1", "candidate 2", "control 2"]
     for arm in NAMES:
         saved = json.loads((tmp_path / "out" / "speed" / f"{arm}.json").read_text())
         assert (
@@ -158,7 +162,7 @@ def test_simulated_error_rates_with_a_slow_first_engine_start(design: str) -> No
     run = _fixed if design == "3 launches" else _until_decided
     rng = np.random.default_rng(20261205)
     worst = {}
-    for scheme in ("control first", "abba, random first"):
+    for scheme in ("control first", "random first"):
         cells = []
         for spread in SPREADS:
             aa_fail, _ = run(rng, spread, 1.0, scheme)
@@ -172,5 +176,5 @@ def test_simulated_error_rates_with_a_slow_first_engine_start(design: str) -> No
             + " | ".join(f"{100 * f:.2f} / {100 * p:.2f}" for f, p in cells)
         )
     # Seeded: the figures of docs/compare.md. The new order within alpha/2; the old one above it.
-    assert worst["abba, random first"] <= 0.025, worst
+    assert worst["random first"] <= 0.025, worst
     assert worst["control first"] > 0.025, worst

@@ -180,14 +180,14 @@ def test_speed_runs_on_the_spine_launches_interleaved_and_resumes(
     monkeypatch.setattr(arms, "run_segment", segments)
     monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     results = run_speed(loaded, out)
-    # Interleaved ABBA from the run's recorded first order (engine/order.py, tests/test_launch_order.py).
+    # Interleaved in the run's recorded first order (engine/order.py, tests/test_launch_order.py).
     first = results["control"]["launch_order"]["first"]
     assert sorted(first) == ["candidate", "control"]
     assert [(a, n) for a, n, _ in segments.starts] == [
         (first[0], 0),
         (first[1], 0),
-        (first[1], 1),
         (first[0], 1),
+        (first[1], 1),
     ]
     assert segments.starts[2][2] == [4, 5, 6, 7]
     for arm in ("control", "candidate"):

@@ -171,8 +171,8 @@ def run_arms(
     progress: Progress | None = None,
     kill_leftovers: bool = False,
 ) -> dict[str, dict]:
-    """Run every launch of every arm, interleaved in ABBA order from a random first order recorded in
-    each result (engine/order.py: control, candidate | candidate, control | ...); returns the results.
+    """Run every launch of every arm, interleaved in a random first order drawn per run and recorded in
+    each result (engine/order.py: e.g. candidate, control | candidate, control | ...); returns the results.
 
     The contract's `arms`, or `plans` in their place (derived arms: the ablation's), on the model that
     `model` resolves (the caller's: qgate.models; the engine knows no model names), called once DIR is
@@ -187,7 +187,7 @@ def run_arms(
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model_record = model()
         results = {p.name: workload.open(p, model_record) for p in plans}
-        order = plan_order([p.name for p in plans], results.values())  # ABBA, recorded in each result
+        order = plan_order([p.name for p in plans], results.values())  # recorded in each result
         for res in results.values():
             res["launch_order"] = order.to_dict()
         by_name = {p.name: p for p in plans}

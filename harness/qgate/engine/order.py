@@ -1,4 +1,4 @@
-"""The order of the arms' engine starts within each launch: ABBA from a seeded random first order.
+"""The order of the arms' engine starts within each launch: a seeded random first order, alternated.
 
 Which arm starts first matters: the first engine start of a run is often slower (cold page cache,
 compile cache, clocks), and a machine drifts. Always starting the control first put that start in the
@@ -9,9 +9,11 @@ time at the production limits (`--until-decided` 3..5 launches), where the targe
 * the first launch's order is a random permutation of the arms, drawn from a seed chosen per run
   (`secrets`, so that no contract or night always puts one arm first) and recorded in every arm's
   result (`launch_order`), so the order is known and reproducible;
-* the launches after it alternate, ABBA: an odd launch runs the arms in the reverse order of the first
-  (control, candidate | candidate, control | control, candidate ...), so a linear drift of the machine
-  falls on both arms alike at every even number of launches;
+* every launch runs the arms in that order (scheme "alternate": A B | A B | ...), so the starts of one
+  arm are never adjacent. ABBA (A B | B A) cancels a linear drift at even launch counts, but puts an
+  arm's two middle starts side by side, where one burst of load on a shared machine shifts both and the
+  between-launch variance does not see it (a real A/A at 2 launches FAILed that way, 2026-12-04); a
+  drift's bias here has the random sign of the first arm. "abba" records are still read (resume);
 * a resumed run (`--resume`, and each look of `--until-decided`, which resumes its own run) keeps the
   order its results recorded; results written before orders were recorded ran the control first,
   and go on that way (scheme "control first").
@@ -28,13 +30,14 @@ from dataclasses import dataclass
 from typing import Any
 
 ORDER_SCHEMA_VERSION = 1
-ABBA = "abba"
+ALTERNATE = "alternate"
+ABBA = "abba"  # written 2026-12-04 19:19-20:40 UTC: still read, so that such a run resumes as it began
 FIXED = "control first"  # results from before the order was recorded: every launch in the plan's order
 
 
 @dataclass(frozen=True)
 class LaunchOrder:
-    """The arms' order for every launch of a run: `first` for launch 0, then ABBA (module doc)."""
+    """The arms' order for every launch of a run: `first`, every launch (ABBA: reversed on odd ones)."""
 
     scheme: str
     first: tuple[str, ...]
@@ -66,16 +69,16 @@ def draw_seed() -> int:
 
 
 def new_order(names: Sequence[str], seed: int | None = None) -> LaunchOrder:
-    """ABBA from a random first order; `seed` None draws one (a run's own), else it is reproduced."""
+    """A random first order, alternated; `seed` None draws one (a run's own), else it is reproduced."""
     seed = draw_seed() if seed is None else seed
     first = list(names)
     random.Random(seed).shuffle(first)
-    return LaunchOrder(ABBA, tuple(first), seed)
+    return LaunchOrder(ALTERNATE, tuple(first), seed)
 
 
 def from_record(record: Any, names: Sequence[str]) -> LaunchOrder | None:
     """A result's recorded `launch_order` for these arms, or None when it records none usable."""
-    if not isinstance(record, dict) or record.get("scheme") not in (ABBA, FIXED):
+    if not isinstance(record, dict) or record.get("scheme") not in (ALTERNATE, ABBA, FIXED):
         return None
     first = record.get("first")
     if not isinstance(first, list) or sorted(map(str, first)) != sorted(names):
