@@ -210,13 +210,20 @@ def _sequential(
     (At the fixed design's alpha/2 instead, the stopped data's PASS at the margin reached 3.0 % at a
     launch sd of 1 %, the A/A FAIL 3.0 % at 5 %: stopping when a look decides, then judging looser.
     Looks from 2 launches: 2.76 % at 1-2 %, the first look's one df; from 3: within 2.5 %.)"""
-    from scipy import stats as sps
-
     design = Design.plan(ALPHA, first, most)
     c = _launches(rng, SIMS, most, spread, 1.0)
     t = _launches(rng, SIMS, most, spread, ratio)
-    open_ = np.ones(SIMS, dtype=bool)
-    fail_end, pass_end = np.zeros(SIMS, dtype=bool), np.zeros(SIMS, dtype=bool)
+    return _looks(design, c, t)
+
+
+def _looks(design: Design, c: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(FAIL, PASS) rates of the group-sequential design over simulated reps c, t ([runs, launches * REPS],
+    launch-major): stop at the first look that decides (or the last), judged as compare judges it."""
+    from scipy import stats as sps
+
+    runs = c.shape[0]
+    open_ = np.ones(runs, dtype=bool)
+    fail_end, pass_end = np.zeros(runs, dtype=bool), np.zeros(runs, dtype=bool)
     for index, n in enumerate(design.launches):
         vc, vt = arm_variance(c[:, : n * REPS], n), arm_variance(t[:, : n * REPS], n)
         fail, passed = _decide(vc, vt, lambda df, i=index: design.t_critical(i, df))

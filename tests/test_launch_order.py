@@ -15,7 +15,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 from scripted_engine import ScriptedSegments
-from test_launch_cv import FLOOR, REPS, _decide, _launches
+from test_launch_cv import FLOOR, REPS, _decide, _launches, _looks
 
 from qgate import models
 from qgate.contract import load_contract
@@ -142,19 +142,8 @@ def _fixed(rng: np.random.Generator, spread: float, ratio: float, scheme: str) -
 
 def _until_decided(rng: np.random.Generator, spread: float, ratio: float, scheme: str) -> tuple[float, float]:
     """(FAIL, PASS) of the nightly: looks at 3..5 launches per arm, then compare at the stopping look."""
-    design = Design.plan(0.05, 3, 5)
     c, t = _runs(rng, 5, spread, ratio, scheme)
-    open_ = np.ones(SIMS, dtype=bool)
-    fail_end, pass_end = np.zeros(SIMS, dtype=bool), np.zeros(SIMS, dtype=bool)
-    for index, n in enumerate(design.launches):
-        vc, vt = arm_variance(c[:, : n * REPS], n), arm_variance(t[:, : n * REPS], n)
-        fail, passed = _decide(vc, vt, lambda df, i=index: design.t_critical(i, df))
-        stop = open_ & ((fail | passed) | (index == len(design.launches) - 1))
-        z = float(design.z[index])
-        last_fail, last_pass = _decide(vc, vt, lambda df, z=z: sps.t.isf(sps.norm.sf(z), df))
-        fail_end[stop], pass_end[stop] = last_fail[stop], last_pass[stop]
-        open_ &= ~stop
-    return float(fail_end.mean()), float(pass_end.mean())
+    return _looks(Design.plan(0.05, 3, 5), c, t)
 
 
 @pytest.mark.parametrize("design", ["3 launches", "--until-decided 3..5"])
