@@ -75,6 +75,21 @@ DYNAMO_EAGER = {"VLLM_CPU_CI_ENV": "1"}
 SMALL_REPS = 4  # the fewest per arm that can reach alpha 0.05 with one launch (contract.py refuses fewer)
 
 
+def engine_outcome(proc: subprocess.CompletedProcess, out: Path, attest_dir: Path, arm: dict) -> dict:
+    """What a plugin test's engine run left: exit code, log, tokens (out.json, if written), the route and
+    shim counts the plugin wrote in attest_dir, and the arm env it ran with."""
+    from qgate import routes
+
+    return {
+        "returncode": proc.returncode,
+        "log": proc.stdout + proc.stderr,
+        "tokens": json.loads(out.read_text())["token_ids"] if out.exists() else None,
+        "routes": routes.collect(attest_dir),
+        "shims": routes.collect_shims(attest_dir),
+        "env": arm,
+    }
+
+
 def small_contract(tmp: Path, name: str = "small.yaml", in_process: bool = True, **speed: object) -> Path:
     """The smoke contract shrunk for tests (short prompt and output), with speed overrides; both arms
     on the in-process engine (IN_PROCESS_ENGINE: the base, not a factor) unless `in_process` is False."""

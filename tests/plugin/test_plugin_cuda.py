@@ -17,14 +17,13 @@ Triton and CuTe kernels).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, engine_outcome
 
 torch = pytest.importorskip("torch")
 
@@ -135,14 +134,7 @@ def _run(tmp: Path, env: dict[str, str], dtype: str) -> dict:
     args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out), dtype]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1500)
     (tmp / "engine.log").write_text(proc.stdout + proc.stderr)
-    return {
-        "returncode": proc.returncode,
-        "log": proc.stdout + proc.stderr,
-        "tokens": json.loads(out.read_text())["token_ids"] if out.exists() else None,
-        "routes": routes.collect(attest_dir),
-        "shims": routes.collect_shims(attest_dir),
-        "env": arm,
-    }
+    return engine_outcome(proc, out, attest_dir, arm)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_PROCESS_ENGINE, REPO
+from conftest import IN_PROCESS_ENGINE, REPO, engine_outcome
 
 import qgate_route_env as route_env
 from qgate import routes
@@ -81,15 +81,7 @@ def _run(tmp: Path, env: dict[str, str], tp: int = 1) -> dict:
     args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out), str(tp)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1200)
     files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
-    return {
-        "returncode": proc.returncode,
-        "log": proc.stdout + proc.stderr,
-        "tokens": json.loads(out.read_text())["token_ids"] if out.exists() else None,
-        "routes": routes.collect(attest_dir),
-        "shims": routes.collect_shims(attest_dir),
-        "files": files,
-        "env": arm,
-    }
+    return engine_outcome(proc, out, attest_dir, arm) | {"files": files}
 
 
 ALL_OFF = {v: "0" for v in SW.values()}
