@@ -260,7 +260,7 @@ def test_the_audit_runs_once_after_the_timed_launches_in_the_controls_env(
     monkeypatch.setattr(arms, "run_segment", segment)
     monkeypatch.setattr(models, "resolve_model", lambda spec, data=None: ("/m", {"spec": spec}))
     results = run_speed(loaded, tmp_path / "out")
-    # the timed launches in ABBA order (engine/order.py: its first order drawn), then the audit
+    # the timed launches in alternating order (engine/order.py: its first order drawn), then the audit
     assert sorted(starts[:4]) == [("candidate", [0, 1], 0), ("candidate", [2, 3], 0), ("control", [0, 1], 0),
                                   ("control", [2, 3], 0)]  # fmt: skip
     assert starts[4][0] == "control-audit" and starts[4][2] == 8

@@ -13,7 +13,7 @@ time at the production limits (`--until-decided` 3..5 launches), where the targe
   arm are never adjacent. ABBA (A B | B A) cancels a linear drift at even launch counts, but puts an
   arm's two middle starts side by side, where one burst of load on a shared machine shifts both and the
   between-launch variance does not see it (a real A/A at 2 launches FAILed that way, 2026-12-04); a
-  drift's bias here has the random sign of the first arm. "abba" records are still read (resume);
+  drift's bias here has the random sign of the first arm;
 * a resumed run (`--resume`, and each look of `--until-decided`, which resumes its own run) keeps the
   order its results recorded; results written before orders were recorded ran the control first,
   and go on that way (scheme "control first").
@@ -31,13 +31,12 @@ from typing import Any
 
 ORDER_SCHEMA_VERSION = 1
 ALTERNATE = "alternate"
-ABBA = "abba"  # written 2026-12-04 19:19-20:40 UTC: still read, so that such a run resumes as it began
 FIXED = "control first"  # results from before the order was recorded: every launch in the plan's order
 
 
 @dataclass(frozen=True)
 class LaunchOrder:
-    """The arms' order for every launch of a run: `first`, every launch (ABBA: reversed on odd ones)."""
+    """The arms' order for every launch of a run: `first`, every launch."""
 
     scheme: str
     first: tuple[str, ...]
@@ -46,8 +45,6 @@ class LaunchOrder:
 
     def arms(self, launch: int) -> tuple[str, ...]:
         """The arm names in the order their engines start in launch `launch` (0-based)."""
-        if self.scheme == ABBA and launch % 2 == 1:
-            return tuple(reversed(self.first))
         return self.first
 
     def position(self, arm: str, launch: int) -> int:
@@ -78,7 +75,7 @@ def new_order(names: Sequence[str], seed: int | None = None) -> LaunchOrder:
 
 def from_record(record: Any, names: Sequence[str]) -> LaunchOrder | None:
     """A result's recorded `launch_order` for these arms, or None when it records none usable."""
-    if not isinstance(record, dict) or record.get("scheme") not in (ALTERNATE, ABBA, FIXED):
+    if not isinstance(record, dict) or record.get("scheme") not in (ALTERNATE, FIXED):
         return None
     first = record.get("first")
     if not isinstance(first, list) or sorted(map(str, first)) != sorted(names):
