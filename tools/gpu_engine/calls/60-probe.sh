@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# 60-probe.sh NAME VARIANT... (or @FILE): decode_probe.py (tools/gpu_engine) into $RUNS/probe-NAME: per variant one
+# engine start, decode tok/s over fresh prompts, and one instrumented generate (graph replays timed by
+# CUDA events, host time per step, synchronising operations). PROBE_S (default 540) stops it in time
+# to pack; the variants done by then are kept. JIT_PACK=1 also brings back the JIT caches (Triton,
+# vLLM, CuTe DSL) as jit-cache.tgz.NN parts of <= 15 MiB, for a later machine to skip the compile.
+source tools/gpu_engine/calls/lib.sh
+use_engine
+NAME=${1:?usage: 60-probe.sh NAME VARIANT...}
+shift
+step "decode_probe $NAME: $#"
+t0=$(date +%s)
+timeout "${PROBE_S:-540}" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-$NAME" "$@" \
+  --variant-timeout "${VARIANT_S:-240}" 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
+echo "probe $NAME: rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+cat "$RUNS/probe-$NAME/summary.txt" 2>/dev/null
+if [ "${JIT_PACK:-0}" = 1 ]; then
+  step "pack JIT caches"
+  dirs=$(ls -d "$HOME/.triton/cache" "$HOME/.cache/vllm" "$HOME/.cache/cutlass"* /tmp/*cutlass* /tmp/*cute* 2>/dev/null | tr '\n' ' ')
+  du -sh $dirs 2>/dev/null | tee -a "$LOG"
+  # shellcheck disable=SC2086
+  tar -czf /tmp/jit-cache.tgz $dirs 2>/dev/null
+  n=$(stat -c %s /tmp/jit-cache.tgz)
+  if [ "$n" -lt $((60 * 1024 * 1024)) ]; then  # the tool brings back 8 files, 64 MiB in all
+    split -b 15m -d /tmp/jit-cache.tgz "$OUT/jit-cache.tgz."
+    ls -l "$OUT"/jit-cache.tgz.* | tee -a "$LOG"
+  else
+    echo "JIT caches: $n bytes packed, too large to bring back" | tee -a "$LOG"
+  fi
+fi
+pack_runs "probe-$NAME" "probe-$NAME.txt"

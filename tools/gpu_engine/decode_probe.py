@@ -1,0 +1,355 @@
+"""decode_probe.py OUTDIR VARIANT... [--reps 3] [--tokens 256] [--input 2048]
+
+Where a decode step's time goes without a profiler, for several arm variants in one device call: one
+engine start per variant, each in a child interpreter with the arm's env exactly as qgate builds it
+(preflight.arm_process_env of the contract's arm env) plus the variant's extra env, the engine core
+in that process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and an attestation folder as qgate's launcher gives
+one (QGATE_ATTEST_DIR; `-QGATE_ATTEST_DIR` in a variant's env leaves it out).
+
+VARIANT is NAME=CONTRACT:ARM[:KEY=VALUE;KEY=VALUE;...], or @FILE (variants one a line, # comments).
+CONTRACT is a path or a name under contracts/; KEY=VALUE overrides the arm's env, -KEY removes KEY (`;`
+separates them: values may hold JSON). E.g. `gemv=qwen38-prodshape-bf16-h200:control:
+VLLM_SM70_QWEN38_FP16_GEMV=1` is the control with the GEMV route alone (tools/gpu_engine/probes/).
+
+Per variant the child (1) warms up on two prompts of its own, (2) times --reps generates of --tokens
+greedy tokens, each on a fresh prompt after a prefix-cache reset, with qgate's formula (decode tok/s
+= (n - 1) / (last_token_ts - first_token_ts), from the engine's timestamps; TTFT), the same prompts in
+every variant (token hashes comparable), (3) runs one more generate instrumented: CUDA events around
+every CUDAGraph.replay (the decode graph's GPU time, no CUPTI) and around LogitsProcessor.forward
+(the lm_head and what follows it, outside the graph), host time of each engine step and of each
+replay call, and PyTorch's synchronizing-operation detector (torch.cuda.set_sync_debug_mode) with
+the Python frames that made each sync. So a slower variant says whether its decode graph is slower on
+the GPU or its host side is (a sync, a longer step), which the profiler's timeline (profile_decode.py,
+which makes both arms host-bound) cannot.
+
+Writes OUTDIR/<variant>.json and .log, appends one line per variant to OUTDIR/summary.txt as soon
+as it is done (a call stopped at its limit keeps what finished). Not a gate: figures for the report
+(docs/gpu.md); a verdict is `qgate run speed` / `qgate ablate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _variant(spec: str) -> tuple[str, Path, str, dict[str, str | None]]:
+    name, _, rest = spec.partition("=")
+    parts = rest.split(":", 2)
+    if not name or len(parts) < 2:
+        raise SystemExit(f"decode_probe: variant {spec!r}: expected NAME=CONTRACT:ARM[:K=V;...]")
+    contract = Path(parts[0])
+    if not contract.exists():
+        contract = ROOT / "contracts" / f"{parts[0]}.yaml"
+    extra: dict[str, str | None] = {}
+    for kv in parts[2].split(";") if len(parts) == 3 and parts[2] else []:
+        if kv.startswith("-"):
+            extra[kv[1:]] = None
+        else:
+            k, sep, v = kv.partition("=")
+            if not sep:
+                raise SystemExit(f"decode_probe: variant {name}: {kv!r} is not KEY=VALUE or -KEY")
+            extra[k] = v
+    return name, contract, parts[1], extra
+
+
+def _setup(contract: Path, arm: str, extra: dict[str, str | None], attest: Path) -> tuple[dict, dict]:
+    from qgate.contract import load_contract
+    from qgate.engine.preflight import arm_process_env
+    from qgate.models import resolve_model
+    from qgate_route_env import ATTEST_DIR_ENV
+
+    c = load_contract(contract).contract
+    env, _ = arm_process_env(os.environ, c.env_for(arm))
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env[ATTEST_DIR_ENV] = str(attest)
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    path, _ = resolve_model(c.model)
+    return env, {**c.engine_for(arm), "model": path}
+
+
+def _gpu_state() -> str:
+    try:
+        q = "clocks.sm,clocks.mem,power.draw,temperature.gpu,memory.used"
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "n/a"
+
+
+# --- the child: one engine, timed reps, one instrumented rep ------------------------------------------
+
+
+def child(args_path: Path, out_json: Path) -> None:
+    a = json.loads(args_path.read_text())
+    import torch
+
+    gpu = torch.cuda.is_available()
+    probe = _Hooks(torch, gpu)
+    probe.install()  # before the engine captures its graphs: vLLM binds CUDAGraph.replay at capture
+
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from qgate.speed.workload import synthetic_prompt
+
+    t0 = time.time()
+    llm = LLM(disable_log_stats=False, **a["engine"])
+    start_s = time.time() - t0
+    probe.install_step(type(llm.llm_engine))
+    vocab = llm.llm_engine.model_config.get_vocab_size()
+    special = sorted(int(i) for i in getattr(llm.get_tokenizer(), "all_special_ids", []))
+
+    def generate(key: str, n_out: int) -> dict:
+        prompt = synthetic_prompt(vocab, a["input_tokens"], f"qgate-probe:{key}", special)
+        if not llm.reset_prefix_cache():
+            raise RuntimeError("reset_prefix_cache() returned False")
+        sp = SamplingParams(
+            temperature=0.0, max_tokens=n_out, min_tokens=n_out, ignore_eos=True, detokenize=False
+        )
+        t = time.perf_counter()
+        (out,) = llm.generate([TokensPrompt(prompt_token_ids=prompt)], sp, use_tqdm=False)
+        wall = time.perf_counter() - t
+        m = out.metrics
+        ids = [int(x) for x in out.outputs[0].token_ids]
+        n = int(m.num_generation_tokens)
+        return {
+            "decode_tok_s": (n - 1) / (m.last_token_ts - m.first_token_ts),
+            "ttft_ms": m.first_token_latency * 1000.0,
+            "wall_s": wall,
+            "tokens": n,
+            "token_ids_head": ids[:16],
+            "token_ids_hash": hash(tuple(ids)) & 0xFFFFFFFF,
+        }
+
+    for w in range(2):
+        generate(f"warm:{w}", 32)
+    reps = [generate(f"rep:{r}", a["tokens"]) for r in range(a["reps"])]
+    gpu_state = _gpu_state() if gpu else "cpu"
+    probe.active = True
+    inst = generate(f"rep:{a['reps']}", a["tokens"])
+    probe.active = False
+    rec = {
+        "engine_start_s": round(start_s, 1),
+        "engine_args": a["engine"],
+        "env_routes": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_SM70_", "QGATE_"))},
+        "reps": reps,
+        "decode_tok_s_mean": statistics.fmean(r["decode_tok_s"] for r in reps),
+        "ttft_ms_mean": statistics.fmean(r["ttft_ms"] for r in reps),
+        "instrumented": {**inst, **probe.summary(inst["tokens"])},
+        "gpu_state_before_instrumented": gpu_state,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+    }
+    out_json.write_text(json.dumps(rec, indent=1))
+    print("PROBE " + _line(out_json.stem, rec), flush=True)
+    os._exit(0)  # vLLM's in-process engine: skip the interpreter's teardown
+
+
+class _Hooks:
+    """CUDA events and host clocks around graph replays, the logits, engine steps; sync detection."""
+
+    def __init__(self, torch_mod, gpu: bool) -> None:
+        self.t = torch_mod
+        self.gpu = gpu
+        self.active = False
+        self.replays: list = []  # (start event, end event, host s)
+        self.logits: list = []
+        self.steps: list[float] = []  # host s of each engine step
+        self.syncs: dict[str, int] = {}
+
+    def _events(self):
+        return self.t.cuda.Event(enable_timing=True), self.t.cuda.Event(enable_timing=True)
+
+    def install(self) -> None:
+        t, hooks = self.t, self
+        if self.gpu:
+            graph = t.cuda.CUDAGraph
+            orig_replay = graph.replay
+
+            def replay(g):
+                if not hooks.active:
+                    return orig_replay(g)
+                s, e = hooks._events()
+                h = time.perf_counter()
+                s.record()
+                out = orig_replay(g)
+                e.record()
+                hooks.replays.append((s, e, time.perf_counter() - h))
+                return out
+
+            graph.replay = replay
+        from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+        orig_fwd = LogitsProcessor.forward
+
+        def forward(lp, *args, **kwargs):
+            if not (hooks.active and hooks.gpu):
+                return orig_fwd(lp, *args, **kwargs)
+            s, e = hooks._events()
+            s.record()
+            out = orig_fwd(lp, *args, **kwargs)
+            e.record()
+            hooks.logits.append((s, e, 0.0))
+            return out
+
+        LogitsProcessor.forward = forward
+
+    def install_step(self, engine_cls) -> None:
+        """Time each engine step (the in-process engine: LLM.generate calls step() once a step)."""
+        t, hooks = self.t, self
+        orig_step = engine_cls.step
+
+        def step(engine, *args, **kwargs):
+            if not hooks.active:
+                return orig_step(engine, *args, **kwargs)
+            h = time.perf_counter()
+            mode = None
+            if hooks.gpu:
+                mode = t.cuda.get_sync_debug_mode()
+                t.cuda.set_sync_debug_mode(1)
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                prev = warnings.showwarning
+                warnings.showwarning = hooks._on_warning
+                try:
+                    return orig_step(engine, *args, **kwargs)
+                finally:
+                    warnings.showwarning = prev
+                    if mode is not None:
+                        t.cuda.set_sync_debug_mode(mode)
+                    hooks.steps.append(time.perf_counter() - h)
+
+        engine_cls.step = step
+
+    def _on_warning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        text = str(message)
+        if "synchroniz" not in text.lower():
+            return
+        frames = [
+            f"{Path(f.filename).name}:{f.lineno}:{f.name}"
+            for f in traceback.extract_stack()[:-2]
+            if "/torch/" not in f.filename and "decode_probe" not in f.filename
+        ]
+        key = " < ".join(reversed(frames[-4:]))
+        self.syncs[key] = self.syncs.get(key, 0) + 1
+
+    def summary(self, tokens: int) -> dict:
+        out: dict = {
+            "steps": len(self.steps),
+            "syncs_by_site": dict(sorted(self.syncs.items(), key=lambda kv: -kv[1])),
+        }
+        out["sync_count"] = sum(self.syncs.values())
+        if self.steps:
+            out["step_host_us_median"] = 1e6 * statistics.median(self.steps)
+            out["step_host_us_mean"] = 1e6 * statistics.fmean(self.steps)
+        if self.gpu:
+            self.t.cuda.synchronize()
+            rep = [s.elapsed_time(e) * 1000.0 for s, e, _ in self.replays]
+            lg = [s.elapsed_time(e) * 1000.0 for s, e, _ in self.logits]
+            out["replays"] = len(rep)
+            out["replays_per_token"] = len(rep) / max(tokens, 1)
+            if rep:
+                out["replay_gpu_us_median"] = statistics.median(rep)
+                out["replay_gpu_us_mean"] = statistics.fmean(rep)
+                out["replay_host_us_median"] = 1e6 * statistics.median(h for _, _, h in self.replays)
+                # GPU time from one replay's start to the next's: the step's pace on the GPU's clock
+                gaps = [
+                    self.replays[i][0].elapsed_time(self.replays[i + 1][0]) * 1000.0
+                    for i in range(len(self.replays) - 1)
+                ]
+                if gaps:
+                    out["replay_to_replay_us_median"] = statistics.median(gaps)
+            if lg:
+                out["logits_gpu_us_median"] = statistics.median(lg)
+                out["logits_calls"] = len(lg)
+        return out
+
+
+def _line(name: str, rec: dict) -> str:
+    i = rec["instrumented"]
+    f = lambda k, fmt="{:.0f}": fmt.format(i[k]) if k in i else "-"  # noqa: E731
+    reps = ", ".join(f"{r['decode_tok_s']:.1f}" for r in rec["reps"])
+    return (
+        f"{name:<22} start {rec['engine_start_s']:>5.1f} s | decode {rec['decode_tok_s_mean']:7.1f} tok/s "
+        f"({reps}) | TTFT {rec['ttft_ms_mean']:6.1f} ms | "
+        f"inst {i['decode_tok_s']:.1f} tok/s: step host {f('step_host_us_median')} us, replays/tok "
+        f"{f('replays_per_token', '{:.2f}')}, replay GPU {f('replay_gpu_us_median')} us "
+        f"(host {f('replay_host_us_median')}), "
+        f"replay-to-replay {f('replay_to_replay_us_median')} us, logits GPU {f('logits_gpu_us_median')} us, "
+        f"syncs {i.get('sync_count', 0)} | tokens {i['token_ids_head'][:4]}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("variants", nargs="*")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--input", type=int, default=2048)
+    ap.add_argument("--variant-timeout", type=float, default=300.0)
+    ap.add_argument("--child", nargs=2, metavar=("ARGS_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(Path(a.child[0]), Path(a.child[1]))
+        return
+    a.out.mkdir(parents=True, exist_ok=True)
+    specs = []
+    for v in a.variants:  # @FILE: variants one a line (# comments)
+        lines = Path(v[1:]).read_text().splitlines() if v.startswith("@") else [v]
+        specs += [x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#")]
+    for spec in specs:
+        name, contract, arm, extra = _variant(spec)
+        attest = Path(tempfile.mkdtemp(prefix=f"probe-{name}-", dir=a.out))
+        env, engine = _setup(contract, arm, extra, attest)
+        args_path = a.out / f"{name}.args.json"
+        args_path.write_text(
+            json.dumps(
+                {"engine": engine, "reps": a.reps, "tokens": a.tokens, "input_tokens": a.input}, indent=1
+            )
+        )
+        t0 = time.time()
+        cmd = [sys.executable, __file__, str(a.out), "--child", str(args_path), str(a.out / f"{name}.json")]
+        with open(a.out / f"{name}.log", "w") as log:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                rc = proc.wait(timeout=a.variant_timeout)
+            except subprocess.TimeoutExpired:  # a hung engine must not take the rest of the call
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = f"timeout after {a.variant_timeout:.0f} s ({proc.wait()})"
+        tail = (a.out / f"{name}.log").read_text(errors="replace").splitlines()
+        line = next((x[6:] for x in tail if x.startswith("PROBE ")), None)
+        line = line or f"{name:<22} rc={rc}: " + " | ".join(tail[-4:])[-600:]
+        line += f" | {time.time() - t0:.0f} s"
+        with open(a.out / "summary.txt", "a") as fh:
+            fh.write(line + "\n")
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
