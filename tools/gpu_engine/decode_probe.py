@@ -30,6 +30,7 @@ as it is done (a call stopped at its limit keeps what finished). Not a gate: fig
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -146,9 +147,12 @@ def child(args_path: Path, out_json: Path) -> None:
         generate(f"warm:{w}", 32)
     reps = [generate(f"rep:{r}", a["tokens"]) for r in range(a["reps"])]
     gpu_state = _gpu_state() if gpu else "cpu"
-    probe.active = True
+    probe.start("timeline")
     inst = generate(f"rep:{a['reps']}", a["tokens"])
-    probe.active = False
+    timeline = probe.summary()
+    probe.start("syncs")
+    generate(f"rep:{a['reps'] + 1}", 64)
+    syncs = probe.summary()
     rec = {
         "engine_start_s": round(start_s, 1),
         "engine_args": a["engine"],
@@ -156,7 +160,7 @@ def child(args_path: Path, out_json: Path) -> None:
         "reps": reps,
         "decode_tok_s_mean": statistics.fmean(r["decode_tok_s"] for r in reps),
         "ttft_ms_mean": statistics.fmean(r["ttft_ms"] for r in reps),
-        "instrumented": {**inst, **probe.summary(inst["tokens"])},
+        "instrumented": {**inst, **timeline, **{k: syncs[k] for k in ("syncs_by_site", "sync_count")}},
         "gpu_state_before_instrumented": gpu_state,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
@@ -167,19 +171,50 @@ def child(args_path: Path, out_json: Path) -> None:
 
 
 class _Hooks:
-    """CUDA events and host clocks around graph replays, the logits, engine steps; sync detection."""
+    """Instrumentation of one generate, by mode: "timeline" records a CUDA event with the host clock at
+    each engine step's start and end, around every CUDAGraph.replay and LogitsProcessor.forward, and the
+    host time spent blocked in CUDA synchronisations; "syncs" turns PyTorch's synchronising-operation
+    detector on and keeps the Python frames of each sync. Off (None): one attribute read a call."""
 
     def __init__(self, torch_mod, gpu: bool) -> None:
         self.t = torch_mod
         self.gpu = gpu
-        self.active = False
-        self.replays: list = []  # (start event, end event, host s)
-        self.logits: list = []
+        self.mode: str | None = None
+        self.marks: list = []  # (label, host s, event)
+        self.waits: list = []  # (step index, host s blocked in a synchronize)
         self.steps: list[float] = []  # host s of each engine step
         self.syncs: dict[str, int] = {}
+        self.anchor: tuple[float, object] | None = None
 
-    def _events(self):
-        return self.t.cuda.Event(enable_timing=True), self.t.cuda.Event(enable_timing=True)
+    def mark(self, label: str) -> None:
+        if self.mode == "timeline" and self.gpu:
+            e = self.t.cuda.Event(enable_timing=True)
+            e.record()
+            self.marks.append((label, time.perf_counter(), e))
+
+    def start(self, mode: str) -> None:
+        """The host clock of the GPU's: an event that has completed, read right after it did."""
+        if self.gpu:
+            self.t.cuda.synchronize()
+            e = self.t.cuda.Event(enable_timing=True)
+            e.record()
+            e.synchronize()
+            self.anchor = (time.perf_counter(), e)
+        self.mode = mode
+
+    def _timed(self, fn):
+        hooks = self
+
+        def wrapper(*args, **kwargs):
+            if hooks.mode != "timeline":
+                return fn(*args, **kwargs)
+            h = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                hooks.waits.append((len(hooks.steps), time.perf_counter() - h))
+
+        return wrapper
 
     def install(self) -> None:
         t, hooks = self.t, self
@@ -188,29 +223,23 @@ class _Hooks:
             orig_replay = graph.replay
 
             def replay(g):
-                if not hooks.active:
-                    return orig_replay(g)
-                s, e = hooks._events()
-                h = time.perf_counter()
-                s.record()
+                hooks.mark("replay0")
                 out = orig_replay(g)
-                e.record()
-                hooks.replays.append((s, e, time.perf_counter() - h))
+                hooks.mark("replay1")
                 return out
 
             graph.replay = replay
+            # Where the host blocks on the GPU (vLLM's async output copy waits on an event).
+            t.cuda.Event.synchronize = self._timed(t.cuda.Event.synchronize)
+            t.cuda.Stream.synchronize = self._timed(t.cuda.Stream.synchronize)
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
         orig_fwd = LogitsProcessor.forward
 
         def forward(lp, *args, **kwargs):
-            if not (hooks.active and hooks.gpu):
-                return orig_fwd(lp, *args, **kwargs)
-            s, e = hooks._events()
-            s.record()
+            hooks.mark("logits0")
             out = orig_fwd(lp, *args, **kwargs)
-            e.record()
-            hooks.logits.append((s, e, 0.0))
+            hooks.mark("logits1")
             return out
 
         LogitsProcessor.forward = forward
@@ -221,15 +250,21 @@ class _Hooks:
         orig_step = engine_cls.step
 
         def step(engine, *args, **kwargs):
-            if not hooks.active:
+            if hooks.mode is None:
                 return orig_step(engine, *args, **kwargs)
-            h = time.perf_counter()
-            mode = None
-            if hooks.gpu:
-                mode = t.cuda.get_sync_debug_mode()
-                t.cuda.set_sync_debug_mode(1)
+            if hooks.mode == "timeline":
+                h = time.perf_counter()
+                hooks.mark("step0")
+                try:
+                    return orig_step(engine, *args, **kwargs)
+                finally:
+                    hooks.mark("step1")
+                    hooks.steps.append(time.perf_counter() - h)
             import warnings
 
+            mode = t.cuda.get_sync_debug_mode() if hooks.gpu else None
+            if hooks.gpu:
+                t.cuda.set_sync_debug_mode(1)
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 prev = warnings.showwarning
@@ -240,7 +275,6 @@ class _Hooks:
                     warnings.showwarning = prev
                     if mode is not None:
                         t.cuda.set_sync_debug_mode(mode)
-                    hooks.steps.append(time.perf_counter() - h)
 
         engine_cls.step = step
 
@@ -256,35 +290,50 @@ class _Hooks:
         key = " < ".join(reversed(frames[-4:]))
         self.syncs[key] = self.syncs.get(key, 0) + 1
 
-    def summary(self, tokens: int) -> dict:
-        out: dict = {
-            "steps": len(self.steps),
-            "syncs_by_site": dict(sorted(self.syncs.items(), key=lambda kv: -kv[1])),
-        }
+    def summary(self) -> dict:
+        """Per decode step (medians over the steps after the first two): host time of the step, host
+        time blocked in synchronisations, GPU time of the graph replay and of the logits, and the
+        launch lag (GPU clock of the replay's start minus the host clock of its launch: large = the
+        GPU still had queued work, the host runs ahead; ~0 = the GPU sat idle until the host
+        launched: host-bound or serialised)."""
+        self.mode = None
+        out: dict = {"syncs_by_site": dict(sorted(self.syncs.items(), key=lambda kv: -kv[1]))}
         out["sync_count"] = sum(self.syncs.values())
+        med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
         if self.steps:
-            out["step_host_us_median"] = 1e6 * statistics.median(self.steps)
-            out["step_host_us_mean"] = 1e6 * statistics.fmean(self.steps)
-        if self.gpu:
-            self.t.cuda.synchronize()
-            rep = [s.elapsed_time(e) * 1000.0 for s, e, _ in self.replays]
-            lg = [s.elapsed_time(e) * 1000.0 for s, e, _ in self.logits]
-            out["replays"] = len(rep)
-            out["replays_per_token"] = len(rep) / max(tokens, 1)
-            if rep:
-                out["replay_gpu_us_median"] = statistics.median(rep)
-                out["replay_gpu_us_mean"] = statistics.fmean(rep)
-                out["replay_host_us_median"] = 1e6 * statistics.median(h for _, _, h in self.replays)
-                # GPU time from one replay's start to the next's: the step's pace on the GPU's clock
-                gaps = [
-                    self.replays[i][0].elapsed_time(self.replays[i + 1][0]) * 1000.0
-                    for i in range(len(self.replays) - 1)
-                ]
-                if gaps:
-                    out["replay_to_replay_us_median"] = statistics.median(gaps)
-            if lg:
-                out["logits_gpu_us_median"] = statistics.median(lg)
-                out["logits_calls"] = len(lg)
+            out["steps"] = len(self.steps)
+            out["step_host_us_median"] = 1e6 * med(self.steps[2:] or self.steps)
+        per_step: dict[int, float] = {}
+        for i, w in self.waits:
+            per_step[i] = per_step.get(i, 0.0) + w
+        out["sync_wait_us_median"] = 1e6 * (
+            med([per_step.get(i, 0.0) for i in range(2, len(self.steps))]) or 0.0
+        )
+        if not (self.gpu and self.anchor):
+            return out
+        self.t.cuda.synchronize()
+        h0, e0 = self.anchor
+        rows: list[dict] = []
+        for label, h, e in self.marks:
+            if label == "step0":
+                rows.append({})
+            if rows:
+                rows[-1].setdefault(label, (h, h0 + e0.elapsed_time(e) / 1000.0))
+        us = lambda a, b: 1e6 * (b - a)  # noqa: E731
+        keep = [r for r in rows[2:] if "replay0" in r and "replay1" in r]
+        out["decode_steps_timed"] = len(keep)
+        if keep:
+            out["replay_gpu_us_median"] = med([us(r["replay0"][1], r["replay1"][1]) for r in keep])
+            out["launch_lag_us_median"] = med([us(r["replay0"][0], r["replay0"][1]) for r in keep])
+            with_logits = [r for r in keep if "logits0" in r and "logits1" in r]
+            if with_logits:
+                out["logits_gpu_us_median"] = med([us(r["logits0"][1], r["logits1"][1]) for r in with_logits])
+            starts = [r["step0"][1] for r in keep if "step0" in r]
+            if len(starts) > 1:
+                out["gpu_step_us_median"] = med([us(a, b) for a, b in itertools.pairwise(starts)])
+            out["timeline_head"] = [
+                {k: [round(us(h0, v[0])), round(us(h0, v[1]))] for k, v in r.items()} for r in rows[:12]
+            ]
         return out
 
 
@@ -295,10 +344,10 @@ def _line(name: str, rec: dict) -> str:
     return (
         f"{name:<22} start {rec['engine_start_s']:>5.1f} s | decode {rec['decode_tok_s_mean']:7.1f} tok/s "
         f"({reps}) | TTFT {rec['ttft_ms_mean']:6.1f} ms | "
-        f"inst {i['decode_tok_s']:.1f} tok/s: step host {f('step_host_us_median')} us, replays/tok "
-        f"{f('replays_per_token', '{:.2f}')}, replay GPU {f('replay_gpu_us_median')} us "
-        f"(host {f('replay_host_us_median')}), "
-        f"replay-to-replay {f('replay_to_replay_us_median')} us, logits GPU {f('logits_gpu_us_median')} us, "
+        f"inst {i['decode_tok_s']:.1f} tok/s: step host {f('step_host_us_median')} us, GPU step "
+        f"{f('gpu_step_us_median')} us, replay GPU {f('replay_gpu_us_median')} us, logits GPU "
+        f"{f('logits_gpu_us_median')} us, launch lag {f('launch_lag_us_median')} us, sync wait "
+        f"{f('sync_wait_us_median')} us, "
         f"syncs {i.get('sync_count', 0)} | tokens {i['token_ids_head'][:4]}"
     )
 

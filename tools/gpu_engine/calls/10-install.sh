@@ -16,6 +16,7 @@ step "unpack (device_install.sh, GE_CHECKS=0)"
 GE_CHECKS=0 bash tools/gpu_engine/device_install.sh "$GE" 2>&1 | tail -n 4 | tee -a "$LOG"
 [ "${PIPESTATUS[0]}" = 0 ] || exit 3
 use_engine
+restore_jit
 step "production-shape checkpoints: ${PRODSHAPE:-qsa}, $LAYERS layers (background)"
 ( for v in ${PRODSHAPE:-qsa}; do
     t0=$(date +%s)

@@ -35,6 +35,14 @@ wait_build() {  # the kernels_ext build started by stage.sh 01; its .so beside t
 
 q() { python3 -m qgate "$@"; }
 
+# restore_jit: the JIT caches an earlier machine packed (60-probe.sh JIT_PACK=1: Triton's, vLLM's, the
+# CuTe DSL's), when this call carries them as .gpu-engine/jit/jit-cache.tgz.NN: the first engine start
+# then skips the compile (~100 s at the production shapes). Same GPU, driver and payload only.
+restore_jit() {
+  ls .gpu-engine/jit/jit-cache.tgz.* >/dev/null 2>&1 || return 0
+  cat .gpu-engine/jit/jit-cache.tgz.* | tar -xzf - -C / && echo "JIT caches restored: $(du -sh .gpu-engine/jit | cut -f1)" | tee -a "$LOG"
+}
+
 # gate NAME CONTRACT: qgate run speed + qgate compare into $RUNS/NAME, timed, summarised in the log.
 gate() {
   local name=$1 contract=$2 t0 rc
