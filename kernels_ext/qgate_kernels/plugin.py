@@ -34,14 +34,14 @@ Platform shims (qgate_kernels.shims, QGATE_SHIMS) are applied first, in both arm
 
 The decision (route or fallback) is made per call inside the custom op `qgate_routes::linear` /
 `qgate_routes::gdn_input`: vLLM traces the model once (torch.compile) and would otherwise bake in
-whichever branch the trace saw. In eager mode (enforce_eager, the CPU demo) a linear layer's call skips
-the op's dispatcher round trip and runs the same per-call decision directly (`sites/gemv.py`
-routed_apply). The set of routes on joins vLLM's compile-cache key, so no arm reuses another arm's
-compiled graph. Counts go to
-`attest.Recorder` (files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally
-(one integer increment a call), written with the other counts. Under CUDA graphs the op's body runs
-at capture only: graphs.py notes what each graph captured and adds it at every replay, so the
-written hits are executions (eager calls + captured calls x replays), with the captures per role beside.
+whichever branch the trace saw. Outside a trace (enforce_eager, the CPU demo, and vLLM 0.32's Qwen4Exp
+on CUDA, which runs CUDA graphs without torch.compile) every site skips the op's dispatcher round trip
+(~10 us a call on the CPU) and runs the same per-call decision directly. The set of routes on joins
+vLLM's compile-cache key, so no arm reuses another arm's compiled graph. Counts go to `attest.Recorder`
+(files in $QGATE_ATTEST_DIR); a routed linear layer counts its hits on its own tally (one integer
+increment a call), written with the other counts. Under CUDA graphs the op's body runs at capture only:
+graphs.py notes what each graph captured and adds it at every replay, so the written hits are executions
+(eager calls + captured calls x replays), with the captures per role beside.
 
 Memory: vLLM's CPU path repacks linear weights and drops `layer.weight`; the route keeps a reference to
 the fp16 / bf16 weight taken before the repack, so on the CPU every routed layer's weight is held twice

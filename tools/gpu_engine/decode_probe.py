@@ -147,9 +147,12 @@ def child(args_path: Path, out_json: Path) -> None:
         generate(f"warm:{w}", 32)
     reps = [generate(f"rep:{r}", a["tokens"]) for r in range(a["reps"])]
     gpu_state = _gpu_state() if gpu else "cpu"
+    before = _threads()
+    t_wall, t_cpu = time.perf_counter(), os.times()
     probe.start("timeline")
     inst = generate(f"rep:{a['reps']}", a["tokens"])
     timeline = probe.summary()
+    host = _host_use(before, _threads(), time.perf_counter() - t_wall, os.times(), t_cpu)
     probe.start("syncs")
     generate(f"rep:{a['reps'] + 1}", 64)
     syncs = probe.summary()
@@ -162,12 +165,56 @@ def child(args_path: Path, out_json: Path) -> None:
         "ttft_ms_mean": statistics.fmean(r["ttft_ms"] for r in reps),
         "instrumented": {**inst, **timeline, **{k: syncs[k] for k in ("syncs_by_site", "sync_count")}},
         "gpu_state_before_instrumented": gpu_state,
+        "host": host,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
     }
     out_json.write_text(json.dumps(rec, indent=1))
     print("PROBE " + _line(out_json.stem, rec), flush=True)
     os._exit(0)  # vLLM's in-process engine: skip the interpreter's teardown
+
+
+def _threads() -> dict[str, tuple[str, int]]:
+    """This process's threads: tid -> (name, CPU clock ticks used so far: utime + stime)."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[tid] = (name, int(fields[11]) + int(fields[12]))
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return out
+
+
+def _host_use(before: dict, after: dict, wall: float, t1: os.times_result, t0: os.times_result) -> dict:
+    """Where the host's CPU went during one timed generate: the process's CPU seconds against the wall
+    (above 1: threads besides the engine's were busy), the threads that used CPU, by name, the CPUs the
+    process may run on, the machine's load, and the OpenMP runtimes loaded (two in one process can
+    spin against each other)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = []
+    for tid, (name, ticks) in after.items():
+        d = ticks - before.get(tid, (name, 0))[1]
+        if d:
+            used.append((name, tid, round(d / tick, 3)))
+    used.sort(key=lambda x: -x[2])
+    try:
+        maps = Path("/proc/self/maps").read_text()
+        libs = {ln.split()[-1] for ln in maps.splitlines() if ln.split()}
+        omp = sorted(p for p in libs if Path(p).name.startswith(("libgomp", "libiomp", "libomp")))
+    except (OSError, IndexError):
+        omp = []
+    return {
+        "wall_s": round(wall, 3),
+        "process_cpu_s": round((t1.user - t0.user) + (t1.system - t0.system), 3),
+        "threads": len(after),
+        "busy_threads": used[:8],
+        "affinity": len(os.sched_getaffinity(0)),
+        "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+        "openmp_libs": omp,
+    }
 
 
 class _Hooks:
@@ -338,7 +385,7 @@ class _Hooks:
 
 
 def _line(name: str, rec: dict) -> str:
-    i = rec["instrumented"]
+    i, h = rec["instrumented"], rec["host"]
     f = lambda k, fmt="{:.0f}": fmt.format(i[k]) if k in i else "-"  # noqa: E731
     reps = ", ".join(f"{r['decode_tok_s']:.1f}" for r in rec["reps"])
     return (
@@ -348,7 +395,8 @@ def _line(name: str, rec: dict) -> str:
         f"{f('gpu_step_us_median')} us, replay GPU {f('replay_gpu_us_median')} us, logits GPU "
         f"{f('logits_gpu_us_median')} us, launch lag {f('launch_lag_us_median')} us, sync wait "
         f"{f('sync_wait_us_median')} us, "
-        f"syncs {i.get('sync_count', 0)} | tokens {i['token_ids_head'][:4]}"
+        f"syncs {i.get('sync_count', 0)} | host CPU/wall {h['process_cpu_s']}/{h['wall_s']} s, "
+        f"busiest {h['busy_threads'][:2]} | tokens {i['token_ids_head'][:4]}"
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from qgate_kernels import record, registry
+from qgate_kernels.sites.fresh import unaliased
 from qgate_route_env import ROUTE_GDN as GDN_ROUTE
 
 GDN_ROLES = ("in_proj_qkvz", "in_proj_ba")
@@ -74,18 +75,7 @@ class GdnSite:
             raise RuntimeError(
                 f"qgate fused_gdn_input_fp16 implementation returned shapes {got}, expected {want}"
             )
-        return unaliased(h, out)
-
-
-def unaliased(x: Any, outs: Any) -> tuple[Any, ...]:
-    """Custom-op outputs may not alias an input or each other: copy those that share storage."""
-    seen = {x.untyped_storage().data_ptr()}
-    fresh = []
-    for t in outs:
-        ptr = t.untyped_storage().data_ptr()
-        fresh.append(t.clone(memory_format=torch.contiguous_format) if ptr in seen else t.contiguous())
-        seen.add(ptr)
-    return tuple(fresh)
+        return unaliased((h,), out, contiguous=True)
 
 
 def gdn_vllm_input(layer: Any, h: Any) -> tuple[Any, Any, Any, Any]:
@@ -102,8 +92,9 @@ def gdn_vllm_input(layer: Any, h: Any) -> tuple[Any, Any, Any, Any]:
         mixed_qkv, z = mixed_qkvz.split([qkv_size, z_size], dim=-1)
         z = z.reshape(z.size(0), -1, layer.head_v_dim)
         b, a = layer.split_ba(ba)
-    # Custom-op outputs may not alias each other or an input (views of one tensor): fresh copies.
-    return mixed_qkv.clone(), z.clone(), b.clone(), a.clone()
+    # Views of mixed_qkvz and ba: a custom op's outputs may not share memory, so all but one of each
+    # tensor's views are copied (sites/fresh.py).
+    return unaliased((h,), (mixed_qkv, z, b, a), contiguous=True)
 
 
 def gdn_forward(orig: Callable[..., Any], device: str) -> Callable[..., Any]:
@@ -116,7 +107,10 @@ def gdn_forward(orig: Callable[..., Any], device: str) -> Callable[..., Any]:
         from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import _encode_layer_name
 
         num_tokens = hidden_states.size(0)
-        mixed_qkv, z, b, a = torch.ops.qgate_routes.gdn_input(hidden_states, site)
+        if torch.compiler.is_compiling():  # the op keeps the per-call decision out of a traced graph
+            mixed_qkv, z, b, a = torch.ops.qgate_routes.gdn_input(hidden_states, site)
+        else:  # eager (and CUDA-graph capture): no dispatcher round trip
+            mixed_qkv, z, b, a = registry.STATE.sites[site].run(hidden_states)
         core_attn_out = torch.zeros(
             (num_tokens, self.num_v_heads // self.tp_size, self.head_v_dim),
             dtype=hidden_states.dtype,

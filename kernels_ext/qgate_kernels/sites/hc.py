@@ -1,14 +1,14 @@
 """The HyperConnection site of the route plugin (Qwen4Exp, vLLM 0.32).
 
-HC (`fused_hc_fp16`): every module of the loaded model whose class is the site's class
-(`GatedResidual` by default) and whose projections are unquantized is one site; its role is where it
-sits: `attn` (`attn_hyper_connection`: before the attention or GDN block), `moe`
-(`mlp_hyper_connection`: before the MoE block) or `final` (`hyper_connection_mixer`, use_combine=False),
-and hits are counted per role and method (`attn.mix`, `attn.combine_and_mix`, `moe.combine_and_mix`,
-`final.combine_and_mix`). The patched methods call the opaque ops `qgate_routes::hc_mix` /
-`qgate_routes::hc_combine_mix`; inside, batch-one fp16 / bf16 calls (the module's parameters and the
-activations of one dtype: registry.ROUTED_DTYPES) run `ops.hc_mix` / `ops.hc_combine_and_mix` and everything
-else vLLM's own method, counted with its reason.
+HC (`fused_hc_fp16`): every module of the loaded model whose class is the site's class (`GatedResidual`
+by default) and whose projections are unquantized is one site; its role is where it sits: `attn`
+(`attn_hyper_connection`: before the attention or GDN block), `moe` (`mlp_hyper_connection`: before the
+MoE block) or `final` (`hyper_connection_mixer`, use_combine=False), and hits are counted per role and
+method (`attn.mix`, `attn.combine_and_mix`, `moe.combine_and_mix`, `final.combine_and_mix`). The patched
+methods call the opaque ops `qgate_routes::hc_mix` / `qgate_routes::hc_combine_mix` under torch.compile
+and the ops' bodies directly otherwise; inside, batch-one fp16 / bf16 calls (the module's parameters and
+the activations of one dtype: registry.ROUTED_DTYPES) run `ops.hc_mix` / `ops.hc_combine_and_mix` and
+everything else vLLM's own method, counted with its reason.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from qgate_kernels import record, registry
+from qgate_kernels.sites.fresh import unaliased
 from qgate_route_env import ROUTE_HC as HC_ROUTE
 from qgate_route_env import SITE_HC_MIX as HC_MIX_IMPL  # the mix implementation is keyed like its site
 
@@ -79,7 +80,7 @@ class HcSite:
         return {"hc_count": self.hc, "lora_rank": self.rank, "eps": self.eps}
 
     def _injection_out(self, h: Any, injection: Any) -> Any:
-        return h.new_empty((h.shape[0], 0)) if injection is None else injection.clone()
+        return h.new_empty((h.shape[0], 0)) if injection is None else injection  # None: the op's [T, 0]
 
     def mix(self, h: Any) -> tuple[Any, Any]:
         state = registry.STATE
@@ -87,7 +88,7 @@ class HcSite:
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
             _, block_input, injection = self.orig["mix"](self.module(), h)
-            return block_input.clone(), self._injection_out(h, injection)
+            return unaliased((h,), (block_input, self._injection_out(h, injection)))
         if record.active():
             record.save(HC_ROUTE, self.name, h, None, None, weights=(self.norm, self.w_down, self.w_up))
         out = registry.invoke(
@@ -101,7 +102,7 @@ class HcSite:
             **self._kw(),
         )
         _, block_input, injection = self._checked(out, h, h)
-        return block_input, self._injection_out(h, injection)
+        return unaliased((h,), (block_input, self._injection_out(h, injection)))
 
     def combine_and_mix(self, h: Any, block_output: Any, injection: Any) -> tuple[Any, Any, Any]:
         state = registry.STATE
@@ -109,7 +110,7 @@ class HcSite:
         if reason is not None:
             state.recorder.fallback(HC_ROUTE, reason)
             h_new, block_input, inj = self.orig["combine_and_mix"](self.module(), h, block_output, injection)
-            return h_new.clone(), block_input.clone(), self._injection_out(h, inj)
+            return unaliased((h, block_output, injection), (h_new, block_input, self._injection_out(h, inj)))
         if record.active():
             record.save(
                 HC_ROUTE, self.name, h, block_output, injection, weights=(self.norm, self.w_down, self.w_up)
@@ -117,7 +118,7 @@ class HcSite:
         args = (h, block_output, injection, self.norm, self.w_down, self.w_up)
         out = registry.invoke(HC_ROUTE, f"{self.role}.combine_and_mix", *args, **self._kw())
         h_new, block_input, inj = self._checked(out, h, None)
-        return h_new, block_input, self._injection_out(h, inj)
+        return unaliased((h, block_output, injection), (h_new, block_input, self._injection_out(h, inj)))
 
     def _checked(self, out: Any, h: Any, same_h: Any) -> tuple[Any, Any, Any]:
         h_new, block_input, inj = out
@@ -165,6 +166,9 @@ def define_hc_ops() -> None:
         return h.new_empty(h.shape), h.new_empty((t, s.hs)), h.new_empty((t, s.hc if s.use_combine else 0))
 
 
+_is_compiling = torch.compiler.is_compiling
+
+
 def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., Any]:
     """The replacement of GatedResidual.mix (kind 'mix') or .combine_and_mix: the op for wired modules."""
     if kind == "mix":
@@ -173,7 +177,10 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
             sid = getattr(self, "_qgate_hc_site", None)
             if sid is None:
                 return orig(self, hidden_states)
-            block_input, inj = torch.ops.qgate_routes.hc_mix(hidden_states, sid)
+            if _is_compiling():  # the op keeps the per-call decision out of a traced graph
+                block_input, inj = torch.ops.qgate_routes.hc_mix(hidden_states, sid)
+            else:  # eager (and CUDA-graph capture): no dispatcher round trip (~10 us a call)
+                block_input, inj = registry.STATE.sites[sid].mix(hidden_states)
             return hidden_states, block_input, inj if registry.STATE.sites[sid].use_combine else None
 
         return registry.patched(mix, orig)
@@ -182,7 +189,10 @@ def patch_hc(owner: type, kind: str, orig: Callable[..., Any]) -> Callable[..., 
         sid = getattr(self, "_qgate_hc_site", None)
         if sid is None:
             return orig(self, hidden_states, prev_block_output, prev_injection)
-        out = torch.ops.qgate_routes.hc_combine_mix(hidden_states, prev_block_output, prev_injection, sid)
+        if _is_compiling():
+            out = torch.ops.qgate_routes.hc_combine_mix(hidden_states, prev_block_output, prev_injection, sid)
+        else:
+            out = registry.STATE.sites[sid].combine_and_mix(hidden_states, prev_block_output, prev_injection)
         h_new, block_input, inj = out
         return h_new, block_input, inj if registry.STATE.sites[sid].use_combine else None
 

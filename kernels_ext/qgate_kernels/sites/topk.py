@@ -106,9 +106,13 @@ def patch_topk(owner: Any, name: str, orig: Callable[..., Any]) -> list[str]:
     def topk(
         logits: Any, visible_blocks: Any, token_topk: int, compress_ratio: int, block_indices: Any, ws: Any
     ) -> None:
-        torch.ops.qgate_routes.qsa_topk(
-            logits, visible_blocks, token_topk, compress_ratio, block_indices, ws, sid
-        )
+        if torch.compiler.is_compiling():  # the op keeps the per-call decision out of a traced graph
+            torch.ops.qgate_routes.qsa_topk(
+                logits, visible_blocks, token_topk, compress_ratio, block_indices, ws, sid
+            )
+        else:  # eager (and CUDA-graph capture): no dispatcher round trip
+            site = registry.STATE.sites[sid]
+            site.run(logits, visible_blocks, token_topk, compress_ratio, block_indices, ws)
 
     patched = registry.patched(topk, orig)
     where = []
