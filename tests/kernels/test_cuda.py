@@ -541,3 +541,47 @@ def test_topk_chain_reads_scores_after_the_previous_kernel() -> None:
         eager = chain(qgate_kernels.qsa_topk)
         assert all(torch.equal(a, b) for a, b in zip(eager, want, strict=True)), f"seed {seed}"
     assert _no_fallbacks()
+
+
+_PDL_CHILD = """
+import sys, torch, qgate_kernels
+g = torch.Generator(device="cuda").manual_seed(int(sys.argv[2]))
+w = (torch.randn(4096, 2560, generator=g, device="cuda") * 2560**-0.5).half()  # [N, K]
+x = torch.randn(2560, generator=g, device="cuda").half()  # [K]
+s = torch.randn(2, 65536, generator=g, device="cuda")  # [rows, L] scores
+vis = torch.tensor([65536, 513], dtype=torch.int32, device="cuda")
+hc, hs, rank = 4, 2560, 320
+h = torch.randn(1, hc * hs, generator=g, device="cuda").bfloat16()  # [1, D]
+norm = (1 + 0.1 * torch.randn(hc * hs, generator=g, device="cuda")).bfloat16()  # [D]
+w_down = (0.02 * torch.randn(rank + hc + 12, hc * hs, generator=g, device="cuda")).bfloat16()  # [R+HC+pad, D]
+w_up = (0.05 * torch.randn(hc * hs, rank, generator=g, device="cuda")).bfloat16()  # [D, R]
+out = {
+    "gemv": qgate_kernels.gemv(w, x, static_weight=True),
+    "topk": qgate_kernels.qsa_topk(s, vis, 512),
+    "hc": qgate_kernels.hc_mix(h, norm, w_down, w_up, hc_count=hc, lora_rank=rank, eps=1e-6)[1],
+}
+assert all(not r for r in qgate_kernels.fallback_counts().values()), qgate_kernels.fallback_counts()
+torch.save({k: v.cpu() for k, v in out.items()}, sys.argv[1])
+"""
+
+
+def test_kernels_without_pdl_give_the_same_bits(tmp_path: object) -> None:
+    """QGATE_KERNELS_PDL=0 (read once a process by csrc/launchers.h: the engine probe's cand-nopdl)
+    launches the GEMV, top-k and HC kernels plainly: the same outputs, bit for bit, as with PDL."""
+    import os
+    import subprocess
+    import sys
+
+    from qgate_route_env import KERNELS_PDL_ENV
+
+    gen, seed = fresh_generator(DEV)
+    outs = []
+    for pdl in ("1", "0"):
+        path = f"{tmp_path}/pdl{pdl}.pt"
+        env = {**os.environ, KERNELS_PDL_ENV: pdl}
+        cmd = [sys.executable, "-c", _PDL_CHILD, path, str(seed)]
+        run = subprocess.run(cmd, env=env, capture_output=True)
+        assert run.returncode == 0, run.stderr.decode()[-2000:]
+        outs.append(torch.load(path))
+    for name in outs[0]:
+        assert torch.equal(outs[0][name], outs[1][name]), f"{name}, seed {seed}"
