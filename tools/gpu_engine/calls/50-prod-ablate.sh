@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # 50-prod-ablate.sh [DTYPE] [DESIGN]: `qgate ablate` at the production shapes (contracts/
 # qwen38-prodshape-DTYPE-h200.yaml, bf16 default; design one-at-a-time default: control, each route
-# alone, candidate). ABLATE_S (default 540) stops it in time for the pack to come back: the arms done
-# by then are kept (`qgate ablate --resume` continues them on a later machine).
+# alone, candidate). MAX_LAUNCHES=N adds `--until-decided --max-launches N` (launches added to every arm
+# until the candidate's verdict against the control is decided: the per-route effects then carry the
+# variance between engine starts too). ABLATE_S (default 540) stops it in time for the pack to come
+# back: the arms done by then are kept, and a second call of this script on the same machine continues
+# them (`--resume`, used when the output folder is there).
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
 step "qgate ablate --design ${2:-one-at-a-time} (prod shapes, $DT), at most ${ABLATE_S:-540} s"
 t0=$(date +%s)
+more=()
+[ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
+[ -d "$RUNS/ablate-$DT" ] && more+=(--resume)
 timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "contracts/qwen38-prodshape-$DT-h200.yaml" \
-  -o "$RUNS/ablate-$DT" --design "${2:-one-at-a-time}" >"$RUNS/ablate-$DT.txt" 2>&1
+  -o "$RUNS/ablate-$DT" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/ablate-$DT.txt" 2>&1
 echo "ablate rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 tail -n 40 "$RUNS/ablate-$DT.txt" | tee -a "$LOG"
 cat "$RUNS/ablate-$DT/ablation.md" 2>/dev/null | head -n 80 | tee -a "$LOG"
