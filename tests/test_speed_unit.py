@@ -229,3 +229,21 @@ def test_the_workloads_name_their_child_side_by_import_path() -> None:
     for bad in ("qgate.speed.workload", "qgate.speed.workload:", ":run_reps"):
         with pytest.raises(ValueError, match="package.module:function"):
             runner(bad)
+
+
+def test_the_audit_bar_counts_the_scored_reps_not_the_timed_ones() -> None:
+    """The audit's engine start scores as many reps as differed: its bar counts them (N/?), where it
+    showed 0 of the timed run's warmups + reps while it scored (seen on the H200: `0/5 audit: rep 3`)."""
+    from types import SimpleNamespace
+
+    from qgate.cli._progress import SpeedProgress
+    from qgate.speed.run import AUDIT_ARM
+
+    bars = SpeedProgress(SimpleNamespace(speed=SimpleNamespace(warmup=1, repetitions=4, launches=1)))
+    bars(AUDIT_ARM, {"event": "engine_ready", "engine_start_s": 3.0}, {})
+    for index in (0, 2, 3):
+        bars(AUDIT_ARM, {"event": "audit", "audit": {"index": index}}, {})
+    bars("control", {"event": "warmup", "index": 0}, {})
+    audit, control = (bars._bar.tasks[bars._tasks[arm]] for arm in (AUDIT_ARM, "control"))
+    assert (audit.completed, audit.total) == (3, None)
+    assert (control.completed, control.total) == (1, 5)

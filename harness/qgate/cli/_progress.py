@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qgate.contract import Contract
+from qgate.speed.run import AUDIT_ARM
 
 _Bars = TypeVar("_Bars", bound="ArmBars")
 
@@ -31,8 +32,11 @@ class ArmBars:
 
     def _task(self, arm: str, done: int = 0) -> int:
         if arm not in self._tasks:
+            # The audit's engine start scores as many reps as left the control's tokens, known only to
+            # its workload: its bar counts them without a total (N/?), not against the timed reps.
+            total = None if arm == AUDIT_ARM else self._total
             self._tasks[arm] = self._bar.add_task(
-                arm, total=self._total, completed=done, arm=arm, status="starting engine"
+                arm, total=total, completed=done, arm=arm, status="starting engine"
             )
         return self._tasks[arm]
 
@@ -68,7 +72,7 @@ class SpeedProgress(ArmBars):
                 status=f"rep {rep['index']}: {rep['decode_tok_s']:.1f} tok/s",
             )
         elif kind == "audit":  # the control's model scoring a candidate rep (qgate.speed.audit), untimed
-            self._bar.update(task, status=f"audit: rep {ev['audit']['index']} scored")
+            self._bar.update(task, advance=1, status=f"audit: rep {ev['audit']['index']} scored")
         elif kind == "error":
             self._bar.update(task, status=f"[red]error: {ev.get('message', '')[:60]}")
 
