@@ -10,8 +10,9 @@ NAME=${1:?usage: 60-probe.sh NAME VARIANT...}
 shift
 step "decode_probe $NAME: $#"
 t0=$(date +%s)
+# shellcheck disable=SC2086  # PROBE_ARGS: more options of decode_probe.py (--reps, --tokens, --input)
 timeout "${PROBE_S:-540}" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-$NAME" "$@" \
-  --variant-timeout "${VARIANT_S:-240}" 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
+  --variant-timeout "${VARIANT_S:-240}" ${PROBE_ARGS:-} 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
 echo "probe $NAME: rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 cat "$RUNS/probe-$NAME/summary.txt" 2>/dev/null
 if [ "${JIT_PACK:-0}" = 1 ]; then
