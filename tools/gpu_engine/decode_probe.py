@@ -22,6 +22,9 @@ the Python frames that made each sync. So a slower variant says whether its deco
 the GPU or its host side is (a sync, a longer step), which the profiler's timeline (profile_decode.py,
 which makes both arms host-bound) cannot.
 
+With --profile-tokens N (64 in the call scripts) each variant also runs profile_decode.py's timeline of N
+decode steps in its own engine: OUTDIR/timeline/<variant>.json (what `qgate ablate --timeline` reads).
+
 Writes OUTDIR/<variant>.json and .log, appends one line per variant to OUTDIR/summary.txt as soon
 as it is done (a call stopped at its limit keeps what finished). Not a gate: figures for the report
 (docs/gpu.md); a verdict is `qgate run speed` / `qgate ablate`.
@@ -156,6 +159,20 @@ def child(args_path: Path, out_json: Path) -> None:
     probe.start("syncs")
     generate(f"rep:{a['reps'] + 1}", 64)
     syncs = probe.summary()
+    if a.get("profile_tokens"):  # profile_decode.py's timeline, in this engine (no start of its own)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from profile_decode import profiled_generate
+
+        n = a["profile_tokens"]
+        prompt = synthetic_prompt(vocab, a["input_tokens"], "qgate-probe:profile", special)
+        sp = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False)
+        prof, table = profiled_generate(llm, TokensPrompt(prompt_token_ids=prompt), sp)
+        where = out_json.parent / "timeline" / out_json.name
+        where.parent.mkdir(exist_ok=True)
+        where.write_text(
+            json.dumps({**prof, "engine_args": a["engine"], "engine_start_s": round(start_s, 1)})
+        )
+        where.with_suffix(".txt").write_text(table)
     rec = {
         "engine_start_s": round(start_s, 1),
         "engine_args": a["engine"],
@@ -408,6 +425,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--input", type=int, default=2048)
     ap.add_argument("--variant-timeout", type=float, default=300.0)
+    ap.add_argument("--profile-tokens", type=int, default=0, help="also a torch.profiler timeline (0: none)")
     ap.add_argument("--child", nargs=2, metavar=("ARGS_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -425,7 +443,14 @@ def main() -> None:
         args_path = a.out / f"{name}.args.json"
         args_path.write_text(
             json.dumps(
-                {"engine": engine, "reps": a.reps, "tokens": a.tokens, "input_tokens": a.input}, indent=1
+                {
+                    "engine": engine,
+                    "reps": a.reps,
+                    "tokens": a.tokens,
+                    "input_tokens": a.input,
+                    "profile_tokens": a.profile_tokens,
+                },
+                indent=1,
             )
         )
         t0 = time.time()

@@ -62,8 +62,6 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 
 
 def child(args_path: Path, out_json: Path, tokens: int) -> None:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -80,14 +78,35 @@ def child(args_path: Path, out_json: Path, tokens: int) -> None:
     )
     tp = TokensPrompt(prompt_token_ids=prompt)
     llm.generate([tp], sp, use_tqdm=False)  # warm: prefill, then the decode graphs
-    llm.generate([tp], sp, use_tqdm=False)
+    rec, table = profiled_generate(llm, tp, sp)
+    rec = {**rec, "engine_args": a["engine"], "engine_start_s": round(start_s, 1)}
+    out_json.write_text(json.dumps(rec, indent=1))
+    out_json.with_suffix(".txt").write_text(table)
+    print(
+        f"PROFILE {out_json.stem}: start {start_s:.1f} s, {rec['tokens']} tokens, step span "
+        f"{rec['kernel_span_us_per_step']:.1f} us, GPU busy {rec['gpu_busy_us_per_step']:.1f} us, graph "
+        f"launches/step {rec['graph_launches_per_step']:.2f}, eager launches/step "
+        f"{rec['eager_kernel_launches_per_step']:.2f}",
+        flush=True,
+    )
+    os._exit(0)  # vLLM's in-process engine: skip the interpreter's teardown
+
+
+def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, str]:
+    """One warm generate of `prompt` (its prefix cached: the window is decode) under torch.profiler:
+    the per-step record (kernels, runtime API, qgate ops, GPU busy vs span) and the profiler's table.
+    The engine is warmed on the same prompt first; decode_probe.py calls this in its own engine."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    llm.generate([prompt], sp, use_tqdm=False)  # type: ignore[attr-defined]  # the prompt's blocks cached
     gpu = torch.cuda.is_available()  # without one (a CPU check of this script) the CPU side only
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     sync()
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with profile(activities=acts) as prof:
         t1 = time.perf_counter()
-        (res,) = llm.generate([tp], sp, use_tqdm=False)
+        (res,) = llm.generate([prompt], sp, use_tqdm=False)  # type: ignore[attr-defined]
         sync()
         wall = time.perf_counter() - t1
     n = len(res.outputs[0].token_ids)
@@ -115,8 +134,6 @@ def child(args_path: Path, out_json: Path, tokens: int) -> None:
         "arm_env_routes": {
             k: v for k, v in os.environ.items() if k.startswith(("VLLM_SM70_", "QGATE_SHIMS"))
         },
-        "engine_args": a["engine"],
-        "engine_start_s": round(start_s, 1),
         "tokens": n,
         "wall_s_under_profiler": wall,
         "kernel_span_us_per_step": span / n,
@@ -130,18 +147,10 @@ def child(args_path: Path, out_json: Path, tokens: int) -> None:
         "torch_version": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
     }
-    out_json.write_text(json.dumps(rec, indent=1))
     table = prof.key_averages().table(
         sort_by="device_time_total" if gpu else "cpu_time_total", row_limit=45, max_name_column_width=70
     )
-    out_json.with_suffix(".txt").write_text(table)
-    print(
-        f"PROFILE {out_json.stem}: start {start_s:.1f} s, {n} tokens, step span {span / n:.1f} us, "
-        f"GPU busy {busy / n:.1f} us, graph launches/step {rec['graph_launches_per_step']:.2f}, "
-        f"eager launches/step {rec['eager_kernel_launches_per_step']:.2f}",
-        flush=True,
-    )
-    os._exit(0)  # vLLM's in-process engine: skip the interpreter's teardown
+    return rec, table
 
 
 def diff(out: Path, arms: list[str]) -> str:
