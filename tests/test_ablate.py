@@ -176,7 +176,7 @@ def record_of(loaded: LoadedContract, factors: list, arms: list, speed: dict) ->
 
 def test_the_slowed_route_takes_the_blame_and_the_placebo_none(two: LoadedContract) -> None:
     rec = record_of(two, *synthetic(two))
-    assert rec["kind"] == "ablation" and rec["schema_version"] == ablate.ABLATION_SCHEMA_VERSION == 3
+    assert rec["kind"] == "ablation" and rec["schema_version"] == ablate.ABLATION_SCHEMA_VERSION == 4
     assert rec["status"] == "OK", rec["reasons"]
     eff = rec["effects"]
     for e in (eff["alone"]["fp16_gemv"], eff["leave_one_out"]["fp16_gemv"], eff["candidate"]):
@@ -409,3 +409,68 @@ def test_cli_refuses_an_out_dir_holding_an_ablation_report(tmp_path: Path) -> No
     with pytest.raises(OutputExists):
         refuse_overwrite(out_dir, ablate.REPORT_FILES, False)
     refuse_overwrite(out_dir, ablate.REPORT_FILES, True)  # --force (or --resume) lets it through
+
+
+# --- the decode-step timeline (--timeline: qgate.timeline, report/timeline.py) ------------------------
+
+TIMELINE = Path(__file__).parent / "fixtures" / "timeline" / "h200-prodshape-bf16"
+
+
+def test_the_timeline_rides_in_the_record_and_the_report_and_only_when_given(
+    tmp_path: Path, two: LoadedContract
+) -> None:
+    from qgate.report.ablation import render_ablation
+    from qgate.timeline import read_timeline
+
+    factors, arms, speed = synthetic(two)
+    paths = {a.name: f"speed/{a.name}.json" for a in arms}
+    quality = {"ran": False, "detail": "-"}
+    tl = read_timeline(TIMELINE)
+    rec = ablate.build_record(two, "both", factors, arms, speed, {}, quality, paths, tl)
+    written = ablate.write_ablation(rec, tmp_path)
+    back = ablate.load_ablation(written["record"])
+    assert back["timeline"]["arms"]["candidate"]["gpu_busy_us_per_step"] == 1908.49
+    md = Path(written["report"]).read_text()
+    title = "## Decode-step timeline (torch profiler, not a gate)"
+    assert md.index("## Route attestation") < md.index(title) < md.index("## Quality")
+    assert "GPU busy -145 us a step (-7.1 %), host gap -32 us" in md and "host-bound" in md
+    plain = record_of(two, factors, arms, speed)
+    assert plain["timeline"] is None and title not in render_ablation(plain)
+    # a record of schema 3 (no timeline key) renders as a record without a timeline
+    old = {k: v for k, v in plain.items() if k != "timeline"}
+    assert render_ablation(old) == render_ablation(plain)
+    Path(written["record"]).write_text(json.dumps({**back, "timeline": {"kind": "speed"}}))
+    with pytest.raises(ablate.ResultError, match="timeline = "):
+        ablate.load_ablation(written["record"])
+
+
+def test_cli_refuses_a_bad_timeline_before_any_engine_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = contract(tmp_path, {GEMV: "0"}, {GEMV: "1"})
+    started: list[str] = []
+    monkeypatch.setattr(ablate, "run_speed", lambda *a, **kw: started.append("speed"))
+    monkeypatch.setattr(ablate, "run_speed_until_decided", lambda *a, **kw: started.append("sequential"))
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "control.json").write_text((TIMELINE / "control.json").read_text())
+    cand = json.loads((TIMELINE / "candidate.json").read_text())
+    cand["gpu_busy_us_per_step"] = -1
+    (profiles / "candidate.json").write_text(json.dumps(cand))
+    out_dir = tmp_path / "o"
+    for folder, want in (
+        (tmp_path / "absent", "no such timeline folder"),
+        (profiles, f"{profiles / 'candidate.json'}: gpu_busy_us_per_step = -1"),
+    ):
+        args = ["ablate", "--contract", loaded.path, "--out", str(out_dir), "--timeline", str(folder)]
+        out = CliRunner().invoke(_cli(), args)
+        assert out.exit_code == 2, out.output
+        assert out.output.count("qgate: error:") == 1 and want in out.output and "Traceback" not in out.output
+        assert not out_dir.exists()
+    # a timeline of an arm this design does not run: refused after planning, before the speed runs
+    (profiles / "candidate.json").rename(profiles / "only-other.json")
+    (profiles / "only-other.json").write_text((TIMELINE / "candidate.json").read_text())
+    args = ["ablate", "--contract", loaded.path, "--out", str(out_dir), "--timeline", str(profiles)]
+    out = CliRunner().invoke(_cli(), args)
+    assert out.exit_code == 2 and "arm 'only-other' is not one of this ablation's arms" in out.output
+    assert started == []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from qgate import ablate, compare, demo
+from qgate import ablate, compare, demo, timeline
 from qgate.engine import procs
 from qgate.ops.screen import record_header
 from qgate.quality.run import QUALITY_SCHEMA_VERSION
@@ -29,6 +29,7 @@ WRITTEN = {
     "ablation": ablate.ABLATION_SCHEMA_VERSION,
     "demo": demo.DEMO_SCHEMA_VERSION,
     "processes": procs.RECORD_SCHEMA_VERSION,
+    "timeline": timeline.TIMELINE_SCHEMA_VERSION,
 }
 
 

@@ -50,7 +50,7 @@ from qgate import comparable, routes
 from qgate.compare import read_checked, refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
-from qgate.errors import QgateError
+from qgate.errors import QgateError, cut
 from qgate.gate import PASS, SEV_ERROR, Gate, decide
 from qgate.quality.run import run_quality
 from qgate.results import (
@@ -68,6 +68,8 @@ from qgate.speed.figures import arm_units
 from qgate.speed.run import arm_path, run_speed, run_speed_until_decided
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples
+from qgate.timeline import check_arms as check_timeline_arms
+from qgate.timeline import thaw
 
 ABLATION_SCHEMA_VERSION = current_schema("ablation")
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
@@ -251,6 +253,7 @@ def run_ablation(
     progress: Progress | None = None,
     force: bool = False,
     max_launches: int | None = None,
+    timeline: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Plan, run every arm's speed gate (and quality where possible), analyse, write the report.
 
@@ -262,10 +265,16 @@ def run_ablation(
     candidate's whole change is looked at against the control as `qgate run speed --until-decided`
     does (qgate.speed.sequential): the ablation stops once that verdict is PASS or FAIL, or at
     max_launches. That is the question with a stopping rule; the factors' effects are estimates, read
-    at the size that decided it (their CIs in the report), not tested for a stop of their own."""
+    at the size that decided it (their CIs in the report), not tested for a stop of their own.
+
+    timeline (`--timeline DIR`, qgate.timeline.read_timeline): the decode-step timeline of some of the
+    arms, checked against the plan (its arms are the design's, with their route env) before any arm
+    runs, and carried into the record and the report as it is (not a gate)."""
     remedy = "pass --resume to continue that ablation or --force to overwrite its report"
     refuse_overwrite(out_dir, REPORT_FILES, force or resume, remedy)
     factors, arms = plan_arms(loaded, design)
+    if timeline is not None:
+        check_timeline_arms(timeline, {a.name: a.env for a in arms})
     engine = loaded.contract.engine_for("control")
     plans = [ArmPlan(a.name, a.env, engine) for a in arms]
     if max_launches is None:
@@ -273,7 +282,7 @@ def run_ablation(
     else:
         run_speed_until_decided(loaded, out_dir, max_launches, resume=resume, progress=progress, plans=plans)
     quality = run_quality_arms(loaded, out_dir, arms, resume, progress)
-    record = analyse(loaded, out_dir, design, factors, arms, quality)
+    record = analyse(loaded, out_dir, design, factors, arms, quality, timeline)
     return record, write_ablation(record, out_dir)
 
 
@@ -284,6 +293,7 @@ def analyse(
     factors: Sequence[Factor],
     arms: Sequence[Arm],
     quality: Mapping[str, Any],
+    timeline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read the arms' results from out_dir and build the ablation record."""
     # Checked as compare checks a result (a --resume continues files on disk: a broken one is refused)
@@ -294,7 +304,7 @@ def analyse(
         if path.is_file():
             qual[a.name] = _checked(path, "quality")
     paths = {a.name: str(arm_path(out_dir, a.name)) for a in arms}
-    return build_record(loaded, design, factors, arms, speed, qual, dict(quality), paths)
+    return build_record(loaded, design, factors, arms, speed, qual, dict(quality), paths, timeline)
 
 
 def _checked(path: Path, kind: str) -> dict[str, Any]:
@@ -503,8 +513,10 @@ def build_record(
     quality_results: Mapping[str, Mapping[str, Any]],
     quality: dict[str, Any],
     paths: Mapping[str, str],
+    timeline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ablation record from the arms' speed (and quality) results. Pure: no file access."""
+    """The ablation record from the arms' speed (and quality) results, with the decode-step timeline
+    (qgate.timeline's record) where one was read. Pure: no file access."""
     c = loaded.contract
     assert c.speed is not None
     cfg = StatsConfig.from_contract(c.speed.stats)
@@ -545,6 +557,7 @@ def build_record(
         "effects": eff,
         "quality": quality,
         "gates": [g.to_dict() for g in gates],
+        "timeline": None if timeline is None else thaw(timeline),
     }
 
 
@@ -576,4 +589,7 @@ def load_ablation(path: str | Path) -> dict[str, Any]:
     data = load_result(path, "ablation")
     if "arms" not in data or "effects" not in data:
         raise ResultError(f"{path}: an ablation record needs 'arms' and 'effects'")
+    tl = data.get("timeline")  # schema 4 (null without --timeline); 2 and 3 have none
+    if tl is not None and not (isinstance(tl, dict) and tl.get("kind") == "timeline"):
+        raise ResultError(f"{path}: timeline = {cut(repr(tl))}: expected a timeline record or null")
     return data

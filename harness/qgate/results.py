@@ -67,12 +67,16 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     "ops_real": (1, 2),
     # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
     # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
-    "ablation": (2, 3),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
+    # 4: `timeline`, the decode-step timeline of `qgate ablate --timeline DIR` (null otherwise; 2 and 3
+    # are read as without one)
+    "ablation": (2, 3, 4),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
     # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`); 3: `faulty` is the
     # faulty kind or null, the screen's outcome lists what it did not see (`unseen`, `bitwise_all`),
     # `claims` (what the summary may say, from the gates of the run), `faulty_what`
     "demo": (1, 2, 3),
     "processes": (1,),
+    # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline)
+    "timeline": (1,),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 
@@ -223,11 +227,13 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(_read_bytes(Path(path))).hexdigest()
 
 
-def _read_bytes(p: Path) -> bytes:
-    """The file's bytes, refused unless it is a regular file within MAX_RESULT_BYTES. A FIFO, a device
+def _read_bytes(p: Path, limit: int | None = None) -> bytes:
+    """The file's bytes, refused unless it is a regular file within `limit` bytes (MAX_RESULT_BYTES,
+    read at the call: not bound at import). A FIFO, a device
     or a folder given as a result must not block the read (a FIFO hung `qgate compare` forever): the
     type is checked before opening and again on the open descriptor (opened non-blocking, so a file
     swapped for a FIFO in between cannot block either)."""
+    limit = MAX_RESULT_BYTES if limit is None else limit
     try:
         st = os.stat(p)
         if not stat.S_ISREG(st.st_mode):
@@ -241,13 +247,13 @@ def _read_bytes(p: Path) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
-        if st.st_size > MAX_RESULT_BYTES:
-            raise ResultError(f"{p}: {st.st_size} bytes, more than a result can be ({MAX_RESULT_BYTES})")
+        if st.st_size > limit:
+            raise ResultError(f"{p}: {st.st_size} bytes, more than a result can be ({limit})")
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             total += len(chunk)
-            if total > MAX_RESULT_BYTES:  # grew while read
-                raise ResultError(f"{p}: more than {MAX_RESULT_BYTES} bytes, more than a result can be")
+            if total > limit:  # grew while read
+                raise ResultError(f"{p}: more than {limit} bytes, more than a result can be")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:
@@ -298,14 +304,23 @@ def parse_result_bytes(raw: bytes, where: str | Path) -> Any:
         raise ResultError(f"{where}: not valid JSON ({type(exc).__name__}: {cut(str(exc))})") from None
 
 
-def read_result(path: str | Path, kind: str | None = None) -> ReadResult:
-    """Read a result JSON safely (_read_bytes, parse_result_bytes) and check its kind and schema_version;
-    with the sha256 of the bytes read."""
+def read_object(path: str | Path, limit: int | None = None) -> ReadResult:
+    """Read a JSON object safely (_read_bytes within `limit` bytes, parse_result_bytes), with the sha256
+    of the bytes read; no kind or schema check (a file another tool wrote: qgate.timeline's profiles)."""
     p = Path(path)
-    raw = _read_bytes(p)
+    raw = _read_bytes(p, limit)
     data = parse_result_bytes(raw, p)
     if not isinstance(data, dict):
         raise ResultError(f"{p}: expected a JSON object")
+    return ReadResult(data, hashlib.sha256(raw).hexdigest())
+
+
+def read_result(path: str | Path, kind: str | None = None) -> ReadResult:
+    """Read a result JSON safely (read_object) and check its kind and schema_version; with the sha256
+    of the bytes read."""
+    p = Path(path)
+    read = read_object(p)
+    data = read.data
     got_kind = data.get("kind")
     if kind is not None and got_kind != kind:
         raise ResultError(f"{p}: kind = {cut(repr(got_kind))}, expected {kind!r}")
@@ -314,7 +329,7 @@ def read_result(path: str | Path, kind: str | None = None) -> ReadResult:
         raise ResultError(
             f"{p}: schema_version = {cut(repr(version))} of kind {cut(repr(got_kind))} is not one qgate knows"
         )
-    return ReadResult(data, hashlib.sha256(raw).hexdigest())
+    return read
 
 
 def load_result(path: str | Path, kind: str | None = None) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""`qgate ablate -c C -o DIR [--design D] [--resume] [--force] [--until-decided [--max-launches N]]`.
+"""`qgate ablate -c C -o DIR [--design D] [--resume] [--force] [--until-decided [--max-launches N]]
+[--timeline PROFILES]`.
 
 D: both | one-at-a-time | leave-one-out | full. An ablation report already in DIR is refused (exit 2)
-unless --resume or --force. Wiring only.
+unless --resume or --force. --timeline reads tools/gpu_engine/profile_decode.py's folder (qgate.timeline)
+before any engine starts: a bad one is exit 2 with nothing run. Wiring only.
 Mounted by the top-level app as `app.command("ablate")(ablate.ablate)`.
 Exit codes: 0 the ablation is trustworthy (status OK), 3 ERROR (an arm incomplete, not comparable,
 not attested, or a statistic that could not be computed), 2 usage / contract error, 1 engine failure.
@@ -10,6 +12,7 @@ not attested, or a statistic that could not be computed), 2 usage / contract err
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -47,6 +50,13 @@ DesignOpt = Annotated[
 _DEFAULT = Design.both  # qgate.ablate.DEFAULT_DESIGN (tests/test_ablate.py checks they agree)
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue: run only the arms and reps not done")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite an ablation report already in --out")]
+TimelineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--timeline",
+        help="profile_decode.py's output folder (<arm>.json per arm): a decode-step timeline in the report",
+    ),
+]
 
 
 def ablate(
@@ -57,20 +67,23 @@ def ablate(
     force: ForceOpt = False,
     until_decided: UntilDecidedOpt = False,
     max_launches: MaxLaunchesOpt = 10,
+    timeline: TimelineOpt = None,
 ) -> None:
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report.
     With --until-decided, launches are added to every arm until the candidate's own verdict against
     the control is decided (as in `qgate run speed --until-decided`)."""
     from qgate.ablate import OK, run_ablation  # the statistics: not imported by every qgate command
+    from qgate.timeline import read_timeline
 
     with user_errors():
         loaded = load_contract(contract)
+        profiles = None if timeline is None else read_timeline(timeline)
     with user_errors(kept=lambda: f"the completed reps and items in {out}"):
         # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
         with SpeedProgress(loaded.contract) as progress, claimed(out):
             record, paths = run_ablation(
                 loaded, out, design.value, resume=resume, progress=progress, force=force,
-                max_launches=max_launches if until_decided else None,
+                max_launches=max_launches if until_decided else None, timeline=profiles,
             )  # fmt: skip
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:

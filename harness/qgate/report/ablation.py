@@ -14,6 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from qgate.report.markdown import counts_text, sequential_lines, table
+from qgate.report.timeline import timeline_lines
 
 
 def _num(value: Any, fmt: str = ".2f") -> str:
@@ -180,6 +181,11 @@ def _quality(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _timeline(record: dict[str, Any]) -> list[str]:
+    # beside the per-route effects; a record without one (no --timeline, schema 2 and 3) renders as before
+    return timeline_lines(record.get("timeline"))
+
+
 def render_ablation(record: dict[str, Any]) -> str:
     """The markdown report of an ablation record."""
     c = record["contract"]
@@ -198,7 +204,7 @@ def render_ablation(record: dict[str, Any]) -> str:
     lines += [f"Note: {n}." for n in record.get("notes", [])] + ([""] if record.get("notes") else [])
     after = "Looks compare the candidate with the control; the effects below are estimates at that size."
     lines += sequential_lines(record.get("sequential"), after)
-    for part in (_factors, _arms, _effects, _interaction, _routes, _quality):
+    for part in (_factors, _arms, _effects, _interaction, _routes, _timeline, _quality):
         lines += part(record)
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,0 +1,163 @@
+"""The ablation report's decode-step timeline section, rendered from a timeline record alone
+(qgate.timeline; the record's `timeline`). Deterministic: fixed number formats, no timestamps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from qgate.report.markdown import table
+
+TITLE = "## Decode-step timeline (torch profiler, not a gate)"
+NAME_CHARS = 90  # a C++ template kernel name runs to hundreds of characters: its head says which kernel
+
+
+def _num(value: Any, fmt: str = ".2f") -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a"
+    return format(value, fmt)
+
+
+def _name(name: str) -> str:
+    """A kernel name as code (its <...> would read as HTML otherwise), cut to NAME_CHARS."""
+    text = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 3] + "..."
+    return "`" + text.replace("`", "'") + "`"
+
+
+def _pair(row: Mapping[str, Any], key: str, fmt: str) -> str:
+    a, b = row["control"], row["arm"]
+    return f"{_num(a[key], fmt) if a else '-'} -> {_num(b[key], fmt) if b else '-'}"
+
+
+def reading(arm: str, a: Mapping[str, Any]) -> str:
+    """One line on host against GPU for one arm against the control."""
+    d, pct = a["delta_gpu_busy_us_per_step"], a["gpu_busy_change_pct"]
+    gap = a["delta_host_gap_us_per_step"]
+    if pct is None and d == 0:
+        return "no CUDA kernels in either profile: the host side only (the qgate ops below)"
+    if pct is None:
+        verdict, pct_text = f"the control ran no CUDA kernels, the {arm} did", "n/a"
+    else:
+        pct_text = f"{pct:+.1f} %"
+        if abs(pct) < 1.0:
+            verdict = f"the {arm}'s kernels take about the control's GPU time under the profiler"
+        else:
+            verdict = f"the {arm}'s kernels are {'faster' if d < 0 else 'slower'} under the profiler"
+    if abs(gap) > abs(d):
+        verdict += "; the host gaps changed more than the GPU time"
+    return f"GPU busy {d:+.0f} us a step ({pct_text}), host gap {gap:+.0f} us: {verdict}"
+
+
+def _summary(tl: Mapping[str, Any]) -> list[str]:
+    rows = [
+        {
+            "arm": arm,
+            "device": s["device"] or "n/a",
+            "tokens": s["tokens"],
+            "GPU busy us/step": _num(s["gpu_busy_us_per_step"]),
+            "kernel span us/step": _num(s["kernel_span_us_per_step"]),
+            "host gap us/step": _num(s["host_gap_us_per_step"]),
+            "graph launches/step": _num(s["graph_launches_per_step"]),
+            "eager kernel launches/step": _num(s["eager_kernel_launches_per_step"]),
+            "kernels named": _num(s["kernels_named"], "d"),
+        }
+        for arm, s in tl["arms"].items()
+    ]
+    return [table(pd.DataFrame(rows)), ""]
+
+
+def _changes(a: Mapping[str, Any]) -> list[str]:
+    k = a["kernels"]
+    t = k["totals"]
+    totals = ", ".join(
+        f"{t[c]['count']} {c} ({t[c]['delta_us_per_step']:+.2f} us/step)"
+        for c in ("added", "removed", "changed")
+    )
+    if not k["rows"]:
+        return ["Kernels against the control: the same kernels, calls and GPU time in both profiles.", ""]
+    lines = [
+        f"Kernels against the control: {totals}; the {k['shown']} of {k['differing']} largest by |change|:",
+        "",
+    ]
+    rows = [
+        {
+            "change": r["change"],
+            "kernel": _name(r["name"]),
+            "calls/step control -> arm": _pair(r, "per_step", ".2f"),
+            "GPU us/step control -> arm": _pair(r, "us_per_step", ".2f"),
+            "delta us/step": f"{r['delta_us_per_step']:+.2f}",
+        }
+        for r in k["rows"]
+    ]
+    lines += [table(pd.DataFrame(rows)), ""]
+    return lines
+
+
+def _host(arm: str, a: Mapping[str, Any]) -> list[str]:
+    lines = []
+    api = a["runtime_api"]
+    if api is None:
+        lines += ["Runtime API: not in both profiles.", ""]
+    elif api["rows"]:
+        rows = [
+            {
+                "runtime API": r["name"],
+                "calls/step control -> arm": _pair(r, "per_step", ".2f"),
+                "host us/step control -> arm": _pair(r, "us_per_step", ".1f"),
+                "delta us/step": f"{r['delta_us_per_step']:+.1f}",
+            }
+            for r in api["rows"]
+        ]
+        lines += [f"Runtime-API calls that changed ({api['shown']} of {api['differing']}):", ""]
+        lines += [table(pd.DataFrame(rows)), ""]
+    else:
+        lines += ["Runtime API: the same calls in both profiles.", ""]
+    ops = a["qgate_ops"]
+    if ops is None:
+        text = "not in the profile"
+    elif not ops:
+        text = "none (under CUDA graphs a replay calls no op on the host)"
+    else:
+        text = ", ".join(
+            f"`{o['name']}` {o['per_step']:.2f}/step ({o['us_per_step']:.1f} us CPU)" for o in ops
+        )
+    return lines + [f"qgate ops on the host in {arm}: {text}.", ""]
+
+
+def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
+    """The section's markdown lines; none without a timeline (the report is then as before)."""
+    if tl is None:
+        return []
+    src = tl["source"]
+    files = ", ".join(f"{f['file']} (sha256 `{f['sha256'][:12]}`)" for f in src["files"].values())
+    gaps = ", ".join(
+        f"{arm} {_num(s['host_gap_us_per_step'], '.0f')} of {_num(s['kernel_span_us_per_step'], '.0f')}"
+        for arm, s in tl["arms"].items()
+    )
+    if any(s["kernel_span_us_per_step"] for s in tl["arms"].values()):
+        caveat = (
+            "Under torch.profiler every launch is recorded on the host, which makes both arms host-bound "
+            f"(host gap of the kernel span, us a step: {gaps}): these microseconds are not the speed gate's "
+            "figures. Compare the arms with each other here, and judge speed by the gate's tok/s above."
+        )
+    else:
+        caveat = (
+            "No CUDA kernels in these profiles (no GPU): the host side only. Timings under torch.profiler "
+            "are not the speed gate's figures; judge speed by the gate's tok/s above."
+        )
+    lines = [
+        TITLE,
+        "",
+        f"Read from `{src['folder']}`: {files} (tools/gpu_engine/profile_decode.py: one profiled generate() "
+        "per arm, figures per decode step).",
+        "",
+        caveat,
+        "",
+        *_summary(tl),
+    ]
+    for arm, a in tl["against_control"].items():
+        lines += [f"### {arm} against the control", "", f"Reading: {reading(arm, a)}.", ""]
+        lines += _changes(a) + _host(arm, a)
+    return lines

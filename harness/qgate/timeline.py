@@ -1,0 +1,289 @@
+"""A decode-step timeline per arm (issue 47): which kernels the candidate adds, removes or slows.
+
+The timelines come from tools/gpu_engine/profile_decode.py, run on a GPU: one `<arm>.json` per arm
+in a folder (beside it `<arm>.args.json`, the profiler's own input, and text files, which are not read
+here). Each holds the per-step summary of one profiled generate() (GPU busy time, the kernels' wall
+span, the host gaps between them, graph and eager launches), every kernel's calls and GPU us per
+decode step, the runtime-API calls and the qgate ops seen on the host.
+
+`read_timeline(folder)` checks every file before believing it (as results are checked: a regular
+file within a size bound, a UTF-8 JSON object, finite non-negative figures, kernel names that are
+non-empty strings; bad input is a TimelineError, one line naming the file, the key and the value) and
+returns an immutable record (kind `timeline`): per arm the summary, and for each arm against the
+control the kernels it adds, removes or changes most, with the totals over every kernel of the files.
+
+Not a gate: under torch.profiler every launch is recorded on the host, so both arms become host-bound
+and its microseconds are not the speed gate's figures; the arms are compared with each other only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from qgate.errors import cut
+from qgate.results import ResultError, current_schema, read_object
+
+TIMELINE_SCHEMA_VERSION = current_schema("timeline")
+TOP_N = 12  # kernel and runtime-API rows kept per arm: the changes that make up most of the delta
+MAX_PROFILE_BYTES = 16 * 1024 * 1024  # a profile of a few thousand kernels is well under 1 MiB
+MAX_ARMS = 64  # more than a full factorial of 5 factors (32 arms)
+MAX_NAMES = 100_000  # kernels (or API calls, ops) in one file
+MAX_NAME_CHARS = 8192  # a C++ template kernel name can run to a few thousand characters
+_ARM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+# The per-step summary every profile holds; the rest (runtime_api, qgate_ops, device, ...) is optional:
+# the H200 profile of 2026-12-04 came back as its diff only (tests/fixtures/timeline/README.md).
+SUMMARY = (
+    "gpu_busy_us_per_step",
+    "kernel_span_us_per_step",
+    "host_gap_us_per_step",
+    "graph_launches_per_step",
+    "eager_kernel_launches_per_step",
+)
+TABLES = ("kernels", "runtime_api", "qgate_ops")  # name -> {per_step, us_per_step}
+OPTIONAL_NUMBERS = ("engine_start_s", "wall_s_under_profiler")
+OPTIONAL_STRINGS = ("device", "torch_version")
+# The arm env the profiler's child ran with, as it records it (arm_env_routes): these variables only
+ENV_PREFIXES = ("VLLM_SM70_", "QGATE_SHIMS")
+# The profiler rounds nothing, the H200 diff rounded to 0.01 us: the host gap is the span less the
+# busy time up to that rounding (a file whose three figures disagree was edited or mislabelled).
+GAP_TOLERANCE_US = 0.05
+
+
+class TimelineError(ResultError):
+    """A profile folder or file that cannot be used; str() is one line naming the file, key and value."""
+
+
+def _freeze(value: Any) -> Any:
+    """A read-only view of plain data (dicts become mappingproxies, lists tuples)."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Plain JSON data again from a frozen record (for json.dumps, or a record to embed)."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def _number(path: Path, key: str, value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise TimelineError(f"{path}: {key} = {cut(repr(value))}: expected a finite number >= 0")
+    return float(value)
+
+
+def _table(path: Path, key: str, value: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(value, dict):
+        raise TimelineError(f"{path}: {key} = {cut(repr(value))}: expected an object of name -> figures")
+    if len(value) > MAX_NAMES:
+        raise TimelineError(f"{path}: {key} has {len(value)} names, more than a profile can ({MAX_NAMES})")
+    out = {}
+    for name, row in value.items():
+        if not name.strip() or len(name) > MAX_NAME_CHARS or not name.isprintable():
+            raise TimelineError(f"{path}: {key} name {cut(repr(name))}: expected a printable kernel name")
+        where = f"{key}.{cut(name, 60)}"
+        if not isinstance(row, dict) or set(row) < {"per_step", "us_per_step"}:
+            raise TimelineError(f"{path}: {where} = {cut(repr(row))}: expected {{per_step, us_per_step}}")
+        out[name] = {k: _number(path, f"{where}.{k}", row[k]) for k in ("per_step", "us_per_step")}
+    return out
+
+
+def check_profile(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
+    """One arm's profile as plain data, every figure checked; TimelineError names the key otherwise."""
+    for key in (*SUMMARY, "tokens", "kernels"):
+        if key not in data:
+            raise TimelineError(f"{path}: no {key!r}: not a profile_decode.py record")
+    tokens = data["tokens"]
+    if type(tokens) is not int or tokens < 1:
+        raise TimelineError(f"{path}: tokens = {cut(repr(tokens))}: expected a whole number >= 1")
+    out: dict[str, Any] = {"tokens": tokens}
+    out.update({k: _number(path, k, data[k]) for k in SUMMARY})
+    for key in OPTIONAL_NUMBERS:
+        out[key] = None if data.get(key) is None else _number(path, key, data[key])
+    for key in OPTIONAL_STRINGS:
+        value = data.get(key)
+        if value is not None and not isinstance(value, str):
+            raise TimelineError(f"{path}: {key} = {cut(repr(value))}: expected a string")
+        out[key] = value
+    for key in TABLES:
+        out[key] = _table(path, key, data[key]) if data.get(key) is not None else None
+    env = data.get("arm_env_routes")
+    if env is not None and not (
+        isinstance(env, dict) and all(isinstance(v, str) for v in env.values()) and len(env) <= MAX_NAMES
+    ):
+        raise TimelineError(
+            f"{path}: arm_env_routes = {cut(repr(env))}: expected an object of name -> string"
+        )
+    out["arm_env_routes"] = env
+    gap = out["kernel_span_us_per_step"] - out["gpu_busy_us_per_step"]
+    if abs(gap - out["host_gap_us_per_step"]) > GAP_TOLERANCE_US + 1e-6 * out["kernel_span_us_per_step"]:
+        raise TimelineError(
+            f"{path}: host_gap_us_per_step = {out['host_gap_us_per_step']!r} is not kernel_span_us_per_step"
+            f" - gpu_busy_us_per_step ({gap:.2f}): not a profile_decode.py record"
+        )
+    return out
+
+
+def profile_files(folder: Path) -> dict[str, Path]:
+    """arm -> its profile file: every `<arm>.json` in the folder but the profiler's `<arm>.args.json`
+    inputs and hidden files (a temp file mid-write)."""
+    try:
+        entries = sorted(folder.iterdir())
+    except FileNotFoundError:
+        raise TimelineError(f"{folder}: no such timeline folder") from None
+    except NotADirectoryError:
+        raise TimelineError(
+            f"{folder}: not a folder: --timeline names profile_decode.py's output folder"
+        ) from None
+    except OSError as exc:
+        raise TimelineError(f"{folder}: cannot be read ({exc.strerror or exc})") from None
+    files = {}
+    for p in entries:
+        if p.suffix != ".json" or p.name.startswith(".") or p.name.endswith(".args.json"):
+            continue
+        if not _ARM.match(p.stem):
+            raise TimelineError(f"{p}: {cut(repr(p.stem))} cannot be an arm's name")
+        files[p.stem] = p
+    if "control" not in files:
+        raise TimelineError(f"{folder}: no control.json: the timeline compares every arm with the control")
+    if len(files) < 2:
+        raise TimelineError(f"{folder}: control.json only: no arm to compare with it")
+    if len(files) > MAX_ARMS:
+        raise TimelineError(
+            f"{folder}: {len(files)} profile files, more than an ablation has arms ({MAX_ARMS})"
+        )
+    return files
+
+
+def _row(name: str, ref: Mapping[str, float] | None, arm: Mapping[str, float] | None) -> dict[str, Any]:
+    zero = {"per_step": 0.0, "us_per_step": 0.0}
+    a, b = ref or zero, arm or zero
+    change = "added" if ref is None else "removed" if arm is None else "changed"
+    return {
+        "name": name,
+        "change": change,
+        "control": None if ref is None else dict(ref),
+        "arm": None if arm is None else dict(arm),
+        "delta_calls_per_step": b["per_step"] - a["per_step"],
+        "delta_us_per_step": b["us_per_step"] - a["us_per_step"],
+    }
+
+
+def table_changes(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[str, Any]:
+    """The rows of one table (kernels, runtime API) that differ, largest |delta us per step| first, top
+    `top` kept, with the totals over all of them by kind of change (added, removed, changed)."""
+    rows = [
+        _row(n, ref.get(n), arm.get(n))
+        for n in sorted(set(ref) | set(arm))
+        if ref.get(n) != arm.get(n)  # equal calls and time in both arms: not a change
+    ]
+    rows.sort(key=lambda r: (-abs(r["delta_us_per_step"]), r["name"]))
+    totals = {}
+    for change in ("added", "removed", "changed"):
+        these = [r for r in rows if r["change"] == change]
+        totals[change] = {
+            "count": len(these),
+            "delta_us_per_step": sum((r["delta_us_per_step"] for r in these), 0.0),
+            "delta_calls_per_step": sum((r["delta_calls_per_step"] for r in these), 0.0),
+        }
+    return {"rows": rows[:top], "shown": min(top, len(rows)), "differing": len(rows), "totals": totals}
+
+
+def summary(p: Mapping[str, Any]) -> dict[str, Any]:
+    """An arm's per-step figures, for the report's summary table."""
+    keys = ("tokens", *SUMMARY, "device", "torch_version", "engine_start_s", "wall_s_under_profiler")
+    keys += ("arm_env_routes",)
+    out = {k: p[k] for k in keys}
+    out["kernels_named"] = None if p["kernels"] is None else len(p["kernels"])
+    return out
+
+
+def against(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[str, Any]:
+    """One arm against the control: the summary's deltas, the kernel and runtime-API changes, the arm's
+    qgate ops on the host (none when CUDA graphs replay them)."""
+    busy = ref["gpu_busy_us_per_step"]
+    out: dict[str, Any] = {f"delta_{k}": arm[k] - ref[k] for k in SUMMARY}
+    out["gpu_busy_change_pct"] = None if busy == 0 else 100.0 * (arm["gpu_busy_us_per_step"] / busy - 1.0)
+    out["kernels"] = table_changes(ref["kernels"], arm["kernels"], top)
+    api = ref["runtime_api"] is not None and arm["runtime_api"] is not None
+    out["runtime_api"] = table_changes(ref["runtime_api"], arm["runtime_api"], top) if api else None
+    ops = arm["qgate_ops"]
+    out["qgate_ops"] = None if ops is None else [{"name": n, **v} for n, v in sorted(ops.items())]
+    return out
+
+
+def build_timeline(
+    folder: str,
+    profiles: Mapping[str, Mapping[str, Any]],
+    files: Mapping[str, Mapping[str, str]],
+    top: int = TOP_N,
+) -> Mapping[str, Any]:
+    """The timeline record from checked profiles (check_profile); pure: no file access. Arms in order:
+    control first, then the others by name."""
+    order = ["control", *sorted(a for a in profiles if a != "control")]
+    ref = profiles["control"]
+    record = {
+        "kind": "timeline",
+        "schema_version": TIMELINE_SCHEMA_VERSION,
+        "source": {"folder": folder, "files": {a: dict(files[a]) for a in order}},
+        "top_n": top,
+        "arms": {a: summary(profiles[a]) for a in order},
+        "against_control": {a: against(ref, profiles[a], top) for a in order if a != "control"},
+    }
+    return _freeze(record)
+
+
+def read_timeline(folder: str | Path, top: int = TOP_N) -> Mapping[str, Any]:
+    """Read and check a profile folder (profile_files, check_profile) and build its record; each file's
+    name and the sha256 of the bytes read are in the record's `source`."""
+    base = Path(folder)
+    profiles, files = {}, {}
+    for arm, path in profile_files(base).items():
+        try:
+            read = read_object(path, MAX_PROFILE_BYTES)
+        except TimelineError:
+            raise
+        except ResultError as exc:
+            raise TimelineError(str(exc)) from None
+        profiles[arm] = check_profile(path, read.data)
+        files[arm] = {"file": path.name, "sha256": read.sha256}
+    return build_timeline(str(base), profiles, files, top)
+
+
+def check_arms(record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, str]]) -> None:
+    """Refuse a timeline that is not of these arms: an arm the ablation does not run, or (where the
+    profile recorded it) a route env other than the arm's. TimelineError names the file and variable."""
+    files = record["source"]["files"]
+    where = record["source"]["folder"]
+    for arm, s in record["arms"].items():
+        path = f"{where}/{files[arm]['file']}"
+        if arm not in arm_envs:
+            raise TimelineError(
+                f"{path}: arm {arm!r} is not one of this ablation's arms ({', '.join(arm_envs)})"
+            )
+        got = s["arm_env_routes"]
+        if got is None:
+            continue
+        want = {k: v for k, v in arm_envs[arm].items() if k.startswith(ENV_PREFIXES)}
+        got = {k: v for k, v in got.items() if k.startswith(ENV_PREFIXES)}
+        for var in sorted(set(want) | set(got)):
+            if want.get(var) != got.get(var):
+                raise TimelineError(
+                    f"{path}: arm_env_routes.{var} = {cut(repr(got.get(var)))}, the arm {arm!r} runs it "
+                    f"{cut(repr(want.get(var)))}: a profile of another arm"
+                )

@@ -1,0 +1,215 @@
+"""qgate.timeline and the ablation report's timeline section, without vLLM: the two fixture folders
+(tests/fixtures/timeline: the H200 profile of 2026-12-04 and a CPU run), corrupted copies of them, the
+section's lines, and the check of a timeline against the ablation's arms."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qgate import timeline
+from qgate.report.timeline import TITLE, timeline_lines
+from qgate.timeline import TimelineError, check_arms, read_timeline, thaw
+
+FIXTURES = Path(__file__).parent / "fixtures" / "timeline"
+H200 = FIXTURES / "h200-prodshape-bf16"
+CPU = FIXTURES / "cpu-qwen4exp"
+GEMV = "void qgate::gemv_one_group_kernel<1, 10, qgate::(anonymous namespace)::GemvRows<__nv_bfloat16> >"
+NVJET = "nvjet_sm90_tst_512x8_64x3_2x1_v_bz_TNT"
+
+
+def test_the_h200_profile_reads_as_the_run_measured_it() -> None:
+    tl = read_timeline(H200)
+    assert tl["kind"] == "timeline" and tl["schema_version"] == timeline.TIMELINE_SCHEMA_VERSION
+    assert list(tl["arms"]) == ["control", "candidate"]
+    c, t = tl["arms"]["control"], tl["arms"]["candidate"]
+    assert (c["gpu_busy_us_per_step"], t["gpu_busy_us_per_step"]) == (2053.91, 1908.49)
+    assert (c["host_gap_us_per_step"], t["host_gap_us_per_step"]) == (2758.88, 2726.89)
+    assert c["device"] == "NVIDIA H200" and c["tokens"] == 64 and c["engine_start_s"] is None
+    a = tl["against_control"]["candidate"]
+    assert a["delta_gpu_busy_us_per_step"] == pytest.approx(-145.42)
+    assert a["gpu_busy_change_pct"] == pytest.approx(-7.08, abs=0.01)
+    rows = a["kernels"]["rows"]
+    assert len(rows) == timeline.TOP_N and a["kernels"]["differing"] == 40
+    assert [abs(r["delta_us_per_step"]) for r in rows] == sorted(
+        (abs(r["delta_us_per_step"]) for r in rows), reverse=True
+    )
+    added = {r["name"] for r in rows if r["change"] == "added"}
+    removed = {r["name"]: r for r in rows if r["change"] == "removed"}
+    assert any(n.startswith(GEMV) for n in added)
+    assert (
+        removed[NVJET]["control"] == {"per_step": 1.0, "us_per_step": 304.55}
+        and removed[NVJET]["arm"] is None
+    )
+    totals = a["kernels"]["totals"]
+    assert (totals["added"]["count"], totals["removed"]["count"], totals["changed"]["count"]) == (6, 13, 21)
+    assert totals["added"]["delta_us_per_step"] == pytest.approx(1130.54)
+    assert a["runtime_api"]["rows"][0]["name"] == "cudaGraphLaunch"
+    assert [o["name"] for o in a["qgate_ops"]][:2] == ["qgate::qsa_topk", "qgate_plugin::gemv_site"]
+    for arm in ("control", "candidate"):
+        f = tl["source"]["files"][arm]
+        assert f["file"] == f"{arm}.json"
+        assert f["sha256"] == hashlib.sha256((H200 / f"{arm}.json").read_bytes()).hexdigest()
+    with pytest.raises(TypeError):
+        tl["arms"]["control"]["gpu_busy_us_per_step"] = 0.0  # type: ignore[index]
+    assert json.loads(json.dumps(thaw(tl))) == thaw(tl)
+
+
+def test_the_cpu_profile_has_no_kernels_and_the_host_ops() -> None:
+    tl = read_timeline(CPU)
+    a = tl["against_control"]["candidate"]
+    assert tl["arms"]["control"]["device"] == "cpu" and a["kernels"]["differing"] == 0
+    assert a["gpu_busy_change_pct"] is None
+    assert {o["name"] for o in a["qgate_ops"]} >= {"qgate::hc_mix", "qgate_plugin::gemv_site"}
+    lines = timeline_lines(tl)
+    assert "Reading: no CUDA kernels in either profile: the host side only (the qgate ops below)." in lines
+
+
+def test_the_section_on_the_h200_profile() -> None:
+    md = "\n".join(timeline_lines(read_timeline(H200)))
+    assert md.startswith(TITLE + "\n")
+    for want in (
+        "Reading: GPU busy -145 us a step (-7.1 %), host gap -32 us: the candidate's kernels are faster "
+        "under the profiler.",
+        "makes both arms host-bound (host gap of the kernel span, us a step: control 2759 of 4813, "
+        "candidate 2727 of 4635): these microseconds are not the speed gate's figures",
+        "| control | NVIDIA H200 | 64 | 2053.91 | 4812.79 | 2758.88 | 0.98 | 37.23 | 34 |",
+        "| candidate | NVIDIA H200 | 64 | 1908.49 | 4635.38 | 2726.89 | 0.98 | 37.75 | 27 |",
+        "Kernels against the control: 6 added (+1130.54 us/step), 13 removed (-1236.99 us/step), "
+        "21 changed (-96.99 us/step); the 12 of 40 largest by |change|:",
+        f"| removed | `{NVJET}` | 1.00 -> - | 304.55 -> - | -304.55 |",
+        "| cudaGraphLaunch | 0.98 -> 0.98 | 546.7 -> 318.3 | -228.4 |",
+        "qgate ops on the host in candidate: `qgate::qsa_topk` 0.05/step (0.8 us CPU)",
+    ):
+        assert want in md, want
+    assert "| added | `void qgate::gemv_one_group_kernel<1, 10," in md
+    assert timeline_lines(None) == []
+
+
+# --- bad input: one line naming the file and the key -----------------------------------------------------
+
+
+def _edit(key: str, value: Any) -> Callable[[dict], None]:
+    def edit(d: dict) -> None:
+        d[key] = value
+
+    return edit
+
+
+def _kernel(field: str, value: Any) -> Callable[[dict], None]:
+    def edit(d: dict) -> None:
+        d["kernels"][NVJET][field] = value
+
+    return edit
+
+
+CORRUPT = {
+    "nan": (_edit("gpu_busy_us_per_step", float("nan")), "gpu_busy_us_per_step = nan"),
+    "negative": (_edit("graph_launches_per_step", -1), "graph_launches_per_step = -1"),
+    "string": (_edit("kernel_span_us_per_step", "4812"), "kernel_span_us_per_step = '4812'"),
+    "bool": (_edit("eager_kernel_launches_per_step", True), "eager_kernel_launches_per_step = True"),
+    "tokens": (_edit("tokens", 0), "tokens = 0"),
+    "missing": (lambda d: d.pop("host_gap_us_per_step"), "no 'host_gap_us_per_step'"),
+    "kernels list": (_edit("kernels", []), "kernels = []"),
+    "kernel inf": (_kernel("us_per_step", float("inf")), f"kernels.{NVJET}.us_per_step = inf"),
+    "kernel row": (lambda d: d["kernels"].__setitem__(NVJET, 3), f"kernels.{NVJET}"),
+    "empty name": (
+        lambda d: d["kernels"].__setitem__(" ", {"per_step": 1, "us_per_step": 1}),
+        "kernels name ' '",
+    ),
+    "api": (lambda d: d["runtime_api"]["cudaGraphLaunch"].pop("per_step"), "runtime_api.cudaGraphLaunch"),
+    "device": (_edit("device", 7), "device = 7"),
+    "gap": (_edit("host_gap_us_per_step", 100.0), "host_gap_us_per_step = 100.0 is not kernel_span"),
+}
+
+
+def _copy(tmp: Path, src: Path = H200) -> Path:
+    dst = tmp / "profiles"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _one_line(folder: Path, *wants: str) -> str:
+    with pytest.raises(TimelineError) as err:
+        read_timeline(folder)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for want in wants:
+        assert want in msg, msg
+    return msg
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT))
+def test_a_corrupted_profile_is_refused_in_one_line_naming_file_and_key(tmp_path: Path, case: str) -> None:
+    edit, want = CORRUPT[case]
+    folder = _copy(tmp_path)
+    path = folder / "control.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))  # json writes NaN / Infinity as the profiler's json.dumps would
+    _one_line(folder, str(path), want)
+
+
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b'{"tokens": 64,', "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"a": 1}', "no 'gpu_busy_us_per_step': not a profile_decode.py record"),
+    ],
+)
+def test_a_file_that_is_not_a_profile_is_refused(tmp_path: Path, raw: bytes, want: str) -> None:
+    folder = _copy(tmp_path)
+    (folder / "control.json").write_bytes(raw)
+    _one_line(folder, str(folder / "control.json"), want)
+
+
+def test_the_folder_itself_is_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _one_line(tmp_path / "absent", "no such timeline folder")
+    folder = _copy(tmp_path)
+    _one_line(folder / "control.json", "not a folder")
+    (folder / "bad name.json").write_text("{}")
+    _one_line(folder, "cannot be an arm's name")
+    (folder / "bad name.json").unlink()
+    (folder / "only-x.json").mkdir()
+    _one_line(folder, "only-x.json: not a regular file (a directory)")
+    (folder / "only-x.json").rmdir()
+    monkeypatch.setattr(timeline, "MAX_PROFILE_BYTES", 100)
+    _one_line(folder, "candidate.json", "more than a result can be (100)")
+    monkeypatch.undo()
+    (folder / "candidate.json").unlink()
+    _one_line(folder, "control.json only: no arm to compare with it")
+    (folder / "control.json").rename(folder / "candidate.json")
+    _one_line(folder, "no control.json")
+    # the profiler's inputs and hidden files beside the profiles are not profiles
+    folder = _copy(tmp_path / "b")
+    (folder / "control.args.json").write_text('{"engine": {}}')
+    (folder / ".candidate.json.tmp.json").write_text("")
+    assert list(read_timeline(folder)["arms"]) == ["control", "candidate"]
+    if hasattr(os, "mkfifo"):  # a FIFO must not hang the read
+        os.mkfifo(folder / "only-y.json")
+        _one_line(folder, "only-y.json: not a regular file (a FIFO)")
+
+
+def test_a_timeline_of_other_arms_is_refused() -> None:
+    tl = read_timeline(CPU)
+    env = {a: dict(tl["arms"][a]["arm_env_routes"]) for a in ("control", "candidate")}
+    check_arms(tl, env)
+    with pytest.raises(
+        TimelineError, match=r"candidate.json: arm 'candidate' is not one of this ablation's arms"
+    ):
+        check_arms(tl, {"control": env["control"], "only-fp16_gemv": env["candidate"]})
+    env["candidate"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "0"
+    with pytest.raises(TimelineError, match=r"arm_env_routes.VLLM_SM70_QWEN38_FP16_GEMV = '1', the arm"):
+        check_arms(tl, env)
+    check_arms(
+        read_timeline(H200), {"control": {}, "candidate": {}}
+    )  # no arm_env_routes recorded: names only
