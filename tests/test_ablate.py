@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -467,10 +468,29 @@ def test_cli_refuses_a_bad_timeline_before_any_engine_starts(
         assert out.exit_code == 2, out.output
         assert out.output.count("qgate: error:") == 1 and want in out.output and "Traceback" not in out.output
         assert not out_dir.exists()
-    # a timeline of an arm this design does not run: refused after planning, before the speed runs
-    (profiles / "candidate.json").rename(profiles / "only-other.json")
-    (profiles / "only-other.json").write_text((TIMELINE / "candidate.json").read_text())
-    args = ["ablate", "--contract", loaded.path, "--out", str(out_dir), "--timeline", str(profiles)]
-    out = CliRunner().invoke(_cli(), args)
-    assert out.exit_code == 2 and "arm 'only-other' is not one of this ablation's arms" in out.output
     assert started == []
+
+
+def test_a_probe_folder_with_variants_beyond_the_arms_is_matched_not_refused(
+    tmp_path: Path, two: LoadedContract, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decode_probe.py --profile-tokens writes a profile per probe variant (cand-nopdl, control-2, ...):
+    run_ablation keeps them all and records which are arms of its design."""
+    from qgate.timeline import read_timeline
+
+    profiles = tmp_path / "timeline"
+    shutil.copytree(TIMELINE, profiles)
+    shutil.copy(TIMELINE / "candidate.json", profiles / "cand-nopdl.json")
+    seen: list[Any] = []
+    monkeypatch.setattr(ablate, "run_speed", lambda *a, **kw: None)
+    monkeypatch.setattr(ablate, "run_quality_arms", lambda *a: {"ran": False, "detail": "-"})
+    monkeypatch.setattr(ablate, "analyse", lambda *a: seen.append(a[-1]) or {})
+    monkeypatch.setattr(ablate, "write_ablation", lambda rec, out: {})
+    ablate.run_ablation(two, tmp_path / "o", timeline=read_timeline(profiles))
+    (tl,) = seen
+    assert list(tl["against_control"]) == ["cand-nopdl", "candidate"]
+    assert {a: m["in_ablation"] for a, m in tl["ablation_arms"].items()} == {
+        "control": True,
+        "cand-nopdl": False,
+        "candidate": True,
+    }

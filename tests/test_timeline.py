@@ -16,7 +16,7 @@ import pytest
 
 from qgate import timeline
 from qgate.report.timeline import TITLE, timeline_lines
-from qgate.timeline import TimelineError, check_arms, read_timeline, thaw
+from qgate.timeline import TimelineError, match_arms, read_timeline, thaw
 
 FIXTURES = Path(__file__).parent / "fixtures" / "timeline"
 H200 = FIXTURES / "h200-prodshape-bf16"
@@ -199,17 +199,33 @@ def test_the_folder_itself_is_checked(tmp_path: Path, monkeypatch: pytest.Monkey
         _one_line(folder, "only-y.json: not a regular file (a FIFO)")
 
 
-def test_a_timeline_of_other_arms_is_refused() -> None:
+def test_the_profiles_are_matched_with_the_ablation_arms_and_the_report_says_how() -> None:
     tl = read_timeline(CPU)
+    assert tl["ablation_arms"] is None and not any("ablation" in line for line in timeline_lines(tl))
     env = {a: dict(tl["arms"][a]["arm_env_routes"]) for a in ("control", "candidate")}
-    check_arms(tl, env)
-    with pytest.raises(
-        TimelineError, match=r"candidate.json: arm 'candidate' is not one of this ablation's arms"
-    ):
-        check_arms(tl, {"control": env["control"], "only-fp16_gemv": env["candidate"]})
+    same = match_arms(tl, env)
+    assert same["ablation_arms"] == {
+        "control": {"in_ablation": True, "env_differs": {}},
+        "candidate": {"in_ablation": True, "env_differs": {}},
+    }
+    assert same["arms"] == tl["arms"] and not any(
+        "Note" in line or "no arm" in line for line in timeline_lines(same)
+    )
+    # a probe's folder: variants that are no arm of the ablation are shown, said so, not refused
+    other = match_arms(tl, {"control": env["control"], "only-fp16_gemv": env["candidate"]})
+    assert other["ablation_arms"]["candidate"] == {"in_ablation": False, "env_differs": None}
+    assert "Profiles of variants that are no arm of this ablation: candidate." in timeline_lines(other)
     env["candidate"]["VLLM_SM70_QWEN38_FP16_GEMV"] = "0"
-    with pytest.raises(TimelineError, match=r"arm_env_routes.VLLM_SM70_QWEN38_FP16_GEMV = '1', the arm"):
-        check_arms(tl, env)
-    check_arms(
-        read_timeline(H200), {"control": {}, "candidate": {}}
-    )  # no arm_env_routes recorded: names only
+    moved = match_arms(tl, env)
+    assert moved["ablation_arms"]["candidate"]["env_differs"] == {
+        "VLLM_SM70_QWEN38_FP16_GEMV": {"profile": "1", "arm": "0"}
+    }
+    assert (
+        "**candidate: the profile ran VLLM_SM70_QWEN38_FP16_GEMV = '1', the ablation's arm '0': a profile of "
+        "other code than this arm's.**" in timeline_lines(moved)
+    )
+    h200 = match_arms(read_timeline(H200), {"control": {}, "candidate": {}})  # no route env recorded
+    assert (
+        "No route env recorded in control, candidate: the file names alone tie them to the arms."
+        in timeline_lines(h200)
+    )

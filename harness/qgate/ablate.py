@@ -68,7 +68,7 @@ from qgate.speed.figures import arm_units
 from qgate.speed.run import arm_path, run_speed, run_speed_until_decided
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples
-from qgate.timeline import check_arms as check_timeline_arms
+from qgate.timeline import match_arms as match_timeline_arms
 from qgate.timeline import thaw
 
 ABLATION_SCHEMA_VERSION = current_schema("ablation")
@@ -267,14 +267,15 @@ def run_ablation(
     max_launches. That is the question with a stopping rule; the factors' effects are estimates, read
     at the size that decided it (their CIs in the report), not tested for a stop of their own.
 
-    timeline (`--timeline DIR`, qgate.timeline.read_timeline): the decode-step timeline of some of the
-    arms, checked against the plan (its arms are the design's, with their route env) before any arm
-    runs, and carried into the record and the report as it is (not a gate)."""
+    timeline (`--timeline DIR`, qgate.timeline.read_timeline, read before this is called): the
+    decode-step timeline of the arms or of a probe's variants, matched with the plan (which of its
+    profiles are arms of the design, and whether their route env is the arm's: said in the report) and
+    carried into the record and the report (not a gate)."""
     remedy = "pass --resume to continue that ablation or --force to overwrite its report"
     refuse_overwrite(out_dir, REPORT_FILES, force or resume, remedy)
     factors, arms = plan_arms(loaded, design)
     if timeline is not None:
-        check_timeline_arms(timeline, {a.name: a.env for a in arms})
+        timeline = match_timeline_arms(timeline, {a.name: a.env for a in arms})
     engine = loaded.contract.engine_for("control")
     plans = [ArmPlan(a.name, a.env, engine) for a in arms]
     if max_launches is None:

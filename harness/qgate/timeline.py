@@ -244,6 +244,7 @@ def build_timeline(
         "top_n": top,
         "arms": {a: summary(profiles[a]) for a in order},
         "against_control": {a: against(ref, profiles[a], top) for a in order if a != "control"},
+        "ablation_arms": None,  # match_arms: filled where an ablation embeds the timeline
     }
     return _freeze(record)
 
@@ -265,25 +266,22 @@ def read_timeline(folder: str | Path, top: int = TOP_N) -> Mapping[str, Any]:
     return build_timeline(str(base), profiles, files, top)
 
 
-def check_arms(record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, str]]) -> None:
-    """Refuse a timeline that is not of these arms: an arm the ablation does not run, or (where the
-    profile recorded it) a route env other than the arm's. TimelineError names the file and variable."""
-    files = record["source"]["files"]
-    where = record["source"]["folder"]
+def match_arms(record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, str]]) -> Mapping[str, Any]:
+    """The record with `ablation_arms`: per profile whether the ablation runs an arm of that name and,
+    where the profile recorded its route env (arm_env_routes), the variables in which it differs from
+    that arm's env. Said in the report, not refused: a probe's folder (decode_probe.py --profile-tokens)
+    holds variants that are no arm of the ablation (cand-nopdl, control-2), and the timeline is no gate."""
+    out = {}
     for arm, s in record["arms"].items():
-        path = f"{where}/{files[arm]['file']}"
-        if arm not in arm_envs:
-            raise TimelineError(
-                f"{path}: arm {arm!r} is not one of this ablation's arms ({', '.join(arm_envs)})"
-            )
-        got = s["arm_env_routes"]
-        if got is None:
-            continue
-        want = {k: v for k, v in arm_envs[arm].items() if k.startswith(ENV_PREFIXES)}
-        got = {k: v for k, v in got.items() if k.startswith(ENV_PREFIXES)}
-        for var in sorted(set(want) | set(got)):
-            if want.get(var) != got.get(var):
-                raise TimelineError(
-                    f"{path}: arm_env_routes.{var} = {cut(repr(got.get(var)))}, the arm {arm!r} runs it "
-                    f"{cut(repr(want.get(var)))}: a profile of another arm"
-                )
+        got, want = s["arm_env_routes"], arm_envs.get(arm)
+        differs = None
+        if got is not None and want is not None:
+            want = {k: v for k, v in want.items() if k.startswith(ENV_PREFIXES)}
+            got = {k: v for k, v in got.items() if k.startswith(ENV_PREFIXES)}
+            differs = {
+                var: {"profile": got.get(var), "arm": want.get(var)}
+                for var in sorted(set(want) | set(got))
+                if want.get(var) != got.get(var)
+            }
+        out[arm] = {"in_ablation": want is not None, "env_differs": differs}
+    return _freeze({**thaw(record), "ablation_arms": out})

@@ -126,6 +126,29 @@ def _host(arm: str, a: Mapping[str, Any]) -> list[str]:
     return lines + [f"qgate ops on the host in {arm}: {text}.", ""]
 
 
+def _arm_notes(tl: Mapping[str, Any]) -> list[str]:
+    """What ties the profiles to the ablation's arms (qgate.timeline.match_arms), where it was matched."""
+    match = tl.get("ablation_arms")
+    if not match:
+        return []
+    notes = []
+    others = [arm for arm, m in match.items() if not m["in_ablation"]]
+    if others:
+        notes.append(f"Profiles of variants that are no arm of this ablation: {', '.join(others)}.")
+    unchecked = [arm for arm, m in match.items() if m["in_ablation"] and m["env_differs"] is None]
+    if unchecked:
+        notes.append(
+            f"No route env recorded in {', '.join(unchecked)}: the file names alone tie them to the arms."
+        )
+    for arm, m in match.items():
+        for var, v in (m["env_differs"] or {}).items():
+            notes.append(
+                f"**{arm}: the profile ran {var} = {v['profile']!r}, the ablation's arm {v['arm']!r}: "
+                "a profile of other code than this arm's.**"
+            )
+    return [*notes, ""] if notes else []
+
+
 def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     """The section's markdown lines; none without a timeline (the report is then as before)."""
     if tl is None:
@@ -153,6 +176,7 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
         f"Read from `{src['folder']}`: {files} (tools/gpu_engine/profile_decode.py: one profiled generate() "
         "per arm, figures per decode step).",
         "",
+        *_arm_notes(tl),
         caveat,
         "",
         *_summary(tl),
