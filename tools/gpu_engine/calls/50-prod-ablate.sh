@@ -5,7 +5,9 @@
 # until the candidate's verdict against the control is decided: the per-route effects then carry the
 # variance between engine starts too). ABLATE_S (default 540) stops it in time for the pack to come
 # back: the arms done by then are kept, and a second call of this script on the same machine continues
-# them (`--resume`, used when the output folder is there).
+# them (`--resume`, used when the output folder is there). TIMELINE=DIR adds `--timeline DIR` (profile_decode.py's
+# or decode_probe.py --profile-tokens' <arm>.json profiles: a decode-step timeline section in the report,
+# not a gate; a bad or missing folder is exit 2 before any engine starts, so the ablation does not run).
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
@@ -14,6 +16,7 @@ t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
 [ -d "$RUNS/ablate-$DT" ] && more+=(--resume)
+[ -n "${TIMELINE:-}" ] && more+=(--timeline "$TIMELINE")
 timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "contracts/qwen38-prodshape-$DT-h200.yaml" \
   -o "$RUNS/ablate-$DT" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/ablate-$DT.txt" 2>&1
 echo "ablate rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
