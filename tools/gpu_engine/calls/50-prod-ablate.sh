@@ -5,9 +5,11 @@
 # until the candidate's verdict against the control is decided: the per-route effects then carry the
 # variance between engine starts too). ABLATE_S (default 540) stops it in time for the pack to come
 # back: the arms done by then are kept, and a second call of this script on the same machine continues
-# them (`--resume`, used when the output folder is there). TIMELINE=DIR adds `--timeline DIR` (profile_decode.py's
-# or decode_probe.py --profile-tokens' <arm>.json profiles: a decode-step timeline section in the report,
-# not a gate; a bad or missing folder is exit 2 before any engine starts, so the ablation does not run).
+# them (`--resume`, used when the output folder is there). TIMELINE=DIR adds `--timeline DIR`
+# (profile_decode.py's or decode_probe.py --profile-tokens' <arm>.json profiles: a decode-step timeline
+# section in the report, not a gate; a folder qgate.timeline refuses is left out with its one line in
+# the log, and the ablation runs without it: `qgate ablate --resume --timeline DIR` on the packed
+# folders adds it later).
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
@@ -16,7 +18,14 @@ t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
 [ -d "$RUNS/ablate-$DT" ] && more+=(--resume)
-[ -n "${TIMELINE:-}" ] && more+=(--timeline "$TIMELINE")
+if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ablation (exit 2) before it ran
+  if why=$(python3 -c "import sys; from qgate.timeline import read_timeline; read_timeline(sys.argv[1])" \
+      "$TIMELINE" 2>&1); then
+    more+=(--timeline "$TIMELINE")
+  else  # device time is the scarce part: run without it (`qgate ablate --resume --timeline` adds it later)
+    echo "timeline left out: $(echo "$why" | tail -n 1)" | tee -a "$LOG"
+  fi
+fi
 timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "contracts/qwen38-prodshape-$DT-h200.yaml" \
   -o "$RUNS/ablate-$DT" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/ablate-$DT.txt" 2>&1
 echo "ablate rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
