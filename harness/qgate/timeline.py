@@ -27,6 +27,7 @@ from typing import Any
 
 from qgate.errors import cut
 from qgate.results import ResultError, current_schema, read_object
+from qgate_route_env import SHIMS_ENV, SM70_PREFIX
 
 TIMELINE_SCHEMA_VERSION = current_schema("timeline")
 TOP_N = 12  # kernel and runtime-API rows kept per arm: the changes that make up most of the delta
@@ -47,8 +48,9 @@ SUMMARY = (
 TABLES = ("kernels", "runtime_api", "qgate_ops")  # name -> {per_step, us_per_step}
 OPTIONAL_NUMBERS = ("engine_start_s", "wall_s_under_profiler")
 OPTIONAL_STRINGS = ("device", "torch_version")
-# The arm env the profiler's child ran with, as it records it (arm_env_routes): these variables only
-ENV_PREFIXES = ("VLLM_SM70_", "QGATE_SHIMS")
+# The arm env the profiler's child ran with, as profile_decode.py records it (arm_env_routes): the
+# variables of these prefixes only.
+ENV_PREFIXES = (SM70_PREFIX, SHIMS_ENV)
 # The profiler rounds nothing, the H200 diff rounded to 0.01 us: the host gap is the span less the
 # busy time up to that rounding (a file whose three figures disagree was edited or mislabelled).
 GAP_TOLERANCE_US = 0.05

@@ -89,7 +89,8 @@ GEMV_DEFAULT_ROLES = (
 # dropped in the result (`dropped_env`). "VLLM_SM70_" is wider than SWITCH_PREFIX on purpose: any switch
 # of the SM70 fork changes what runs. The launcher sets its own QGATE_ variables after the drop.
 QGATE_PREFIX = "QGATE_"
-ARM_ENV_PREFIXES = ("VLLM_SM70_", QGATE_PREFIX)
+SM70_PREFIX = "VLLM_SM70_"
+ARM_ENV_PREFIXES = (SM70_PREFIX, QGATE_PREFIX)
 # Inherited variables outside those namespaces that can change what vLLM, torch or the kernels do: the
 # launcher passes them on (a user's CUDA_VISIBLE_DEVICES or OMP_NUM_THREADS is theirs to set) and records
 # them in the result (`inherited_env`); `compare` refuses arms whose records differ in one that neither
