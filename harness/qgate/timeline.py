@@ -1,4 +1,4 @@
-"""A decode-step timeline per arm (issue 47): which kernels the candidate adds, removes or slows.
+"""A decode-step timeline per arm: which kernels the candidate adds, removes or slows.
 
 The timelines come from tools/gpu_engine/profile_decode.py, run on a GPU: one `<arm>.json` per arm
 in a folder (beside it `<arm>.args.json`, the profiler's own input, and text files, which are not read
