@@ -259,9 +259,7 @@ def read_timeline(folder: str | Path, top: int = TOP_N) -> Mapping[str, Any]:
     for arm, path in profile_files(base).items():
         try:
             read = read_object(path, MAX_PROFILE_BYTES)
-        except TimelineError:
-            raise
-        except ResultError as exc:
+        except ResultError as exc:  # read_object's one line, as the timeline's own error
             raise TimelineError(str(exc)) from None
         profiles[arm] = check_profile(path, read.data)
         files[arm] = {"file": path.name, "sha256": read.sha256}

@@ -115,6 +115,7 @@ def child(args_path: Path, out_json: Path) -> None:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    from qgate.results import atomic_write_text  # whole or not at all: a killed variant leaves no half file
     from qgate.speed.workload import synthetic_prompt
 
     t0 = time.time()
@@ -169,7 +170,9 @@ def child(args_path: Path, out_json: Path) -> None:
         prof, table = profiled_generate(llm, TokensPrompt(prompt_token_ids=prompt), sp)
         where = out_json.parent / "timeline" / out_json.name
         where.parent.mkdir(exist_ok=True)
-        _write(where, json.dumps({**prof, "engine_args": a["engine"], "engine_start_s": round(start_s, 1)}))
+        atomic_write_text(
+            where, json.dumps({**prof, "engine_args": a["engine"], "engine_start_s": round(start_s, 1)})
+        )
         where.with_suffix(".txt").write_text(table)
     rec = {
         "engine_start_s": round(start_s, 1),
@@ -184,16 +187,9 @@ def child(args_path: Path, out_json: Path) -> None:
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
     }
-    _write(out_json, json.dumps(rec, indent=1))
+    atomic_write_text(out_json, json.dumps(rec, indent=1))
     print("PROBE " + _line(out_json.stem, rec), flush=True)
     os._exit(0)  # vLLM's in-process engine: skip the interpreter's teardown
-
-
-def _write(path: Path, text: str) -> None:
-    """Whole or not at all (a variant killed at the call's limit leaves no half file for a reader)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _threads() -> dict[str, tuple[str, int]]:
