@@ -11,6 +11,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 
+from qgate.sample_size import units_for_non_inferiority
 from qgate.stats import (
     ERROR,
     IMPROVED,
@@ -24,7 +25,6 @@ from qgate.stats import (
     decide_batch,
     min_attainable_p,
     unit_samples,
-    units_for_non_inferiority,
 )
 
 CTRL = [10.1, 10.4, 9.8, 10.0, 10.3, 10.2]
@@ -491,7 +491,7 @@ def _gate_verdicts(
 
 def _advice_for_row(out: dict, i: int, ctrl: np.ndarray, cand: np.ndarray, launches: int, speed: dict,
                     floor: float | None):  # fmt: skip
-    from qgate.stats import advise_units
+    from qgate.sample_size import advise_units
 
     units = launches if launches > 1 else ctrl.shape[1]
     reps_per_unit = ctrl.shape[1] // units

@@ -17,16 +17,15 @@ from qgate.contract import Contract
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.launch_cv import MIN_NIGHTS
 from qgate.results import ids_sha256
+from qgate.sample_size import ADVICE_TARGET, advise_units
 from qgate.speed.audit import audit_gate
+from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import (
-    ADVICE_TARGET,
     IMPROVED,
     REGRESSED,
     MetricStats,
-    advise_units,
     mean_interval,
 )
-from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
 
 
@@ -347,8 +346,8 @@ def _pct_abs(value: float | None) -> str:
 def non_inferiority(decode: MetricStats, margin_pct: float, speed: Any = None) -> dict[str, Any]:
     """The non-inferiority figures of the decode comparison: the Welch-t bound against the margin's
     floor, the outcome ("shown", "inferior": the whole interval below the floor, "undecided" or
-    "error") and, unless shown, the advice (qgate.stats.advise_units): the units per arm at which a fresh
-    run decides, accounting for every gate that can stop it (the margin, the CV limit, the speed floor,
+    "error") and, unless shown, the advice (qgate.sample_size.advise_units): the units per arm at which a
+    fresh run decides, accounting for every gate that can stop it (the margin, the CV limit, the speed floor,
     the contract's reps and launches, never fewer than were run). speed: the contract's speed section
     (without it the advice assumes no CV limit, no floor and no contract minimum)."""
     floor = 1.0 - margin_pct / 100.0
