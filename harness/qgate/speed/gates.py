@@ -346,10 +346,11 @@ def _pct_abs(value: float | None) -> str:
 def non_inferiority(decode: MetricStats, margin_pct: float, speed: Any = None) -> dict[str, Any]:
     """The non-inferiority figures of the decode comparison: the Welch-t bound against the margin's
     floor, the outcome ("shown", "inferior": the whole interval below the floor, "undecided" or
-    "error") and, unless shown, the advice (qgate.sample_size.advise_units): the units per arm at which a
-    fresh run decides, accounting for every gate that can stop it (the margin, the CV limit, the speed floor,
-    the contract's reps and launches, never fewer than were run). speed: the contract's speed section
-    (without it the advice assumes no CV limit, no floor and no contract minimum)."""
+    "error") and, unless shown, the advice (qgate.sample_size.advise_units): the units per arm at
+    which a fresh run decides, accounting for every gate that can stop it (the margin, the CV limit,
+    the speed floor, the contract's reps and launches, never fewer than were run). speed: the
+    contract's speed section (without it the advice assumes no CV limit, no floor and no contract
+    minimum)."""
     floor = 1.0 - margin_pct / 100.0
     out: dict[str, Any] = {
         "margin_pct": margin_pct,
