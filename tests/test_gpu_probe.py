@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
 import sys
 import time
 import types
@@ -56,6 +57,48 @@ def test_the_probe_files_name_contracts_and_arms_that_exist(path: Path) -> None:
         c.env_for(arm)  # the arm's env builds
         names.append(name)
     assert len(names) == len(set(names)), "a variant name twice overwrites its result"
+
+
+derive = _load("derive_contract")
+
+
+def test_a_derived_contract_is_one_qgate_loads_and_names_what_changed(tmp_path: Path) -> None:
+    """The next question of a device session without a hand-edited contract: the candidate without PDL,
+    or without the lm_head route; qgate's loader reads the result back before any engine could start."""
+    from qgate.contract import load_contract
+
+    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    roles = ["out_proj", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "gate", "shared_expert_gate"]
+    sets = ['arms.candidate.env.QGATE_KERNELS_PDL="0"', f"routes.fp16_gemv.roles={json.dumps(roles)}"]
+    line = derive.derive(src, tmp_path / "d.yaml", "nopdl-nolm", sets)
+    assert line.startswith(f"ok: {tmp_path / 'd.yaml'} qwen38-prodshape-bf16-h200-nopdl-nolm v")
+    base, got = load_contract(src).contract, load_contract(tmp_path / "d.yaml").contract
+    roles_env = "QGATE_ROUTE_ROLES"  # the contract's routes section, carried in both arms' env
+    for arm, added in (("control", {}), ("candidate", {"QGATE_KERNELS_PDL": "0"})):
+        want, have = base.env_for(arm), got.env_for(arm)
+        assert "lm_head" in want[roles_env] and json.loads(have.pop(roles_env)) == {"fp16_gemv": roles}
+        assert have == {**{k: v for k, v in want.items() if k != roles_env}, **added}
+    assert got.engine == base.engine
+    assert "derived from qwen38-prodshape-bf16-h200.yaml" in got.description
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["speed.repetitionz=3"], "speed.repetitionz = 3: unknown key"),
+        (["speed.repetitions=0"], "speed.repetitions"),
+        (["speed.repetitions=three"], "is not JSON"),
+        (["name.x=1"], "name is not a mapping"),
+        (["speed.repetitions"], "expected PATH=JSON"),
+    ],
+)
+def test_a_derivation_qgate_refuses_is_one_line_and_leaves_no_file(
+    tmp_path: Path, sets: list[str], message: str
+) -> None:
+    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    with pytest.raises(ValueError, match=message) as err:
+        derive.derive(src, tmp_path / "d.yaml", "bad", sets)
+    assert "\n" not in str(err.value) and not (tmp_path / "d.yaml").exists()
 
 
 class _Clock:

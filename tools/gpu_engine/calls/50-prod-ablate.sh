@@ -10,14 +10,17 @@
 # section in the report, not a gate; a folder qgate.timeline refuses is left out with its one line in
 # the log, and the ablation runs without it: `qgate ablate --resume --timeline DIR` on the packed
 # folders adds it later).
+# DERIVE (lib.sh prod_contract) ablates a derived contract instead, into ablate-DTYPE-TAG.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
-step "qgate ablate --design ${2:-one-at-a-time} (prod shapes, $DT), at most ${ABLATE_S:-540} s"
+prod_contract "$DT"
+A=ablate-$DT$TAGGED
+step "qgate ablate --design ${2:-one-at-a-time} ($CONTRACT), at most ${ABLATE_S:-540} s"
 t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
-[ -d "$RUNS/ablate-$DT" ] && more+=(--resume)
+[ -d "$RUNS/$A" ] && more+=(--resume)
 if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ablation (exit 2) before it ran
   if why=$(python3 -c "import sys; from qgate.timeline import read_timeline; read_timeline(sys.argv[1])" \
       "$TIMELINE" 2>&1); then
@@ -26,10 +29,12 @@ if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ab
     echo "timeline left out: $(echo "$why" | tail -n 1)" | tee -a "$LOG"
   fi
 fi
-timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "contracts/qwen38-prodshape-$DT-h200.yaml" \
-  -o "$RUNS/ablate-$DT" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/ablate-$DT.txt" 2>&1
+timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "$CONTRACT" \
+  -o "$RUNS/$A" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/$A.txt" 2>&1
 echo "ablate rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
-tail -n 40 "$RUNS/ablate-$DT.txt" | tee -a "$LOG"
-cat "$RUNS/ablate-$DT/ablation.md" 2>/dev/null | head -n 80 | tee -a "$LOG"
-python3 tools/gpu_engine/summarize.py "$RUNS/ablate-$DT" 2>&1 | tee -a "$LOG"
-pack_runs "ablate-$DT" "ablate-$DT.txt"
+tail -n 40 "$RUNS/$A.txt" | tee -a "$LOG"
+cat "$RUNS/$A/ablation.md" 2>/dev/null | head -n 80 | tee -a "$LOG"
+python3 tools/gpu_engine/summarize.py "$RUNS/$A" 2>&1 | tee -a "$LOG"
+extra=()
+[ -n "$TAGGED" ] && extra+=("contract${TAGGED}.yaml")
+pack_runs "$A" "$A.txt" "${extra[@]}"

@@ -3,20 +3,25 @@
 # --until-decided` (one launch of each arm at a time, interleaved, looked at after each pair, until PASS
 # or FAIL is shown or MAX_LAUNCHES per arm; default 6) on contracts/qwen38-prodshape-DTYPE-h200.yaml
 # (bf16 default), then `qgate compare`. DECIDE_S (default 540) stops it in time to pack: the launches
-# done by then are kept (`qgate run speed --resume` continues them on a later machine).
+# done by then are kept (`qgate run speed --resume` continues them on a later machine). DERIVE (lib.sh
+# prod_contract) runs a derived contract instead, into decide-DTYPE-TAG.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
-C=contracts/qwen38-prodshape-$DT-h200.yaml
-step "qgate run speed --until-decided --max-launches ${2:-6} ($DT), at most ${DECIDE_S:-540} s"
+prod_contract "$DT"
+C=$CONTRACT
+D=decide-$DT$TAGGED
+step "qgate run speed --until-decided --max-launches ${2:-6} ($C), at most ${DECIDE_S:-540} s"
 t0=$(date +%s)
-timeout "${DECIDE_S:-540}" python3 -m qgate run speed -c "$C" -o "$RUNS/decide-$DT" --until-decided \
-  --max-launches "${2:-6}" >"$RUNS/decide-$DT.txt" 2>&1
+timeout "${DECIDE_S:-540}" python3 -m qgate run speed -c "$C" -o "$RUNS/$D" --until-decided \
+  --max-launches "${2:-6}" >"$RUNS/$D.txt" 2>&1
 echo "run speed rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
-tail -n 30 "$RUNS/decide-$DT.txt" | tee -a "$LOG"
-q compare "$RUNS/decide-$DT/speed/control.json" "$RUNS/decide-$DT/speed/candidate.json" -c "$C" \
-  -o "$RUNS/decide-$DT/compare" >"$RUNS/decide-$DT.compare.txt" 2>&1
+tail -n 30 "$RUNS/$D.txt" | tee -a "$LOG"
+q compare "$RUNS/$D/speed/control.json" "$RUNS/$D/speed/candidate.json" -c "$C" \
+  -o "$RUNS/$D/compare" >"$RUNS/$D.compare.txt" 2>&1
 echo "compare rc=$?" | tee -a "$LOG"
-tail -n 30 "$RUNS/decide-$DT.compare.txt" | tee -a "$LOG"
-python3 tools/gpu_engine/summarize.py "$RUNS/decide-$DT" 2>&1 | tee -a "$LOG"
-pack_runs "decide-$DT" "decide-$DT.txt" "decide-$DT.compare.txt"
+tail -n 30 "$RUNS/$D.compare.txt" | tee -a "$LOG"
+python3 tools/gpu_engine/summarize.py "$RUNS/$D" 2>&1 | tee -a "$LOG"
+extra=()
+[ -n "$TAGGED" ] && extra+=("contract${TAGGED}.yaml")
+pack_runs "$D" "$D.txt" "$D.compare.txt" "${extra[@]}"

@@ -43,6 +43,26 @@ restore_jit() {
   cat .gpu-engine/jit/jit-cache.tgz.* | tar -xzf - -C / && echo "JIT caches restored: $(du -sh .gpu-engine/jit | cut -f1)" | tee -a "$LOG"
 }
 
+# prod_contract DTYPE: the production-shape contract a call runs, and the suffix of its run folders.
+# DERIVE="TAG PATH=JSON ..." (JSON without spaces) derives it first (derive_contract.py: e.g. the
+# candidate without PDL, `DERIVE='nopdl arms.candidate.env.QGATE_KERNELS_PDL="0"'`) into
+# $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before any
+# engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
+# one (a dry run of a call on the CPU with a CPU contract).
+prod_contract() {
+  CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-h200.yaml}
+  TAGGED=""
+  [ -n "${DERIVE:-}" ] || return 0
+  local parts sets=() s
+  read -ra parts <<<"$DERIVE"  # split on blanks, no glob expansion (JSON has [ ])
+  for s in "${parts[@]:1}"; do sets+=(--set "$s"); done
+  local tag=${parts[0]}
+  python3 tools/gpu_engine/derive_contract.py "$CONTRACT" "$RUNS/contract-$tag.yaml" "$tag" "${sets[@]}" 2>&1 \
+    | tee -a "$LOG" | grep -q "^ok: " || exit 2
+  CONTRACT=$RUNS/contract-$tag.yaml
+  TAGGED=-$tag
+}
+
 # gate NAME CONTRACT: qgate run speed + qgate compare into $RUNS/NAME, timed, summarised in the log.
 gate() {
   local name=$1 contract=$2 t0 rc
