@@ -101,6 +101,63 @@ def test_a_derivation_qgate_refuses_is_one_line_and_leaves_no_file(
     assert "\n" not in str(err.value) and not (tmp_path / "d.yaml").exists()
 
 
+def _rec(tok: float, ttft: float = 80.0, extra: dict | None = None, **inst: object) -> dict:
+    return {
+        "decode_tok_s_mean": tok,
+        "ttft_ms_mean": ttft,
+        "variant": {"extra": extra or {}},
+        "instrumented": {"syncs_by_site": {}, **inst},
+    }
+
+
+ROLES = ["out_proj", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "gate", "shared_expert_gate"]
+
+
+def test_the_reading_names_the_variant_that_brings_the_candidate_back(tmp_path: Path) -> None:
+    """The 2026-12-04 gap in both pairs, and the candidate without the lm_head route back at the
+    control's speed: the reading says so and gives the DERIVE that makes it a contract qgate loads."""
+    roles = json.dumps({"fp16_gemv": ROLES})
+    records = {
+        "control": _rec(412.8, replay_gpu_us_median=2050.0),
+        "candidate": _rec(300.7, replay_gpu_us_median=1900.0),
+        "cand-nopdl": _rec(302.0, extra={"QGATE_KERNELS_PDL": "0"}),
+        "cand-nolmhead": _rec(418.0, extra={"QGATE_ROUTE_ROLES": roles}),
+        "control-2": _rec(420.0, replay_gpu_us_median=2060.0),
+        "candidate-2": _rec(305.0, replay_gpu_us_median=1910.0),
+    }
+    site = f"{probe._where('/x/kernels_ext/qgate_kernels/sites/gemv.py')}:94:run < logits_processor.py:60:f"
+    records["candidate"]["instrumented"]["syncs_by_site"] = {site: 3}
+    records["control"]["instrumented"]["syncs_by_site"] = {"async_utils.py:174:get_output": 255}
+    text = "\n".join(probe.reading(records))
+    assert "candidate/control by pair 0.728, 0.726: the gap follows the arm" in text
+    assert "decode graph GPU us: control 2055, candidate 1905 (-150)" in text
+    nopdl = next(x for x in text.splitlines() if x.strip().startswith("cand-nopdl"))
+    assert "brings" not in nopdl
+    line = next(x for x in text.splitlines() if x.strip().startswith("cand-nolmhead"))
+    assert "brings the candidate back" in line
+    derive_spec = line.split("DERIVE='", 1)[1].rstrip("'")
+    tag, *sets = derive_spec.split()  # as lib.sh's prod_contract splits it
+    assert tag == "nolmhead"
+    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    assert derive.derive(src, tmp_path / "d.yaml", tag, sets).startswith("ok: ")
+    assert "sync in candidate with a qgate frame (3x): qgate_kernels/sites/gemv.py:94:run" in text
+    assert "sync in control" not in text  # vLLM's own wait on its output copy is in both arms
+
+
+def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
+    records = {
+        n: _rec(t)
+        for n, t in (("control", 400), ("candidate", 290), ("control-2", 410), ("candidate-2", 415))
+    }
+    text = "\n".join(probe.reading(records))
+    assert "one pair only: the engine start, not the arm" in text
+    assert probe.derive_for("cand-nopdl", {"QGATE_KERNELS_PDL": "0"}) == (
+        'nopdl arms.control.env.QGATE_KERNELS_PDL="0" arms.candidate.env.QGATE_KERNELS_PDL="0"'
+    )
+    assert probe.derive_for("cand-noattest", {"QGATE_ATTEST_DIR": None}) is None
+    assert probe.reading({"control": _rec(400)})[-1].endswith("nothing to read")
+
+
 class _Clock:
     gpu = 0.0
 

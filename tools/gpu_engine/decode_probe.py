@@ -175,6 +175,7 @@ def child(args_path: Path, out_json: Path) -> None:
         )
         where.with_suffix(".txt").write_text(table)
     rec = {
+        "variant": a.get("variant"),
         "engine_start_s": round(start_s, 1),
         "engine_args": a["engine"],
         "env_routes": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_SM70_", "QGATE_"))},
@@ -233,6 +234,15 @@ def _host_use(before: dict, after: dict, wall: float, t1: os.times_result, t0: o
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
         "openmp_libs": omp,
     }
+
+
+QGATE_FRAME = "qgate_kernels/"  # how a frame of the route plugin is shown in syncs_by_site
+
+
+def _where(filename: str) -> str:
+    """A frame's file as the sync report shows it: qgate_kernels/<path> for the plugin's, else its name."""
+    head, sep, tail = filename.rpartition("/" + QGATE_FRAME)
+    return QGATE_FRAME + tail if sep else Path(filename).name
 
 
 class _Hooks:
@@ -348,7 +358,7 @@ class _Hooks:
         if "synchroniz" not in text.lower():
             return
         frames = [
-            f"{Path(f.filename).name}:{f.lineno}:{f.name}"
+            f"{_where(f.filename)}:{f.lineno}:{f.name}"
             for f in traceback.extract_stack()[:-2]
             if "/torch/" not in f.filename and "decode_probe" not in f.filename
         ]
@@ -402,6 +412,93 @@ class _Hooks:
         return out
 
 
+RECOVERED = 0.97  # a variant at >= 97 % of the controls' decode tok/s "brings the candidate back"
+APART = 0.95  # a pair whose candidate decodes at < 95 % of its control's: the gap is there
+
+
+def _mean(records: dict, names: tuple[str, ...], key: str) -> float | None:
+    xs = [records[n][key] for n in names if n in records and records[n].get(key)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _inst(records: dict, names: tuple[str, ...], key: str) -> float | None:
+    xs = [records[n]["instrumented"].get(key) for n in names if n in records]
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def derive_for(name: str, extra: dict) -> str | None:
+    """The DERIVE of tools/gpu_engine/calls (lib.sh prod_contract) that turns a variant's env changes
+    into a contract: route roles into the contract's routes section, the kernels' PDL switch into both
+    arms (the control loads no kernel), anything else into the candidate; None for a removal."""
+    from qgate_route_env import KERNELS_PDL_ENV, ROLES_ENV
+
+    sets = []
+    for key, value in extra.items():
+        if value is None:
+            return None  # `-KEY`: a contract cannot say "unset what the launcher sets"
+        if key == ROLES_ENV:
+            for route, roles in json.loads(value).items():
+                sets.append(f"routes.{route}.roles={json.dumps(roles, separators=(',', ':'))}")
+        elif key == KERNELS_PDL_ENV:
+            sets += [f"arms.{arm}.env.{key}={json.dumps(value)}" for arm in ("control", "candidate")]
+        else:
+            sets.append(f"arms.candidate.env.{key}={json.dumps(value)}")
+    tag = name.removeprefix("cand-") or name
+    return f"{tag} " + " ".join(sets) if sets else None
+
+
+def reading(records: dict) -> list[str]:
+    """docs/gpu.md's table applied to the variants' records (a reading aid for the next call, not a
+    gate): does the gap follow the arm or the engine start, does a variant bring the candidate back
+    (and the DERIVE that makes it a contract), is the decode graph or the host slower, any sync."""
+    ctrl, cand = ("control", "control-2"), ("candidate", "candidate-2")
+    c_tok, t_tok = _mean(records, ctrl, "decode_tok_s_mean"), _mean(records, cand, "decode_tok_s_mean")
+    out = ["reading (docs/gpu.md, 'Next'; not a gate):"]
+    if not (c_tok and t_tok):
+        return out + ["  no control or candidate record: nothing to read"]
+    pairs = []
+    for c, t in zip(ctrl, cand, strict=True):
+        if c in records and t in records:
+            pairs.append(records[t]["decode_tok_s_mean"] / records[c]["decode_tok_s_mean"])
+    shown = ", ".join(f"{r:.3f}" for r in pairs)
+    if len(pairs) == 2 and all(r < APART for r in pairs):
+        out.append(f"  candidate/control by pair {shown}: the gap follows the arm")
+    elif len(pairs) == 2 and any(r < APART for r in pairs):
+        out.append(f"  candidate/control by pair {shown}: one pair only: the engine start, not the arm")
+    else:
+        out.append(f"  candidate/control by pair {shown}: no slowdown of 5 % or more")
+    for key, what in (
+        ("replay_gpu_us_median", "decode graph GPU us"),
+        ("step_host_us_median", "host us a step"),
+        ("launch_lag_us_median", "launch lag us"),
+        ("sync_wait_us_median", "host blocked us a step"),
+    ):
+        a, b = _inst(records, ctrl, key), _inst(records, cand, key)
+        if a is not None and b is not None:
+            out.append(f"  {what}: control {a:.0f}, candidate {b:.0f} ({b - a:+.0f})")
+    out.append(
+        f"  TTFT ms: control {_mean(records, ctrl, 'ttft_ms_mean'):.1f}, candidate "
+        f"{_mean(records, cand, 'ttft_ms_mean'):.1f}"
+    )
+    for name, rec in records.items():
+        if name in ctrl + cand:
+            continue
+        tok = rec["decode_tok_s_mean"]
+        line = f"  {name}: decode {tok / c_tok:.3f} of the control, {tok / t_tok:.3f} of the candidate"
+        extra = (rec.get("variant") or {}).get("extra") or {}
+        if tok >= RECOVERED * c_tok and tok >= t_tok / APART:
+            derive = derive_for(name, extra)
+            line += ": brings the candidate back"
+            line += f"; call 5: DERIVE='{derive}'" if derive else ""
+        out.append(line)
+    for name, rec in records.items():
+        for site, n in (rec["instrumented"].get("syncs_by_site") or {}).items():
+            if QGATE_FRAME in site:
+                out.append(f"  sync in {name} with a qgate frame ({n}x): {site}")
+    return out
+
+
 def _line(name: str, rec: dict) -> str:
     i, h = rec["instrumented"], rec["host"]
     f = lambda k, fmt="{:.0f}": fmt.format(i[k]) if k in i else "-"  # noqa: E731
@@ -450,6 +547,7 @@ def main() -> None:
                     "tokens": a.tokens,
                     "input_tokens": a.input,
                     "profile_tokens": a.profile_tokens,
+                    "variant": {"contract": str(contract), "arm": arm, "extra": extra},
                 },
                 indent=1,
             )
@@ -472,6 +570,14 @@ def main() -> None:
         with open(a.out / "summary.txt", "a") as fh:
             fh.write(line + "\n")
         print(line, flush=True)
+    records = {}
+    for spec in specs:
+        path = a.out / f"{_variant(spec)[0]}.json"
+        if path.is_file():
+            records[path.stem] = json.loads(path.read_text())
+    text = "\n".join(reading(records)) + "\n"
+    (a.out / "reading.txt").write_text(text)
+    print(text, end="", flush=True)
 
 
 if __name__ == "__main__":

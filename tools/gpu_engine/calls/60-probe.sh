@@ -18,6 +18,7 @@ timeout "${PROBE_S:-540}" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-
   --variant-timeout "${VARIANT_S:-240}" --profile-tokens "${PROFILE_TOKENS:-64}" ${PROBE_ARGS:-} 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
 echo "probe $NAME: rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 cat "$RUNS/probe-$NAME/summary.txt" 2>/dev/null
+cat "$RUNS/probe-$NAME/reading.txt" 2>/dev/null | tee -a "$LOG"
 if [ "${JIT_PACK:-0}" = 1 ]; then
   step "pack JIT caches"
   dirs=$(ls -d "$HOME/.triton/cache" "$HOME/.cache/vllm" "$HOME/.cache/cutlass"* /tmp/*cutlass* /tmp/*cute* 2>/dev/null | tr '\n' ' ')
