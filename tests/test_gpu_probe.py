@@ -215,6 +215,27 @@ def test_the_timeline_summary_reads_gpu_time_and_launch_lag(monkeypatch: pytest.
     assert out["step_host_us_median"] == pytest.approx(1000)
 
 
+def test_the_graph_step_is_a_typical_decode_replay() -> None:
+    """A prefill-like burst of 12 kernels, then 5 decode steps: a replay of 10 kernels 1 us apart and
+    two eager kernels 50 us later (the host launches them): the middle 10-kernel run is kept, relative
+    to its first kernel; fewer than 8 kernels in every run: no replay."""
+    kernels = [(f"prefill{i}", 10.0 * i, 10.0 * i + 9.5) for i in range(12)]
+    t = 1000.0
+    for step in range(5):
+        for i in range(10):
+            kernels.append((f"k{i % 4}", t, t + 2.0 + step))  # the steps' kernels differ in length only
+            t += 3.0 + step
+        kernels += [("lm_head", t + 50.0, t + 60.0), ("sample", t + 120.0, t + 121.0)]
+        t += 500.0
+    g = profile.graph_step(kernels)
+    assert g is not None and g["kernels"] == 10 and g["replays_seen"] == 5
+    assert g["names"] == ["k0", "k1", "k2", "k3"]
+    starts = [row[1] for row in g["seq"]]
+    assert starts[0] == 0.0 and starts[1] == 5.0  # the third step: kernels 5 us apart
+    assert [g["names"][row[0]] for row in g["seq"][:5]] == ["k0", "k1", "k2", "k3", "k0"]
+    assert profile.graph_step([("a", 0.0, 1.0), ("b", 100.0, 101.0)]) is None
+
+
 def test_the_busy_union_counts_overlaps_once() -> None:
     assert profile._union([(0, 10), (5, 12), (20, 25), (24, 24.5)]) == 17
     assert profile._union([]) == 0

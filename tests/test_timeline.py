@@ -229,3 +229,89 @@ def test_the_profiles_are_matched_with_the_ablation_arms_and_the_report_says_how
         "No route env recorded in control, candidate: the file names alone tie them to the arms."
         in timeline_lines(h200)
     )
+
+
+HC_TMA = "void qgate::hc_tma_kernel<__nv_bfloat16>(qgate::HcArgs, qgate::HcTmaPlan)"
+GDN = "void qgate::gemv_one_group_kernel<1, 10, qgate::(anonymous namespace)::GdnFlatRows<__nv_bfloat16> >"
+
+
+def _replay(kernels: list[tuple[str, float, float]]) -> dict[str, Any]:
+    """A graph_step as profile_decode.py writes it, from (name, start us, duration us) in order."""
+    names = sorted({k[0] for k in kernels})
+    return {"kernels": len(kernels), "names": names, "seq": [[names.index(n), a, d] for n, a, d in kernels]}
+
+
+def _with_step(src: Path, dst: Path, steps: dict[str, dict[str, Any]]) -> Path:
+    dst.mkdir()
+    for arm in ("control", "candidate"):
+        data = json.loads((src / f"{arm}.json").read_text())
+        data["graph_step"] = steps[arm]
+        (dst / f"{arm}.json").write_text(json.dumps(data))
+    return dst
+
+
+def test_one_replay_aligned_with_the_controls_gives_each_routes_stretch_with_its_gaps(tmp_path: Path) -> None:
+    """vLLM's HC as three kernels with 2 us between them (9 + 4 us gaps = 13 us of span) against one fused
+    kernel of 11 us; cuBLAS's projection against the route's GEMV; the same GDN core and MoE kernels in
+    both: the HC stretch saves its gaps although its kernel is slower than the three busy together."""
+    control = _replay(
+        [
+            ("_hc_combine_norm_kernel", 0.0, 3.0),
+            ("kernel_cutlass_hc_down_silu", 5.0, 4.0),  # 2 us gap before each of vLLM's HC kernels
+            ("_hc_gate_mix_kernel", 11.0, 2.0),
+            ("fused_recurrent_gated_delta_rule_fwd_kernel", 14.0, 6.0),
+            (NVJET, 21.0, 5.0),
+            ("fused_moe_kernel", 27.0, 10.0),
+        ]
+    )
+    candidate = _replay(
+        [
+            (HC_TMA, 0.0, 11.0),
+            ("fused_recurrent_gated_delta_rule_fwd_kernel", 12.0, 6.0),
+            (GEMV + "(int)", 19.0, 3.0),
+            ("fused_moe_kernel", 23.0, 10.0),
+        ]
+    )
+    folder = _with_step(H200, tmp_path / "tl", {"control": control, "candidate": candidate})
+    tl = read_timeline(folder)
+    assert tl["arms"]["control"]["graph_kernels"] == 6 and tl["arms"]["control"]["graph_span_us"] == 37.0
+    g = tl["against_control"]["candidate"]["graph_stretches"]
+    assert g["aligned_kernels"] == 2 and g["arm"]["span_us"] == 33.0
+    hc, gemv = g["by_route"]["fused_hc_fp16"], g["by_route"]["fp16_gemv"]
+    assert hc["control"] == {"kernels": 3, "span_us": 13.0, "busy_us": 9.0}
+    assert hc["arm"] == {"kernels": 1, "span_us": 11.0, "busy_us": 11.0} and hc["delta_span_us"] == -2.0
+    assert gemv["control"]["span_us"] == 5.0 and gemv["delta_span_us"] == -2.0
+    md = "\n".join(timeline_lines(tl))
+    assert "control 6 kernels in 37.0 us, candidate 4 in 33.0 us (-4.0), 2 kernels alike" in md
+    assert "| fused_hc_fp16 | 1 | 3 | 13.0 (9.0) | 1 | 11.0 (11.0) | -2.0 |" in md
+    # a route next to another in the step (HC then the GDN input) is one stretch named by both
+    both = _replay([(HC_TMA, 0.0, 11.0), (GDN + "(int)", 11.5, 4.0), ("fused_moe_kernel", 16.0, 10.0)])
+    ctrl = _replay([("_hc_gate_mix_kernel", 0.0, 12.0), (NVJET, 13.0, 5.0), ("fused_moe_kernel", 19.0, 10.0)])
+    tl = read_timeline(_with_step(H200, tmp_path / "tl2", {"control": ctrl, "candidate": both}))
+    assert list(tl["against_control"]["candidate"]["graph_stretches"]["by_route"]) == [
+        "fused_gdn_input_fp16+fused_hc_fp16"
+    ]
+
+
+def test_profiles_without_a_replay_keep_the_section_as_it_was() -> None:
+    tl = read_timeline(H200)  # the 2026-12-04 profile: no graph_step
+    assert tl["against_control"]["candidate"]["graph_stretches"] is None
+    assert tl["arms"]["candidate"]["graph_kernels"] is None
+    assert "graph replay" not in "\n".join(timeline_lines(tl))
+
+
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        ({"names": ["k"], "seq": []}, r"graph_step.seq = \[\]: expected 1 to"),
+        ({"names": ["k"], "seq": [[1, 0.0, 1.0]]}, r"graph_step.seq\[0\] = \[1, 0.0, 1.0\]: expected"),
+        ({"names": ["k"], "seq": [[0, -1.0, 1.0]]}, r"graph_step.seq\[0\]\[1\] = -1.0: expected a finite"),
+        ({"names": ["k\x00"], "seq": [[0, 0.0, 1.0]]}, "graph_step.names .*: expected a printable"),
+        ([1, 2], "graph_step = \\[1, 2\\]: expected"),
+    ],
+)
+def test_a_bad_replay_is_one_line(tmp_path: Path, step: Any, message: str) -> None:
+    folder = _with_step(H200, tmp_path / "tl", {"control": step, "candidate": _replay([("k", 0.0, 1.0)])})
+    with pytest.raises(TimelineError, match=message) as err:
+        read_timeline(folder)
+    assert "\n" not in str(err.value) and "control.json" in str(err.value)

@@ -75,8 +75,10 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # `claims` (what the summary may say, from the gates of the run), `faulty_what`
     "demo": (1, 2, 3),
     "processes": (1,),
-    # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline)
-    "timeline": (1,),
+    # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline);
+    # 2: per arm `graph_kernels`, `graph_span_us` and against the control `graph_stretches` (one decode
+    # graph replay aligned with the control's), null where a profile has no `graph_step`
+    "timeline": (1, 2),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 

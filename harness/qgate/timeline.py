@@ -12,22 +12,29 @@ non-empty strings; bad input is a TimelineError, one line naming the file, the k
 returns an immutable record (kind `timeline`): per arm the summary, and for each arm against the
 control the kernels it adds, removes or changes most, with the totals over every kernel of the files.
 
+Where a profile holds one decode graph replay's kernels in order (`graph_step`, profile_decode.py
+since timeline schema 2), each arm's replay is aligned with the control's (difflib over the kernel
+names): the stretches that differ are where the routes replaced vLLM's kernels, and each stretch's time
+counts the gaps between its kernels, which a fused kernel saves and a sum of kernel times cannot show.
+A stretch is named by the routes of the kernels_ext kernels in it (qgate_route_env.kernel_route).
+
 Not a gate: under torch.profiler every launch is recorded on the host, so both arms become host-bound
 and its microseconds are not the speed gate's figures; the arms are compared with each other only.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from qgate.errors import cut
 from qgate.results import ResultError, current_schema, read_object
-from qgate_route_env import SHIMS_ENV, SM70_PREFIX
+from qgate_route_env import SHIMS_ENV, SM70_PREFIX, kernel_route
 
 TIMELINE_SCHEMA_VERSION = current_schema("timeline")
 TOP_N = 12  # kernel and runtime-API rows kept per arm: the changes that make up most of the delta
@@ -89,6 +96,11 @@ def _number(path: Path, key: str, value: Any) -> float:
     return float(value)
 
 
+def _printable(name: Any) -> bool:
+    """A kernel (or API call, op) name a report can show: a non-empty printable string of bounded size."""
+    return isinstance(name, str) and bool(name.strip()) and len(name) <= MAX_NAME_CHARS and name.isprintable()
+
+
 def _table(path: Path, key: str, value: Any) -> dict[str, dict[str, float]]:
     if not isinstance(value, dict):
         raise TimelineError(f"{path}: {key} = {cut(repr(value))}: expected an object of name -> figures")
@@ -96,13 +108,37 @@ def _table(path: Path, key: str, value: Any) -> dict[str, dict[str, float]]:
         raise TimelineError(f"{path}: {key} has {len(value)} names, more than a profile can ({MAX_NAMES})")
     out = {}
     for name, row in value.items():
-        if not name.strip() or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        if not _printable(name):
             raise TimelineError(f"{path}: {key} name {cut(repr(name))}: expected a printable kernel name")
         where = f"{key}.{cut(name, 60)}"
         if not isinstance(row, dict) or set(row) < {"per_step", "us_per_step"}:
             raise TimelineError(f"{path}: {where} = {cut(repr(row))}: expected {{per_step, us_per_step}}")
         out[name] = {k: _number(path, f"{where}.{k}", row[k]) for k in ("per_step", "us_per_step")}
     return out
+
+
+def _graph_step(path: Path, value: Any) -> dict[str, Any]:
+    """profile_decode.py's graph_step checked: {names, seq: (name index, start us, duration us), ...}."""
+    if not isinstance(value, dict) or not isinstance(value.get("names"), list):
+        raise TimelineError(f"{path}: graph_step = {cut(repr(value))}: expected {{names, seq}}")
+    names, seq = value["names"], value.get("seq")
+    if len(names) > MAX_NAMES or not isinstance(seq, list) or not seq or len(seq) > MAX_NAMES:
+        raise TimelineError(f"{path}: graph_step.seq = {cut(repr(seq))}: expected 1 to {MAX_NAMES} kernels")
+    for name in names:
+        if not _printable(name):
+            raise TimelineError(
+                f"{path}: graph_step.names {cut(repr(name))}: expected a printable kernel name"
+            )
+    rows = []
+    for i, row in enumerate(seq):
+        ok = isinstance(row, list) and len(row) == 3 and type(row[0]) is int and 0 <= row[0] < len(names)
+        if not ok:
+            raise TimelineError(
+                f"{path}: graph_step.seq[{i}] = {cut(repr(row))}: expected [name index, start, duration]"
+            )
+        rows.append((row[0], _number(path, f"graph_step.seq[{i}][1]", row[1]),
+                     _number(path, f"graph_step.seq[{i}][2]", row[2])))  # fmt: skip
+    return {"names": tuple(names), "seq": tuple(sorted(rows, key=lambda r: r[1]))}
 
 
 def check_profile(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,6 +168,7 @@ def check_profile(path: Path, data: Mapping[str, Any]) -> dict[str, Any]:
             f"{path}: arm_env_routes = {cut(repr(env))}: expected an object of name -> string"
         )
     out["arm_env_routes"] = env
+    out["graph_step"] = None if data.get("graph_step") is None else _graph_step(path, data["graph_step"])
     gap = out["kernel_span_us_per_step"] - out["gpu_busy_us_per_step"]
     if abs(gap - out["host_gap_us_per_step"]) > GAP_TOLERANCE_US + 1e-6 * out["kernel_span_us_per_step"]:
         raise TimelineError(
@@ -212,7 +249,63 @@ def summary(p: Mapping[str, Any]) -> dict[str, Any]:
     keys += ("arm_env_routes",)
     out = {k: p[k] for k in keys}
     out["kernels_named"] = None if p["kernels"] is None else len(p["kernels"])
+    g = p.get("graph_step")
+    out["graph_kernels"] = None if g is None else len(g["seq"])
+    out["graph_span_us"] = None if g is None else _side(g["seq"], 0, len(g["seq"]))["span_us"]
     return out
+
+
+def _side(seq: Sequence[tuple[int, float, float]], i: int, j: int) -> dict[str, Any]:
+    """Kernels i..j-1 of a replay: how many, their wall span (gaps between them included) and the
+    time some kernel of them ran (their busy time)."""
+    if j <= i:
+        return {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}
+    part = seq[i:j]
+    busy, end = 0.0, float("-inf")
+    for _, a, d in part:
+        busy += max(0.0, a + d - max(a, end))
+        end = max(end, a + d)
+    return {"kernels": j - i, "span_us": max(a + d for _, a, d in part) - part[0][1], "busy_us": busy}
+
+
+def _label(names: Sequence[str]) -> str:
+    """A differing stretch by the routes of its kernels_ext kernels (arm side first, then control)."""
+    routes = sorted({r for r in map(kernel_route, names) if r is not None})
+    return "+".join(routes) if routes else "vLLM's kernels"
+
+
+def stretches(ref: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
+    """One decode graph replay of an arm aligned with the control's (difflib over the kernel names):
+    per stretch where they differ, each side's kernels, wall span (gaps between its kernels included)
+    and busy time, named by the routes of the arm's kernels there (else of the control's); totals per
+    name; and both replays whole."""
+    a_seq, b_seq = ref["seq"], arm["seq"]
+    a = [ref["names"][k[0]] for k in a_seq]
+    b = [arm["names"][k[0]] for k in b_seq]
+    by: dict[str, dict[str, Any]] = {}
+    equal = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op == "equal":
+            equal += i2 - i1
+            continue
+        label = _label(b[j1:j2]) if any(map(kernel_route, b[j1:j2])) else _label(a[i1:i2])
+        c, t = _side(a_seq, i1, i2), _side(b_seq, j1, j2)
+        row = by.setdefault(
+            label, {"stretches": 0, "control": {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}}
+        )
+        row.setdefault("arm", {"kernels": 0, "span_us": 0.0, "busy_us": 0.0})
+        row["stretches"] += 1
+        for side, fig in (("control", c), ("arm", t)):
+            for key in ("kernels", "span_us", "busy_us"):
+                row[side][key] += fig[key]
+    for row in by.values():
+        row["delta_span_us"] = row["arm"]["span_us"] - row["control"]["span_us"]
+    return {
+        "control": _side(a_seq, 0, len(a_seq)),
+        "arm": _side(b_seq, 0, len(b_seq)),
+        "aligned_kernels": equal,
+        "by_route": dict(sorted(by.items(), key=lambda kv: kv[1]["delta_span_us"])),
+    }
 
 
 def against(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[str, Any]:
@@ -226,6 +319,8 @@ def against(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[st
     out["runtime_api"] = table_changes(ref["runtime_api"], arm["runtime_api"], top) if api else None
     ops = arm["qgate_ops"]
     out["qgate_ops"] = None if ops is None else [{"name": n, **v} for n, v in sorted(ops.items())]
+    both = ref.get("graph_step") is not None and arm.get("graph_step") is not None
+    out["graph_stretches"] = stretches(ref["graph_step"], arm["graph_step"]) if both else None
     return out
 
 

@@ -110,6 +110,27 @@ class SwitchError(ValueError):
     """A route switch with a value that is neither on nor off; str() is one line naming it."""
 
 
+# The route a CUDA kernel of kernels_ext (csrc/) serves, by the C++ name a profiler shows (`void
+# qgate::gemv_one_group_kernel<1, 10, qgate::(anonymous namespace)::GdnFlatRows<...> >(...)`): the first
+# part found wins (the GDN input and the HC down rows run on the gemv kernels too). qgate.timeline ties
+# the kernels of a decode-step timeline to routes with it; tests/kernels/test_kernel_names.py keeps it
+# covering every kernel and row type the sources define.
+KERNEL_ROUTES = (
+    ("Gdn", ROUTE_GDN),  # GdnFlatRows, GdnInterleavedRows
+    ("HcDownRows", ROUTE_HC),
+    ("qgate::hc_", ROUTE_HC),  # hc_tma_kernel, hc_norm_kernel, hc_up_mix_kernel
+    ("qsa_topk", ROUTE_TOPK),  # qsa_topk_push_kernel, qsa_topk_kernel
+    ("gemv", ROUTE_GEMV),  # gemv_one_group_kernel, gemv_rows_kernel on GemvRows
+)
+
+
+def kernel_route(name: str) -> str | None:
+    """The route of a kernels_ext kernel by its profiler name; None for any other kernel (vLLM's)."""
+    if "qgate::" not in name:
+        return None
+    return next((route for part, route in KERNEL_ROUTES if part in name), None)
+
+
 def override_var(route: str) -> str:
     """`fp16_gemv` -> `QGATE_ROUTE_IMPL_FP16_GEMV`."""
     return OVERRIDE_PREFIX + route.upper()

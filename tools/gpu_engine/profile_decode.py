@@ -14,7 +14,10 @@ Per arm it writes OUTDIR/<arm>.json and OUTDIR/<arm>.txt:
   and friends (kernels launched outside any graph), cudaMemcpy*, synchronisations;
 - the GPU's busy time per step (the union of kernel intervals) against the wall span of the kernels:
   the rest is the GPU waiting for the host (host gaps);
-- the qgate ops (qgate::*, qgate_routes::*) seen on the host, per step (none when a graph replays them).
+- the qgate ops (qgate::*, qgate_routes::*) seen on the host, per step (none when a graph replays them);
+- `graph_step`: one decode graph replay's kernels in order (name, start, duration), a typical one of the
+  generate's replays, for qgate.timeline to align with the control's (each route's stretch of the
+  step with the gaps between its kernels).
 Then OUTDIR/diff.txt sets the arms side by side (kernels the candidate adds, removes or slows).
 Not a gate: figures for the report (issue 47); timings under the profiler are inflated by its own
 overhead, so compare arms with each other, not with the speed gate's tok/s.
@@ -59,6 +62,37 @@ def _union(intervals: list[tuple[float, float]]) -> float:
             busy += b - end
             end = b
     return busy
+
+
+GRAPH_GAP_US = 20.0  # kernels of one graph replay follow each other within this; the host is slower
+
+
+def graph_step(kernels: list[tuple[str, float, float]]) -> dict | None:
+    """One typical decode graph replay from a generate's kernels (name, start us, end us), as
+    {"kernels", "names", "seq": [[name index, start us from the first, duration us], ...]}: the runs
+    of kernels each starting within GRAPH_GAP_US of the last one's end are the replays (the host
+    launches the eager kernels slower than that under the profiler); the most frequent run length is
+    the decode graph's, and the middle run of that length is kept. None without a run of 8 kernels."""
+    runs: list[list[tuple[str, float, float]]] = []
+    end = float("-inf")
+    for k in sorted(kernels, key=lambda k: k[1]):
+        if runs and k[1] - end <= GRAPH_GAP_US:
+            runs[-1].append(k)
+            end = max(end, k[2])
+        else:
+            runs.append([k])
+            end = k[2]
+    lengths = [len(r) for r in runs if len(r) >= 8]
+    if not lengths:
+        return None
+    common = max(set(lengths), key=lambda n: (lengths.count(n), n))
+    same = [r for r in runs if len(r) == common]
+    run = same[len(same) // 2]
+    names = sorted({k[0] for k in run})
+    index = {n: i for i, n in enumerate(names)}
+    t0 = run[0][1]
+    seq = [[index[n], round(a - t0, 3), round(b - a, 3)] for n, a, b in run]
+    return {"kernels": len(run), "replays_seen": len(same), "names": names, "seq": seq}
 
 
 def child(args_path: Path, out_json: Path, tokens: int) -> None:
@@ -113,6 +147,7 @@ def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, st
     kernels: dict[str, dict] = {}
     cpu_ops: dict[str, dict] = {}
     intervals = []
+    timed = []  # (name, start us, end us) of every kernel
     for e in prof.events():
         dev = str(getattr(e, "device_type", "")).endswith("CUDA")
         if dev:
@@ -120,6 +155,7 @@ def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, st
             k["count"] += 1
             k["us"] += e.time_range.elapsed_us()
             intervals.append((e.time_range.start, e.time_range.end))
+            timed.append((e.name, float(e.time_range.start), float(e.time_range.end)))
         else:
             o = cpu_ops.setdefault(e.name, {"count": 0, "us": 0.0})
             o["count"] += 1
@@ -144,6 +180,7 @@ def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, st
         "kernels": dict(sorted(per(kernels).items(), key=lambda kv: -kv[1]["us_per_step"])),
         "runtime_api": dict(sorted(api.items(), key=lambda kv: -kv[1]["us_per_step"])),
         "qgate_ops": {k: v for k, v in per(cpu_ops).items() if k.startswith("qgate")},
+        "graph_step": graph_step(timed),
         "torch_version": torch.__version__,
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
     }

@@ -65,7 +65,42 @@ def _summary(tl: Mapping[str, Any]) -> list[str]:
         }
         for arm, s in tl["arms"].items()
     ]
+    if any(s.get("graph_kernels") is not None for s in tl["arms"].values()):  # timeline schema 2
+        for row, s in zip(rows, tl["arms"].values(), strict=True):
+            row["graph replay: kernels"] = _num(s.get("graph_kernels"), "d")
+            row["graph replay: span us"] = _num(s.get("graph_span_us"), ".1f")
     return [table(pd.DataFrame(rows)), ""]
+
+
+def _stretches(arm: str, a: Mapping[str, Any]) -> list[str]:
+    """One decode graph replay aligned with the control's: where they differ, by route."""
+    g = a.get("graph_stretches")
+    if not g:
+        return []
+    c, t = g["control"], g["arm"]
+    d = t["span_us"] - c["span_us"]
+    head = (
+        f"One decode graph replay aligned with the control's: control {c['kernels']} kernels in "
+        f"{c['span_us']:.1f} us, {arm} {t['kernels']} in {t['span_us']:.1f} us ({d:+.1f}), "
+        f"{g['aligned_kernels']} kernels alike. Where they differ, by the routes of the stretch's kernels "
+        "(span: the stretch's first start to its last end, the gaps between its kernels included; "
+        "busy: the time one of them ran):"
+    )
+    if not g["by_route"]:
+        return [head.split(". Where")[0] + ": the same kernels in the same order.", ""]
+    rows = [
+        {
+            "stretch": name,
+            "stretches": r["stretches"],
+            "control kernels": r["control"]["kernels"],
+            "control span (busy) us": f"{r['control']['span_us']:.1f} ({r['control']['busy_us']:.1f})",
+            f"{arm} kernels": r["arm"]["kernels"],
+            f"{arm} span (busy) us": f"{r['arm']['span_us']:.1f} ({r['arm']['busy_us']:.1f})",
+            "change of span us": f"{r['delta_span_us']:+.1f}",
+        }
+        for name, r in g["by_route"].items()
+    ]
+    return [head, "", table(pd.DataFrame(rows)), ""]
 
 
 def _changes(a: Mapping[str, Any]) -> list[str]:
@@ -183,5 +218,5 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     ]
     for arm, a in tl["against_control"].items():
         lines += [f"### {arm} against the control", "", f"Reading: {reading(arm, a)}.", ""]
-        lines += _changes(a) + _host(arm, a)
+        lines += _changes(a) + _stretches(arm, a) + _host(arm, a)
     return lines
