@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import traceback
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("qgate_kernels.ops")
+from hc_module import HC, HS, D, Module, gated_residual  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 aten = torch.ops.aten
@@ -147,15 +147,6 @@ def test_gemv_site_decode_and_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
     assert watch.seen == [] and tally.n == 3
 
 
-HC, HS, RANK = 4, 16, 8  # streams, stream width, low rank
-D = HC * HS
-MERGED = RANK + HC + (-(RANK + HC)) % 16  # merged down + inject rows, padded to 16
-
-
-class _Module(types.SimpleNamespace):
-    """A GatedResidual's attributes the site reads (weak-referenceable, as an nn.Module is)."""
-
-
 def _counts(st: Any, route: str) -> tuple[int, dict[str, int]]:
     c = st.recorder.counters.routes([route])[route]
     return c["hits"], c["fallbacks"]
@@ -167,14 +158,7 @@ def test_hc_site_decode_and_prefill(state: Callable[..., Any]) -> None:
 
     st = state(ROUTE_HC)
     g = _gen(6)
-    module = _Module(
-        hc_count=HC,
-        lora_rank=RANK,
-        hidden_size=HS,
-        use_combine=True,
-        config=types.SimpleNamespace(rms_norm_eps=1e-6),
-        hc_norm=types.SimpleNamespace(weight=(1 + 0.1 * torch.randn(D, generator=g)).half()),
-    )
+    module, w_down, w_up = gated_residual(g)
 
     def vllm_mix(mod: Any, h: Any) -> tuple:  # vLLM's path at prefill: fresh outputs, no sync
         return h, h[:, :HS] * 2, h[:, :HC] * 3
@@ -182,8 +166,6 @@ def test_hc_site_decode_and_prefill(state: Callable[..., Any]) -> None:
     def vllm_combine(mod: Any, h: Any, block_output: Any, injection: Any) -> tuple:
         return h + 1, block_output * 2, h[:, :HC] * 3
 
-    w_down = (0.1 * torch.randn(MERGED, D, generator=g)).half()  # [R + HC + pad, D]
-    w_up = (0.1 * torch.randn(D, RANK, generator=g)).half()  # [D, R]
     site = hc.HcSite(module, "moe", w_down, w_up, {"mix": vllm_mix, "combine_and_mix": vllm_combine})
     for t in (1, 5):  # decode, prefill
         h = torch.randn(t, D, generator=g).half()
@@ -211,7 +193,7 @@ def test_gdn_site_decode_and_prefill(state: Callable[..., Any]) -> None:
     def proj(w: Any) -> Callable[[Any], tuple]:
         return lambda h: (torch.nn.functional.linear(h, w), None)
 
-    layer = _Module(
+    layer = Module(
         gqa_interleaved_layout=False,
         num_k_heads=nk,
         num_v_heads=nv,

@@ -5,12 +5,12 @@ kernel a call, 25 us of a production-shape decode step (docs/gpu.md)."""
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("qgate_kernels.ops")
+from hc_module import HC, HS, D, gated_residual  # noqa: E402
+
 from qgate_kernels.sites.fresh import unaliased  # noqa: E402
 
 
@@ -55,15 +55,6 @@ def test_outputs_that_shared_memory_pass_torch_librarys_alias_check() -> None:
     assert torch.equal(a, h[:2]) and torch.equal(b, (h * 2)[2:])
 
 
-HC, HS, RANK = 4, 16, 8  # streams, stream width, low rank
-D = HC * HS
-MERGED = RANK + HC + (-(RANK + HC)) % 16  # merged down + inject rows, padded to 16
-
-
-class _Module(types.SimpleNamespace):
-    """A GatedResidual's attributes the site reads (weak-referenceable, as an nn.Module is)."""
-
-
 def _hc_site(monkeypatch: pytest.MonkeyPatch, impl: object, orig: dict) -> object:
     from qgate_kernels import attest, ops, registry
     from qgate_kernels.sites import hc
@@ -78,17 +69,7 @@ def _hc_site(monkeypatch: pytest.MonkeyPatch, impl: object, orig: dict) -> objec
         ops.fallback_counts,
     )
     monkeypatch.setattr(registry, "STATE", state)
-    g = torch.Generator().manual_seed(7)
-    module = _Module(
-        hc_count=HC,
-        lora_rank=RANK,
-        hidden_size=HS,
-        use_combine=True,
-        config=types.SimpleNamespace(rms_norm_eps=1e-6),
-        hc_norm=types.SimpleNamespace(weight=(1 + 0.1 * torch.randn(D, generator=g)).half()),
-    )
-    w_down = (0.1 * torch.randn(MERGED, D, generator=g)).half()  # [R + HC + pad, D]
-    w_up = (0.1 * torch.randn(D, RANK, generator=g)).half()  # [D, R]
+    module, w_down, w_up = gated_residual(torch.Generator().manual_seed(7))
     site = hc.HcSite(module, "moe", w_down, w_up, orig)
     site.keep = module  # the site holds its module weakly, as vLLM's model holds it
     return site
