@@ -156,6 +156,8 @@ def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
     )
     assert probe.derive_for("cand-noattest", {"QGATE_ATTEST_DIR": None}) is None
     assert probe.reading({"control": _rec(400)})[-1].endswith("nothing to read")
+    one = "\n".join(probe.reading({"control": _rec(412.8), "candidate": _rec(300.7)}))
+    assert "candidate/control 0.728: one engine start each" in one
 
 
 class _Clock:

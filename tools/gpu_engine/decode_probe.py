@@ -33,6 +33,7 @@ as it is done (a call stopped at its limit keeps what finished). Not a gate: fig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -389,14 +390,22 @@ class _Hooks:
         self.t.cuda.synchronize()
         h0, e0 = self.anchor
         rows: list[dict] = []
+        replays: list[int] = []
         for label, h, e in self.marks:
             if label == "step0":
                 rows.append({})
+                replays.append(0)
             if rows:
-                rows[-1].setdefault(label, (h, h0 + e0.elapsed_time(e) / 1000.0))
+                at = (h, h0 + e0.elapsed_time(e) / 1000.0)
+                if label.endswith("1"):  # the last end: a step of several graph segments spans them all
+                    rows[-1][label] = at
+                else:
+                    rows[-1].setdefault(label, at)
+                replays[-1] += label == "replay0"
         us = lambda a, b: 1e6 * (b - a)  # noqa: E731
         keep = [r for r in rows[2:] if "replay0" in r and "replay1" in r]
         out["decode_steps_timed"] = len(keep)
+        out["replays_per_step_max"] = max(replays[2:], default=0)  # 1: the FULL graph; more: segments
         if keep:
             out["replay_gpu_us_median"] = med([us(r["replay0"][1], r["replay1"][1]) for r in keep])
             out["launch_lag_us_median"] = med([us(r["replay0"][0], r["replay0"][1]) for r in keep])
@@ -466,6 +475,10 @@ def reading(records: dict) -> list[str]:
         out.append(f"  candidate/control by pair {shown}: the gap follows the arm")
     elif len(pairs) == 2 and any(r < APART for r in pairs):
         out.append(f"  candidate/control by pair {shown}: one pair only: the engine start, not the arm")
+    elif pairs and pairs[0] < APART:
+        out.append(
+            f"  candidate/control {shown}: one engine start each (the ablation's launches tell the two apart)"
+        )
     else:
         out.append(f"  candidate/control by pair {shown}: no slowdown of 5 % or more")
     for key, what in (
@@ -534,6 +547,28 @@ def main() -> None:
     for v in a.variants:  # @FILE: variants one a line (# comments)
         lines = Path(v[1:]).read_text().splitlines() if v.startswith("@") else [v]
         specs += [x.strip() for x in lines if x.strip() and not x.lstrip().startswith("#")]
+    running: list[subprocess.Popen] = []
+
+    def write_reading() -> None:  # after every variant: a call cut by its limit keeps a reading too
+        records = {}
+        for spec in specs:
+            path = a.out / f"{_variant(spec)[0]}.json"
+            if path.is_file():
+                records[path.stem] = json.loads(path.read_text())
+        (a.out / "reading.txt").write_text("\n".join(reading(records)) + "\n")
+
+    def stop(signum: int, _frame: object) -> None:
+        # The call's `timeout` signals this process only: the variant's engine runs in a session of its
+        # own and would hold the GPU into the next call. Kill it, keep what finished, exit as timeout does.
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        write_reading()
+        print(f"decode_probe: stopped by signal {signum}; the variants done are kept", flush=True)
+        os._exit(124)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for spec in specs:
         name, contract, arm, extra = _variant(spec)
         attest = Path(tempfile.mkdtemp(prefix=f"probe-{name}-", dir=a.out))
@@ -558,11 +593,13 @@ def main() -> None:
             proc = subprocess.Popen(
                 cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+            running[:] = [proc]
             try:
                 rc = proc.wait(timeout=a.variant_timeout)
             except subprocess.TimeoutExpired:  # a hung engine must not take the rest of the call
                 os.killpg(proc.pid, signal.SIGKILL)
                 rc = f"timeout after {a.variant_timeout:.0f} s ({proc.wait()})"
+            running.clear()
         tail = (a.out / f"{name}.log").read_text(errors="replace").splitlines()
         line = next((x[6:] for x in tail if x.startswith("PROBE ")), None)
         line = line or f"{name:<22} rc={rc}: " + " | ".join(tail[-4:])[-600:]
@@ -570,14 +607,9 @@ def main() -> None:
         with open(a.out / "summary.txt", "a") as fh:
             fh.write(line + "\n")
         print(line, flush=True)
-    records = {}
-    for spec in specs:
-        path = a.out / f"{_variant(spec)[0]}.json"
-        if path.is_file():
-            records[path.stem] = json.loads(path.read_text())
-    text = "\n".join(reading(records)) + "\n"
-    (a.out / "reading.txt").write_text(text)
-    print(text, end="", flush=True)
+        write_reading()
+    write_reading()
+    print((a.out / "reading.txt").read_text(), end="", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ step "decode_probe $NAME: $#"
 t0=$(date +%s)
 # shellcheck disable=SC2086
 timeout "${PROBE_S:-540}" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-$NAME" "$@" \
-  --variant-timeout "${VARIANT_S:-240}" --profile-tokens "${PROFILE_TOKENS:-64}" ${PROBE_ARGS:-} 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
+  --variant-timeout "${VARIANT_S:-300}" --profile-tokens "${PROFILE_TOKENS:-64}" ${PROBE_ARGS:-} 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
 echo "probe $NAME: rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 cat "$RUNS/probe-$NAME/summary.txt" 2>/dev/null
 cat "$RUNS/probe-$NAME/reading.txt" 2>/dev/null | tee -a "$LOG"
@@ -26,11 +26,14 @@ if [ "${JIT_PACK:-0}" = 1 ]; then
   # shellcheck disable=SC2086
   tar -czf /tmp/jit-cache.tgz $dirs 2>/dev/null
   n=$(stat -c %s /tmp/jit-cache.tgz)
-  if [ "$n" -lt $((60 * 1024 * 1024)) ]; then  # the tool brings back 8 files, 64 MiB in all
+  # the tool brings back 8 files, 64 MiB in all: what $OUT holds already and ~4 MiB for this call's
+  # runs pack count too
+  room=$(( 60 * 1024 * 1024 - $(du -sb "$OUT" | cut -f1) ))
+  if [ "$n" -lt "$room" ]; then
     split -b 15m -d /tmp/jit-cache.tgz "$OUT/jit-cache.tgz."
     ls -l "$OUT"/jit-cache.tgz.* | tee -a "$LOG"
   else
-    echo "JIT caches: $n bytes packed, too large to bring back" | tee -a "$LOG"
+    echo "JIT caches: $n bytes packed, more than the $room bytes left to bring back" | tee -a "$LOG"
   fi
 fi
 pack_runs "probe-$NAME" "probe-$NAME.txt"
