@@ -3,18 +3,22 @@
 # per variant one engine start, decode tok/s over fresh prompts, one instrumented generate (graph
 # replays timed by CUDA events, host time per step, synchronising operations) and a torch.profiler
 # timeline of PROFILE_TOKENS (64; 0: none) decode steps in the same engine, in
-# probe-NAME/timeline/<variant>.json (what `qgate ablate --timeline` reads). PROBE_S (default 540)
-# stops it in time to pack; the variants done by then are kept. JIT_PACK=1 also brings back the JIT
-# caches (Triton, vLLM, CuTe DSL) as jit-cache.tgz.NN parts of <= 15 MiB, for a later machine to skip
-# the compile. PROBE_ARGS: more options of decode_probe.py.
+# probe-NAME/timeline/<variant>.json (what `qgate ablate --timeline` reads). PROBE_S (default 540, and
+# never past the call's end: lib.sh call_left) stops it in time to pack; the variants done by then are
+# kept. JIT_PACK=1 also brings back the JIT caches (Triton, vLLM, CuTe DSL) as jit-cache.tgz.NN parts of
+# <= 15 MiB, for a later machine to skip the compile. PROBE_ARGS: more options of decode_probe.py.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 NAME=${1:?usage: 60-probe.sh NAME VARIANT...}
 shift
-step "decode_probe $NAME: $#"
+limit=${PROBE_S:-540}
+left=$(call_left 50)  # the JIT caches and the runs are packed after it
+[ "$left" -lt "$limit" ] && limit=$left
+[ "$limit" -ge 30 ] || { echo "decode_probe $NAME: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
+step "decode_probe $NAME: $# variant arguments, at most $limit s"
 t0=$(date +%s)
 # shellcheck disable=SC2086
-timeout "${PROBE_S:-540}" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-$NAME" "$@" \
+timeout "$limit" python3 tools/gpu_engine/decode_probe.py "$RUNS/probe-$NAME" "$@" \
   --variant-timeout "${VARIANT_S:-300}" --profile-tokens "${PROFILE_TOKENS:-64}" ${PROBE_ARGS:-} 2>&1 | tee "$RUNS/probe-$NAME.txt" | grep -v "^$" | tail -n 40 >> "$LOG"
 echo "probe $NAME: rc=${PIPESTATUS[0]} ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 cat "$RUNS/probe-$NAME/summary.txt" 2>/dev/null

@@ -12,7 +12,10 @@ LOG=$OUT/log.txt
 RUNS=${RUNS:-/tmp/qgate-runs}
 mkdir -p "$RUNS"
 export PYTHONUNBUFFERED=1
-T_CALL=$(date +%s)
+T_CALL=${T_CALL:-$(date +%s)}  # the call's start: a script another one runs keeps its caller's
+export T_CALL
+# seconds left of a device call (CALL_S, default 590 of the tool's 600) after keeping `$1` for what follows
+call_left() { echo $(( ${CALL_S:-590} - ($(date +%s) - T_CALL) - $1 )); }
 step() { echo "=== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - T_CALL )) s)" | tee -a "$LOG"; }
 echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -u +%FT%TZ)" | tee -a "$LOG"
 
