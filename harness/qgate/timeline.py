@@ -42,6 +42,9 @@ MAX_PROFILE_BYTES = 16 * 1024 * 1024  # a profile of a few thousand kernels is w
 MAX_ARMS = 64  # more than a full factorial of 5 factors (32 arms)
 MAX_NAMES = 100_000  # kernels (or API calls, ops) in one file
 MAX_NAME_CHARS = 8192  # a C++ template kernel name can run to a few thousand characters
+# kernels of one decode graph replay (graph_step): the 12-layer production shapes run ~700 and all 48
+# layers would run ~3,000; the alignment (difflib) grows with the square of it in the worst case
+MAX_REPLAY_KERNELS = 10_000
 _ARM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 # The per-step summary every profile holds; the rest (runtime_api, qgate_ops, device, ...) is optional:
 # the H200 profile of 2026-12-04 came back as its diff only (tests/fixtures/timeline/README.md).
@@ -122,8 +125,10 @@ def _graph_step(path: Path, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict) or not isinstance(value.get("names"), list):
         raise TimelineError(f"{path}: graph_step = {cut(repr(value))}: expected {{names, seq}}")
     names, seq = value["names"], value.get("seq")
-    if len(names) > MAX_NAMES or not isinstance(seq, list) or not seq or len(seq) > MAX_NAMES:
-        raise TimelineError(f"{path}: graph_step.seq = {cut(repr(seq))}: expected 1 to {MAX_NAMES} kernels")
+    if len(names) > MAX_NAMES or not isinstance(seq, list) or not seq or len(seq) > MAX_REPLAY_KERNELS:
+        raise TimelineError(
+            f"{path}: graph_step.seq = {cut(repr(seq))}: expected 1 to {MAX_REPLAY_KERNELS} kernels"
+        )
     for name in names:
         if not _printable(name):
             raise TimelineError(
@@ -290,10 +295,8 @@ def stretches(ref: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
             continue
         label = _label(b[j1:j2]) if any(map(kernel_route, b[j1:j2])) else _label(a[i1:i2])
         c, t = _side(a_seq, i1, i2), _side(b_seq, j1, j2)
-        row = by.setdefault(
-            label, {"stretches": 0, "control": {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}}
-        )
-        row.setdefault("arm", {"kernels": 0, "span_us": 0.0, "busy_us": 0.0})
+        zero = {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}
+        row = by.setdefault(label, {"stretches": 0, "control": dict(zero), "arm": dict(zero)})
         row["stretches"] += 1
         for side, fig in (("control", c), ("arm", t)):
             for key in ("kernels", "span_us", "busy_us"):
