@@ -10,7 +10,8 @@
 # section in the report, not a gate; a folder qgate.timeline refuses is left out with its one line in
 # the log, and the ablation runs without it: `qgate ablate --resume --timeline DIR` on the packed
 # folders adds it later).
-# DERIVE (lib.sh prod_contract) ablates a derived contract instead, into ablate-DTYPE-TAG.
+# DERIVE (lib.sh prod_contract) ablates a derived contract instead, into ablate-DTYPE-TAG (without the
+# TIMELINE: the probe profiled the contract's arms, not the derived ones).
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
@@ -21,6 +22,12 @@ t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
 [ -d "$RUNS/$A" ] && more+=(--resume)
+if [ -n "${TIMELINE:-}" ] && [ -n "$TAGGED" ]; then
+  # the probe profiled the contract's arms, not the derived ones (its variant's env, e.g. the kernels'
+  # PDL switch, is not in what the timeline compares): its candidate.json would stand for another arm
+  echo "timeline left out: the probe's profiles are of the contract's arms, not of $CONTRACT" | tee -a "$LOG"
+  TIMELINE=""
+fi
 if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ablation (exit 2) before it ran
   if why=$(python3 -c "import sys; from qgate.timeline import read_timeline; read_timeline(sys.argv[1])" \
       "$TIMELINE" 2>&1); then
