@@ -158,6 +158,17 @@ def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
     assert probe.reading({"control": _rec(400)})[-1].endswith("nothing to read")
     one = "\n".join(probe.reading({"control": _rec(412.8), "candidate": _rec(300.7)}))
     assert "candidate/control 0.728: one engine start each" in one
+    # a candidate 8 % below: within what engine starts differ by; the variant is named, no DERIVE proposed
+    near = {
+        "control": _rec(400),
+        "candidate": _rec(368),
+        "cand-nopdl": _rec(392, extra={"QGATE_KERNELS_PDL": "0"}),
+    }
+    text = "\n".join(probe.reading(near))
+    assert (
+        "cand-nopdl: decode 0.980 of the control, 1.065 of the candidate: brings the candidate back" in text
+    )
+    assert probe.DERIVE_MARK not in text
 
 
 class _Clock:

@@ -423,6 +423,10 @@ class _Hooks:
 
 RECOVERED = 0.97  # a variant at >= 97 % of the controls' decode tok/s "brings the candidate back"
 APART = 0.95  # a pair whose candidate decodes at < 95 % of its control's: the gap is there
+# A DERIVE is proposed only for a gap one engine start per variant cannot fake: the candidate below 90 %
+# of the control (engine starts of one arm were seen 13 % apart on the H200) and the variant at RECOVERED.
+PROPOSE_BELOW = 0.90
+DERIVE_MARK = "DERIVE='"  # how the proposal is written: lib.sh's DERIVE=auto reads it back
 
 
 def _mean(records: dict, names: tuple[str, ...], key: str) -> float | None:
@@ -501,9 +505,9 @@ def reading(records: dict) -> list[str]:
         line = f"  {name}: decode {tok / c_tok:.3f} of the control, {tok / t_tok:.3f} of the candidate"
         extra = (rec.get("variant") or {}).get("extra") or {}
         if tok >= RECOVERED * c_tok and tok >= t_tok / APART:
-            derive = derive_for(name, extra)
+            derive = derive_for(name, extra) if t_tok < PROPOSE_BELOW * c_tok else None
             line += ": brings the candidate back"
-            line += f"; call 5: DERIVE='{derive}'" if derive else ""
+            line += f"; call 5: {DERIVE_MARK}{derive}'" if derive else ""
         out.append(line)
     for name, rec in records.items():
         for site, n in (rec["instrumented"].get("syncs_by_site") or {}).items():

@@ -51,10 +51,18 @@ restore_jit() {
 # candidate without PDL, `DERIVE='nopdl arms.candidate.env.QGATE_KERNELS_PDL="0"'`) into
 # $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before any
 # engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
-# one (a dry run of a call on the CPU with a CPU contract).
+# one (a dry run of a call on the CPU with a CPU contract). DERIVE=auto takes the first DERIVE the
+# probe's reading proposes (READING, default $RUNS/probe-DTYPE/reading.txt: a variant that brought a
+# candidate below 90 % of the control back to it), else none: a call after the probe needs no one to
+# read it within the machine's 30 s idle window.
 prod_contract() {
   CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-h200.yaml}
   TAGGED=""
+  if [ "${DERIVE:-}" = auto ]; then
+    local reading=${READING:-$RUNS/probe-$1/reading.txt}
+    DERIVE=$(grep -o "DERIVE='[^']*'" "$reading" 2>/dev/null | head -n 1 | sed "s/^DERIVE='//; s/'$//")
+    echo "DERIVE=auto: ${DERIVE:-none proposed} (from $reading)" | tee -a "$LOG"
+  fi
   [ -n "${DERIVE:-}" ] || return 0
   local parts sets=() s
   read -ra parts <<<"$DERIVE"  # split on blanks, no glob expansion (JSON has [ ])
