@@ -423,9 +423,10 @@ class _Hooks:
 
 RECOVERED = 0.97  # a variant at >= 97 % of the controls' decode tok/s "brings the candidate back"
 APART = 0.95  # a pair whose candidate decodes at < 95 % of its control's: the gap is there
-# A DERIVE is proposed only for a gap one engine start per variant cannot fake: the candidate below 90 %
-# of the control (engine starts of one arm were seen 13 % apart on the H200) and the variant at RECOVERED.
-PROPOSE_BELOW = 0.90
+# A DERIVE is proposed only for a gap one engine start per variant is unlikely to fake: the candidate
+# below 85 % of the control and the variant at RECOVERED (engine starts of one arm were seen up to 20 %
+# apart on the H200, in the host-bound tiny model: 342.4 and 275.6 tok/s, docs/gpu.md).
+PROPOSE_BELOW = 0.85
 DERIVE_MARK = "DERIVE='"  # how the proposal is written: lib.sh's DERIVE=auto reads it back
 
 

@@ -53,7 +53,7 @@ restore_jit() {
 # engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
 # one (a dry run of a call on the CPU with a CPU contract). DERIVE=auto takes the first DERIVE the
 # probe's reading proposes (READING, default $RUNS/probe-DTYPE/reading.txt: a variant that brought a
-# candidate below 90 % of the control back to it), else none: a call after the probe needs no one to
+# candidate below 85 % of the control back to it), else none: a call after the probe needs no one to
 # read it within the machine's 30 s idle window.
 prod_contract() {
   CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-h200.yaml}
