@@ -250,8 +250,10 @@ def test_the_graph_step_is_a_typical_decode_replay() -> None:
 
 
 def test_the_busy_union_counts_overlaps_once() -> None:
-    assert profile._union([(0, 10), (5, 12), (20, 25), (24, 24.5)]) == 17
-    assert profile._union([]) == 0
+    from qgate.timeline import busy_us  # profile_decode.py's per-step busy time
+
+    assert busy_us([(0, 10), (5, 12), (20, 25), (24, 24.5)]) == 17
+    assert busy_us([(5, 12), (0, 10), (2, 3)]) == 12 and busy_us([]) == 0
 
 
 def test_the_profile_diff_of_the_h200_records_names_what_the_candidate_changed(tmp_path: Path) -> None:

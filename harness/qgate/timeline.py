@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +45,7 @@ MAX_NAME_CHARS = 8192  # a C++ template kernel name can run to a few thousand ch
 # kernels of one decode graph replay (graph_step): the 12-layer production shapes run ~700 and all 48
 # layers would run ~3,000; the alignment (difflib) grows with the square of it in the worst case
 MAX_REPLAY_KERNELS = 10_000
+VLLM_ONLY = "vLLM's kernels"  # a differing stretch without a kernels_ext kernel on either side
 _ARM = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 # The per-step summary every profile holds; the rest (runtime_api, qgate_ops, device, ...) is optional:
 # the H200 profile of 2026-12-04 came back as its diff only (tests/fixtures/timeline/README.md).
@@ -260,23 +261,29 @@ def summary(p: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def busy_us(intervals: Iterable[tuple[float, float]]) -> float:
+    """The time some interval (start, end) covers, overlaps counted once: the GPU's busy time from its
+    kernels (profile_decode.py's per-step figure, and a stretch's here)."""
+    busy, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        busy += max(0.0, b - max(a, end))
+        end = max(end, b)
+    return busy
+
+
 def _side(seq: Sequence[tuple[int, float, float]], i: int, j: int) -> dict[str, Any]:
     """Kernels i..j-1 of a replay: how many, their wall span (gaps between them included) and the
     time some kernel of them ran (their busy time)."""
     if j <= i:
         return {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}
-    part = seq[i:j]
-    busy, end = 0.0, float("-inf")
-    for _, a, d in part:
-        busy += max(0.0, a + d - max(a, end))
-        end = max(end, a + d)
-    return {"kernels": j - i, "span_us": max(a + d for _, a, d in part) - part[0][1], "busy_us": busy}
+    part = [(a, a + d) for _, a, d in seq[i:j]]
+    return {"kernels": j - i, "span_us": max(b for _, b in part) - part[0][0], "busy_us": busy_us(part)}
 
 
 def _label(names: Sequence[str]) -> str:
     """A differing stretch by the routes of its kernels_ext kernels (arm side first, then control)."""
     routes = sorted({r for r in map(kernel_route, names) if r is not None})
-    return "+".join(routes) if routes else "vLLM's kernels"
+    return "+".join(routes) if routes else VLLM_ONLY
 
 
 def stretches(ref: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,7 +300,8 @@ def stretches(ref: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
         if op == "equal":
             equal += i2 - i1
             continue
-        label = _label(b[j1:j2]) if any(map(kernel_route, b[j1:j2])) else _label(a[i1:i2])
+        label = _label(b[j1:j2])
+        label = _label(a[i1:i2]) if label == VLLM_ONLY else label
         c, t = _side(a_seq, i1, i2), _side(b_seq, j1, j2)
         zero = {"kernels": 0, "span_us": 0.0, "busy_us": 0.0}
         row = by.setdefault(label, {"stretches": 0, "control": dict(zero), "arm": dict(zero)})

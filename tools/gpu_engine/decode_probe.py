@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,22 +71,26 @@ def _variant(spec: str) -> tuple[str, Path, str, dict[str, str | None]]:
 
 
 def _setup(contract: Path, arm: str, extra: dict[str, str | None], attest: Path) -> tuple[dict, dict]:
-    from qgate.contract import load_contract
-    from qgate.engine.preflight import arm_process_env
-    from qgate.models import resolve_model
+    """The arm's env and engine args as profile_decode.py builds them, with the attestation folder and
+    the variant's env changes."""
     from qgate_route_env import ATTEST_DIR_ENV
 
-    c = load_contract(contract).contract
-    env, _ = arm_process_env(os.environ, c.env_for(arm))
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env, engine, _ = _profile_decode()._arm_setup(contract, arm, None)
     env[ATTEST_DIR_ENV] = str(attest)
     for k, v in extra.items():
         if v is None:
             env.pop(k, None)
         else:
             env[k] = v
-    path, _ = resolve_model(c.model)
-    return env, {**c.engine_for(arm), "model": path}
+    return env, engine
+
+
+def _profile_decode() -> types.ModuleType:
+    """The sibling tool profile_decode.py (arm setup, the profiled generate)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import profile_decode
+
+    return profile_decode
 
 
 def _gpu_state() -> str:
@@ -162,9 +167,7 @@ def child(args_path: Path, out_json: Path) -> None:
     generate(f"rep:{a['reps'] + 1}", 64)
     syncs = probe.summary()
     if a.get("profile_tokens"):  # profile_decode.py's timeline, in this engine (no start of its own)
-        sys.path.insert(0, str(Path(__file__).parent))
-        from profile_decode import profiled_generate
-
+        profiled_generate = _profile_decode().profiled_generate
         n = a["profile_tokens"]
         prompt = synthetic_prompt(vocab, a["input_tokens"], "qgate-probe:profile", special)
         sp = SamplingParams(temperature=0.0, max_tokens=n, min_tokens=n, ignore_eos=True, detokenize=False)

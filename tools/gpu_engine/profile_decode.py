@@ -52,18 +52,6 @@ def _arm_setup(contract: Path, arm: str, model: str | None) -> tuple[dict, dict,
     return env, args, spec
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    busy, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if a > end:
-            busy += b - a
-            end = b
-        elif b > end:
-            busy += b - end
-            end = b
-    return busy
-
-
 GRAPH_GAP_US = 20.0  # kernels of one graph replay follow each other within this; the host is slower
 
 
@@ -133,6 +121,8 @@ def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, st
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from qgate.timeline import busy_us
+
     llm.generate([prompt], sp, use_tqdm=False)  # type: ignore[attr-defined]  # the prompt's blocks cached
     gpu = torch.cuda.is_available()  # without one (a CPU check of this script) the CPU side only
     sync = torch.cuda.synchronize if gpu else (lambda: None)
@@ -161,7 +151,7 @@ def profiled_generate(llm: object, prompt: object, sp: object) -> tuple[dict, st
             o["count"] += 1
             o["us"] += e.time_range.elapsed_us()
     span = (max(b for _, b in intervals) - min(a for a, _ in intervals)) if intervals else 0.0
-    busy = _union(intervals)
+    busy = busy_us(intervals)
     per = lambda d: {k: {"per_step": v["count"] / n, "us_per_step": v["us"] / n} for k, v in d.items()}  # noqa: E731
     api = {
         k: v for k, v in per(cpu_ops).items() if k.startswith(("cuda", "cu")) and not k.startswith("cudnn")
