@@ -171,6 +171,27 @@ def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
     assert probe.DERIVE_MARK not in text
 
 
+def test_the_reading_says_when_decode_waits_on_the_host() -> None:
+    """The H200 probe of 2026-12-05 (12 layers): the host's 3,605 / 2,894 us a step against the GPU's
+    1,690 + 296 / 1,515 + 275 us: host-bound; a GPU-bound step (the GPU's work above the host's) or a
+    record without the figures says nothing."""
+    h200 = {
+        "control": _rec(
+            347.3, step_host_us_median=3605.0, replay_gpu_us_median=1690.0, logits_gpu_us_median=296.0
+        ),
+        "candidate": _rec(
+            436.5, step_host_us_median=2894.0, replay_gpu_us_median=1515.0, logits_gpu_us_median=275.0
+        ),
+    }
+    line = next(x for x in probe.reading(h200) if "host-bound" in x)
+    assert "1.62-1.82x the GPU's work" in line
+    gpu = {"step_host_us_median": 6100.0, "replay_gpu_us_median": 5900.0, "logits_gpu_us_median": 290.0}
+    gpu_bound = {n: _rec(t, **gpu) for n, t in (("control", 150.0), ("candidate", 160.0))}
+    assert not any("host-bound" in x for x in probe.reading(gpu_bound))
+    missing = {"control": _rec(347.3), "candidate": _rec(436.5, step_host_us_median=2894.0)}
+    assert not any("host-bound" in x for x in probe.reading(missing))
+
+
 class _Clock:
     gpu = 0.0
 

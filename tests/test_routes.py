@@ -149,6 +149,31 @@ def test_the_test_fixture_overrides_pass_the_check() -> None:
         preflight.check_overrides({GEMV: "1", IMPL: f"slow_routes:{func}", "PYTHONPATH": FIXTURES})
 
 
+def test_the_arms_children_run_side_by_side_and_the_first_arms_problem_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """check_arm_envs checks the arms at once (each child is an import of vLLM: 15-20 s on the H200), and
+    raises the problem of the first arm in plan order, whichever child ends first."""
+    import threading
+    import time
+
+    monkeypatch.setattr(preflight.os, "cpu_count", lambda: 4)
+    barrier = threading.Barrier(3, timeout=10)  # passes only if three checks are in flight at once
+
+    def check(env: dict, cwd: Path | None = None, process: dict | None = None) -> None:
+        barrier.wait()
+        if env.get("FAIL"):
+            time.sleep(0.2 if env["FAIL"] == "first" else 0.0)  # the later arm's child ends first
+            raise RouteError(f"{env['FAIL']} arm")
+
+    monkeypatch.setattr(preflight, "check_overrides", check)
+    arms = [("a", {"FAIL": "first"}), ("b", {}), ("c", {"FAIL": "second"})]
+    with pytest.raises(RouteError, match="^first arm$"):
+        preflight.arm_envs(arms, {})
+    barrier.reset()
+    assert [e.name for e in preflight.arm_envs([("a", {}), ("b", {}), ("c", {})], {})] == ["a", "b", "c"]
+
+
 def _write(path: Path, routes_on: list[str], counts: dict, errors: list[str] | None = None) -> None:
     path.write_text(json.dumps({"routes_on": routes_on, "routes": counts, "errors": errors or []}))
 

@@ -430,6 +430,7 @@ APART = 0.95  # a pair whose candidate decodes at < 95 % of its control's: the g
 # below 85 % of the control and the variant at RECOVERED (engine starts of one arm were seen up to 20 %
 # apart on the H200, in the host-bound tiny model: 342.4 and 275.6 tok/s, docs/gpu.md).
 PROPOSE_BELOW = 0.85
+HOST_BOUND = 1.2  # host time a step >= 1.2x the GPU's work a step: decode waits on the host
 DERIVE_MARK = "DERIVE='"  # how the proposal is written: lib.sh's DERIVE=auto reads it back
 
 
@@ -498,6 +499,7 @@ def reading(records: dict) -> list[str]:
         a, b = _inst(records, ctrl, key), _inst(records, cand, key)
         if a is not None and b is not None:
             out.append(f"  {what}: control {a:.0f}, candidate {b:.0f} ({b - a:+.0f})")
+    out += _host_bound(records, ctrl + cand)
     out.append(
         f"  TTFT ms: control {_mean(records, ctrl, 'ttft_ms_mean'):.1f}, candidate "
         f"{_mean(records, cand, 'ttft_ms_mean'):.1f}"
@@ -518,6 +520,30 @@ def reading(records: dict) -> list[str]:
             if QGATE_FRAME in site:
                 out.append(f"  sync in {name} with a qgate frame ({n}x): {site}")
     return out
+
+
+def _host_bound(records: dict, names: tuple[str, ...]) -> list[str]:
+    """A line when the host's time a step exceeds the GPU's work a step (decode graph + eager logits) by
+    HOST_BOUND in every control/candidate record: then decode tok/s follows the host (which moved by up to
+    48 % between engine starts of one arm on the H200, 2026-12-05), not the kernels, and no route's GPU
+    time can show in it. Nothing when a figure is missing."""
+    ratios = []
+    for name in names:
+        i = records[name]["instrumented"] if name in records else None
+        if i is None:
+            continue
+        host, graph, logits = (i.get(k) for k in ("step_host_us_median", "replay_gpu_us_median",
+                                                  "logits_gpu_us_median"))  # fmt: skip
+        if not (host and graph):
+            return []
+        ratios.append(host / (graph + (logits or 0.0)))
+    if not ratios or min(ratios) < HOST_BOUND:
+        return []
+    return [
+        f"  host-bound: the host's time a step is {min(ratios):.2f}-{max(ratios):.2f}x the GPU's work "
+        "(decode graph + logits): decode tok/s follows the host, not the routes' kernels; more layers "
+        "(the GPU's step above the host's) before a speed verdict means anything about the kernels"
+    ]
 
 
 def _line(name: str, rec: dict) -> str:
