@@ -494,3 +494,39 @@ def test_a_probe_folder_with_variants_beyond_the_arms_is_matched_not_refused(
         "cand-nopdl": False,
         "candidate": True,
     }
+
+
+def test_report_only_builds_the_report_from_the_results_on_disk_and_starts_no_engine(
+    tmp_path: Path, two: LoadedContract, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cut by its time limit (the H200's of 2026-12-05) is read where there is no GPU: the arms'
+    result files make the report, nothing is run; an arm missing is one line naming its file."""
+    from qgate.results import ResultError
+
+    factors, arms, speed = synthetic(two)
+    for name, res in speed.items():
+        path = ablate.arm_path(tmp_path, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res))
+
+    def no_engine(*a: Any, **kw: Any) -> Any:
+        raise AssertionError("--report-only started a run")
+
+    for name in ("run_speed", "run_speed_until_decided", "run_quality_arms"):
+        monkeypatch.setattr(ablate, name, no_engine)
+    rec, paths = ablate.run_ablation(two, tmp_path, "both", report_only=True, max_launches=4)
+    assert rec["status"] == "OK", rec["reasons"]
+    assert rec["effects"]["alone"]["fp16_gemv"]["decode"]["verdict"] == "regressed"
+    assert Path(paths["report"]).is_file()
+    ablate.arm_path(tmp_path, arms[-1].name).unlink()
+    with pytest.raises(ResultError, match=f"{arms[-1].name}.json"):
+        ablate.run_ablation(two, tmp_path, "both", report_only=True, force=True)
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--until-decided"])
+def test_cli_report_only_refuses_flags_that_run_engines_in_one_line(tmp_path: Path, flag: str) -> None:
+    loaded = contract(tmp_path, {GEMV: "0"}, {GEMV: "1"})
+    args = ["ablate", "--contract", loaded.path, "--out", str(tmp_path / "o"), "--report-only", flag]
+    out = CliRunner().invoke(_cli(), args)
+    assert out.exit_code == 2 and f"--report-only starts no engine: not with {flag}" in out.output
+    assert "Traceback" not in out.output and not (tmp_path / "o").exists()

@@ -254,8 +254,13 @@ def run_ablation(
     force: bool = False,
     max_launches: int | None = None,
     timeline: Mapping[str, Any] | None = None,
+    report_only: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Plan, run every arm's speed gate (and quality where possible), analyse, write the report.
+
+    report_only (`--report-only`): no engine starts; the report is built from the arms' results already
+    in out_dir (a run its time limit cut, read on a machine without the GPU): an arm missing is a
+    one-line ResultError, an arm incomplete an ERROR in the record, as after any run.
 
     An earlier ablation report in out_dir is refused (OutputExists, a ResultError) unless resume (which
     continues that ablation and writes its report again) or force (which rewrites the report; the arms'
@@ -278,11 +283,16 @@ def run_ablation(
         timeline = match_timeline_arms(timeline, {a.name: a.env for a in arms})
     engine = loaded.contract.engine_for("control")
     plans = [ArmPlan(a.name, a.env, engine) for a in arms]
-    if max_launches is None:
-        run_speed(loaded, out_dir, resume=resume, progress=progress, plans=plans)
+    if report_only:
+        quality = {"ran": False, "detail": "--report-only: the results on disk, no engine started"}
     else:
-        run_speed_until_decided(loaded, out_dir, max_launches, resume=resume, progress=progress, plans=plans)
-    quality = run_quality_arms(loaded, out_dir, arms, resume, progress)
+        if max_launches is None:
+            run_speed(loaded, out_dir, resume=resume, progress=progress, plans=plans)
+        else:
+            run_speed_until_decided(
+                loaded, out_dir, max_launches, resume=resume, progress=progress, plans=plans
+            )
+        quality = run_quality_arms(loaded, out_dir, arms, resume, progress)
     record = analyse(loaded, out_dir, design, factors, arms, quality, timeline)
     return record, write_ablation(record, out_dir)
 

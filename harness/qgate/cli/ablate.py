@@ -1,5 +1,8 @@
 """`qgate ablate -c C -o DIR [--design D] [--resume] [--force] [--until-decided [--max-launches N]]
-[--timeline PROFILES]`.
+[--timeline PROFILES] [--report-only]`.
+
+--report-only starts no engine: the report from the arms' results already in DIR (a run cut by its time
+limit, read where there is no GPU); not with --resume or --until-decided (exit 2).
 
 D: both | one-at-a-time | leave-one-out | full. An ablation report already in DIR is refused (exit 2)
 unless --resume or --force. --timeline reads tools/gpu_engine/profile_decode.py's folder (qgate.timeline)
@@ -25,6 +28,7 @@ from qgate.cli._options import (
     OutOpt,
     UntilDecidedOpt,
     exit_with,
+    fail,
     user_errors,
 )
 from qgate.cli._progress import SpeedProgress
@@ -50,6 +54,13 @@ DesignOpt = Annotated[
 _DEFAULT = Design.both  # qgate.ablate.DEFAULT_DESIGN (tests/test_ablate.py checks they agree)
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="continue: run only the arms and reps not done")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="overwrite an ablation report already in --out")]
+ReportOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--report-only",
+        help="start no engine: the report from the arms' results already in --out (a run cut short)",
+    ),
+]
 TimelineOpt = Annotated[
     Path | None,
     typer.Option(
@@ -68,6 +79,7 @@ def ablate(
     until_decided: UntilDecidedOpt = False,
     max_launches: MaxLaunchesOpt = 10,
     timeline: TimelineOpt = None,
+    report_only: ReportOnlyOpt = False,
 ) -> None:
     """Which route earned the speed-up: the speed gate per derived arm, effects with CIs, a report.
     With --until-decided, launches are added to every arm until the candidate's own verdict against
@@ -75,6 +87,8 @@ def ablate(
     from qgate.ablate import OK, run_ablation  # the statistics: not imported by every qgate command
     from qgate.timeline import read_timeline
 
+    if report_only and (resume or until_decided):
+        fail(f"--report-only starts no engine: not with {'--resume' if resume else '--until-decided'}")
     with user_errors():
         loaded = load_contract(contract)
         profiles = None if timeline is None else read_timeline(timeline)
@@ -84,6 +98,7 @@ def ablate(
             record, paths = run_ablation(
                 loaded, out, design.value, resume=resume, progress=progress, force=force,
                 max_launches=max_launches if until_decided else None, timeline=profiles,
+                report_only=report_only,
             )  # fmt: skip
     typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:

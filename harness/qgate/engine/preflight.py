@@ -162,7 +162,7 @@ def check_arm_envs(envs: Iterable[ArmEnv], machine: bool = True) -> None:
     contract, and an import of vLLM: a minute on a loaded machine).
 
     The arms' children run side by side (each is an import of vLLM and torch: 15-20 s on the H200, where
-    an ablation's arms spent 55-89 s in them one after another, 2026-12-05); the first arm's problem in
+    an ablation's arms spent 63-89 s in them one after another, 2026-12-05); the first arm's problem in
     the caller's order is the one raised, as before."""
     todo = [
         env

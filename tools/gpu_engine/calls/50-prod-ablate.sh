@@ -34,11 +34,19 @@ if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ab
     more+=(--timeline "$TIMELINE")
   else  # device time is the scarce part: run without it (`qgate ablate --resume --timeline` adds it later)
     echo "timeline left out: $(echo "$why" | tail -n 1)" | tee -a "$LOG"
+    TIMELINE=""
   fi
 fi
 timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "$CONTRACT" \
   -o "$RUNS/$A" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/$A.txt" 2>&1
-echo "ablate rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+rc=$?
+echo "ablate rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+if [ "$rc" = 124 ] && [ -d "$RUNS/$A/speed" ]; then  # cut by ABLATE_S: the report of what is on disk
+  # (no engine, seconds; an arm not complete is an ERROR in it); the next call's --resume rewrites it
+  timeout 60 python3 -m qgate ablate -c "$CONTRACT" -o "$RUNS/$A" --design "${2:-one-at-a-time}" \
+    --report-only --force ${TIMELINE:+--timeline "$TIMELINE"} >>"$RUNS/$A.txt" 2>&1
+  echo "report of the arms so far (--report-only): rc=$?" | tee -a "$LOG"
+fi
 tail -n 40 "$RUNS/$A.txt" | tee -a "$LOG"
 cat "$RUNS/$A/ablation.md" 2>/dev/null | head -n 80 | tee -a "$LOG"
 python3 tools/gpu_engine/summarize.py "$RUNS/$A" 2>&1 | tee -a "$LOG"
