@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -287,3 +289,23 @@ def test_the_profile_diff_of_the_h200_records_names_what_the_candidate_changed(t
     assert "gemv_one_group_kernel" in first and "+438.84 us" in first  # the largest change
     head = itertools.islice(text.splitlines(), 40)
     assert any("nvjet_sm90_tst_512x8" in x and "-304.55" in x for x in head)  # cuBLAS's lm_head, gone
+
+
+def test_the_busiest_threads_placement_is_read_from_proc_and_sys(tmp_path: Path) -> None:
+    """The CPU a thread last ran on (stat field 39), its NUMA node and clock: cpufreq where the machine
+    has it, else /proc/cpuinfo's figure for that processor; None for a thread that is gone."""
+    fields = ["S"] + ["0"] * 35 + ["5"] + ["0"] * 10  # field 39 (processor) is the 37th after the name
+    task = tmp_path / "proc/self/task/42"
+    task.mkdir(parents=True)
+    (task / "stat").write_text("42 (python3 (x)) " + " ".join(fields) + "\n")
+    cpu = tmp_path / "sys/devices/system/cpu/cpu5"
+    (cpu / "node1").mkdir(parents=True)
+    info = "\n\n".join(f"processor\t: {n}\ncpu MHz\t\t: {mhz}" for n, mhz in ((4, "2100.0"), (5, "3456.7")))
+    (tmp_path / "proc/cpuinfo").write_text(info + "\n")
+    assert probe._placement("42", tmp_path) == {"cpu": 5, "node": 1, "mhz": 3457}
+    (cpu / "cpufreq").mkdir()
+    (cpu / "cpufreq/scaling_cur_freq").write_text("2999000\n")
+    assert probe._placement("42", tmp_path) == {"cpu": 5, "node": 1, "mhz": 2999}
+    assert probe._placement("43", tmp_path) is None
+    mine = probe._placement(str(threading.get_native_id()))  # this machine's own /proc
+    assert mine is not None and mine["cpu"] in os.sched_getaffinity(0)

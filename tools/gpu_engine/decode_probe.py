@@ -235,9 +235,36 @@ def _host_use(before: dict, after: dict, wall: float, t1: os.times_result, t0: o
         "threads": len(after),
         "busy_threads": used[:8],
         "affinity": len(os.sched_getaffinity(0)),
+        "busiest_on": _placement(used[0][1]) if used else None,
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
         "openmp_libs": omp,
     }
+
+
+def _placement(tid: str, root: Path = Path("/")) -> dict | None:
+    """Where a thread ran last: its CPU, that CPU's NUMA node and clock (MHz, None where the machine does
+    not say). Decode at 12 layers on the H200 followed the engine's host thread, whose speed moved by up to
+    48 % between engine starts of one arm (2026-12-05): this is what can tell a start's placement."""
+    try:
+        stat = (root / f"proc/self/task/{tid}/stat").read_text()
+        cpu = int(stat[stat.rindex(")") + 2 :].split()[36])  # field 39, "processor"
+    except (OSError, ValueError, IndexError):
+        return None
+    base = root / f"sys/devices/system/cpu/cpu{cpu}"
+    nodes = sorted(p.name for p in base.glob("node[0-9]*")) if base.is_dir() else []
+    mhz = None
+    try:
+        mhz = round(int((base / "cpufreq" / "scaling_cur_freq").read_text()) / 1000)
+    except (OSError, ValueError):
+        try:  # a VM without cpufreq: /proc/cpuinfo's figure for that processor
+            for block in (root / "proc/cpuinfo").read_text().split("\n\n"):
+                pairs = (ln.split(":", 1) for ln in block.splitlines() if ":" in ln)
+                fields = {k.strip(): v.strip() for k, v in pairs}
+                if fields.get("processor") == str(cpu):
+                    mhz = round(float(fields["cpu MHz"]))
+        except (OSError, ValueError, KeyError):
+            mhz = None
+    return {"cpu": cpu, "node": int(nodes[0][4:]) if nodes else None, "mhz": mhz}
 
 
 QGATE_FRAME = "qgate_kernels/"  # how a frame of the route plugin is shown in syncs_by_site
@@ -558,7 +585,7 @@ def _line(name: str, rec: dict) -> str:
         f"{f('logits_gpu_us_median')} us, launch lag {f('launch_lag_us_median')} us, sync wait "
         f"{f('sync_wait_us_median')} us, "
         f"syncs {i.get('sync_count', 0)} | host CPU/wall {h['process_cpu_s']}/{h['wall_s']} s, "
-        f"busiest {h['busy_threads'][:2]} | tokens {i['token_ids_head'][:4]}"
+        f"busiest {h['busy_threads'][:2]} on {h.get('busiest_on')} | tokens {i['token_ids_head'][:4]}"
     )
 
 
