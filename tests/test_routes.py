@@ -149,29 +149,45 @@ def test_the_test_fixture_overrides_pass_the_check() -> None:
         preflight.check_overrides({GEMV: "1", IMPL: f"slow_routes:{func}", "PYTHONPATH": FIXTURES})
 
 
+CHILD = """
+import json, os, pathlib, time
+pathlib.Path(os.environ["PIDS"], str(os.getpid())).write_text("")
+time.sleep(float(os.environ["SLEEP"]))
+print(json.dumps({"problems": [os.environ["FAIL"] + " arm"] if os.environ.get("FAIL") else []}))
+"""
+
+
+def _child_arms(tmp_path: Path, *arms: tuple[str, float, str]) -> list:
+    """Arms whose checks run CHILD (an override set: each needs a child): name, seconds, failure."""
+    return [
+        (name, {GEMV: "1", IMPL: "x_impl:f", "PIDS": str(tmp_path), "SLEEP": str(s), "FAIL": fail})
+        for name, s, fail in arms
+    ]
+
+
 def test_the_arms_children_run_side_by_side_and_the_first_arms_problem_is_raised(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """check_arm_envs checks the arms at once (each child is an import of vLLM: 15-20 s on the H200), and
-    raises the problem of the first arm in plan order, whichever child ends first."""
-    import threading
+    """check_arm_envs starts the arms' children at once (each is an import of vLLM: 15-20 s on the H200)
+    and raises the problem of the first arm in plan order, whichever child ends first; a failing arm
+    leaves no child running."""
+    import os
     import time
 
+    monkeypatch.setattr(preflight, "CHECK_COMMAND", (sys.executable, "-c", CHILD))
     monkeypatch.setattr(preflight.os, "cpu_count", lambda: 4)
-    barrier = threading.Barrier(3, timeout=10)  # passes only if three checks are in flight at once
-
-    def check(env: dict, cwd: Path | None = None, process: dict | None = None) -> None:
-        barrier.wait()
-        if env.get("FAIL"):
-            time.sleep(0.2 if env["FAIL"] == "first" else 0.0)  # the later arm's child ends first
-            raise RouteError(f"{env['FAIL']} arm")
-
-    monkeypatch.setattr(preflight, "check_overrides", check)
-    arms = [("a", {"FAIL": "first"}), ("b", {}), ("c", {"FAIL": "second"})]
+    t0 = time.monotonic()
+    arms = _child_arms(tmp_path, ("a", 1.5, ""), ("b", 1.5, ""), ("c", 1.5, ""))
+    assert [e.name for e in preflight.arm_envs(arms, {})] == ["a", "b", "c"]
+    assert time.monotonic() - t0 < 4.0  # one after another: 4.5 s and more
+    arms = _child_arms(tmp_path, ("a", 0.5, "first"), ("b", 0.0, "second"), ("c", 60.0, ""))
+    t0 = time.monotonic()
     with pytest.raises(RouteError, match="^first arm$"):
         preflight.arm_envs(arms, {})
-    barrier.reset()
-    assert [e.name for e in preflight.arm_envs([("a", {}), ("b", {}), ("c", {})], {})] == ["a", "b", "c"]
+    assert time.monotonic() - t0 < 30.0  # c's child (60 s) was killed, not waited for
+    for pid in (int(p.name) for p in tmp_path.iterdir()):
+        with pytest.raises(ProcessLookupError):  # killed and reaped
+            os.kill(pid, 0)
 
 
 def _write(path: Path, routes_on: list[str], counts: dict, errors: list[str] | None = None) -> None:

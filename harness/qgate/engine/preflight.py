@@ -14,8 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -38,6 +38,7 @@ from qgate_route_env import (
 SITED_ROUTES = frozenset({ROUTE_HC, ROUTE_GDN, ROUTE_TOPK})
 CHECK_TIMEOUT_S = 120.0
 CHECK_WORKERS = 4  # children at once: each holds an import of vLLM and torch (~1 GB)
+CHECK_COMMAND = (sys.executable, "-m", "qgate_kernels.overrides")
 
 
 def arm_process_env(
@@ -114,26 +115,47 @@ def check_overrides(
     launcher's cwd) and checks its signature against the route op's. env is the arm's env, process the
     env its engines start from (default: engine_env(env)).
     """
+    if _needs_child(env):
+        child = _start_check(process if process is not None else engine_env(env), cwd)
+        try:
+            _finish_check(child, CHECK_TIMEOUT_S)
+        finally:
+            _reap([child])
+
+
+def _needs_child(env: Mapping[str, str]) -> bool:
+    """RouteError for a problem seen without importing anything; else whether a child must import."""
     problems = static_problems(env)
     if problems:
         raise RouteError(problems[0])
     sited = SITED_ROUTES & switched_on(env)
-    if not any(k.startswith(OVERRIDE_PREFIX) for k in env) and not sited and SITES_ENV not in env:
-        return
+    return any(k.startswith(OVERRIDE_PREFIX) for k in env) or bool(sited) or SITES_ENV in env
+
+
+def _start_check(process: Mapping[str, str], cwd: Path | None) -> subprocess.Popen:
+    return subprocess.Popen(
+        CHECK_COMMAND, env=dict(process), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finish_check(child: subprocess.Popen, timeout: float) -> None:
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "qgate_kernels.overrides"],
-            env=dict(process) if process is not None else engine_env(env),
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=CHECK_TIMEOUT_S,
-        )
+        out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RouteError(
             f"checking the route overrides and sites took over {CHECK_TIMEOUT_S:.0f} s"
         ) from None
-    _raise_child_problems(proc)
+    _raise_child_problems(subprocess.CompletedProcess(child.args, child.returncode, out, err))
+
+
+def _reap(children: Iterable[object]) -> None:
+    """Kill and wait for the children still running (a failing arm, a stop, a timeout): none outlives
+    the check."""
+    for child in children:
+        if isinstance(child, subprocess.Popen):
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
 
 
 def _raise_child_problems(proc: subprocess.CompletedProcess) -> None:
@@ -163,17 +185,32 @@ def check_arm_envs(envs: Iterable[ArmEnv], machine: bool = True) -> None:
 
     The arms' children run side by side (each is an import of vLLM and torch: 15-20 s on the H200, where
     an ablation's arms spent 63-89 s in them one after another, 2026-12-05); the first arm's problem in
-    the caller's order is the one raised, as before."""
+    the caller's order is the one raised, as before, and the children still running then (a failing arm,
+    a stop, the time limit) are killed, never waited for."""
     todo = [
         env
         for env in envs
         if machine or any(k.startswith(OVERRIDE_PREFIX) or k == SITES_ENV for k in env.declared)
     ]
     cwd = Path.cwd()
-    workers = max(1, min(len(todo), os.cpu_count() or 1, CHECK_WORKERS))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        # map's results come back in todo's order: the first failing arm's RouteError is raised
-        list(pool.map(lambda env: check_overrides(env.declared, cwd=cwd, process=env.process), todo))
+    size = max(1, min(os.cpu_count() or 1, CHECK_WORKERS))
+    for first in range(0, len(todo), size):
+        started: list[object] = []  # per arm in order: its child, None (no child needed), or its RouteError
+        try:
+            for env in todo[first : first + size]:
+                try:
+                    started.append(_start_check(env.process, cwd) if _needs_child(env.declared) else None)
+                except RouteError as exc:  # raised in its turn: the arms before it may fail first
+                    started.append(exc)
+                    break
+            deadline = time.monotonic() + CHECK_TIMEOUT_S
+            for item in started:
+                if isinstance(item, RouteError):
+                    raise item
+                if isinstance(item, subprocess.Popen):
+                    _finish_check(item, max(0.0, deadline - time.monotonic()))
+        finally:
+            _reap(started)
 
 
 def arm_envs(
