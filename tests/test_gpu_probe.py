@@ -194,6 +194,27 @@ def test_the_reading_says_when_decode_waits_on_the_host() -> None:
     assert not any("host-bound" in x for x in probe.reading(missing))
 
 
+def test_the_reading_puts_each_routes_gpu_work_beside_the_controls() -> None:
+    """One route at a time (prod-bf16-routes.txt): each only-* variant's decode graph + logits change
+    against the control, and their sum beside the candidate's; a variant without a graph time is named."""
+    g = lambda tok, graph, logits: _rec(tok, replay_gpu_us_median=graph, logits_gpu_us_median=logits)  # noqa: E731
+    records = {
+        "control": g(150.0, 6800.0, 296.0),
+        "only-fp16_gemv": g(160.0, 6300.0, 275.0),
+        "only-fused_hc_fp16": g(151.0, 6850.0, 296.0),
+        "only-fused_gdn_input_fp16": _rec(150.0),
+        "candidate": g(165.0, 6320.0, 275.0),
+    }
+    lines = probe.reading(records)
+    assert "  - only-fp16_gemv: 6300 (-500) + 275 (-21) = -521 us (-7.3 %)" in lines
+    assert "  - only-fused_hc_fp16: 6850 (+50) + 296 (+0) = +50 us (+0.7 %)" in lines
+    assert "  - only-fused_gdn_input_fp16: no decode graph time" in lines
+    assert "  - the 2 only-* variants' changes add to -471 us, the candidate's is -501 us" in lines
+    assert not any(
+        "GPU work a step" in x for x in probe.reading({"control": _rec(1.0), "candidate": _rec(2.0)})
+    )
+
+
 class _Clock:
     gpu = 0.0
 

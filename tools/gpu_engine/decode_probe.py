@@ -542,10 +542,45 @@ def reading(records: dict) -> list[str]:
             line += ": brings the candidate back"
             line += f"; call 5: {DERIVE_MARK}{derive}'" if derive else ""
         out.append(line)
+    out += _gpu_work(records, ctrl, cand)
     for name, rec in records.items():
         for site, n in (rec["instrumented"].get("syncs_by_site") or {}).items():
             if QGATE_FRAME in site:
                 out.append(f"  sync in {name} with a qgate frame ({n}x): {site}")
+    return out
+
+
+def _gpu_work(records: dict, ctrl: tuple[str, ...], cand: tuple[str, ...]) -> list[str]:
+    """Each variant's GPU work a step (decode graph replay + eager logits, CUDA events) against the
+    control's: a route's effect on the GPU that the host's speed between engine starts does not move
+    (one-at-a-time variants, tools/gpu_engine/probes/prod-bf16-routes.txt), and the sum of the
+    variants' changes beside the candidate's (the routes' effects add up, or they interact)."""
+    keys = ("replay_gpu_us_median", "logits_gpu_us_median")
+    base = [_inst(records, ctrl, k) for k in keys]
+    if base[0] is None:
+        return []
+    out, deltas = ["  GPU work a step against the control's (decode graph + logits us):"], {}
+    for name, rec in records.items():
+        if name in ctrl:
+            continue
+        got = [rec["instrumented"].get(k) for k in keys]
+        if got[0] is None:
+            out.append(f"  - {name}: no decode graph time")
+            continue
+        d = [g - b for g, b in zip(got, base, strict=True) if g is not None and b is not None]
+        deltas[name] = sum(d)
+        out.append(
+            f"  - {name}: {got[0]:.0f} ({got[0] - base[0]:+.0f})"
+            + (f" + {got[1]:.0f} ({got[1] - base[1]:+.0f})" if got[1] is not None and base[1] else "")
+            + f" = {sum(d):+.0f} us ({sum(d) / (base[0] + (base[1] or 0.0)) * 100:+.1f} %)"
+        )
+    alone = {n: d for n, d in deltas.items() if n.startswith("only-")}
+    total = next((deltas[n] for n in cand if n in deltas), None)
+    if alone and total is not None:
+        out.append(
+            f"  - the {len(alone)} only-* variants' changes add to {sum(alone.values()):+.0f} us, "
+            f"the candidate's is {total:+.0f} us"
+        )
     return out
 
 
