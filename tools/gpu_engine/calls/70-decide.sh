@@ -11,10 +11,13 @@ DT=${1:-bf16}
 prod_contract "$DT"
 C=$CONTRACT
 D=decide-$DT$TAGGED
-step "qgate run speed --until-decided --max-launches ${2:-6} ($C), at most ${DECIDE_S:-540} s"
+more=()
+# a second call on the same warm machine continues the launches kept in the folder
+[ -d "$RUNS/$D/speed" ] && more+=(--resume) && cp "$RUNS/$D.txt" "$RUNS/$D.1.txt"
+step "qgate run speed --until-decided --max-launches ${2:-6} ${more[*]} ($C), at most ${DECIDE_S:-540} s"
 t0=$(date +%s)
 timeout "${DECIDE_S:-540}" python3 -m qgate run speed -c "$C" -o "$RUNS/$D" --until-decided \
-  --max-launches "${2:-6}" >"$RUNS/$D.txt" 2>&1
+  --max-launches "${2:-6}" "${more[@]}" >"$RUNS/$D.txt" 2>&1
 echo "run speed rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
 tail -n 30 "$RUNS/$D.txt" | tee -a "$LOG"
 q compare "$RUNS/$D/speed/control.json" "$RUNS/$D/speed/candidate.json" -c "$C" \
@@ -24,4 +27,5 @@ tail -n 30 "$RUNS/$D.compare.txt" | tee -a "$LOG"
 python3 tools/gpu_engine/summarize.py "$RUNS/$D" 2>&1 | tee -a "$LOG"
 extra=()
 [ -n "$TAGGED" ] && extra+=("contract${TAGGED}.yaml")
+[ -f "$RUNS/$D.1.txt" ] && extra+=("$D.1.txt")
 pack_runs "$D" "$D.txt" "$D.compare.txt" "${extra[@]}"
