@@ -5,7 +5,7 @@
 # /tmp/qgate-prodshape, "noqsa" -> /tmp/qgate-prodshape-noqsa for fp16) while the payload's import /
 # CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the first
 # gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with PROBE="NAME @FILE"
-# the decode probe instead (60-probe.sh). Its first engine start pays vLLM's Triton JIT (~95 s).
+# the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict (70-decide.sh DTYPE N). Its first engine start pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
 LAST=${1:?usage: 10-install.sh LAST}
 DTYPE=${2:-fp16}
@@ -34,6 +34,10 @@ wait $PS_PID
 echo "prod-shape checkpoints: $(cat "$GE/prodshape.rc")" | tee -a "$LOG"
 tail -n 3 "$GE/prodshape.log" | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$LOG"
+if [ -n "${DECIDE:-}" ]; then  # DECIDE=N: the speed verdict (70-decide.sh DTYPE N) instead of the tiny gate
+  bash tools/gpu_engine/calls/70-decide.sh "$DTYPE" "$DECIDE"
+  exit $?
+fi
 if [ -n "${PROBE:-}" ]; then  # PROBE="NAME @FILE": the decode probe instead of the tiny gate
   # shellcheck disable=SC2086
   bash tools/gpu_engine/calls/60-probe.sh $PROBE
