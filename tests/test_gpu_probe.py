@@ -65,18 +65,19 @@ derive = _load("derive_contract")
 
 
 def test_a_derived_contract_is_one_qgate_loads_and_names_what_changed(tmp_path: Path) -> None:
-    """The next question of a device session without a hand-edited contract: the candidate without PDL,
-    or without the lm_head route; qgate's loader reads the result back before any engine could start."""
+    """The next question of a device session without a hand-edited contract: the candidate with the
+    QSA top-k route, or without the lm_head route; qgate's loader reads the result back before any engine
+    could start."""
     from qgate.contract import load_contract
 
     src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
     roles = ["out_proj", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "gate", "shared_expert_gate"]
-    sets = ['arms.candidate.env.QGATE_KERNELS_PDL="0"', f"routes.fp16_gemv.roles={json.dumps(roles)}"]
-    line = derive.derive(src, tmp_path / "d.yaml", "nopdl-nolm", sets)
-    assert line.startswith(f"ok: {tmp_path / 'd.yaml'} qwen38-prodshape-bf16-h200-nopdl-nolm v")
+    sets = ['arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"', f"routes.fp16_gemv.roles={json.dumps(roles)}"]
+    line = derive.derive(src, tmp_path / "d.yaml", "topk-nolm", sets)
+    assert line.startswith(f"ok: {tmp_path / 'd.yaml'} qwen38-prodshape-bf16-h200-topk-nolm v")
     base, got = load_contract(src).contract, load_contract(tmp_path / "d.yaml").contract
     roles_env = "QGATE_ROUTE_ROLES"  # the contract's routes section, carried in both arms' env
-    for arm, added in (("control", {}), ("candidate", {"QGATE_KERNELS_PDL": "0"})):
+    for arm, added in (("control", {}), ("candidate", {"VLLM_SM70_QWEN38_QSA_TOPK": "1"})):
         want, have = base.env_for(arm), got.env_for(arm)
         assert "lm_head" in want[roles_env] and json.loads(have.pop(roles_env)) == {"fp16_gemv": roles}
         assert have == {**{k: v for k, v in want.items() if k != roles_env}, **added}
@@ -122,7 +123,7 @@ def test_the_reading_names_the_variant_that_brings_the_candidate_back(tmp_path: 
     records = {
         "control": _rec(412.8, replay_gpu_us_median=2050.0),
         "candidate": _rec(300.7, replay_gpu_us_median=1900.0),
-        "cand-nopdl": _rec(302.0, extra={"QGATE_KERNELS_PDL": "0"}),
+        "cand-topk": _rec(302.0, extra={"VLLM_SM70_QWEN38_QSA_TOPK": "1"}),
         "cand-nolmhead": _rec(418.0, extra={"QGATE_ROUTE_ROLES": roles}),
         "control-2": _rec(420.0, replay_gpu_us_median=2060.0),
         "candidate-2": _rec(305.0, replay_gpu_us_median=1910.0),
@@ -133,8 +134,8 @@ def test_the_reading_names_the_variant_that_brings_the_candidate_back(tmp_path: 
     text = "\n".join(probe.reading(records))
     assert "candidate/control by pair 0.728, 0.726: the gap follows the arm" in text
     assert "decode graph GPU us: control 2055, candidate 1905 (-150)" in text
-    nopdl = next(x for x in text.splitlines() if x.strip().startswith("cand-nopdl"))
-    assert "brings" not in nopdl
+    topk = next(x for x in text.splitlines() if x.strip().startswith("cand-topk"))
+    assert "brings" not in topk
     line = next(x for x in text.splitlines() if x.strip().startswith("cand-nolmhead"))
     assert "brings the candidate back" in line
     derive_spec = line.split("DERIVE='", 1)[1].rstrip("'")
@@ -153,9 +154,8 @@ def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
     }
     text = "\n".join(probe.reading(records))
     assert "one pair only: the engine start, not the arm" in text
-    assert probe.derive_for("cand-nopdl", {"QGATE_KERNELS_PDL": "0"}) == (
-        'nopdl arms.control.env.QGATE_KERNELS_PDL="0" arms.candidate.env.QGATE_KERNELS_PDL="0"'
-    )
+    topk = probe.derive_for("cand-topk", {"VLLM_SM70_QWEN38_QSA_TOPK": "1"})
+    assert topk == 'topk arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"'
     assert probe.derive_for("cand-noattest", {"QGATE_ATTEST_DIR": None}) is None
     assert probe.reading({"control": _rec(400)})[-1].endswith("nothing to read")
     one = "\n".join(probe.reading({"control": _rec(412.8), "candidate": _rec(300.7)}))
@@ -164,12 +164,10 @@ def test_the_reading_tells_an_engine_start_from_an_arm() -> None:
     near = {
         "control": _rec(400),
         "candidate": _rec(368),
-        "cand-nopdl": _rec(392, extra={"QGATE_KERNELS_PDL": "0"}),
+        "cand-topk": _rec(392, extra={"VLLM_SM70_QWEN38_QSA_TOPK": "1"}),
     }
     text = "\n".join(probe.reading(near))
-    assert (
-        "cand-nopdl: decode 0.980 of the control, 1.065 of the candidate: brings the candidate back" in text
-    )
+    assert "cand-topk: decode 0.980 of the control, 1.065 of the candidate: brings the candidate back" in text
     assert probe.DERIVE_MARK not in text
 
 

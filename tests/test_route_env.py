@@ -169,10 +169,3 @@ def test_the_scan_finds_a_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         ("harness/qgate/bad.py", "ROUTE", "qsa_topk"),
         ("harness/qgate/bad.py", "literal", "QGATE_ATTEST_DIR"),
     }
-
-
-def test_the_kernels_read_the_pdl_switch_by_the_name_route_env_gives() -> None:
-    """The C++ launchers read their one env variable by literal (no Python there): the same name."""
-    header = (REPO / "kernels_ext" / "csrc" / "launchers.h").read_text()
-    assert f'std::getenv("{route_env.KERNELS_PDL_ENV}")' in header
-    assert route_env.KERNELS_PDL_ENV.startswith(route_env.ARM_ENV_PREFIXES)  # an inherited one is dropped

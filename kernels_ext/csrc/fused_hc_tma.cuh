@@ -628,7 +628,7 @@ cudaError_t launch_hc_tma_typed(const HcArgs& p, cudaStream_t stream) {
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = pdl_allowed() ? 1 : 0;
+  config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, hc_tma_kernel<T>, p, plan);
 }
 

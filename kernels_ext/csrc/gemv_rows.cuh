@@ -257,7 +257,7 @@ cudaError_t launch_wpr(const Rows& rows, const typename Rows::Elem* x, int64_t n
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err != cudaSuccess) return err;
-  const bool pdl = static_weights && major >= 9 && pdl_allowed();
+  const bool pdl = static_weights && major >= 9;
   if (k * 2 > kGemvMaxSmemX) {  // x too large to stage: read through L1
     return launch_rows_kernel(gemv_rows_kernel<WPR, false, Rows>, grid, 0, stream, pdl, rows, x, n_rows, k);
   }

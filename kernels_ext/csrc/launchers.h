@@ -7,22 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
 namespace qgate {
-
-// Programmatic dependent launch (PDL) for the kernels that take it, read once per process:
-// QGATE_KERNELS_PDL=0 launches every kernel of this library plainly (the decode-step probe's variant,
-// tools/gpu_engine/decode_probe.py: is PDL what the engine's step pays for?); unset or any other value:
-// PDL where a kernel takes it. The result bits are the same either way. A lab switch, not a variant:
-// it goes once the probe has said whether PDL costs the engine's decode step (kernels_ext/BENCH.md).
-inline bool pdl_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("QGATE_KERNELS_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
-  return allowed;
-}
 
 // y[n] = sum_k w[n, k] * x[k]; w, x, y all fp16 or all bf16 (as raw pointers), k % 8 == 0, 16-byte
 // aligned rows.

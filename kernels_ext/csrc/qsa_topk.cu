@@ -410,7 +410,7 @@ cudaError_t launch_qsa_topk(const TopkRows& in, int64_t rows, int64_t k, const T
     // PDL: the kernel reads visible and the scores only after griddepcontrol.wait (qsa_topk_push.cuh).
     cudaLaunchAttribute attr[2];
     const cudaLaunchConfig_t config =
-        tc_launch_config(rows * plan.cluster, kTpThreads, kTpSmemBytes, plan.cluster, pdl_allowed(), stream, attr);
+        tc_launch_config(rows * plan.cluster, kTpThreads, kTpSmemBytes, plan.cluster, true, stream, attr);
     cudaError_t err = cudaLaunchKernelEx(&config, qsa_topk_push_kernel<kTcItems>, in, k32, plan.cluster, indices);
     if (err != cudaSuccess) return err;
     return cudaGetLastError();

@@ -35,10 +35,6 @@ OVERRIDE_PREFIX = "QGATE_ROUTE_IMPL_"
 
 # Where every vLLM process's plugin writes its counts (`<process>-<pid>.json`); the launcher sets it.
 ATTEST_DIR_ENV = "QGATE_ATTEST_DIR"
-# Read by the CUDA launchers themselves (kernels_ext/csrc/launchers.h, once a process): "0" launches every
-# kernel without programmatic dependent launch (the same bits). A diagnostic of the engine probe
-# (tools/gpu_engine/decode_probe.py); in an arm's env the operator screen counts it as env it cannot see.
-KERNELS_PDL_ENV = "QGATE_KERNELS_PDL"
 
 # Platform shims (qgate_kernels.shims) and route sites (qgate_kernels.sites), both arms alike.
 SHIMS_ENV = "QGATE_SHIMS"

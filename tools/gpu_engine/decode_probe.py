@@ -474,9 +474,9 @@ def _inst(records: dict, names: tuple[str, ...], key: str) -> float | None:
 
 def derive_for(name: str, extra: dict) -> str | None:
     """The DERIVE of tools/gpu_engine/calls (lib.sh prod_contract) that turns a variant's env changes
-    into a contract: route roles into the contract's routes section, the kernels' PDL switch into both
-    arms (the control loads no kernel), anything else into the candidate; None for a removal."""
-    from qgate_route_env import KERNELS_PDL_ENV, ROLES_ENV
+    into a contract: route roles into the contract's routes section, anything else into the candidate;
+    None for a removal."""
+    from qgate_route_env import ROLES_ENV
 
     sets = []
     for key, value in extra.items():
@@ -485,8 +485,6 @@ def derive_for(name: str, extra: dict) -> str | None:
         if key == ROLES_ENV:
             for route, roles in json.loads(value).items():
                 sets.append(f"routes.{route}.roles={json.dumps(roles, separators=(',', ':'))}")
-        elif key == KERNELS_PDL_ENV:
-            sets += [f"arms.{arm}.env.{key}={json.dumps(value)}" for arm in ("control", "candidate")]
         else:
             sets.append(f"arms.candidate.env.{key}={json.dumps(value)}")
     tag = name.removeprefix("cand-") or name

@@ -1,11 +1,12 @@
 """derive_contract.py CONTRACT OUT TAG --set PATH=JSON [--set ...]
 
-A contract derived from CONTRACT for one device session's next question, e.g. the candidate without
-PDL or without the lm_head route once the probe has pointed at it: each `--set` puts a JSON value at a
-dotted key path (`arms.candidate.env.QGATE_KERNELS_PDL="0"`, `routes.fp16_gemv.roles=[...]`; keys
-made as needed), the name gets `-TAG` and the description says what was derived from what. The result
-is read back by qgate's own loader (strict: an unknown key or a bad value is one line naming it, exit
-2, and OUT is not left behind), so a device call never starts an engine on a contract qgate refuses.
+A contract derived from CONTRACT for one device session's next question, e.g. the candidate with the
+QSA top-k route or without the lm_head route once the probe has pointed at it: each `--set` puts a JSON
+value at a dotted key path (`arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"`,
+`routes.fp16_gemv.roles=[...]`; keys made as needed), the name gets `-TAG` and the description says
+what was derived from what. The result is read back by qgate's own loader (strict: an unknown key or a
+bad value is one line naming it, exit 2, and OUT is not left behind), so a device call never starts an
+engine on a contract qgate refuses.
 Prints `ok: OUT NAME vVERSION sha256 ...`. A lab tool: what a derived contract shows goes back into
 contracts/ by hand, with its figures (docs/gpu.md).
 """

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 80-gpu-tests.sh: the test modules that need a CUDA GPU (skipped on the CPU machine), with the payload's
 # vLLM, in two pytest runs so that a cut second run keeps the first one's results: (1) the kernels against
-# their oracles (tests/kernels/test_cuda.py, PDL on and off included) and the sites' outputs
+# their oracles (tests/kernels/test_cuda.py) and the sites' outputs
 # (tests/plugin/test_site_outputs.py), at most TESTS_S (default 150) s; (2) the routed GEMV in a real CUDA
 # graph and the engine starts of tests/plugin/test_plugin_cuda.py (three engines, ~1-2.5 min each, the
 # first with the tiny model's JIT), at most ENGINE_TESTS_S (default 420; 0 leaves it out). Each test's

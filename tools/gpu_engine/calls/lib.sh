@@ -48,7 +48,7 @@ restore_jit() {
 
 # prod_contract DTYPE: the production-shape contract a call runs, and the suffix of its run folders.
 # DERIVE="TAG PATH=JSON ..." (JSON without spaces) derives it first (derive_contract.py: e.g. the
-# candidate without PDL, `DERIVE='nopdl arms.candidate.env.QGATE_KERNELS_PDL="0"'`) into
+# candidate with the QSA top-k route, `DERIVE='topk arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"'`) into
 # $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before any
 # engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
 # one (a dry run of a call on the CPU with a CPU contract). DERIVE=auto takes the first DERIVE the
