@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # 10-install.sh LAST [DTYPE]: the call after the other parts were staged, carrying .gpu-engine/call-LAST
 # and .gpu-engine/extra: stage the last part and the models + GSM8K, unpack the payload, write the
-# production-shape checkpoints (LAYERS, default all 48, stored bf16, on the GPU: PRODSHAPE="qsa" (default) ->
-# /tmp/qgate-prodshape, "noqsa" -> /tmp/qgate-prodshape-noqsa for fp16) while the payload's import /
-# CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the first
-# gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with PROBE="NAME @FILE"
-# the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict (70-decide.sh DTYPE N). Its first engine start pays vLLM's Triton JIT (~95 s).
+# production-shape checkpoints (LAYERS, default all 48, stored bf16, on the GPU: PRODSHAPE="qsa"
+# (default) -> /tmp/qgate-prodshape, "noqsa" -> /tmp/qgate-prodshape-noqsa for fp16) while the payload's
+# import / CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the
+# first gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with
+# PROBE="NAME @FILE" the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict
+# (70-decide.sh DTYPE N). Its first engine start pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
 LAST=${1:?usage: 10-install.sh LAST}
 DTYPE=${2:-fp16}

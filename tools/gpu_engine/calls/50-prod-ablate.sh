@@ -24,7 +24,8 @@ more=()
 [ -d "$RUNS/$A" ] && more+=(--resume)
 if [ -n "${TIMELINE:-}" ] && [ -n "$TAGGED" ]; then
   # the probe profiled the contract's arms, not the derived ones (its variant's env, e.g. the lm_head
-  # left out of the routes, is not in what the timeline compares): its candidate.json would stand for another arm
+  # left out of the routes, is not in what the timeline compares): its candidate.json would stand for
+  # another arm
   echo "timeline left out: the probe's profiles are of the contract's arms, not of $CONTRACT" | tee -a "$LOG"
   TIMELINE=""
 fi

@@ -4,16 +4,14 @@
 # replays timed by CUDA events, host time per step, synchronising operations) and a torch.profiler
 # timeline of PROFILE_TOKENS (64; 0: none) decode steps in the same engine, in
 # probe-NAME/timeline/<variant>.json (what `qgate ablate --timeline` reads). PROBE_S (default 540, and
-# never past the call's end: lib.sh call_left) stops it in time to pack; the variants done by then are
+# never past the call's end: lib.sh call_limit) stops it in time to pack; the variants done by then are
 # kept. JIT_PACK=1 also brings back the JIT caches (Triton, vLLM, CuTe DSL) as jit-cache.tgz.NN parts of
 # <= 15 MiB, for a later machine to skip the compile. PROBE_ARGS: more options of decode_probe.py.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 NAME=${1:?usage: 60-probe.sh NAME VARIANT...}
 shift
-limit=${PROBE_S:-540}
-left=$(call_left 50)  # the JIT caches and the runs are packed after it
-[ "$left" -lt "$limit" ] && limit=$left
+limit=$(call_limit "${PROBE_S:-540}" 50)  # the JIT caches and the runs are packed after it
 [ "$limit" -ge 30 ] || { echo "decode_probe $NAME: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
 step "decode_probe $NAME: $# variant arguments, at most $limit s"
 t0=$(date +%s)

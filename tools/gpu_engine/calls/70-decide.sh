@@ -3,7 +3,7 @@
 # --until-decided` (one launch of each arm at a time, interleaved, looked at after each pair, until PASS
 # or FAIL is shown or MAX_LAUNCHES per arm; default 6) on contracts/qwen38-prodshape-DTYPE-h200.yaml
 # (bf16 default), then `qgate compare`. DECIDE_S (default 540, and never past the call's end: lib.sh
-# call_left) stops it in time to pack: the launches done by then are kept, and a second call on the
+# call_limit) stops it in time to pack: the launches done by then are kept, and a second call on the
 # same machine continues them (`--resume`; a later machine: carry the folder). DERIVE (lib.sh
 # prod_contract) runs a derived contract instead, into decide-DTYPE-TAG.
 source tools/gpu_engine/calls/lib.sh
@@ -12,9 +12,7 @@ DT=${1:-bf16}
 prod_contract "$DT"
 C=$CONTRACT
 D=decide-$DT$TAGGED
-limit=${DECIDE_S:-540}
-left=$(call_left 40)  # compare + pack after it; a script 10-install.sh runs keeps its call's clock
-[ "$left" -lt "$limit" ] && limit=$left
+limit=$(call_limit "${DECIDE_S:-540}" 40)  # compare + pack after it
 [ "$limit" -ge 60 ] || { echo "decide: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
 more=()
 # a second call on the same warm machine continues the launches kept in the folder

@@ -16,6 +16,9 @@ T_CALL=${T_CALL:-$(date +%s)}  # the call's start: a script another one runs kee
 export T_CALL
 # seconds left of a device call (CALL_S, default 590 of the tool's 600) after keeping `$1` for what follows
 call_left() { echo $(( ${CALL_S:-590} - ($(date +%s) - T_CALL) - $1 )); }
+# call_limit WANT KEEP: the seconds a step may run: WANT, never past the call's end less KEEP (what is
+# packed after it); a script another call script runs keeps its caller's clock (T_CALL)
+call_limit() { local left; left=$(call_left "$2"); echo $(( left < $1 ? left : $1 )); }
 step() { echo "=== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - T_CALL )) s)" | tee -a "$LOG"; }
 echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -u +%FT%TZ)" | tee -a "$LOG"
 
@@ -48,9 +51,9 @@ restore_jit() {
 
 # prod_contract DTYPE: the production-shape contract a call runs, and the suffix of its run folders.
 # DERIVE="TAG PATH=JSON ..." (JSON without spaces) derives it first (derive_contract.py: e.g. the
-# candidate with the QSA top-k route, `DERIVE='topk arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"'`) into
-# $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before any
-# engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
+# candidate with the QSA top-k route, `DERIVE='topk arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"'`)
+# into $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before
+# any engine starts. Sets CONTRACT and TAGGED (-TAG, or empty). BASE_CONTRACT replaces the production-shape
 # one (a dry run of a call on the CPU with a CPU contract). DERIVE=auto takes the first DERIVE the
 # probe's reading proposes (READING, default $RUNS/probe-DTYPE/reading.txt: a variant that brought a
 # candidate below 85 % of the control back to it), else none: a call after the probe needs no one to
