@@ -656,27 +656,11 @@ def _sequential_sim(rng: np.random.Generator, draws: int, ratio: float, speed: d
                     between: float, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(decision per draw: 1 PASS, -1 FAIL, 0 INCONCLUSIVE; launches per arm at the stop) of the
     sequential design on simulated launches (the same arms grow launch by launch)."""
-    from qgate.speed.sequential import Design, look_decision
-    from qgate.stats import log_ratio_se_df
+    from qgate.speed.sequential import Design, simulate
 
+    ctrl, cand = _launch_sim(rng, draws, last, speed["reps"], within, between, ratio)  # [draws, last * reps]
     design = Design.plan(speed["alpha"], first, last)
-    reps = speed["reps"]
-    ctrl, cand = _launch_sim(rng, draws, last, reps, within, between, ratio)  # [draws, last * reps]
-    decision = np.zeros(draws, dtype=int)
-    stop = np.full(draws, last)
-    for k, launches in enumerate(design.launches):
-        c, t = ctrl[:, : launches * reps], cand[:, : launches * reps]
-        log_r, se, df = log_ratio_se_df(arm_variance(c, launches), arm_variance(t, launches))
-        cv_c = 100 * c.std(axis=1, ddof=1) / c.mean(axis=1)
-        cv_t = 100 * t.std(axis=1, ddof=1) / t.mean(axis=1)
-        q = design.t_critical(k, df)
-        code, _, _ = look_decision(np.exp(log_r), se, df, cv_c, cv_t, q, speed["margin"], speed["min_effect"],
-                                   speed["max_cv"])  # fmt: skip
-        new = (decision == 0) & (stop == last) & (code != 0)
-        decision[new], stop[new] = code[new], launches
-        if k == len(design.launches) - 1:
-            break
-    return decision, stop
+    return simulate(design, ctrl, cand, speed["reps"], speed["margin"], speed["min_effect"], speed["max_cv"])
 
 
 @pytest.mark.parametrize(
@@ -712,3 +696,33 @@ def test_sequential_error_rates_hold_across_all_looks(
     assert margin_pass <= alpha / 2 + _mc(alpha / 2, draws)
     assert np.mean(slow == -1) > 0.9 and s_stop.mean() < last
     assert np.mean(aa == 1) > 0.5 and aa_stop.mean() < last
+
+
+def test_verdict_odds_plans_a_device_session_from_the_contracts_own_gate(capsys) -> None:
+    """tools/verdict_odds.py (docs/gpu.md "Next"): the production-shape contract's sequential gate on
+    simulated launches. A candidate 10 % faster with engine starts 1 % apart PASSes within 6 launches
+    nearly always and stops early; at the 12-layer spread (starts 10 % apart) it almost never decides;
+    an equal candidate FAILs at most alpha/2 (+ Monte-Carlo allowance)."""
+    import importlib.util
+    import sys
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("verdict_odds", REPO / "tools" / "verdict_odds.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    contract = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    speed = tool.load_contract(contract).contract.speed
+    p_pass, p_fail, _, launches = tool.odds(speed, 6, 0.02, 0.01, 1.10, 2000, 1)
+    assert p_pass > 0.99 and p_fail == 0 and launches < 3.5
+    p_pass, _, p_inconclusive, _ = tool.odds(speed, 6, 0.02, 0.10, 1.10, 2000, 2)
+    assert p_pass < 0.1 and p_inconclusive > 0.85
+    _, p_fail, _, _ = tool.odds(speed, 6, 0.02, 0.03, 1.0, 4000, 3)
+    assert p_fail <= speed.stats.alpha / 2 + _mc(speed.stats.alpha / 2, 4000)
+    sys.argv = ["verdict_odds.py", str(contract), "--max-launches", "4", "--between", "2", "--ratio", "1.1",
+                "--draws", "500"]  # fmt: skip
+    tool.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{contract}: 4 reps a start, looks at 2..4 launches, margin 2 %")
+    assert len(out) == 3 and out[2].split()[:3] == ["2.0", "2.0", "1.100"]

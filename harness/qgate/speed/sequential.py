@@ -120,6 +120,33 @@ def look_decision(
     return np.where(fail, -1, np.where(passed, 1, 0)), lower, upper
 
 
+def simulate(
+    design: Design, ctrl: np.ndarray, cand: np.ndarray, reps: int, margin_pct: float, min_effect_pct: float,
+    max_cv_pct: float,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The design's decisions on simulated arms: ctrl and cand [draws, max_launches * reps] (launch-major,
+    the same arms grow launch by launch), looked at as `look_at` does (the launch-unit variance, the
+    Welch-t bound at the look's critical value, the CV of the pooled reps). Returns (decision per draw:
+    1 PASS, -1 FAIL, 0 INCONCLUSIVE; launches per arm at the stop). tests/test_stats.py checks the error
+    rates with it; tools/verdict_odds.py gives a device session's odds of a decision."""
+    from qgate.stats import arm_variance, log_ratio_se_df
+
+    draws, last = ctrl.shape[0], design.max_launches
+    decision, stop = np.zeros(draws, dtype=int), np.full(draws, last)
+    for k, launches in enumerate(design.launches):
+        c, t = ctrl[:, : launches * reps], cand[:, : launches * reps]
+        log_r, se, df = log_ratio_se_df(arm_variance(c, launches), arm_variance(t, launches))
+        cv_c = 100 * c.std(axis=1, ddof=1) / c.mean(axis=1)
+        cv_t = 100 * t.std(axis=1, ddof=1) / t.mean(axis=1)
+        q = design.t_critical(k, df)
+        code, _, _ = look_decision(
+            np.exp(log_r), se, df, cv_c, cv_t, q, margin_pct, min_effect_pct, max_cv_pct
+        )
+        new = (decision == 0) & (code != 0)
+        decision[new], stop[new] = code[new], launches
+    return decision, stop
+
+
 @dataclass(frozen=True)
 class Look:
     """One look at the data: launches per arm, the decode ratio, its bounds at the look's critical value."""

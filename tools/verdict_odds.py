@@ -1,0 +1,76 @@
+"""How likely `qgate run speed --until-decided --max-launches N` is to decide, before spending device time.
+
+A device session has ~1,800 s; an engine start of the 48-layer production shapes is estimated at
+60-70 s, so a verdict gets about 4 launches an arm (docs/gpu.md "Next"). Whether 4 can decide depends on
+the noise, which the 12-layer runs showed dominated by the engine start (up to 48 % between two starts
+of one arm, while reps within a start agreed to 1-8 %). This simulates the contract's own group-
+sequential gate (qgate.speed.sequential.simulate, the code tests/test_stats.py checks the error rates
+with: the looks from max(contract launches, 2) to N, O'Brien-Fleming boundaries, the Welch-t bound on
+the launch-unit variance, the CV limit on the pooled reps) over arms
+of N engine starts x the contract's reps, each start with its own offset (sd `between`) and each rep
+its own noise (CV `within`), the candidate's true decode ratio `ratio`. Seeded; prints per cell the
+share of PASS / FAIL / INCONCLUSIVE and the mean launches an arm at the stop.
+
+    python tools/verdict_odds.py contracts/qwen38-prodshape-bf16-h200.yaml --max-launches 4 \
+        --within 2 --between 1 2 3 5 10 --ratio 1.0 1.05 1.1
+
+A planning figure, not evidence: the real noise comes from the engine's first launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from qgate.contract import load_contract
+from qgate.speed.sequential import Design, simulate
+
+
+def odds(speed, max_launches: int, within: float, between: float, ratio: float, draws: int, seed: int):
+    """(P(PASS), P(FAIL), P(INCONCLUSIVE), mean launches an arm at the stop) of one noise cell."""
+    g, st, reps = speed.gates, speed.stats, speed.repetitions
+    design = Design.plan(st.alpha, max(speed.launches, 2), max_launches)
+    rng = np.random.default_rng(seed)
+
+    def arm(mean: float) -> np.ndarray:  # [draws, launches * reps], launch-major
+        offset = rng.normal(0, between, (draws, max_launches, 1))
+        noise = rng.normal(0, within, (draws, max_launches, reps))
+        return (mean * (1 + offset) * (1 + noise)).reshape(draws, max_launches * reps)
+
+    ctrl, cand = arm(100.0), arm(100.0 * ratio)
+    decision, stop = simulate(
+        design, ctrl, cand, reps, g.max_decode_regression_pct, st.min_effect_pct, st.max_cv_pct
+    )
+    return (decision == 1).mean(), (decision == -1).mean(), (decision == 0).mean(), stop.mean()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("contract")
+    p.add_argument("--max-launches", type=int, default=4)
+    p.add_argument("--within", type=float, nargs="+", default=[2.0], help="CV of a rep within a start, %%")
+    p.add_argument("--between", type=float, nargs="+", default=[1.0, 2.0, 5.0], help="sd of a start, %%")
+    p.add_argument("--ratio", type=float, nargs="+", default=[1.0, 1.05, 1.1], help="candidate / control")
+    p.add_argument("--draws", type=int, default=4000)
+    p.add_argument("--seed", type=int, default=20261205)
+    a = p.parse_args()
+    speed = load_contract(a.contract).contract.speed
+    if speed is None:
+        raise SystemExit(f"{a.contract}: no speed section")
+    g, st = speed.gates, speed.stats
+    print(
+        f"{a.contract}: {speed.repetitions} reps a start, looks at {max(speed.launches, 2)}.."
+        f"{a.max_launches} launches, margin {g.max_decode_regression_pct:g} %, CV limit "
+        f"{st.max_cv_pct:g} %, alpha {st.alpha:g}; {a.draws} draws, seed {a.seed}"
+    )
+    print("within %  between %  ratio   PASS   FAIL  INCONCL  launches")
+    for w in a.within:
+        for b in a.between:
+            for r in a.ratio:
+                ps, fl, inc, n = odds(speed, a.max_launches, w / 100, b / 100, r, a.draws, a.seed)
+                print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {ps:5.3f}  {fl:5.3f}  {inc:7.3f}  {n:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
