@@ -328,3 +328,37 @@ def test_the_busiest_threads_placement_is_read_from_proc_and_sys(tmp_path: Path)
     assert probe._placement("43", tmp_path) is None
     mine = probe._placement(str(threading.get_native_id()))  # this machine's own /proc
     assert mine is not None and mine["cpu"] in os.sched_getaffinity(0)
+
+
+def test_a_probe_run_again_goes_on_from_the_variants_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Call 5 of docs/gpu.md "Next" starts the routes probe with what the verdict left, call 6 goes on:
+    a variant whose record an earlier call wrote is not started again, the others are, and the reading
+    is of all of them."""
+    out = tmp_path / "probe-routes"
+    out.mkdir()
+    (out / "control.json").write_text(json.dumps(_rec(300.0, replay_gpu_us_median=1690.0)))
+    started: list[str] = []
+
+    def setup(contract: Path, arm: str, extra: dict, attest: Path) -> tuple[dict, dict]:
+        started.append(arm)
+        return dict(os.environ), {}
+
+    class Child:  # the variant's engine child: writes its record as the real one does
+        def __init__(self, cmd: list[str], **_: object) -> None:
+            Path(cmd[-1]).write_text(json.dumps(_rec(380.0, replay_gpu_us_median=1515.0)))
+            self.pid = os.getpid()
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(probe, "_setup", setup)
+    monkeypatch.setattr(probe.subprocess, "Popen", Child)
+    variants = [f"{arm}=qwen38-prodshape-bf16-h200:{arm}" for arm in ("control", "candidate")]
+    monkeypatch.setattr(sys, "argv", ["decode_probe.py", str(out), *variants])
+    probe.main()
+    assert started == ["candidate"]
+    assert "control                kept from an earlier call (control.json)" in capsys.readouterr().out
+    reading = (out / "reading.txt").read_text()
+    assert "decode graph GPU us: control 1690, candidate 1515 (-175)" in reading

@@ -26,7 +26,8 @@ With --profile-tokens N (64 in the call scripts) each variant also runs profile_
 decode steps in its own engine: OUTDIR/timeline/<variant>.json (what `qgate ablate --timeline` reads).
 
 Writes OUTDIR/<variant>.json and .log, appends one line per variant to OUTDIR/summary.txt as soon
-as it is done (a call stopped at its limit keeps what finished). Not a gate: figures for the report
+as it is done (a call stopped at its limit keeps what finished; run again into the same OUTDIR, it
+goes on: a variant whose <variant>.json is there is not started again). Not a gate: figures for the report
 (docs/gpu.md); a verdict is `qgate run speed` / `qgate ablate`.
 """
 
@@ -665,6 +666,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, stop)
     for spec in specs:
         name, contract, arm, extra = _variant(spec)
+        if (a.out / f"{name}.json").is_file():  # done by an earlier call on this machine: a cut probe goes on
+            print(f"{name:<22} kept from an earlier call ({name}.json)", flush=True)
+            continue
         attest = Path(tempfile.mkdtemp(prefix=f"probe-{name}-", dir=a.out))
         env, engine = _setup(contract, arm, extra, attest)
         args_path = a.out / f"{name}.args.json"
