@@ -251,6 +251,24 @@ def test_a_statistic_that_cannot_be_computed_is_an_error(two: LoadedContract) ->
     assert any(r.startswith(f"effect alone {PLACEBO} computed:") for r in rec["reasons"]), rec["reasons"]
 
 
+def test_a_run_cut_between_launches_names_the_launches_not_nan(two: LoadedContract) -> None:
+    """An ablation cut after the first of its launches (50-prod-ablate.sh at a device call's end, then
+    --report-only): every effect is an ERROR that says the reps come from fewer launches than the run
+    planned, and the note says how many ran, not that the contract asks for one."""
+    factors, arms, speed = synthetic(two)
+    for res in speed.values():
+        res["workload"]["launches"] = 2  # planned 2, the reps are all from launch 0
+    rec = record_of(two, factors, arms, speed)
+    assert rec["status"] == "ERROR"
+    why = "control reps: 1 distinct launch ids [0], the workload ran 2 launches"
+    assert f"effect candidate computed: {why}" in rec["reasons"], rec["reasons"]
+    assert f"effect alone fp16_gemv computed: {why}" in rec["reasons"]
+    assert not any("non-finite" in r for r in rec["reasons"])
+    planned = two.contract.speed.launches
+    note = f"only 1 of speed.launches = {planned} engine starts an arm has run: resume it (--resume)"
+    assert rec["notes"] == [note]
+
+
 def test_token_divergence_per_arm(two: LoadedContract) -> None:
     tokens = list(TEMPLATE["reps"][0]["token_ids"])
     moved = tokens[:3] + [9999] + tokens[4:]

@@ -720,6 +720,9 @@ def test_verdict_odds_plans_a_device_session_from_the_contracts_own_gate(capsys)
     assert p_pass < 0.1 and p_inconclusive > 0.85
     _, p_fail, _, _ = tool.odds(speed, 6, 0.02, 0.03, 1.0, 4000, 3)
     assert p_fail <= speed.stats.alpha / 2 + _mc(speed.stats.alpha / 2, 4000)
+    # --effects: an ablation's effect by the report's own rule; an equal arm is "improved" <= alpha/2
+    assert tool.effect_odds(speed, 4, 0.02, 0.01, 1.08, 1000, 4)["improved"] > 0.95
+    assert tool.effect_odds(speed, 4, 0.02, 0.02, 1.0, 2000, 5)["improved"] <= 0.025 + _mc(0.025, 2000)
     sys.argv = ["verdict_odds.py", str(contract), "--max-launches", "4", "--between", "2", "--ratio", "1.1",
                 "--draws", "500"]  # fmt: skip
     tool.main()

@@ -14,6 +14,11 @@ share of PASS / FAIL / INCONCLUSIVE and the mean launches an arm at the stop.
     python tools/verdict_odds.py contracts/qwen38-prodshape-bf16-h200.yaml --max-launches 4 \
         --within 2 --between 1 2 3 5 10 --ratio 1.0 1.05 1.1
 
+With --effects: an ablation's effect instead (`qgate ablate`, each arm N launches, no looks): the
+share of draws in which qgate.stats.decide_batch, the rule every effect of the report is decided by,
+says improved / no significant change / inconclusive / regressed for a route that alone makes decode
+`ratio` times faster.
+
 A planning figure, not evidence: the real noise comes from the engine's first launches.
 """
 
@@ -25,24 +30,40 @@ import numpy as np
 
 from qgate.contract import load_contract
 from qgate.speed.sequential import Design, simulate
+from qgate.stats import VERDICTS, StatsConfig, decide_batch
+
+
+def arms(rng, draws: int, launches: int, reps: int, within: float, between: float, ratio: float):
+    """A control and a candidate [draws, launches * reps] (launch-major): every engine start offset by
+    N(0, between), every rep by N(0, within), the candidate's mean `ratio` times the control's."""
+
+    def arm(mean: float) -> np.ndarray:
+        offset = rng.normal(0, between, (draws, launches, 1))
+        noise = rng.normal(0, within, (draws, launches, reps))
+        return (mean * (1 + offset) * (1 + noise)).reshape(draws, launches * reps)
+
+    return arm(100.0), arm(100.0 * ratio)
 
 
 def odds(speed, max_launches: int, within: float, between: float, ratio: float, draws: int, seed: int):
     """(P(PASS), P(FAIL), P(INCONCLUSIVE), mean launches an arm at the stop) of one noise cell."""
     g, st, reps = speed.gates, speed.stats, speed.repetitions
     design = Design.plan(st.alpha, max(speed.launches, 2), max_launches)
-    rng = np.random.default_rng(seed)
-
-    def arm(mean: float) -> np.ndarray:  # [draws, launches * reps], launch-major
-        offset = rng.normal(0, between, (draws, max_launches, 1))
-        noise = rng.normal(0, within, (draws, max_launches, reps))
-        return (mean * (1 + offset) * (1 + noise)).reshape(draws, max_launches * reps)
-
-    ctrl, cand = arm(100.0), arm(100.0 * ratio)
+    ctrl, cand = arms(np.random.default_rng(seed), draws, max_launches, reps, within, between, ratio)
     decision, stop = simulate(
         design, ctrl, cand, reps, g.max_decode_regression_pct, st.min_effect_pct, st.max_cv_pct
     )
     return (decision == 1).mean(), (decision == -1).mean(), (decision == 0).mean(), stop.mean()
+
+
+def effect_odds(
+    speed, launches: int, within: float, between: float, ratio: float, draws: int, seed: int
+) -> dict[str, float]:
+    """The share of draws per decision of one ablation effect (an arm against the control)."""
+    reps, cfg = speed.repetitions, StatsConfig.from_contract(speed.stats)
+    ctrl, arm = arms(np.random.default_rng(seed), draws, launches, reps, within, between, ratio)
+    code = decide_batch(ctrl, arm, cfg, launches=launches)["code"]
+    return {v: float(np.mean(code == i)) for i, v in enumerate(VERDICTS)}
 
 
 def main() -> None:
@@ -54,11 +75,26 @@ def main() -> None:
     p.add_argument("--ratio", type=float, nargs="+", default=[1.0, 1.05, 1.1], help="candidate / control")
     p.add_argument("--draws", type=int, default=4000)
     p.add_argument("--seed", type=int, default=20261205)
+    p.add_argument("--effects", action="store_true", help="an ablation's effect at N launches an arm")
     a = p.parse_args()
     speed = load_contract(a.contract).contract.speed
     if speed is None:
         raise SystemExit(f"{a.contract}: no speed section")
     g, st = speed.gates, speed.stats
+    if a.effects:
+        print(
+            f"{a.contract}: ablation effects at {a.max_launches} launches x {speed.repetitions} reps an arm, "
+            f"min effect {st.min_effect_pct:g} %, CV limit {st.max_cv_pct:g} %, alpha {st.alpha:g}; "
+            f"{a.draws} draws, seed {a.seed}"
+        )
+        print("within %  between %  ratio  improved  regressed  no change  inconcl")
+        for w in a.within:
+            for b in a.between:
+                for r in a.ratio:
+                    e = effect_odds(speed, a.max_launches, w / 100, b / 100, r, a.draws, a.seed)
+                    shares = "  ".join(f"{e[v]:9.3f}" for v in VERDICTS[:4])
+                    print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {shares}")
+        return
     print(
         f"{a.contract}: {speed.repetitions} reps a start, looks at {max(speed.launches, 2)}.."
         f"{a.max_launches} launches, margin {g.max_decode_regression_pct:g} %, CV limit "

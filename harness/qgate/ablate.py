@@ -64,10 +64,10 @@ from qgate.results import (
 from qgate.speed import gates as vd
 from qgate.speed.compare import SPEED_EXTRA_KEYS
 from qgate.speed.figures import arm_figures as stats_arm_figures
-from qgate.speed.figures import arm_units
+from qgate.speed.figures import arm_units, launch_problem
 from qgate.speed.run import arm_path, run_speed, run_speed_until_decided
 from qgate.stats import ERROR as STAT_ERROR
-from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples
+from qgate.stats import StatsConfig, bootstrap_estimate, compare_samples, error_record
 from qgate.timeline import match_arms as match_timeline_arms
 from qgate.timeline import thaw
 
@@ -359,7 +359,13 @@ def effect(ref: str, arm: str, results: Mapping[str, Mapping[str, Any]], cfg: St
     """arm against ref: decode tok/s statistics (qgate.stats) and the TPOT change in ms with its CI."""
     unit, a = arm_units(results[ref], "decode_tok_s")
     _, b = arm_units(results[arm], "decode_tok_s")
-    decode = compare_samples(a, b, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
+    # reps that do not group into their launches (a run cut between two) are named as such, not as the
+    # NaN units arm_units gives them
+    why = next((f"{n} reps: {w}" for n in (ref, arm) if (w := launch_problem(results[n])) is not None), None)
+    if why is not None:
+        decode = error_record("decode_tok_s", why, True, unit)
+    else:
+        decode = compare_samples(a, b, cfg, "decode_tok_s", higher_is_better=True, unit=unit)
     _, ta = arm_units(results[ref], "tpot_ms")
     _, tb = arm_units(results[arm], "tpot_ms")
     tpot = bootstrap_estimate({"ref": ta, "arm": tb}, lambda m: m["arm"] - m["ref"], cfg)
@@ -377,6 +383,15 @@ def _interaction(
     """
     sign = 1.0 if basis == "alone" else -1.0
     names = sorted({n for pair in (total, *parts) for n in pair})
+    out = {
+        "basis": basis,
+        "total": {"reference": total[0], "arm": total[1]},
+        "parts": [{"reference": a, "arm": b} for a, b in parts],
+    }
+    why = next((f"{n} reps: {w}" for n in names if (w := launch_problem(results[n])) is not None), None)
+    if why is not None:  # as in effect(): the launches, not the NaN units they would give
+        err = {"estimate": None, "ci_low": None, "ci_high": None, "error": why}
+        return {**out, "tpot_ms": err, "decode_pct": dict(err)}
     tpot = {n: arm_units(results[n], "tpot_ms")[1] for n in names}
     tok = {n: arm_units(results[n], "decode_tok_s")[1] for n in names}
 
@@ -387,13 +402,8 @@ def _interaction(
         change = [100.0 * (m[b] / m[a] - 1.0) for a, b in parts]
         return sign * (100.0 * (m[total[1]] / m[total[0]] - 1.0) - sum(change, 0.0))
 
-    return {
-        "basis": basis,
-        "total": {"reference": total[0], "arm": total[1]},
-        "parts": [{"reference": a, "arm": b} for a, b in parts],
-        "tpot_ms": bootstrap_estimate(tpot, ms, cfg),
-        "decode_pct": bootstrap_estimate(tok, pct, cfg),
-    }
+    out["tpot_ms"], out["decode_pct"] = bootstrap_estimate(tpot, ms, cfg), bootstrap_estimate(tok, pct, cfg)
+    return out
 
 
 def effects(
@@ -488,9 +498,12 @@ def _effect_gates(eff: Mapping[str, Any]) -> list[Gate]:
     return gates
 
 
-def _notes(launches: int) -> list[str]:
+def _notes(launches: int, planned: int) -> list[str]:
+    """launches: the engine starts the control's reps come from; planned: the contract's."""
     if launches > 1:
         return []
+    if planned > 1:  # a run cut before its second launch: the incomplete arms are ERROR reasons already
+        return [f"only 1 of speed.launches = {planned} engine starts an arm has run: resume it (--resume)"]
     return [
         "speed.launches = 1: each arm is one engine start, so differences between engine starts "
         "(machine load, drift) are not in the CIs; use launches >= 4 to test over engine starts"
@@ -551,7 +564,7 @@ def build_record(
         "schema_version": ABLATION_SCHEMA_VERSION,
         "status": OK if status == PASS else ERROR,
         "reasons": reasons,
-        "notes": _notes(_launches_run(control, c.speed.launches)) + _sequential_notes(seq),
+        "notes": _notes(_launches_run(control, c.speed.launches), c.speed.launches) + _sequential_notes(seq),
         "sequential": seq,
         "created_at": utc_now(),
         "contract": loaded.reference(),

@@ -670,7 +670,8 @@ def bootstrap_estimate(data: Mapping[str, np.ndarray], fn: MeansFn, cfg: StatsCo
     """
     for name, x in data.items():
         if x.ndim != 1 or x.size < 2 or not np.all(np.isfinite(x)):
-            msg = f"arm {name}: {x.size} sample(s), need at least 2 finite ones for a bootstrap CI"
+            finite = int(np.isfinite(x).sum())
+            msg = f"arm {name}: {finite} finite of {x.size} sample(s), a bootstrap CI needs at least 2"
             return {"estimate": None, "ci_low": None, "ci_high": None, "error": msg}
     rng = np.random.default_rng(cfg.seed)
     resampled = {}

@@ -41,6 +41,17 @@ def arm_units(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray]:
         return "launch", np.full(max(launches, 2), np.nan)
 
 
+def launch_problem(result: Mapping[str, Any], field: str = "decode_tok_s") -> str | None:
+    """Why an arm's reps do not group into the launches its workload ran (the line arm_units' NaN units
+    stand for: a run cut between launches, unbalanced launches), or None."""
+    ids = [rep.get("launch", 0) if isinstance(rep, Mapping) else None for rep in result.get("reps") or []]
+    try:
+        unit_samples(rep_values(result, field), ids, result_launches(result))
+    except LaunchDataError as exc:
+        return str(exc)
+    return None
+
+
 def _finite_or_none(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 

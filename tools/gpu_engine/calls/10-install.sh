@@ -6,7 +6,8 @@
 # import / CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the
 # first gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with
 # PROBE="NAME @FILE" the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict
-# (70-decide.sh DTYPE N). Its first engine start pays vLLM's Triton JIT (~95 s).
+# (70-decide.sh DTYPE N), with ABLATE=DESIGN the ablation (50-prod-ablate.sh DTYPE DESIGN; DERIVE and
+# MAX_LAUNCHES as there). Its first engine start pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
 LAST=${1:?usage: 10-install.sh LAST}
 DTYPE=${2:-fp16}
@@ -37,6 +38,10 @@ tail -n 3 "$GE/prodshape.log" | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$LOG"
 if [ -n "${DECIDE:-}" ]; then  # DECIDE=N: the speed verdict (70-decide.sh DTYPE N) instead of the tiny gate
   bash tools/gpu_engine/calls/70-decide.sh "$DTYPE" "$DECIDE"
+  exit $?
+fi
+if [ -n "${ABLATE:-}" ]; then  # ABLATE=DESIGN: the ablation at the production shapes instead of the tiny gate
+  bash tools/gpu_engine/calls/50-prod-ablate.sh "$DTYPE" "$ABLATE"
   exit $?
 fi
 if [ -n "${PROBE:-}" ]; then  # PROBE="NAME @FILE": the decode probe instead of the tiny gate

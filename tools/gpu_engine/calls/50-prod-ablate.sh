@@ -3,8 +3,8 @@
 # qwen38-prodshape-DTYPE-h200.yaml, bf16 default; design one-at-a-time default: control, each route
 # alone, candidate). MAX_LAUNCHES=N adds `--until-decided --max-launches N` (launches added to every arm
 # until the candidate's verdict against the control is decided: the per-route effects then carry the
-# variance between engine starts too). ABLATE_S (default 540) stops it in time for the pack to come
-# back: the arms done by then are kept, and a second call of this script on the same machine continues
+# variance between engine starts too). ABLATE_S (default 540, and never past the call's end: lib.sh
+# call_limit) stops it in time for the report and the pack to come back: the arms done by then are kept, and a second call of this script on the same machine continues
 # them (`--resume`, used when the output folder is there). TIMELINE=DIR adds `--timeline DIR`
 # (profile_decode.py's or decode_probe.py --profile-tokens' <arm>.json profiles: a decode-step timeline
 # section in the report, not a gate; a folder qgate.timeline refuses is left out with its one line in
@@ -17,7 +17,9 @@ use_engine
 DT=${1:-bf16}
 prod_contract "$DT"
 A=ablate-$DT$TAGGED
-step "qgate ablate --design ${2:-one-at-a-time} ($CONTRACT), at most ${ABLATE_S:-540} s"
+limit=$(call_limit "${ABLATE_S:-540}" 70)  # the report of a cut run (<= 60 s) + pack after it
+[ "$limit" -ge 60 ] || { echo "ablate: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
+step "qgate ablate --design ${2:-one-at-a-time} ($CONTRACT), at most $limit s"
 t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
@@ -38,11 +40,11 @@ if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ab
     TIMELINE=""
   fi
 fi
-timeout "${ABLATE_S:-540}" python3 -m qgate ablate -c "$CONTRACT" \
+timeout "$limit" python3 -m qgate ablate -c "$CONTRACT" \
   -o "$RUNS/$A" --design "${2:-one-at-a-time}" "${more[@]}" >>"$RUNS/$A.txt" 2>&1
 rc=$?
 echo "ablate rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
-if [ "$rc" = 124 ] && [ -d "$RUNS/$A/speed" ]; then  # cut by ABLATE_S: the report of what is on disk
+if [ "$rc" = 124 ] && [ -d "$RUNS/$A/speed" ]; then  # cut by its limit: the report of what is on disk
   # (no engine, seconds; an arm not complete is an ERROR in it); the next call's --resume rewrites it
   timeout 60 python3 -m qgate ablate -c "$CONTRACT" -o "$RUNS/$A" --design "${2:-one-at-a-time}" \
     --report-only --force ${TIMELINE:+--timeline "$TIMELINE"} >>"$RUNS/$A.txt" 2>&1
