@@ -25,6 +25,7 @@ A planning figure, not evidence: the real noise comes from the engine's first la
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import numpy as np
 
@@ -81,32 +82,33 @@ def main() -> None:
     if speed is None:
         raise SystemExit(f"{a.contract}: no speed section")
     g, st = speed.gates, speed.stats
+    n = a.max_launches
     if a.effects:
-        print(
-            f"{a.contract}: ablation effects at {a.max_launches} launches x {speed.repetitions} reps an arm, "
-            f"min effect {st.min_effect_pct:g} %, CV limit {st.max_cv_pct:g} %, alpha {st.alpha:g}; "
-            f"{a.draws} draws, seed {a.seed}"
+        head = (
+            f"ablation effects at {n} launches x {speed.repetitions} reps an arm, min effect "
+            f"{st.min_effect_pct:g} %"
         )
-        print("within %  between %  ratio  improved  regressed  no change  inconcl")
-        for w in a.within:
-            for b in a.between:
-                for r in a.ratio:
-                    e = effect_odds(speed, a.max_launches, w / 100, b / 100, r, a.draws, a.seed)
-                    shares = "  ".join(f"{e[v]:9.3f}" for v in VERDICTS[:4])
-                    print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {shares}")
-        return
-    print(
-        f"{a.contract}: {speed.repetitions} reps a start, looks at {max(speed.launches, 2)}.."
-        f"{a.max_launches} launches, margin {g.max_decode_regression_pct:g} %, CV limit "
-        f"{st.max_cv_pct:g} %, alpha {st.alpha:g}; {a.draws} draws, seed {a.seed}"
-    )
-    print("within %  between %  ratio   PASS   FAIL  INCONCL  launches")
-    for w in a.within:
-        for b in a.between:
-            for r in a.ratio:
-                ps, fl, inc, n = odds(speed, a.max_launches, w / 100, b / 100, r, a.draws, a.seed)
-                print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {ps:5.3f}  {fl:5.3f}  {inc:7.3f}  {n:8.2f}")
+        columns = "improved  regressed  no change  inconcl"
 
+        def row(w: float, b: float, r: float) -> str:
+            e = effect_odds(speed, n, w, b, r, a.draws, a.seed)
+            return "  ".join(f"{e[v]:9.3f}" for v in VERDICTS[:4])
+    else:
+        head = (
+            f"{speed.repetitions} reps a start, looks at {max(speed.launches, 2)}..{n} launches, margin "
+            f"{g.max_decode_regression_pct:g} %"
+        )
+        columns = " PASS   FAIL  INCONCL  launches"
+
+        def row(w: float, b: float, r: float) -> str:
+            ps, fl, inc, stop = odds(speed, n, w, b, r, a.draws, a.seed)
+            return f"{ps:5.3f}  {fl:5.3f}  {inc:7.3f}  {stop:8.2f}"
+
+    tail = f"CV limit {st.max_cv_pct:g} %, alpha {st.alpha:g}; {a.draws} draws, seed {a.seed}"
+    print(f"{a.contract}: {head}, {tail}")
+    print(f"within %  between %  ratio  {columns}")
+    for w, b, r in itertools.product(a.within, a.between, a.ratio):
+        print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {row(w / 100, b / 100, r)}")
 
 if __name__ == "__main__":
     main()
