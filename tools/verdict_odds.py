@@ -110,5 +110,6 @@ def main() -> None:
     for w, b, r in itertools.product(a.within, a.between, a.ratio):
         print(f"{w:8.1f}  {b:9.1f}  {r:5.3f}  {row(w / 100, b / 100, r)}")
 
+
 if __name__ == "__main__":
     main()
