@@ -208,6 +208,15 @@ def test_the_reading_puts_each_routes_gpu_work_beside_the_controls() -> None:
     assert "  - only-fused_hc_fp16: 6850 (+50) + 296 (+0) = +50 us (+0.7 %)" in lines
     assert "  - only-fused_gdn_input_fp16: no decode graph time" in lines
     assert "  - the 2 only-* variants' changes add to -471 us, the candidate's is -501 us" in lines
+    # with every timed step's GPU work: the CI of the median's change, steps of one start each
+    records["control"]["instrumented"]["gpu_work_us"] = [7093.0 + i % 7 for i in range(60)]
+    records["only-fp16_gemv"]["instrumented"]["gpu_work_us"] = [6572.0 + i % 5 for i in range(50)]
+    records["only-fused_hc_fp16"]["instrumented"]["gpu_work_us"] = [7146.0] * 10  # too few steps: no CI
+    lines = probe.reading(records)
+    gemv = next(x for x in lines if x.startswith("  - only-fp16_gemv:"))
+    lo, hi = (float(v) for v in gemv.split("CI [")[1].split("]")[0].split(", "))
+    assert lo <= -522 <= hi and hi - lo < 8 and gemv.endswith(" us over 60/50 steps of one start each")
+    assert "  - only-fused_hc_fp16: 6850 (+50) + 296 (+0) = +50 us (+0.7 %)" in lines
     assert not any(
         "GPU work a step" in x for x in probe.reading({"control": _rec(1.0), "candidate": _rec(2.0)})
     )
@@ -268,6 +277,7 @@ def test_the_timeline_summary_reads_gpu_time_and_launch_lag(monkeypatch: pytest.
     assert out["gpu_step_us_median"] == pytest.approx(3000)
     assert out["sync_wait_us_median"] == pytest.approx(200)
     assert out["step_host_us_median"] == pytest.approx(1000)
+    assert out["gpu_work_us"] == pytest.approx([2500.0] * 4)  # per step: graph + logits, for the CI
 
 
 def test_the_graph_step_is_a_typical_decode_replay() -> None:
