@@ -145,6 +145,11 @@ def test_the_reading_names_the_variant_that_brings_the_candidate_back(tmp_path: 
     assert derive.derive(src, tmp_path / "d.yaml", tag, sets).startswith("ok: ")
     assert "sync in candidate with a qgate frame (3x): qgate_kernels/sites/gemv.py:94:run" in text
     assert "sync in control" not in text  # vLLM's own wait on its output copy is in both arms
+    # a variant built on the control (only-*, control-serial) is not the candidate plus its env: no DERIVE
+    records["only-fp16_gemv"] = _rec(418.0, extra={"VLLM_SM70_QWEN38_FP16_GEMV": "1"})
+    records["only-fp16_gemv"]["variant"]["arm"] = "control"
+    only = next(x for x in probe.reading(records) if x.strip().startswith("only-fp16_gemv"))
+    assert only.endswith("brings the candidate back")
 
 
 def test_the_reading_tells_an_engine_start_from_an_arm() -> None:

@@ -543,8 +543,11 @@ def reading(records: dict) -> list[str]:
         tok = rec["decode_tok_s_mean"]
         line = f"  {name}: decode {tok / c_tok:.3f} of the control, {tok / t_tok:.3f} of the candidate"
         extra = (rec.get("variant") or {}).get("extra") or {}
+        # a DERIVE changes the candidate: proposed from the candidate's own variants only (one built on
+        # the control, e.g. only-* or control-serial, is not the candidate plus its env changes)
+        own = (rec.get("variant") or {}).get("arm", "candidate") == "candidate"
         if tok >= RECOVERED * c_tok and tok >= t_tok / APART:
-            derive = derive_for(name, extra) if t_tok < PROPOSE_BELOW * c_tok else None
+            derive = derive_for(name, extra) if own and t_tok < PROPOSE_BELOW * c_tok else None
             line += ": brings the candidate back"
             line += f"; call 5: {DERIVE_MARK}{derive}'" if derive else ""
         out.append(line)
