@@ -355,13 +355,17 @@ def arm_figures(result: Mapping[str, Any], cfg: StatsConfig) -> dict[str, Any]:
     }
 
 
+def _launch_problem(results: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> str | None:
+    """The first arm whose reps do not group into their launches (a run cut between two), named as such
+    rather than as the NaN units arm_units gives it, or None."""
+    return next((f"{n} reps: {w}" for n in names if (w := launch_problem(results[n])) is not None), None)
+
+
 def effect(ref: str, arm: str, results: Mapping[str, Mapping[str, Any]], cfg: StatsConfig) -> dict[str, Any]:
     """arm against ref: decode tok/s statistics (qgate.stats) and the TPOT change in ms with its CI."""
     unit, a = arm_units(results[ref], "decode_tok_s")
     _, b = arm_units(results[arm], "decode_tok_s")
-    # reps that do not group into their launches (a run cut between two) are named as such, not as the
-    # NaN units arm_units gives them
-    why = next((f"{n} reps: {w}" for n in (ref, arm) if (w := launch_problem(results[n])) is not None), None)
+    why = _launch_problem(results, (ref, arm))
     if why is not None:
         decode = error_record("decode_tok_s", why, True, unit)
     else:
@@ -388,8 +392,8 @@ def _interaction(
         "total": {"reference": total[0], "arm": total[1]},
         "parts": [{"reference": a, "arm": b} for a, b in parts],
     }
-    why = next((f"{n} reps: {w}" for n in names if (w := launch_problem(results[n])) is not None), None)
-    if why is not None:  # as in effect(): the launches, not the NaN units they would give
+    why = _launch_problem(results, names)
+    if why is not None:
         err = {"estimate": None, "ci_low": None, "ci_high": None, "error": why}
         return {**out, "tpot_ms": err, "decode_pct": dict(err)}
     tpot = {n: arm_units(results[n], "tpot_ms")[1] for n in names}

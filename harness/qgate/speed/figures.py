@@ -30,26 +30,27 @@ def result_launches(result: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
 
+def _grouped(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray] | str:
+    """The arm's (unit, samples) of one field, or the one line why its launch ids cannot be grouped."""
+    ids = [rep.get("launch", 0) if isinstance(rep, Mapping) else None for rep in result.get("reps") or []]
+    try:
+        return unit_samples(rep_values(result, field), ids, result_launches(result))
+    except LaunchDataError as exc:
+        return str(exc)
+
+
 def arm_units(result: Mapping[str, Any], field: str) -> tuple[str, np.ndarray]:
     """The statistical unit of an arm (reps, or launch means when it ran over several launches).
     Launch ids that cannot be grouped give NaN units, so whatever uses them is an ERROR."""
-    launches = result_launches(result)
-    ids = [rep.get("launch", 0) for rep in result.get("reps") or []]
-    try:
-        return unit_samples(rep_values(result, field), ids, launches)
-    except LaunchDataError:
-        return "launch", np.full(max(launches, 2), np.nan)
+    got = _grouped(result, field)
+    return ("launch", np.full(max(result_launches(result), 2), np.nan)) if isinstance(got, str) else got
 
 
 def launch_problem(result: Mapping[str, Any], field: str = "decode_tok_s") -> str | None:
     """Why an arm's reps do not group into the launches its workload ran (the line arm_units' NaN units
     stand for: a run cut between launches, unbalanced launches), or None."""
-    ids = [rep.get("launch", 0) if isinstance(rep, Mapping) else None for rep in result.get("reps") or []]
-    try:
-        unit_samples(rep_values(result, field), ids, result_launches(result))
-    except LaunchDataError as exc:
-        return str(exc)
-    return None
+    got = _grouped(result, field)
+    return got if isinstance(got, str) else None
 
 
 def _finite_or_none(value: float) -> float | None:
