@@ -12,6 +12,7 @@ import yaml
 from scipy import stats as sps
 
 from qgate.sample_size import units_for_non_inferiority
+from qgate.speed.sequential import simulated_launches
 from qgate.stats import (
     ERROR,
     IMPROVED,
@@ -241,23 +242,7 @@ def _mc(rate: float, draws: int) -> float:
     return 3 * math.sqrt(rate * (1 - rate) / draws)
 
 
-def _launch_sim(
-    rng: np.random.Generator,
-    draws: int,
-    launches: int,
-    reps: int,
-    within: float,
-    between: float,
-    ratio: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Arms of `launches` engine starts x `reps` reps (launch-major): each start has its own offset."""
-
-    def arm(mean: float) -> np.ndarray:
-        offset = rng.normal(0, between, (draws, launches, 1))
-        noise = rng.normal(0, within, (draws, launches, reps))
-        return (mean * (1 + offset) * (1 + noise)).reshape(draws, launches * reps)
-
-    return arm(100.0), arm(100.0 * ratio)
+_launch_sim = simulated_launches  # arms of engine starts x reps, each start with its own offset
 
 
 @pytest.mark.parametrize(

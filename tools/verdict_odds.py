@@ -30,27 +30,17 @@ import itertools
 import numpy as np
 
 from qgate.contract import load_contract
-from qgate.speed.sequential import Design, simulate
+from qgate.speed.sequential import Design, simulate, simulated_launches
 from qgate.stats import VERDICTS, StatsConfig, decide_batch
-
-
-def arms(rng, draws: int, launches: int, reps: int, within: float, between: float, ratio: float):
-    """A control and a candidate [draws, launches * reps] (launch-major): every engine start offset by
-    N(0, between), every rep by N(0, within), the candidate's mean `ratio` times the control's."""
-
-    def arm(mean: float) -> np.ndarray:
-        offset = rng.normal(0, between, (draws, launches, 1))
-        noise = rng.normal(0, within, (draws, launches, reps))
-        return (mean * (1 + offset) * (1 + noise)).reshape(draws, launches * reps)
-
-    return arm(100.0), arm(100.0 * ratio)
 
 
 def odds(speed, max_launches: int, within: float, between: float, ratio: float, draws: int, seed: int):
     """(P(PASS), P(FAIL), P(INCONCLUSIVE), mean launches an arm at the stop) of one noise cell."""
     g, st, reps = speed.gates, speed.stats, speed.repetitions
     design = Design.plan(st.alpha, max(speed.launches, 2), max_launches)
-    ctrl, cand = arms(np.random.default_rng(seed), draws, max_launches, reps, within, between, ratio)
+    ctrl, cand = simulated_launches(
+        np.random.default_rng(seed), draws, max_launches, reps, within, between, ratio
+    )
     decision, stop = simulate(
         design, ctrl, cand, reps, g.max_decode_regression_pct, st.min_effect_pct, st.max_cv_pct
     )
@@ -62,7 +52,7 @@ def effect_odds(
 ) -> dict[str, float]:
     """The share of draws per decision of one ablation effect (an arm against the control)."""
     reps, cfg = speed.repetitions, StatsConfig.from_contract(speed.stats)
-    ctrl, arm = arms(np.random.default_rng(seed), draws, launches, reps, within, between, ratio)
+    ctrl, arm = simulated_launches(np.random.default_rng(seed), draws, launches, reps, within, between, ratio)
     code = decide_batch(ctrl, arm, cfg, launches=launches)["code"]
     return {v: float(np.mean(code == i)) for i, v in enumerate(VERDICTS)}
 

@@ -27,8 +27,8 @@ decode steps in its own engine: OUTDIR/timeline/<variant>.json (what `qgate abla
 
 Writes OUTDIR/<variant>.json and .log, appends one line per variant to OUTDIR/summary.txt as soon
 as it is done (a call stopped at its limit keeps what finished; run again into the same OUTDIR, it
-goes on: a variant whose <variant>.json is there is not started again). Not a gate: figures for the report
-(docs/gpu.md); a verdict is `qgate run speed` / `qgate ablate`.
+goes on: a variant whose <variant>.json is there is not started again). Not a gate: figures for the
+report (docs/gpu.md); a verdict is `qgate run speed` / `qgate ablate`.
 """
 
 from __future__ import annotations

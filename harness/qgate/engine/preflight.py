@@ -115,12 +115,31 @@ def check_overrides(
     launcher's cwd) and checks its signature against the route op's. env is the arm's env, process the
     env its engines start from (default: engine_env(env)).
     """
-    if _needs_child(env):
-        child = _start_check(process if process is not None else engine_env(env), cwd)
-        try:
-            _finish_check(child, CHECK_TIMEOUT_S)
-        finally:
-            _reap([child])
+    _check_side_by_side([(env, process)], cwd)
+
+
+def _check_side_by_side(
+    arms: list[tuple[Mapping[str, str], Mapping[str, str] | None]], cwd: Path | None
+) -> None:
+    """(declared env, process env or None for engine_env(declared)) per arm: the children the arms need
+    started together, read in order; the first arm's problem is raised, and the children still running
+    then (a failing arm, a stop, the time limit) are killed, never waited for."""
+    started: list[object] = []  # per arm in order: its child, None (no child needed), or its RouteError
+    try:
+        for declared, process in arms:
+            try:
+                started.append(_start_check(declared, process, cwd))
+            except RouteError as exc:  # raised in its turn: the arms before it may fail first
+                started.append(exc)
+                break
+        deadline = time.monotonic() + CHECK_TIMEOUT_S
+        for item in started:
+            if isinstance(item, RouteError):
+                raise item
+            if isinstance(item, subprocess.Popen):
+                _finish_check(item, max(0.0, deadline - time.monotonic()))
+    finally:
+        _reap(started)
 
 
 def _needs_child(env: Mapping[str, str]) -> bool:
@@ -132,9 +151,15 @@ def _needs_child(env: Mapping[str, str]) -> bool:
     return any(k.startswith(OVERRIDE_PREFIX) for k in env) or bool(sited) or SITES_ENV in env
 
 
-def _start_check(process: Mapping[str, str], cwd: Path | None) -> subprocess.Popen:
+def _start_check(
+    declared: Mapping[str, str], process: Mapping[str, str] | None, cwd: Path | None
+) -> subprocess.Popen | None:
+    """The arm's checking child, started (None when nothing needs an import; RouteError as _needs_child)."""
+    if not _needs_child(declared):
+        return None
+    env = dict(process if process is not None else engine_env(declared))
     return subprocess.Popen(
-        CHECK_COMMAND, env=dict(process), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        CHECK_COMMAND, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -195,22 +220,7 @@ def check_arm_envs(envs: Iterable[ArmEnv], machine: bool = True) -> None:
     cwd = Path.cwd()
     size = max(1, min(os.cpu_count() or 1, CHECK_WORKERS))
     for first in range(0, len(todo), size):
-        started: list[object] = []  # per arm in order: its child, None (no child needed), or its RouteError
-        try:
-            for env in todo[first : first + size]:
-                try:
-                    started.append(_start_check(env.process, cwd) if _needs_child(env.declared) else None)
-                except RouteError as exc:  # raised in its turn: the arms before it may fail first
-                    started.append(exc)
-                    break
-            deadline = time.monotonic() + CHECK_TIMEOUT_S
-            for item in started:
-                if isinstance(item, RouteError):
-                    raise item
-                if isinstance(item, subprocess.Popen):
-                    _finish_check(item, max(0.0, deadline - time.monotonic()))
-        finally:
-            _reap(started)
+        _check_side_by_side([(env.declared, env.process) for env in todo[first : first + size]], cwd)
 
 
 def arm_envs(

@@ -120,6 +120,27 @@ def look_decision(
     return np.where(fail, -1, np.where(passed, 1, 0)), lower, upper
 
 
+def simulated_launches(
+    rng: np.random.Generator,
+    draws: int,
+    launches: int,
+    reps: int,
+    within: float,
+    between: float,
+    ratio: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A control and a candidate [draws, launches * reps] (launch-major) to run the gates on: every engine
+    start offset by N(0, between), every rep by N(0, within), the candidate's mean `ratio` times the
+    control's (the control's drawn first). tests/test_stats.py and tools/verdict_odds.py draw with it."""
+
+    def arm(mean: float) -> np.ndarray:
+        offset = rng.normal(0, between, (draws, launches, 1))
+        noise = rng.normal(0, within, (draws, launches, reps))
+        return (mean * (1 + offset) * (1 + noise)).reshape(draws, launches * reps)
+
+    return arm(100.0), arm(100.0 * ratio)
+
+
 def simulate(
     design: Design, ctrl: np.ndarray, cand: np.ndarray, reps: int, margin_pct: float, min_effect_pct: float,
     max_cv_pct: float,

@@ -4,8 +4,9 @@
 # alone, candidate). MAX_LAUNCHES=N adds `--until-decided --max-launches N` (launches added to every arm
 # until the candidate's verdict against the control is decided: the per-route effects then carry the
 # variance between engine starts too). ABLATE_S (default 540, and never past the call's end: lib.sh
-# call_limit) stops it in time for the report and the pack to come back: the arms done by then are kept, and a second call of this script on the same machine continues
-# them (`--resume`, used when the output folder is there). TIMELINE=DIR adds `--timeline DIR`
+# call_limit) stops it in time for the report and the pack to come back: the arms done by then are
+# kept, and a second call of this script on the same machine continues them (`--resume`, used when
+# the output folder is there). TIMELINE=DIR adds `--timeline DIR`
 # (profile_decode.py's or decode_probe.py --profile-tokens' <arm>.json profiles: a decode-step timeline
 # section in the report, not a gate; a folder qgate.timeline refuses is left out with its one line in
 # the log, and the ablation runs without it: `qgate ablate --resume --timeline DIR` on the packed

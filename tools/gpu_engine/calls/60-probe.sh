@@ -6,8 +6,8 @@
 # probe-NAME/timeline/<variant>.json (what `qgate ablate --timeline` reads). PROBE_S (default 540, and
 # never past the call's end: lib.sh call_limit) stops it in time to pack; the variants done by then are
 # kept, and a second call on the same machine goes on from them (decode_probe skips a variant whose
-# record is there). JIT_PACK=1 also brings back the JIT caches (Triton, vLLM, CuTe DSL) as jit-cache.tgz.NN parts of
-# <= 15 MiB, for a later machine to skip the compile. PROBE_ARGS: more options of decode_probe.py.
+# record is there). JIT_PACK=1 also brings back the JIT caches (Triton, vLLM, CuTe DSL) as
+# jit-cache.tgz.NN parts of <= 15 MiB, for a later machine to skip the compile. PROBE_ARGS: more options of decode_probe.py.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 NAME=${1:?usage: 60-probe.sh NAME VARIANT...}
