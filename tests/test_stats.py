@@ -714,3 +714,15 @@ def test_verdict_odds_plans_a_device_session_from_the_contracts_own_gate(capsys)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{contract}: 4 reps a start, looks at 2..4 launches, margin 2 %")
     assert len(out) == 3 and out[2].split()[:3] == ["2.0", "2.0", "1.100"]
+    # bad input: one line on stderr, exit 2, no traceback
+    for bad, line in [
+        (["/nonexistent.yaml"], "verdict_odds: /nonexistent.yaml: cannot read contract"),
+        ([str(contract), "--max-launches", "1"], "verdict_odds: --max-launches 1: at least 2, the first"),
+        ([str(contract), "--draws", "0"], "verdict_odds: --draws 0: at least 1"),
+        ([str(contract), "--ratio", "0"], "verdict_odds: --within and --between are >= 0 %, --ratio > 0"),
+    ]:
+        sys.argv = ["verdict_odds.py", *bad]
+        with pytest.raises(SystemExit) as exit_:
+            tool.main()
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(line) and err.count("\n") == 1, err

@@ -30,6 +30,7 @@ import itertools
 import numpy as np
 
 from qgate.contract import load_contract
+from qgate.errors import QgateError
 from qgate.speed.sequential import Design, simulate, simulated_launches
 from qgate.stats import VERDICTS, StatsConfig, decide_batch
 
@@ -68,11 +69,21 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=20261205)
     p.add_argument("--effects", action="store_true", help="an ablation's effect at N launches an arm")
     a = p.parse_args()
-    speed = load_contract(a.contract).contract.speed
+    try:
+        speed = load_contract(a.contract).contract.speed
+    except QgateError as exc:  # one line, as qgate's own commands say it
+        p.exit(2, f"verdict_odds: {exc}\n")
     if speed is None:
-        raise SystemExit(f"{a.contract}: no speed section")
+        p.exit(2, f"verdict_odds: {a.contract}: no speed section\n")
     g, st = speed.gates, speed.stats
-    n = a.max_launches
+    n, first = a.max_launches, max(speed.launches, 2)
+    if n < (1 if a.effects else first):
+        need = "1" if a.effects else f"{first}, the first look (as qgate run speed --until-decided)"
+        p.exit(2, f"verdict_odds: --max-launches {n}: at least {need}\n")
+    if a.draws < 1:
+        p.exit(2, f"verdict_odds: --draws {a.draws}: at least 1\n")
+    if any(x < 0 for x in [*a.within, *a.between]) or any(r <= 0 for r in a.ratio):
+        p.exit(2, "verdict_odds: --within and --between are >= 0 %, --ratio > 0\n")
     if a.effects:
         head = (
             f"ablation effects at {n} launches x {speed.repetitions} reps an arm, min effect "
@@ -85,7 +96,7 @@ def main() -> None:
             return "  ".join(f"{e[v]:9.3f}" for v in VERDICTS[:4])
     else:
         head = (
-            f"{speed.repetitions} reps a start, looks at {max(speed.launches, 2)}..{n} launches, margin "
+            f"{speed.repetitions} reps a start, looks at {first}..{n} launches, margin "
             f"{g.max_decode_regression_pct:g} %"
         )
         columns = " PASS   FAIL  INCONCL  launches"
