@@ -21,11 +21,14 @@ limit=$(call_limit "${DECIDE_S:-540}" 40)  # compare + pack after it
 # futile JSON CV: the kept looks' last one undecided, an arm's CV above CV and the ratio >= 1 (one line)
 futile() {
   python3 - "$1" "$2" <<'PY'
-import json, sys
+import json, os, sys
+limit = float(sys.argv[2])  # a FUTILE_CV that is no number stops here, loudly
+if not os.path.exists(sys.argv[1]):  # the first call: nothing kept yet
+    sys.exit(1)
 seq = json.load(open(sys.argv[1])).get("sequential") or {}
 last = (seq.get("looks") or [{}])[-1]
 cv = max(last.get("cv_control_pct") or 0, last.get("cv_candidate_pct") or 0)
-if seq.get("decision") is None and last.get("ratio") and last["ratio"] >= 1 and cv > float(sys.argv[2]):
+if seq.get("decision") is None and last.get("ratio") and last["ratio"] >= 1 and cv > limit:
     print(f"look {last['look']} at {last['launches']} launches: ratio {last['ratio']:.3f}, CV {cv:.1f} %")
     sys.exit(0)
 sys.exit(1)
@@ -35,7 +38,7 @@ then_probe() {  # THEN_PROBE="NAME @FILE": the decode probe with what is left of
   # shellcheck disable=SC2086
   [ -z "${THEN_PROBE:-}" ] || bash tools/gpu_engine/calls/60-probe.sh $THEN_PROBE
 }
-if why=$(futile "$RUNS/$D/speed/control.json" "${FUTILE_CV:-10}" 2>/dev/null); then
+if why=$(futile "$RUNS/$D/speed/control.json" "${FUTILE_CV:-10}"); then
   echo "decide: not continued, it cannot decide within ${2:-6} launches ($why; FUTILE_CV ${FUTILE_CV:-10} %)" | tee -a "$LOG"
   then_probe
   exit $?
