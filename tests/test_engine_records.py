@@ -60,3 +60,35 @@ def test_a_killed_launch_records_the_dropped_env_as_a_finished_one(
         run()
     assert saved and {"QGATE_FROM_THE_SHELL", "VLLM_SM70_OTHER_KNOB"} <= set(saved[-1]["dropped_env"])
     assert "VLLM_SM70_QWEN38_FP16_GEMV" not in saved[-1]["dropped_env"]  # the arm sets it
+
+
+def test_a_resume_from_another_environment_is_refused_naming_each_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The 2026-12-05 GPU session: a call script that sourced its env twice doubled PYTHONPATH, and the
+    # next call's resume was refused without saying what the two values were.
+    def child(*args: object) -> None:
+        raise AssertionError("no engine starts after a refused resume")
+
+    monkeypatch.setattr(segment, "run_child", child)
+    monkeypatch.setenv("PYTHONPATH", "/a:/b:/a:/b")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    result = _result()
+    result["launches"] = [{"segment": 0}]
+    result["inherited_env"] = {"PYTHONPATH": "/a:/b:/a:/b", "OMP_NUM_THREADS": "4"}
+    arm = arm_env("x", {}, os.environ)
+    monkeypatch.setenv("PYTHONPATH", "/a:/b")
+    arm_now = arm_env("x", {}, os.environ)
+    args = ({}, arm_now, tmp_path / "log", tmp_path / "attest", result, lambda ev: None, lambda r: None)
+    with pytest.raises(segment.ResultError) as err:
+        segment.run_segment(*args, "candidate launch 2")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("candidate launch 2: the environment differs")
+    assert "OMP_NUM_THREADS was '4', now '<unset>'" in msg
+    assert "PYTHONPATH was '/a:/b:/a:/b', now '/a:/b'" in msg
+    # the same environment resumes (the child runs)
+    result["inherited_env"] = dict(arm.inherited)
+    with pytest.raises(AssertionError, match="no engine starts"):
+        segment.run_segment(
+            {}, arm, tmp_path / "log", tmp_path / "attest", result, lambda ev: None, lambda r: None, "x"
+        )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from qgate.engine.launcher import EngineError, run_child
 from qgate.engine.preflight import ArmEnv
+from qgate.errors import cut
 from qgate.results import ResultError
 from qgate.routes import collect, collect_shims, merge_shims
 
@@ -55,9 +56,15 @@ def run_segment(
     inherited = record["inherited_env"]
     if result["launches"] and recorded is not None and recorded != inherited:
         changed = sorted(k for k in set(recorded) | set(inherited) if recorded.get(k) != inherited.get(k))
+        # Each value as it was and is: a PYTHONPATH that only repeats an entry reads the same to a
+        # person and differently to Python (the GPU session of 2026-12-05 lost a call to one).
+        said = "; ".join(
+            f"{k} was {cut(repr(recorded.get(k, '<unset>')))}, now {cut(repr(inherited.get(k, '<unset>')))}"
+            for k in changed
+        )
         raise ResultError(
-            f"{label}: the environment differs from the one the result's earlier launches ran with in "
-            f"{', '.join(changed)} (recorded under inherited_env): run from the same environment"
+            f"{label}: the environment differs from the one the result's earlier launches ran with "
+            f"(recorded under inherited_env): {said}: run from the same environment"
         )
     result["inherited_env"] = inherited
     # A resume from another shell may drop other names: the record keeps every launch's.

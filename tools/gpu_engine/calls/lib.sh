@@ -24,6 +24,12 @@ echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -
 
 use_engine() {  # the payload's vLLM + qgate from this checkout
   [ -f "$GE/env.sh" ] || { echo "MISSING $GE/env.sh: the machine went cold (stage again from call-01)" | tee -a "$LOG"; exit 3; }
+  # PYTHONPATH from the one the outermost call script started with: a script that another one runs
+  # (10-install.sh -> 70-decide.sh) would else add the payload's entries twice, and qgate refuses to
+  # resume a run whose PYTHONPATH changed (2026-12-05: the next call's --resume was refused)
+  export GE_BASE_PYTHONPATH=${GE_BASE_PYTHONPATH-${PYTHONPATH:-}}
+  PYTHONPATH=$GE_BASE_PYTHONPATH
+  [ -n "$PYTHONPATH" ] || unset PYTHONPATH  # as a fresh shell: env.sh adds no empty entry
   # shellcheck disable=SC1091
   source "$GE/env.sh"
   export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext:$PYTHONPATH
