@@ -92,3 +92,31 @@ def test_a_resume_from_another_environment_is_refused_naming_each_value(
         segment.run_segment(
             {}, arm, tmp_path / "log", tmp_path / "attest", result, lambda ev: None, lambda r: None, "x"
         )
+
+
+def test_run_arms_refuses_a_resume_from_another_environment_before_the_pre_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pre-flight's children import vLLM (a minute on the GPU machine): a resume that cannot go on
+    # is refused before them, naming the value then and now.
+    from qgate.engine import arms
+
+    def preflight(envs: object, machine: bool = True) -> None:
+        raise AssertionError("the pre-flight ran before the refusal")
+
+    monkeypatch.setattr(arms, "check_arm_envs", preflight)
+    monkeypatch.setenv("PYTHONPATH", "/a:/b")
+
+    class Kept:  # a workload whose kept result ran its launch with another PYTHONPATH
+        kind, runner, launches = "speed", "unused", 2
+
+        def open(self, plan: arms.ArmPlan, model: dict) -> dict:
+            return {**_result(), "launches": [{"segment": 0}], "inherited_env": {"PYTHONPATH": "/a:/b:/a:/b"}}
+
+    plan = arms.ArmPlan("candidate", {}, {})
+    with pytest.raises(segment.ResultError, match="PYTHONPATH was '/a:/b:/a:/b', now '/a:/b'"):
+        arms.run_arms(None, tmp_path / "run", Kept(), plans=[plan], model=lambda: ("/m", {}))  # type: ignore[arg-type]
+    # the same environment is not refused: the pre-flight comes next
+    monkeypatch.setenv("PYTHONPATH", "/a:/b:/a:/b")
+    with pytest.raises(AssertionError, match="the pre-flight ran"):
+        arms.run_arms(None, tmp_path / "run", Kept(), plans=[plan], model=lambda: ("/m", {}))  # type: ignore[arg-type]

@@ -21,9 +21,9 @@ from typing import Any, Protocol, TypedDict
 
 from qgate.contract import LoadedContract
 from qgate.engine.order import plan_order
-from qgate.engine.preflight import ArmEnv, arm_envs
+from qgate.engine.preflight import ArmEnv, arm_env, check_arm_envs
 from qgate.engine.procs import claimed
-from qgate.engine.segment import run_segment
+from qgate.engine.segment import refuse_changed_env, run_segment
 from qgate.errors import RunFailure
 from qgate.results import utc_now
 
@@ -176,17 +176,21 @@ def run_arms(
 
     The contract's `arms`, or `plans` in their place (derived arms: the ablation's), on the model that
     `model` resolves (the caller's: qgate.models; the engine knows no model names), called once DIR is
-    held. Each arm's environment is built once from its plan and this process's environment, and
-    checked, before anything else (preflight.arm_envs). An arm's result is finished (`complete` set,
+    held. Each arm's environment is built once from its plan and this process's environment; a kept
+    result (--resume) whose launches ran in another one is refused, then every arm's env is checked
+    (preflight.check_arm_envs), before any engine starts. An arm's result is finished (`complete` set,
     saved) right after its last launch. Live processes of an earlier run in out_dir
     are refused, or ended with `kill_leftovers` (engine/procs.py).
     """
     plans = plans if plans is not None else contract_arms(loaded, arms)
-    # A broken route override fails here, before any engine starts.
-    envs = {e.name: e for e in arm_envs([(p.name, p.env) for p in plans], os.environ)}
+    envs = {p.name: arm_env(p.name, p.env, os.environ) for p in plans}
     with claimed(out_dir, kill_leftovers):  # before any work: a live earlier run is refused at once
         model_path, model_record = model()
         results = {p.name: workload.open(p, model_record) for p in plans}
+        for p in plans:  # a resume from another environment: refused before the pre-flight's minute
+            refuse_changed_env(results[p.name], envs[p.name], p.name)
+        # A broken route override fails here, before any engine starts.
+        check_arm_envs(envs.values())
         order = plan_order([p.name for p in plans], results.values())  # recorded in each result
         for res in results.values():
             res["launch_order"] = order.to_dict()

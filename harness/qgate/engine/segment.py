@@ -41,6 +41,27 @@ def merge_routes(total: dict, part: dict) -> dict:
     return merged
 
 
+def refuse_changed_env(result: dict, arm: ArmEnv, label: str) -> None:
+    """A result with launches, resumed in an environment other than the one they ran with: refused
+    (ResultError, one line naming each variable's value then and now). run_arms asks it of every kept
+    result before the pre-flight (its children import vLLM: a minute on a GPU machine, 2026-12-05), and
+    run_segment again before each engine start."""
+    recorded, inherited = result.get("inherited_env"), arm.record()["inherited_env"]
+    if not result["launches"] or recorded is None or recorded == inherited:
+        return
+    changed = sorted(k for k in set(recorded) | set(inherited) if recorded.get(k) != inherited.get(k))
+    # Each value as it was and is: a PYTHONPATH that only repeats an entry reads the same to a
+    # person and differently to Python (the GPU session of 2026-12-05 lost a call to one).
+    said = "; ".join(
+        f"{k} was {cut(repr(recorded.get(k, '<unset>')))}, now {cut(repr(inherited.get(k, '<unset>')))}"
+        for k in changed
+    )
+    raise ResultError(
+        f"{label}: the environment differs from the one the result's earlier launches ran with "
+        f"(recorded under inherited_env): {said}: run from the same environment"
+    )
+
+
 def run_segment(
     spec: dict,
     arm: ArmEnv,
@@ -52,21 +73,9 @@ def run_segment(
     label: str,
 ) -> dict:
     """Run one engine child for `result` (updated in place by on_event); save it even when it failed."""
-    recorded, record = result.get("inherited_env"), arm.record()
-    inherited = record["inherited_env"]
-    if result["launches"] and recorded is not None and recorded != inherited:
-        changed = sorted(k for k in set(recorded) | set(inherited) if recorded.get(k) != inherited.get(k))
-        # Each value as it was and is: a PYTHONPATH that only repeats an entry reads the same to a
-        # person and differently to Python (the GPU session of 2026-12-05 lost a call to one).
-        said = "; ".join(
-            f"{k} was {cut(repr(recorded.get(k, '<unset>')))}, now {cut(repr(inherited.get(k, '<unset>')))}"
-            for k in changed
-        )
-        raise ResultError(
-            f"{label}: the environment differs from the one the result's earlier launches ran with "
-            f"(recorded under inherited_env): {said}: run from the same environment"
-        )
-    result["inherited_env"] = inherited
+    refuse_changed_env(result, arm, label)
+    record = arm.record()
+    result["inherited_env"] = record["inherited_env"]
     # A resume from another shell may drop other names: the record keeps every launch's.
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(record["dropped_env"]))
     try:
