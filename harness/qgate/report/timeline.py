@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from qgate.report.markdown import table
+from qgate.report.tables import table
 
 TITLE = "## Decode-step timeline (torch profiler, not a gate)"
 NAME_CHARS = 90  # a C++ template kernel name runs to hundreds of characters: its head says which kernel
