@@ -78,7 +78,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline);
     # 2: per arm `graph_kernels`, `graph_span_us` and against the control `graph_stretches` (one decode
     # graph replay aligned with the control's), null where a profile has no `graph_step`
-    "timeline": (1, 2),
+    # 3: `comparison_arms` beside `ablation_arms` (match_arms: the profiles tied to `qgate compare`'s
+    # control and candidate), null where no comparison embeds the record
+    "timeline": (1, 2, 3),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 
