@@ -46,7 +46,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # report/quality.py renders, no finished markdown; history reads only top-level fields of either
     # 3: inputs.<kind> carries control_sha256 / candidate_sha256, the sha256 of the result files judged
     # (history append refuses a night whose results changed after its compare)
-    "verdict": (1, 2, 3),
+    # 4: `timeline`, the decode-step timeline of `qgate compare --timeline DIR` (null otherwise; 1 to 3 are
+    # read as without one)
+    "verdict": (1, 2, 3, 4),
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
     # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route

@@ -14,6 +14,7 @@ import pandas as pd
 
 from qgate.report.quality import render_quality
 from qgate.report.tables import table
+from qgate.report.timeline import timeline_lines
 
 _MARK = {True: "pass", False: "FAIL"}
 _ON_FAILURE = {"error": "ERROR", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
@@ -417,6 +418,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     ]
     if "speed" in record:
         lines += _speed(record)
+    # beside the speed figures (not a gate); a verdict without one (no --timeline, schema 1 to 3)
+    # renders as before
+    lines += timeline_lines(record.get("timeline"))
     if "quality" in record:
         q = record["quality"]
         lines += ["## Quality", "", render_quality(q, q.get("quality_gates", [])).strip(), ""]
