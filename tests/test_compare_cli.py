@@ -54,7 +54,7 @@ def test_pass_exits_0_and_writes_report_json_and_png(tmp_path: Path, contract: P
     assert res.exit_code == 0, res.output
     assert "verdict: PASS" in res.output and str(out / "report.md") in res.output
     record = json.loads((out / "verdict.json").read_text())
-    assert (record["kind"], record["schema_version"], record["verdict"]) == ("verdict", 3, "PASS")
+    assert (record["kind"], record["schema_version"], record["verdict"]) == ("verdict", 4, "PASS")
     assert {"name", "passed", "detail"} <= set(record["gates"][0])
     assert record["stats"]["decode_tok_s"]["welch_p"] < 0.05
     assert (out / "report.md").read_text().startswith("# qgate verdict: PASS")

@@ -88,7 +88,7 @@ def test_decide_precedence_error_fail_inconclusive_pass() -> None:
 def test_fixture_pair_passes_with_every_gate_listed() -> None:
     rec = verdict_of(*support.load_pair())
     assert rec["verdict"] == "PASS", rec["reasons"]
-    assert rec["kind"] == "verdict" and rec["schema_version"] == current_schema("verdict") == 3
+    assert rec["kind"] == "verdict" and rec["schema_version"] == current_schema("verdict") == 4
     names = [g["name"] for g in rec["gates"]]
     for want in (
         "comparable arms",

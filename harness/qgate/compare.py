@@ -11,6 +11,10 @@ control, candidate, loaded contract -> section with qgate.gate.Gate gates:
 checks every kind shares (qgate.comparable: refuse to compare, route attestation) once per kind, and
 the gates of all kinds make one verdict by qgate.gate.decide. The verdict record carries every figure
 the report shows, so the report can be rendered again from verdict.json alone.
+
+With a decode-step timeline (`--timeline DIR`: qgate.timeline.read_timeline, read by the caller), the
+record carries it under `timeline`, its profiles matched with the two arms (match_arms); it is no
+gate: the verdict and the gates are those of the same results without it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from qgate.results import (
 )
 from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
 from qgate.speed.record import check_speed_result
+from qgate.timeline import match_arms, thaw
 from qgate_route_env import SwitchError, routes_on
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
@@ -320,8 +325,10 @@ def build_verdict(
     one_sided: list[str],
     loaded: LoadedContract,
     history_rows: list[dict[str, Any]] | None = None,
+    timeline: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The verdict record: every gate of every kind compared, the verdict and all figures."""
+    """The verdict record: every gate of every kind compared, the verdict and all figures; `timeline`
+    (a qgate.timeline record, or None) rides along, matched with the arms, and decides nothing."""
     registry = comparers(history_rows)
     sections = {pair.kind: _section_or_error(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
@@ -337,6 +344,7 @@ def build_verdict(
         "contract": loaded.reference(),
         "inputs": {p.kind: _inputs(p) for p in pairs},
         "kinds": [p.kind for p in pairs],
+        "timeline": None if timeline is None else thaw(match_arms(timeline, _arm_envs(pairs), "comparison")),
     }
     for kind, section in sections.items():
         body = {k: v for k, v in section.items() if k != "gates"}
@@ -345,6 +353,16 @@ def build_verdict(
                 record[key] = body.pop(key)
         record[kind] = body
     return record
+
+
+def _arm_envs(pairs: list[Pair]) -> dict[str, dict[str, Any]]:
+    """The control's and the candidate's env as their results recorded them (the speed pair's, else the
+    first kind's), for the timeline's match: a profile is of an arm when it ran that arm's routes."""
+    pair = next((p for p in pairs if p.kind == "speed"), pairs[0] if pairs else None)
+    if pair is None:
+        return {}
+    envs = {"control": pair.control.get("env"), "candidate": pair.candidate.get("env")}
+    return {arm: env if isinstance(env, dict) else {} for arm, env in envs.items()}
 
 
 def _inputs(pair: Pair) -> dict[str, Any]:
@@ -425,17 +443,19 @@ def run_compare(
     force: bool = False,
     aa: bool = False,
     history: str | Path | None = None,
+    timeline: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Load, compare, write the report; raises ResultError / ContractError for bad input (an A/A not
     asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False.
-    history: a history store (qgate.history), read only for speed results of one launch per arm."""
+    history: a history store (qgate.history), read only for speed results of one launch per arm.
+    timeline: a decode-step timeline (qgate.timeline.read_timeline) for the record and the report."""
     refuse_overwrite(out_dir, REPORT_FILES, force)
     pairs, one_sided = load_pairs(control, candidate)
     refuse_wrong_arms(pairs, aa)
     refuse_unasked_aa(pairs, aa)
     loaded = resolve_contract(contract, pairs)
     rows = history_rows(history, pairs)
-    record = build_verdict(pairs, one_sided, loaded, rows)
+    record = build_verdict(pairs, one_sided, loaded, rows, timeline)
     if rows is not None:  # the store was read (a speed pair of one launch per arm)
         record["inputs"]["history"] = str(history)
     if aa:

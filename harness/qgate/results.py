@@ -46,7 +46,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # report/quality.py renders, no finished markdown; history reads only top-level fields of either
     # 3: inputs.<kind> carries control_sha256 / candidate_sha256, the sha256 of the result files judged
     # (history append refuses a night whose results changed after its compare)
-    "verdict": (1, 2, 3),
+    # 4: `timeline`, the decode-step timeline of `qgate compare --timeline DIR` (null otherwise; 1 to 3 are
+    # read as without one)
+    "verdict": (1, 2, 3, 4),
     # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
     # overridden case has fallback_probe null)
     # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
@@ -78,7 +80,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline);
     # 2: per arm `graph_kernels`, `graph_span_us` and against the control `graph_stretches` (one decode
     # graph replay aligned with the control's), null where a profile has no `graph_step`
-    "timeline": (1, 2),
+    # 3: `comparison_arms` beside `ablation_arms` (match_arms: the profiles tied to `qgate compare`'s
+    # control and candidate), null where no comparison embeds the record
+    "timeline": (1, 2, 3),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 

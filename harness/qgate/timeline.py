@@ -18,6 +18,9 @@ names): the stretches that differ are where the routes replaced vLLM's kernels, 
 counts the gaps between its kernels, which a fused kernel saves and a sum of kernel times cannot show.
 A stretch is named by the routes of the kernels_ext kernels in it (qgate_route_env.kernel_route).
 
+`match_arms` ties the profiles to the arms of what embeds the record: `qgate ablate --timeline` (the
+ablation record's `timeline`) or `qgate compare --timeline` (the verdict record's).
+
 Not a gate: under torch.profiler every launch is recorded on the host, so both arms become host-bound
 and its microseconds are not the speed gate's figures; the arms are compared with each other only.
 """
@@ -65,6 +68,8 @@ ENV_PREFIXES = (SM70_PREFIX, SHIMS_ENV)
 # The profiler rounds nothing, the H200 diff rounded to 0.01 us: the host gap is the span less the
 # busy time up to that rounding (a file whose three figures disagree was edited or mislabelled).
 GAP_TOLERANCE_US = 0.05
+# What match_arms ties the profiles to: `qgate ablate`'s arms, `qgate compare`'s two (`<of>_arms`)
+MATCHED_BY = ("ablation", "comparison")
 
 
 class TimelineError(ResultError):
@@ -352,7 +357,8 @@ def build_timeline(
         "top_n": top,
         "arms": {a: summary(profiles[a]) for a in order},
         "against_control": {a: against(ref, profiles[a], top) for a in order if a != "control"},
-        "ablation_arms": None,  # match_arms: filled where an ablation embeds the timeline
+        # match_arms: the one filled where an ablation or a comparison embeds the timeline
+        **{f"{of}_arms": None for of in MATCHED_BY},
     }
     return _freeze(record)
 
@@ -372,11 +378,17 @@ def read_timeline(folder: str | Path, top: int = TOP_N) -> Mapping[str, Any]:
     return build_timeline(str(base), profiles, files, top)
 
 
-def match_arms(record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, str]]) -> Mapping[str, Any]:
-    """The record with `ablation_arms`: per profile whether the ablation runs an arm of that name and,
+def match_arms(
+    record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, str]], of: str = "ablation"
+) -> Mapping[str, Any]:
+    """The record with `<of>_arms` (`ablation_arms`: the ablation's design; `comparison_arms`: `qgate
+    compare`'s control and candidate): per profile whether `of` has an arm of that name (`in_<of>`) and,
     where the profile recorded its route env (arm_env_routes), the variables in which it differs from
     that arm's env. Said in the report, not refused: a probe's folder (decode_probe.py --profile-tokens)
-    holds variants that are no arm of the ablation (cand-nopdl, control-2), and the timeline is no gate."""
+    holds variants that are no arm of the ablation or the comparison (cand-nopdl, only-fp16_gemv,
+    control-2), and the timeline is no gate."""
+    if of not in MATCHED_BY:
+        raise ValueError(f"of = {of!r}: expected one of {', '.join(MATCHED_BY)}")
     out = {}
     for arm, s in record["arms"].items():
         got, want = s["arm_env_routes"], arm_envs.get(arm)
@@ -389,5 +401,5 @@ def match_arms(record: Mapping[str, Any], arm_envs: Mapping[str, Mapping[str, st
                 for var in sorted(set(want) | set(got))
                 if want.get(var) != got.get(var)
             }
-        out[arm] = {"in_ablation": want is not None, "env_differs": differs}
-    return _freeze({**thaw(record), "ablation_arms": out})
+        out[arm] = {f"in_{of}": want is not None, "env_differs": differs}
+    return _freeze({**thaw(record), f"{of}_arms": out})

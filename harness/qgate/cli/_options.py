@@ -113,3 +113,11 @@ MaxLaunchesOpt = Annotated[
         help="with --until-decided: launches per arm at the last look",
     ),
 ]
+# `ablate` and `compare`: tools/gpu_engine/profile_decode.py's folder, read by qgate.timeline.read_timeline
+TimelineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--timeline",
+        help="profile_decode.py's output folder (<arm>.json per arm): a decode-step timeline in the report",
+    ),
+]

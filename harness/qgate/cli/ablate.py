@@ -15,7 +15,6 @@ not attested, or a statistic that could not be computed), 2 usage / contract err
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -26,6 +25,7 @@ from qgate.cli._options import (
     ContractOpt,
     MaxLaunchesOpt,
     OutOpt,
+    TimelineOpt,
     UntilDecidedOpt,
     exit_with,
     fail,
@@ -59,13 +59,6 @@ ReportOnlyOpt = Annotated[
     typer.Option(
         "--report-only",
         help="start no engine: the report from the arms' results already in --out (a run cut short)",
-    ),
-]
-TimelineOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--timeline",
-        help="profile_decode.py's output folder (<arm>.json per arm): a decode-step timeline in the report",
     ),
 ]
 

@@ -1,5 +1,8 @@
-"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force] [--aa] [--history STORE]`: wiring only.
+"""`qgate compare CONTROL CANDIDATE [--contract C] --out DIR [--force] [--aa] [--history STORE]
+[--timeline PROFILES]`: wiring only.
 
+--timeline reads tools/gpu_engine/profile_decode.py's folder (qgate.timeline) before anything is
+compared: a bad one is exit 2 with nothing written. The timeline is in the report, never a gate.
 Exit codes: 0 PASS, 1 FAIL, 2 usage or contract error, 3 ERROR, 4 INCONCLUSIVE.
 """
 
@@ -16,6 +19,7 @@ from qgate.cli._options import (
     EXIT_INCONCLUSIVE,
     EXIT_OK,
     OutOpt,
+    TimelineOpt,
     exit_with,
     user_errors,
 )
@@ -83,6 +87,7 @@ def compare(
     junit: JunitOpt = None,
     bmf: BmfOpt = None,
     history: HistoryOpt = None,
+    timeline: TimelineOpt = None,
 ) -> None:
     """Write DIR/report.md, DIR/verdict.json and DIR/speed.png.
 
@@ -91,9 +96,13 @@ def compare(
     """
     from qgate.compare import run_compare  # the statistics: not imported by every qgate command
     from qgate.report.exports import write_exports
+    from qgate.timeline import read_timeline
 
     with user_errors():
-        record, paths = run_compare(control, candidate, contract, out, force=force, aa=aa, history=history)
+        profiles = None if timeline is None else read_timeline(timeline)
+        record, paths = run_compare(
+            control, candidate, contract, out, force=force, aa=aa, history=history, timeline=profiles
+        )
         write_exports(record, junit, bmf)
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:

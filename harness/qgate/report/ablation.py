@@ -13,7 +13,8 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from qgate.report.markdown import counts_text, sequential_lines, table
+from qgate.report.markdown import counts_text, sequential_lines
+from qgate.report.tables import table
 from qgate.report.timeline import timeline_lines
 
 

@@ -1,8 +1,8 @@
 """The markdown report, rendered from a verdict record alone (so it can be rebuilt from verdict.json).
 
-Tables are pandas DataFrames of preformatted strings, written as GitHub pipe tables by `table` (no
-tabulate dependency). The output is deterministic: no timestamps, fixed number formats; it is
-golden-tested in tests/test_report_golden.py.
+Tables are pandas DataFrames of preformatted strings, written as GitHub pipe tables by `table`
+(report/tables.py; no tabulate dependency). The output is deterministic: no timestamps, fixed number
+formats; it is golden-tested in tests/test_report_golden.py.
 """
 
 from __future__ import annotations
@@ -13,21 +13,11 @@ from typing import Any
 import pandas as pd
 
 from qgate.report.quality import render_quality
+from qgate.report.tables import table
+from qgate.report.timeline import timeline_lines
 
 _MARK = {True: "pass", False: "FAIL"}
 _ON_FAILURE = {"error": "ERROR", "fail": "FAIL", "inconclusive": "INCONCLUSIVE"}
-
-
-def table(df: pd.DataFrame) -> str:
-    """A GitHub pipe table; cells are str() of the values with pipes escaped and newlines flattened."""
-
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|").replace("\n", " ")
-
-    head = "| " + " | ".join(cell(c) for c in df.columns) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *rows])
 
 
 def _num(value: Any, fmt: str = ".2f") -> str:
@@ -428,6 +418,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     ]
     if "speed" in record:
         lines += _speed(record)
+    # beside the speed figures (not a gate); a verdict without one (no --timeline, schema 1 to 3)
+    # renders as before
+    lines += timeline_lines(record.get("timeline"))
     if "quality" in record:
         q = record["quality"]
         lines += ["## Quality", "", render_quality(q, q.get("quality_gates", [])).strip(), ""]

@@ -1,5 +1,6 @@
-"""The ablation report's decode-step timeline section, rendered from a timeline record alone
-(qgate.timeline; the record's `timeline`). Deterministic: fixed number formats, no timestamps."""
+"""The decode-step timeline section of the ablation report and of the verdict report, rendered from a
+timeline record alone (qgate.timeline; the ablation record's or the verdict record's `timeline`).
+Deterministic: fixed number formats, no timestamps."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from qgate.report.markdown import table
+from qgate.report.tables import table
 
 TITLE = "## Decode-step timeline (torch profiler, not a gate)"
 NAME_CHARS = 90  # a C++ template kernel name runs to hundreds of characters: its head says which kernel
@@ -50,7 +51,8 @@ def reading(arm: str, a: Mapping[str, Any]) -> str:
     return f"GPU busy {d:+.0f} us a step ({pct_text}), host gap {gap:+.0f} us: {verdict}"
 
 
-def _summary(tl: Mapping[str, Any]) -> list[str]:
+def _summary(tl: Mapping[str, Any], order: list[str]) -> list[str]:
+    arms = {arm: tl["arms"][arm] for arm in order}
     rows = [
         {
             "arm": arm,
@@ -63,10 +65,10 @@ def _summary(tl: Mapping[str, Any]) -> list[str]:
             "eager kernel launches/step": _num(s["eager_kernel_launches_per_step"]),
             "kernels named": _num(s["kernels_named"], "d"),
         }
-        for arm, s in tl["arms"].items()
+        for arm, s in arms.items()
     ]
-    if any(s.get("graph_kernels") is not None for s in tl["arms"].values()):  # timeline schema 2
-        for row, s in zip(rows, tl["arms"].values(), strict=True):
+    if any(s.get("graph_kernels") is not None for s in arms.values()):  # timeline schema 2
+        for row, s in zip(rows, arms.values(), strict=True):
             row["graph replay: kernels"] = _num(s.get("graph_kernels"), "d")
             row["graph replay: span us"] = _num(s.get("graph_span_us"), ".1f")
     return [table(pd.DataFrame(rows)), ""]
@@ -161,24 +163,50 @@ def _host(arm: str, a: Mapping[str, Any]) -> list[str]:
     return lines + [f"qgate ops on the host in {arm}: {text}.", ""]
 
 
+def _matched(tl: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """What the profiles were matched with (qgate.timeline.match_arms) and how: ("ablation" or
+    "comparison", per profile {in_<of>, env_differs}); None where nothing matched them (a timeline
+    record of its own, or one of schema 1 or 2 in a comparison)."""
+    for of in ("ablation", "comparison"):
+        match = tl.get(f"{of}_arms")
+        if match:
+            return of, match
+    return None
+
+
+def _order(tl: Mapping[str, Any]) -> list[str]:
+    """The profiles in the record's order (the control first), the arms they were matched with before
+    a probe's other variants: the candidate's section comes before cand-noshared's."""
+    matched = _matched(tl)
+    others = [arm for arm in tl["arms"] if arm != "control"]
+    if matched is not None:
+        of, match = matched
+        others.sort(key=lambda arm: not match.get(arm, {}).get(f"in_{of}", False))  # stable: names kept
+    return ["control", *others]
+
+
 def _arm_notes(tl: Mapping[str, Any]) -> list[str]:
-    """What ties the profiles to the ablation's arms (qgate.timeline.match_arms), where it was matched."""
-    match = tl.get("ablation_arms")
-    if not match:
+    """What ties the profiles to the ablation's or the comparison's arms, where they were matched."""
+    matched = _matched(tl)
+    if matched is None:
         return []
+    of, match = matched
     notes = []
-    others = [arm for arm, m in match.items() if not m["in_ablation"]]
+    others = [arm for arm, m in match.items() if not m[f"in_{of}"]]
     if others:
-        notes.append(f"Profiles of variants that are no arm of this ablation: {', '.join(others)}.")
-    unchecked = [arm for arm, m in match.items() if m["in_ablation"] and m["env_differs"] is None]
+        notes.append(f"Profiles of variants that are no arm of this {of}: {', '.join(others)}.")
+    unchecked = [arm for arm, m in match.items() if m[f"in_{of}"] and m["env_differs"] is None]
     if unchecked:
         notes.append(
             f"No route env recorded in {', '.join(unchecked)}: the file names alone tie them to the arms."
         )
+    alike = [arm for arm, m in match.items() if m[f"in_{of}"] and m["env_differs"] == {}]
+    if alike:
+        notes.append(f"The route env these profiles recorded is their {of} arm's: {', '.join(alike)}.")
     for arm, m in match.items():
         for var, v in (m["env_differs"] or {}).items():
             notes.append(
-                f"**{arm}: the profile ran {var} = {v['profile']!r}, the ablation's arm {v['arm']!r}: "
+                f"**{arm}: the profile ran {var} = {v['profile']!r}, the {of}'s arm {v['arm']!r}: "
                 "a profile of other code than this arm's.**"
             )
     return [*notes, ""] if notes else []
@@ -188,11 +216,11 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     """The section's markdown lines; none without a timeline (the report is then as before)."""
     if tl is None:
         return []
-    src = tl["source"]
-    files = ", ".join(f"{f['file']} (sha256 `{f['sha256'][:12]}`)" for f in src["files"].values())
+    src, order = tl["source"], _order(tl)
+    files = ", ".join(f"{f['file']} (sha256 `{f['sha256'][:12]}`)" for f in (src["files"][a] for a in order))
     gaps = ", ".join(
         f"{arm} {_num(s['host_gap_us_per_step'], '.0f')} of {_num(s['kernel_span_us_per_step'], '.0f')}"
-        for arm, s in tl["arms"].items()
+        for arm, s in ((a, tl["arms"][a]) for a in order)
     )
     if any(s["kernel_span_us_per_step"] for s in tl["arms"].values()):
         caveat = (
@@ -214,9 +242,10 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
         *_arm_notes(tl),
         caveat,
         "",
-        *_summary(tl),
+        *_summary(tl, order),
     ]
-    for arm, a in tl["against_control"].items():
+    for arm in order[1:]:
+        a = tl["against_control"][arm]
         lines += [f"### {arm} against the control", "", f"Reading: {reading(arm, a)}.", ""]
         lines += _changes(a) + _stretches(arm, a) + _host(arm, a)
     return lines
