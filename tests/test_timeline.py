@@ -78,7 +78,7 @@ def test_the_section_on_the_h200_profile() -> None:
     for want in (
         "Reading: GPU busy -145 us a step (-7.1 %), host gap -32 us: the candidate's kernels are faster "
         "under the profiler.",
-        "makes both arms host-bound (host gap of the kernel span, us a step: control 2759 of 4813, "
+        "makes every profiled arm host-bound (host gap of the kernel span, us a step: control 2759 of 4813, "
         "candidate 2727 of 4635): these microseconds are not the speed gate's figures",
         "| control | NVIDIA H200 | 64 | 2053.91 | 4812.79 | 2758.88 | 0.98 | 37.23 | 34 |",
         "| candidate | NVIDIA H200 | 64 | 1908.49 | 4635.38 | 2726.89 | 0.98 | 37.75 | 27 |",

@@ -224,14 +224,14 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     )
     if any(s["kernel_span_us_per_step"] for s in tl["arms"].values()):
         caveat = (
-            "Under torch.profiler every launch is recorded on the host, which makes both arms host-bound "
+            "Under torch.profiler every launch is recorded on the host, which makes every profiled arm host-bound "
             f"(host gap of the kernel span, us a step: {gaps}): these microseconds are not the speed gate's "
-            "figures. Compare the arms with each other here, and judge speed by the gate's tok/s above."
+            "figures. Compare the arms with each other here, and judge speed by the speed gate's tok/s."
         )
     else:
         caveat = (
             "No CUDA kernels in these profiles (no GPU): the host side only. Timings under torch.profiler "
-            "are not the speed gate's figures; judge speed by the gate's tok/s above."
+            "are not the speed gate's figures; judge speed by the speed gate's tok/s."
         )
     lines = [
         TITLE,
