@@ -107,11 +107,14 @@ def test_run_arms_refuses_a_resume_from_another_environment_before_the_pre_fligh
     monkeypatch.setattr(arms, "check_arm_envs", preflight)
     monkeypatch.setenv("PYTHONPATH", "/a:/b")
 
+    # what this shell passes on (nox sets TORCHINDUCTOR_*, TRITON_*), PYTHONPATH as the kept launch had it
+    kept_env = {**arm_env("candidate", {}, os.environ).inherited, "PYTHONPATH": "/a:/b:/a:/b"}
+
     class Kept:  # a workload whose kept result ran its launch with another PYTHONPATH
         kind, runner, launches = "speed", "unused", 2
 
         def open(self, plan: arms.ArmPlan, model: dict) -> dict:
-            return {**_result(), "launches": [{"segment": 0}], "inherited_env": {"PYTHONPATH": "/a:/b:/a:/b"}}
+            return {**_result(), "launches": [{"segment": 0}], "inherited_env": dict(kept_env)}
 
     plan = arms.ArmPlan("candidate", {}, {})
     with pytest.raises(segment.ResultError, match="PYTHONPATH was '/a:/b:/a:/b', now '/a:/b'"):
