@@ -17,14 +17,14 @@ ENV_SH = "export PYTHONPATH=$GE/site:$GE/site/dsl${PYTHONPATH:+:$PYTHONPATH}\n"
 SCRIPT = 'source tools/gpu_engine/calls/lib.sh\nuse_engine\necho "$PYTHONPATH" >> "$GE/paths"\n{next}\n'
 
 
-def _tree(tmp: Path) -> tuple[Path, dict[str, str]]:
+def _tree(tmp: Path, env_sh: str = ENV_SH) -> tuple[Path, dict[str, str]]:
     repo = tmp / "repo"
     (repo / "tools" / "gpu_engine" / "calls").mkdir(parents=True)
     (repo / "kernels_ext" / "qgate_kernels").mkdir(parents=True)
     shutil.copy(LIB, repo / "tools" / "gpu_engine" / "calls" / "lib.sh")
     ge = tmp / "ge"
     ge.mkdir()
-    (ge / "env.sh").write_text(ENV_SH)
+    (ge / "env.sh").write_text(env_sh)
     (ge / "build.rc").write_text("rc=0 seconds=1\n")
     (tmp / "fake.so").write_bytes(b"")
     (ge / "so.path").write_text(str(tmp / "fake.so"))
@@ -50,3 +50,11 @@ def test_a_nested_call_script_keeps_the_outer_ones_pythonpath(tmp_path: Path) ->
         (tmp_path / "ge" / "paths").unlink()
         subprocess.run(["bash", "inner.sh"], cwd=repo, env=run_env, check=True, capture_output=True)
         assert (tmp_path / "ge" / "paths").read_text().splitlines() == [outer]
+
+
+def test_a_payload_env_that_sets_no_pythonpath_leaves_the_checkouts_entries_alone(tmp_path: Path) -> None:
+    # lib.sh runs under `set -u`: an unset PYTHONPATH must not stop the call (a CPU dry run's env.sh)
+    repo, env = _tree(tmp_path, env_sh="true\n")
+    subprocess.run(["bash", "outer.sh"], cwd=repo, env=env, check=True, capture_output=True)
+    want = f"{repo}/harness:{repo}/route_env:{repo}/kernels_ext"
+    assert (tmp_path / "ge" / "paths").read_text().splitlines() == [want, want]

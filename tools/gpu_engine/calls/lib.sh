@@ -32,7 +32,7 @@ use_engine() {  # the payload's vLLM + qgate from this checkout
   [ -n "$PYTHONPATH" ] || unset PYTHONPATH  # as a fresh shell: env.sh adds no empty entry
   # shellcheck disable=SC1091
   source "$GE/env.sh"
-  export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext:$PYTHONPATH
+  export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext${PYTHONPATH:+:$PYTHONPATH}
   wait_build
   export QGATE_CACHE=$GE/extra/cache QGATE_GSM8K_PATH=$GE/extra/gsm8k/test.jsonl
 }
