@@ -224,9 +224,10 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     )
     if any(s["kernel_span_us_per_step"] for s in tl["arms"].values()):
         caveat = (
-            "Under torch.profiler every launch is recorded on the host, which makes every profiled arm host-bound "
-            f"(host gap of the kernel span, us a step: {gaps}): these microseconds are not the speed gate's "
-            "figures. Compare the arms with each other here, and judge speed by the speed gate's tok/s."
+            "Under torch.profiler every launch is recorded on the host, which makes every profiled arm "
+            f"host-bound (host gap of the kernel span, us a step: {gaps}): these microseconds are not the "
+            "speed gate's figures. Compare the arms with each other here, and judge speed by the speed "
+            "gate's tok/s."
         )
     else:
         caveat = (
