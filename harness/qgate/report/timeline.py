@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from qgate.report.tables import table
+from qgate.timeline import MATCHED_BY
 
 TITLE = "## Decode-step timeline (torch profiler, not a gate)"
 NAME_CHARS = 90  # a C++ template kernel name runs to hundreds of characters: its head says which kernel
@@ -167,7 +168,7 @@ def _matched(tl: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """What the profiles were matched with (qgate.timeline.match_arms) and how: ("ablation" or
     "comparison", per profile {in_<of>, env_differs}); None where nothing matched them (a timeline
     record of its own, or one of schema 1 or 2 in a comparison)."""
-    for of in ("ablation", "comparison"):
+    for of in MATCHED_BY:
         match = tl.get(f"{of}_arms")
         if match:
             return of, match

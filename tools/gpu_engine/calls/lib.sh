@@ -28,8 +28,7 @@ use_engine() {  # the payload's vLLM + qgate from this checkout
   # (10-install.sh -> 70-decide.sh) would else add the payload's entries twice, and qgate refuses to
   # resume a run whose PYTHONPATH changed (2026-12-05: the next call's --resume was refused)
   export GE_BASE_PYTHONPATH=${GE_BASE_PYTHONPATH-${PYTHONPATH:-}}
-  PYTHONPATH=$GE_BASE_PYTHONPATH
-  [ -n "$PYTHONPATH" ] || unset PYTHONPATH  # as a fresh shell: env.sh adds no empty entry
+  PYTHONPATH=$GE_BASE_PYTHONPATH  # empty as unset: env.sh and the line below add no empty entry
   # shellcheck disable=SC1091
   source "$GE/env.sh"
   export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext${PYTHONPATH:+:$PYTHONPATH}
