@@ -315,3 +315,60 @@ def test_a_bad_replay_is_one_line(tmp_path: Path, step: Any, message: str) -> No
     with pytest.raises(TimelineError, match=message) as err:
         read_timeline(folder)
     assert "\n" not in str(err.value) and "control.json" in str(err.value)
+
+
+def test_a_kernel_that_starts_before_its_predecessor_ends_has_its_wait_counted_apart(tmp_path: Path) -> None:
+    """PDL: vLLM's combine-norm (launched with launch_pdl, gdc_wait first) behind the route's GEMV,
+    which allows its dependents at its start, starts 3 us before the GEMV ends: 5 us of profiled time,
+    3 of them the wait. Behind cuBLAS it starts when cuBLAS ends. A kernel on the aux stream (the shared
+    expert) overlaps in both arms alike and is no change."""
+    control = _replay(
+        [
+            (NVJET, 0.0, 6.0),
+            ("_hc_combine_norm_kernel", 6.5, 2.0),
+            ("fused_moe_kernel", 9.0, 10.0),
+            ("shared_expert_on_aux", 10.0, 4.0),  # 4 us inside the MoE kernel, another stream
+        ]
+    )
+    candidate = _replay(
+        [
+            (GEMV + "(int)", 0.0, 5.0),
+            ("_hc_combine_norm_kernel", 2.0, 5.0),  # 3 us of it before the GEMV ends
+            ("fused_moe_kernel", 7.5, 10.0),
+            ("shared_expert_on_aux", 8.5, 4.0),
+        ]
+    )
+    early = timeline.early_starts(_with_graph(candidate))
+    assert early["_hc_combine_norm_kernel"] == {"calls": 1.0, "early": 1.0, "early_us": 3.0}
+    assert early["shared_expert_on_aux"] == {"calls": 1.0, "early": 1.0, "early_us": 4.0}
+    assert early["fused_moe_kernel"]["early"] == 0.0
+    tl = read_timeline(_with_step(H200, tmp_path / "tl", {"control": control, "candidate": candidate}))
+    e = tl["against_control"]["candidate"]["graph_early_starts"]
+    assert e["early_us"] == {"control": 4.0, "arm": 7.0}
+    assert [(r["name"], r["delta_early_us"]) for r in e["rows"]] == [("_hc_combine_norm_kernel", 3.0)]
+    md = "\n".join(timeline_lines(tl))
+    assert "4.0 us of overlap in the control's replay, 7.0 in the candidate's (+3.0)" in md
+    assert "| `_hc_combine_norm_kernel` | 0 -> 1 | 0.0 -> 3.0 | +3.0 |" in md
+    # no replay in the profiles (the 2026-12-04 H200 files): no such table
+    assert read_timeline(H200)["against_control"]["candidate"]["graph_early_starts"] is None
+
+
+def _with_graph(step: dict[str, Any]) -> dict[str, Any]:
+    """A replay as qgate.timeline holds it after its check: rows as tuples, sorted by start."""
+    return {"names": tuple(step["names"]), "seq": tuple(sorted(map(tuple, step["seq"]), key=lambda r: r[1]))}
+
+
+H100_PROBE = Path(__file__).parents[1] / "docs" / "gpu-runs" / "2026-12-05-h100" / "timeline"
+
+
+def test_the_h100_probes_plus_120_us_on_the_combine_norm_is_the_gemvs_pdl_overlap() -> None:
+    """Session 6's only-GEMV profile (48 layers, H100): vLLM's `_hc_combine_norm_kernel` took ~120 us a
+    step more than in the control with no more work to do. It is the wait: behind the route's GEMV it
+    starts early, and the overlap grew by about the same 120 us."""
+    tl = read_timeline(H100_PROBE)
+    a = tl["against_control"]["only-fp16_gemv"]
+    kernel = next(r for r in a["kernels"]["rows"] if r["name"] == "_hc_combine_norm_kernel")
+    early = next(r for r in a["graph_early_starts"]["rows"] if r["name"] == "_hc_combine_norm_kernel")
+    assert 110.0 < kernel["delta_us_per_step"] < 135.0  # what BENCH.md left unexplained
+    assert 110.0 < early["delta_early_us"] < 135.0
+    assert abs(kernel["delta_us_per_step"] - early["delta_early_us"]) < 15.0  # its own work: about equal

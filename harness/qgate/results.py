@@ -82,7 +82,9 @@ SCHEMAS: dict[str, tuple[int, ...]] = {
     # graph replay aligned with the control's), null where a profile has no `graph_step`
     # 3: `comparison_arms` beside `ablation_arms` (match_arms: the profiles tied to `qgate compare`'s
     # control and candidate), null where no comparison embeds the record
-    "timeline": (1, 2, 3),
+    # 4: against the control `graph_early_starts` (kernels of a replay that start before an earlier one
+    # ends, PDL or another stream: the wait the profiler counts as their time), null without graph_step
+    "timeline": (1, 2, 3, 4),
 }
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 

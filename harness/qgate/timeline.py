@@ -324,6 +324,45 @@ def stretches(ref: Mapping[str, Any], arm: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def early_starts(g: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Per kernel name of one replay: the calls that start before an earlier kernel of the replay has
+    ended, and the us from their start to that end, summed. Under programmatic dependent launch (PDL)
+    a kernel launched with it starts when its predecessor allows (griddepcontrol.launch_dependents)
+    and waits in griddepcontrol.wait; the profiler counts that wait as the kernel's own time, so a
+    kernel behind a predecessor that allows early (the kernels_ext GEMV) looks slower by the overlap
+    without doing more work. A kernel on another stream (vLLM's aux stream) overlaps the same way."""
+    out: dict[str, dict[str, float]] = {}
+    end = float("-inf")
+    for k, start, dur in g["seq"]:  # sorted by start (_graph_step)
+        row = out.setdefault(g["names"][k], {"calls": 0.0, "early": 0.0, "early_us": 0.0})
+        row["calls"] += 1
+        if end > start:
+            row["early"] += 1
+            row["early_us"] += min(end, start + dur) - start
+        end = max(end, start + dur)
+    return out
+
+
+def early_changes(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[str, Any]:
+    """early_starts of an arm's replay against the control's: the kernels whose early-start us differ,
+    largest |change| first, top `top` kept, and the totals of both replays."""
+    a, b = early_starts(ref), early_starts(arm)
+    zero = {"calls": 0.0, "early": 0.0, "early_us": 0.0}
+    rows = [
+        {
+            "name": n,
+            "control": a.get(n, zero),
+            "arm": b.get(n, zero),
+            "delta_early_us": b.get(n, zero)["early_us"] - a.get(n, zero)["early_us"],
+        }
+        for n in sorted(set(a) | set(b))
+        if a.get(n, zero)["early_us"] != b.get(n, zero)["early_us"]
+    ]
+    rows.sort(key=lambda r: (-abs(r["delta_early_us"]), r["name"]))
+    total = {side: sum(r["early_us"] for r in t.values()) for side, t in (("control", a), ("arm", b))}
+    return {"rows": rows[:top], "shown": min(top, len(rows)), "differing": len(rows), "early_us": total}
+
+
 def against(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[str, Any]:
     """One arm against the control: the summary's deltas, the kernel and runtime-API changes, the arm's
     qgate ops on the host (none when CUDA graphs replay them)."""
@@ -337,6 +376,7 @@ def against(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> dict[st
     out["qgate_ops"] = None if ops is None else [{"name": n, **v} for n, v in sorted(ops.items())]
     both = ref.get("graph_step") is not None and arm.get("graph_step") is not None
     out["graph_stretches"] = stretches(ref["graph_step"], arm["graph_step"]) if both else None
+    out["graph_early_starts"] = early_changes(ref["graph_step"], arm["graph_step"], top) if both else None
     return out
 
 

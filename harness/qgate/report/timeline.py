@@ -133,6 +133,34 @@ def _changes(a: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _early(arm: str, a: Mapping[str, Any]) -> list[str]:
+    """The kernels of a replay that start before an earlier kernel ends, where that differs from the
+    control (timeline schema 4): the part of a kernel's GPU us change that is a wait, not work."""
+    e = a.get("graph_early_starts")
+    if not e:
+        return []
+    c, t = e["early_us"]["control"], e["early_us"]["arm"]
+    head = (
+        f"Kernels that start before an earlier kernel of the replay ends: {c:.1f} us of overlap in the "
+        f"control's replay, {t:.1f} in the {arm}'s ({t - c:+.1f}). Under programmatic dependent launch "
+        "(PDL) such a kernel waits in griddepcontrol.wait, and the profiler counts the wait as its time; "
+        "another stream (vLLM's aux stream) overlaps the same way. Take a kernel's change of overlap "
+        "off its change of GPU us above for the change of its own work"
+    )
+    if not e["rows"]:
+        return [head + ": the same in both replays.", ""]
+    rows = [
+        {
+            "kernel": _name(r["name"]),
+            "early calls control -> arm": f"{r['control']['early']:.0f} -> {r['arm']['early']:.0f}",
+            "overlap us control -> arm": f"{r['control']['early_us']:.1f} -> {r['arm']['early_us']:.1f}",
+            "change us": f"{r['delta_early_us']:+.1f}",
+        }
+        for r in e["rows"]
+    ]
+    return [f"{head} ({e['shown']} of {e['differing']} that changed):", "", table(pd.DataFrame(rows)), ""]
+
+
 def _host(arm: str, a: Mapping[str, Any]) -> list[str]:
     lines = []
     api = a["runtime_api"]
@@ -249,5 +277,5 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     for arm in order[1:]:
         a = tl["against_control"][arm]
         lines += [f"### {arm} against the control", "", f"Reading: {reading(arm, a)}.", ""]
-        lines += _changes(a) + _stretches(arm, a) + _host(arm, a)
+        lines += _changes(a) + _stretches(arm, a) + _early(arm, a) + _host(arm, a)
     return lines
