@@ -7,7 +7,8 @@
 # first gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with
 # PROBE="NAME @FILE" the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict
 # (70-decide.sh DTYPE N), with ABLATE=DESIGN the ablation (50-prod-ablate.sh DTYPE DESIGN; DERIVE and
-# MAX_LAUNCHES as there). Its first engine start pays vLLM's Triton JIT (~95 s).
+# MAX_LAUNCHES as there), with BENCH="TP [ROUTES]" the op bench (90-bench.sh TP ROUTES; PRODSHAPE=none
+# then writes no checkpoint). Its first engine start pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
 LAST=${1:?usage: 10-install.sh LAST}
 DTYPE=${2:-fp16}
@@ -24,6 +25,7 @@ use_engine
 restore_jit
 step "production-shape checkpoints: ${PRODSHAPE:-qsa}, $LAYERS layers (background)"
 ( for v in ${PRODSHAPE:-qsa}; do
+    [ "$v" = none ] && continue  # the op bench needs no model
     t0=$(date +%s)
     if [ "$v" = noqsa ]; then dst=/tmp/qgate-prodshape-noqsa flag=--no-qsa; else dst=/tmp/qgate-prodshape flag=--qsa; fi
     python3 -m qgate model prod-shape "$dst" --layers "$LAYERS" --device cuda "$flag" >>"$GE/prodshape.log" 2>&1
@@ -38,6 +40,11 @@ tail -n 3 "$GE/prodshape.log" | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$LOG"
 if [ -n "${DECIDE:-}" ]; then  # DECIDE=N: the speed verdict (70-decide.sh DTYPE N) instead of the tiny gate
   bash tools/gpu_engine/calls/70-decide.sh "$DTYPE" "$DECIDE"
+  exit $?
+fi
+if [ -n "${BENCH:-}" ]; then  # BENCH="TP [ROUTES]": the op bench on this card instead of the tiny gate
+  # shellcheck disable=SC2086
+  bash tools/gpu_engine/calls/90-bench.sh $BENCH
   exit $?
 fi
 if [ -n "${ABLATE:-}" ]; then  # ABLATE=DESIGN: the ablation at the production shapes instead of the tiny gate
