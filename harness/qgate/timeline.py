@@ -17,6 +17,8 @@ since timeline schema 2), each arm's replay is aligned with the control's (diffl
 names): the stretches that differ are where the routes replaced vLLM's kernels, and each stretch's time
 counts the gaps between its kernels, which a fused kernel saves and a sum of kernel times cannot show.
 A stretch is named by the routes of the kernels_ext kernels in it (qgate_route_env.kernel_route).
+Per kernel name the replay's early starts (timeline schema 4) say how much of a kernel's time it spent
+started before an earlier kernel ended: under PDL a wait the profiler counts as the kernel's own.
 
 `match_arms` ties the profiles to the arms of what embeds the record: `qgate ablate --timeline` (the
 ablation record's `timeline`) or `qgate compare --timeline` (the verdict record's).
