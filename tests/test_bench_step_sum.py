@@ -49,3 +49,13 @@ def test_a_role_the_bench_did_not_time_is_an_error_not_a_zero() -> None:
         tool.step_sum(cut, tp=1)
     with pytest.raises(SystemExit, match=r"case of \(2560, 1536\) \(out_proj\)"):  # TP 4 shapes: not benched
         tool.step_sum(record, tp=4)
+
+
+def test_a_file_that_is_not_a_bench_record_is_one_line(tmp_path, monkeypatch) -> None:
+    tool = _tool()
+    bad = tmp_path / "bench.json"
+    bad.write_text('{"cases": [{"route": "fp16_gemv"}]}')
+    for path, why in ((bad, "KeyError"), (tmp_path / "missing.json", "FileNotFoundError")):
+        monkeypatch.setattr("sys.argv", ["bench_step_sum.py", str(path)])
+        with pytest.raises(SystemExit, match=f"{path.name}: not a prod_bench.py record \\({why}"):
+            tool.main()

@@ -83,7 +83,11 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=1, help="the TP the bench ran at (prod_bench.py --tp)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     args = ap.parse_args()
-    s = step_sum(json.loads(args.bench_json.read_text()), args.tp, args.dtype)
+    try:
+        record = json.loads(args.bench_json.read_text())
+        s = step_sum(record, args.tp, args.dtype)
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # one line, no traceback
+        raise SystemExit(f"bench_step_sum: {args.bench_json}: not a prod_bench.py record ({exc!r})") from None
     print("| role | shape | calls a step | stream | route us | competitor us | saving us a step |")
     print("|---|---|---|---|---|---|---|")
     for r in s["rows"]:
