@@ -172,10 +172,13 @@ def test_concurrent_appends_record_every_night_once(
     # Every night at once, the first one three times, the third one against a rival with other figures;
     # the store does not exist yet (SQLite: the creators race too).
     folders = [nights[0], nights[0], nights[1], nights[0], nights[2], rival]
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: a forked racer inherits the test process's state (a SIGTERM handler an engine test
+    # left, the attestation's at-fork flusher thread), and one such racer that outlived Pool.terminate
+    # hung the suite once (2026-12-05); the timeout makes a stuck racer a failure, not a hang
+    ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Manager().Barrier(len(folders))
     with ctx.Pool(len(folders)) as pool:
-        out = pool.map(_append, [(store, str(f), barrier) for f in folders], chunksize=1)
+        out = pool.map_async(_append, [(store, str(f), barrier) for f in folders], chunksize=1).get(240)
     # Nothing logged by the driver in any racer: "already recorded" is a success, silent on stderr.
     assert not [s for s in out if "[logged " in s], out
     by_folder: dict[str, list[str]] = {}
