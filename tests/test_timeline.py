@@ -338,7 +338,7 @@ def test_a_kernel_that_starts_before_its_predecessor_ends_has_its_wait_counted_a
             ("shared_expert_on_aux", 8.5, 4.0),
         ]
     )
-    early = timeline.early_starts(_with_graph(candidate))
+    early = timeline.early_starts(timeline._graph_step(Path("candidate.json"), candidate))  # as read
     assert early["_hc_combine_norm_kernel"] == {"calls": 1.0, "early": 1.0, "early_us": 3.0}
     assert early["shared_expert_on_aux"] == {"calls": 1.0, "early": 1.0, "early_us": 4.0}
     assert early["fused_moe_kernel"]["early"] == 0.0
@@ -351,11 +351,6 @@ def test_a_kernel_that_starts_before_its_predecessor_ends_has_its_wait_counted_a
     assert "| `_hc_combine_norm_kernel` | 0 -> 1 | 0.0 -> 3.0 | +3.0 |" in md
     # no replay in the profiles (the 2026-12-04 H200 files): no such table
     assert read_timeline(H200)["against_control"]["candidate"]["graph_early_starts"] is None
-
-
-def _with_graph(step: dict[str, Any]) -> dict[str, Any]:
-    """A replay as qgate.timeline holds it after its check: rows as tuples, sorted by start."""
-    return {"names": tuple(step["names"]), "seq": tuple(sorted(map(tuple, step["seq"]), key=lambda r: r[1]))}
 
 
 H100_PROBE = Path(__file__).parents[1] / "docs" / "gpu-runs" / "2026-12-05-h100" / "timeline"

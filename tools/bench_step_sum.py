@@ -3,9 +3,9 @@
 split by the stream vLLM runs it on. The figure BENCH.md ("The op bench on the same card") puts beside
 the engine's measured effect of the GEMV route.
 
-Calls a step from the model config (qgate.ops.shapes.MODEL_CONFIG): out_proj in every GDN layer, qkv_proj
-and o_proj in every attention layer (every full_attention_interval-th), the router and the shared
-expert's three GEMVs in every layer, one lm_head. The shapes are qgate.ops.shapes.projections' at the
+Calls a step: qgate.ops.shapes.calls_a_step on the model config (out_proj in every GDN layer, qkv_proj
+and o_proj in every attention layer, the router and the shared expert's three GEMVs in every layer, one
+lm_head). The shapes are qgate.ops.shapes.projections' at the
 bench record's TP; a role whose shape the record lacks is an error, not a zero.
 
 Streams: vLLM runs the MoE's shared expert on its aux stream beside the router and the routed experts
@@ -26,17 +26,9 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / d) for d in ("harness", "route_env")]
 
-from qgate.ops.shapes import GEMV_DEFAULT_ROLES, MODEL_CONFIG, projections  # noqa: E402
+from qgate.ops.shapes import GEMV_DEFAULT_ROLES, MODEL_CONFIG, calls_a_step, projections  # noqa: E402
 
 AUX_ROLES = ("gate_up_proj", "down_proj", "shared_expert_gate")  # the shared expert's, on vLLM's aux stream
-
-
-def calls_a_step(cfg: dict[str, Any]) -> dict[str, int]:
-    """GEMV calls of one decode step per role, from the layer pattern."""
-    layers = int(cfg["num_hidden_layers"])
-    attn = layers // int(cfg["full_attention_interval"])
-    per = {"out_proj": layers - attn, "qkv_proj": attn, "o_proj": attn, "lm_head": 1}
-    return {role: per.get(role, layers) for role in GEMV_DEFAULT_ROLES}
 
 
 def step_sum(record: dict[str, Any], tp: int, dtype: str = "bf16") -> dict[str, Any]:
@@ -48,7 +40,8 @@ def step_sum(record: dict[str, Any], tp: int, dtype: str = "bf16") -> dict[str, 
     }
     shapes = {p.role: (p.n, p.k) for p in projections(MODEL_CONFIG, tp)}
     rows = []
-    for role, calls in calls_a_step(MODEL_CONFIG).items():
+    calls = calls_a_step(MODEL_CONFIG)
+    for role in GEMV_DEFAULT_ROLES:
         case = cases.get(shapes[role])
         if case is None:
             raise SystemExit(f"bench_step_sum: no {dtype} GEMV case of {shapes[role]} ({role}) in the record")
@@ -58,11 +51,11 @@ def step_sum(record: dict[str, Any], tp: int, dtype: str = "bf16") -> dict[str, 
             {
                 "role": role,
                 "shape": shapes[role],
-                "calls": calls,
+                "calls": calls[role],
                 "stream": "aux" if role in AUX_ROLES else "main",
                 "route_us": route,
                 "competitor_us": other,
-                "saving_us_a_step": calls * (other - route),
+                "saving_us_a_step": calls[role] * (other - route),
             }
         )
     total = {

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from qgate.ops import bound
-from qgate.ops.shapes import MODEL_CONFIG, projections
+from qgate.ops.shapes import GEMV_DEFAULT_ROLES, MODEL_CONFIG, calls_a_step, projections
 
 # What simulate(seed=0) gives (docs/ops.md; tests/kernels/test_ops_calibration.py recomputes them): the
 # records of the screen carry them, so a verdict states its error rates.
@@ -53,13 +53,10 @@ def run_outputs(cfg: dict[str, Any] | None = None, tp: int = 4, trials: int = 20
     """Judged outputs of one `run ops --real` of the whole model: per route, and the smallest role's."""
     cfg = cfg or MODEL_CONFIG
     p = {x.role: x.n for x in projections(cfg, tp)}
-    layers = int(cfg["num_hidden_layers"])
-    attn = layers // int(cfg["full_attention_interval"])
-    gdn_layers = layers - attn
+    calls, layers = calls_a_step(cfg), int(cfg["num_hidden_layers"])
     d, hc = int(cfg["hc_count"]) * int(cfg["hidden_size"]), int(cfg["hc_count"])
-    mlp = p["gate_up_proj"] + p["down_proj"] + p["gate"] + p["shared_expert_gate"]
-    gemv = gdn_layers * p["out_proj"] + attn * (p["qkv_proj"] + p["o_proj"]) + layers * mlp + p["lm_head"]
-    gdn = gdn_layers * (p["in_proj_qkvz"] + p["in_proj_ba"])
+    gemv = sum(calls[r] * p[r] for r in GEMV_DEFAULT_ROLES)
+    gdn = sum(calls[r] * p[r] for r in ("in_proj_qkvz", "in_proj_ba"))
     hc_out = layers * 2 * (d + hc) + d  # h' and the injection of each block's two modules, the final h'
     per = {"fp16_gemv": gemv, "fused_gdn_input_fp16": gdn, "fused_hc_fp16": hc_out}
     return {"per_route": {r: n * tp * trials for r, n in per.items()}, "smallest_role": layers * tp * trials}

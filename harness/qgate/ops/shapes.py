@@ -107,6 +107,28 @@ def projections(cfg: dict[str, Any], tp: int) -> list[Projection]:
     ]
 
 
+def calls_a_step(cfg: dict[str, Any]) -> dict[str, int]:
+    """Calls of one decode step per linear role of `projections` (HC's aside: two modules a layer and a
+    final mixer, counted by their callers): the GDN roles once in every GDN layer, qkv_proj and o_proj
+    in every attention layer (every full_attention_interval-th), the router and the shared expert's in
+    every layer, one lm_head."""
+    layers = int(cfg["num_hidden_layers"])
+    attn = layers // int(cfg["full_attention_interval"])
+    gdn, every = layers - attn, layers
+    return {
+        "in_proj_qkvz": gdn,
+        "in_proj_ba": gdn,
+        "out_proj": gdn,
+        "qkv_proj": attn,
+        "o_proj": attn,
+        "gate_up_proj": every,
+        "down_proj": every,
+        "gate": every,
+        "shared_expert_gate": every,
+        "lm_head": 1,
+    }
+
+
 def _unique(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for p in pairs:
