@@ -283,6 +283,41 @@ def test_token_divergence_per_arm(two: LoadedContract) -> None:
     assert rows[f"only-{PLACEBO}"]["identical_to_control"] and rows["control"]["identical_across_reps"]
 
 
+def _audit_of(control: dict, candidate: dict, at: int, margin: float) -> dict:
+    """The control's result with an audit that scored every rep's candidate and own tokens from `at`,
+    every candidate token at `margin` nats, every own token at 0."""
+    from qgate.results import ids_sha256
+
+    reps = []
+    for c, t in zip(control["reps"], candidate["reps"], strict=True):
+        for arm, ids, m in (("candidate", t["token_ids"], margin), ("control", c["token_ids"], 0.0)):
+            n = len(ids) - at
+            reps.append({"index": t["index"], "arm": arm, "prompt_sha256": t["prompt_sha256"],
+                         "token_ids_sha256": ids_sha256(ids), "from": at, "top_ids": [7] * n,
+                         "margins": [m] * n})  # fmt: skip
+    return {**control, "audit": {"reps": reps, "routes": {}}}
+
+
+def test_the_notes_say_whether_the_candidates_timed_output_was_audited(two: LoadedContract) -> None:
+    """A device call cut before the audit's engine start (session 8) left the ablation OK and silent
+    about it: its effects are speed figures of a candidate whose output nobody checked."""
+    tokens = list(TEMPLATE["reps"][0]["token_ids"])
+    moved = tokens[:3] + [9999] * (len(tokens) - 3)
+    factors, arms, speed = synthetic(two, candidate={"tokens": moved})
+    (note,) = [n for n in record_of(two, factors, arms, speed)["notes"] if "audit" in n]
+    assert note.startswith("the candidate's timed output is not cleared by the audit (ERROR): ")
+    assert "no audit scored rep 0's" in note and "`qgate compare` of speed/control.json" in note
+    speed["control"] = _audit_of(speed["control"], speed["candidate"], 3, 0.0)
+    (note,) = [n for n in record_of(two, factors, arms, speed)["notes"] if "audit" in n]
+    assert note.startswith("the candidate's timed output, audited (MLPerf TEST01): 5 of 5 reps differ")
+    speed["control"] = _audit_of(speed["control"], speed["candidate"], 3, 9.0)
+    rec = record_of(two, factors, arms, speed)
+    (note,) = [n for n in rec["notes"] if "audit" in n]
+    assert note.startswith("the candidate's timed output is not cleared by the audit (FAIL): ")
+    assert rec["status"] == "OK"  # the ablation attributes speed; compare gives the verdict
+    assert not any("audit" in n for n in record_of(two, *synthetic(two))["notes"])  # same tokens
+
+
 def test_bootstrap_estimate_is_seeded_and_refuses_too_few_samples() -> None:
     cfg = StatsConfig(bootstrap_resamples=2000)
     data = {"a": np.array([1.0, 2.0, 3.0, 4.0]), "b": np.array([2.0, 2.5, 3.5])}

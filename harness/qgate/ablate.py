@@ -62,6 +62,7 @@ from qgate.results import (
     utc_now,
 )
 from qgate.speed import gates as vd
+from qgate.speed.audit import audit_gate
 from qgate.speed.compare import SPEED_EXTRA_KEYS
 from qgate.speed.figures import arm_figures as stats_arm_figures
 from qgate.speed.figures import arm_units, launch_problem
@@ -514,6 +515,26 @@ def _notes(launches: int, planned: int) -> list[str]:
     ]
 
 
+def _audit_notes(loaded: LoadedContract, speed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What the audit of the candidate's timed output (MLPerf's TEST01, qgate.speed.audit) found. The
+    ablation gates no speed, but an effect of a candidate whose output nobody checked is no evidence:
+    the note says so (a device call cut before the audit's engine start, say)."""
+    c = loaded.contract
+    if "candidate" not in speed or "control" not in speed or c.speed is None:
+        return []
+    control, candidate = dict(speed["control"]), dict(speed["candidate"])
+    if vd.token_summary(control, candidate)["control_vs_candidate_identical"]:  # nothing to audit
+        return []
+    gate = audit_gate(control, candidate, c.speed.gates.identical_tokens)
+    if gate.passed:
+        return [f"the candidate's timed output, audited (MLPerf TEST01): {gate.detail}"]
+    return [
+        f"the candidate's timed output is not cleared by the audit ({gate.severity.upper()}): {gate.detail}; "
+        "these effects are speed figures: `qgate ablate --resume` runs a missing audit, and `qgate compare` "
+        "of speed/control.json and speed/candidate.json gives the verdict"
+    ]
+
+
 def _launches_run(result: Mapping[str, Any], planned: int) -> int:
     """The launches an arm's reps come from (more than the contract's after --until-decided)."""
     launches = {r.get("launch", 0) for r in result.get("reps", []) if isinstance(r, dict)}
@@ -568,7 +589,9 @@ def build_record(
         "schema_version": ABLATION_SCHEMA_VERSION,
         "status": OK if status == PASS else ERROR,
         "reasons": reasons,
-        "notes": _notes(_launches_run(control, c.speed.launches), c.speed.launches) + _sequential_notes(seq),
+        "notes": _notes(_launches_run(control, c.speed.launches), c.speed.launches)
+        + _sequential_notes(seq)
+        + _audit_notes(loaded, speed),
         "sequential": seq,
         "created_at": utc_now(),
         "contract": loaded.reference(),
