@@ -515,17 +515,16 @@ def _notes(launches: int, planned: int) -> list[str]:
     ]
 
 
-def _audit_notes(loaded: LoadedContract, speed: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What the audit of the candidate's timed output (MLPerf's TEST01, qgate.speed.audit) found. The
-    ablation gates no speed, but an effect of a candidate whose output nobody checked is no evidence:
-    the note says so (a device call cut before the audit's engine start, say)."""
-    c = loaded.contract
-    if "candidate" not in speed or "control" not in speed or c.speed is None:
+def _audit_notes(
+    control: Mapping[str, Any], candidate: Mapping[str, Any], gated: bool, same: bool
+) -> list[str]:
+    """What the audit of the candidate's timed output (MLPerf's TEST01, qgate.speed.audit) found; none
+    where the candidate's tokens are the control's (`same`: its arm row's). The ablation gates no speed,
+    but an effect of a candidate whose output nobody checked is no evidence: the note says so (a device
+    call cut before the audit's engine start, say)."""
+    if same:
         return []
-    control, candidate = dict(speed["control"]), dict(speed["candidate"])
-    if vd.token_summary(control, candidate)["control_vs_candidate_identical"]:  # nothing to audit
-        return []
-    gate = audit_gate(control, candidate, c.speed.gates.identical_tokens)
+    gate = audit_gate(dict(control), dict(candidate), gated)
     if gate.passed:
         return [f"the candidate's timed output, audited (MLPerf TEST01): {gate.detail}"]
     return [
@@ -584,6 +583,10 @@ def build_record(
     gates += _effect_gates(eff)
     status, reasons = decide(gates)
     seq = control.get("sequential") if isinstance(control.get("sequential"), dict) else None
+    cand = next(r for r in arm_rows if "candidate" in r["roles"])
+    audit = _audit_notes(
+        control, speed[cand["name"]], c.speed.gates.identical_tokens, cand["tokens"]["identical_to_control"]
+    )
     return {
         "kind": "ablation",
         "schema_version": ABLATION_SCHEMA_VERSION,
@@ -591,7 +594,7 @@ def build_record(
         "reasons": reasons,
         "notes": _notes(_launches_run(control, c.speed.launches), c.speed.launches)
         + _sequential_notes(seq)
-        + _audit_notes(loaded, speed),
+        + audit,
         "sequential": seq,
         "created_at": utc_now(),
         "contract": loaded.reference(),

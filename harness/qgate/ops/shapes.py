@@ -114,17 +114,17 @@ def calls_a_step(cfg: dict[str, Any]) -> dict[str, int]:
     every layer, one lm_head."""
     layers = int(cfg["num_hidden_layers"])
     attn = layers // int(cfg["full_attention_interval"])
-    gdn, every = layers - attn, layers
+    gdn = layers - attn
     return {
         "in_proj_qkvz": gdn,
         "in_proj_ba": gdn,
         "out_proj": gdn,
         "qkv_proj": attn,
         "o_proj": attn,
-        "gate_up_proj": every,
-        "down_proj": every,
-        "gate": every,
-        "shared_expert_gate": every,
+        "gate_up_proj": layers,
+        "down_proj": layers,
+        "gate": layers,
+        "shared_expert_gate": layers,
         "lm_head": 1,
     }
 
