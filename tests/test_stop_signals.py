@@ -173,7 +173,10 @@ def _stop_and_check(run_dir: tuple[Path, Path], how: str) -> None:
     record = _record(out)
     now = record["reps"]
     assert now[: len(kept)] == kept  # nothing saved was lost or changed
-    assert record["complete"] is False and len(now) < record["workload"]["repetitions"]
+    # complete False: the stop landed before the run ended. Not len(now) < repetitions: on a loaded
+    # 2-core machine qgate's saves lag the engine (fsync, see MP_REPS), and a non-root suite (2026-12-05)
+    # saw all 48 reps saved before the engine core's kill landed, the record still incomplete
+    assert record["complete"] is False and len(now) <= record["workload"]["repetitions"]
     assert [r["index"] for r in now] == list(range(len(now)))
     # The env accounting of a finished run (issue 39: a killed launch's record listed nothing dropped).
     assert set(SHELL_LEFTOVER) <= set(record["dropped_env"]), record["dropped_env"]
