@@ -15,6 +15,7 @@ GE=.gpu-engine
 EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"
 mkdir -p "$(dirname "$EXCLUDE")"
 grep -qx '/.gpu-engine/' "$EXCLUDE" 2>/dev/null || echo '/.gpu-engine/' >> "$EXCLUDE"
+mkdir -p "$GE"  # a directory-only pattern matches an existing directory only (a fresh clone has none)
 git check-ignore -q "$GE" || { echo "prepare: $GE is not ignored by git; refusing to build it here" >&2; exit 2; }
 : "${QGATE_GSM8K_PATH:?set QGATE_GSM8K_PATH to the GSM8K test split (test.jsonl)}"
 

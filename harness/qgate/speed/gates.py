@@ -19,6 +19,8 @@ from qgate.launch_cv import MIN_NIGHTS
 from qgate.results import ids_sha256
 from qgate.sample_size import ADVICE_TARGET, advise_units
 from qgate.speed.audit import audit_gate
+from qgate.speed.dist_audit import dist_gate
+from qgate.speed.repetition import repetition_gate
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import (
     IMPROVED,
@@ -272,6 +274,8 @@ def speed_gates(
         )
     if control is not None:
         gates.append(audit_gate(control, candidate, g.identical_tokens))
+        gates.append(dist_gate(control, candidate, contract.speed.audit_top_k, g.identical_tokens)[0])
+        gates.append(repetition_gate(control, candidate, contract.speed.repeat_reps)[0])
     gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))
