@@ -1,22 +1,22 @@
 """The distribution audit (qgate.speed.dist_audit) and the repetition gate (qgate.speed.repetition, TEST04)
 without an engine: which positions are compared, the rule's PASS / FAIL / INCONCLUSIVE / ERROR lines,
 the stated power, and the error rates recomputed (seeded) from the positions recorded on the demo model
-(tests/fixtures/dist_audit_reps.json, docs/speed-audit.md)."""
+(qgate.speed.dist_calibration, docs/speed-audit.md)."""
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 
 import pytest
 
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE
 from qgate.speed import dist_audit as da
 from qgate.speed import repetition as rp
+from qgate.speed.dist_calibration import MODELS
 
 K = 8
-RECORDED = Path(__file__).parent / "fixtures" / "dist_audit_reps.json"
+# The reps a verdict of each calibrated model's contract compares (demo-cpu.yaml: 4 launches x 2).
+REPS = {"demo": 8, "prod-shape-bf16": 4, "prod-shape-fp16": 4}
 
 
 def _rows(rng: random.Random, n: int) -> list[list[int]]:
@@ -59,11 +59,13 @@ def test_positions_compared_end_at_the_first_divergence_inclusive():
 
 
 def test_an_honest_run_passes_and_states_its_power():
-    control, candidate = _pair(reps=4, n=32)
+    control, candidate = _pair(reps=8, n=32)
+    control["model"] = {"spec": "tiny-trained-wide"}
     gate, s = da.dist_gate(control, candidate, K)
     assert gate.passed, gate.detail
-    assert s["positions"] == 128 and s["discordant"] == 0
-    assert "power 99.9" in gate.detail  # 4 reps at the weakest named corruption's rate
+    assert s["positions"] == 256 and s["discordant"] == 0
+    assert s["power_calibration"] == "measured on this model (demo)" and min(s["power"].values()) >= 0.99
+    assert "against the weakest named corruption" in gate.detail
 
 
 def test_a_changed_distribution_fails_naming_the_first_position():
@@ -80,7 +82,7 @@ def test_a_changed_distribution_fails_naming_the_first_position():
 
 
 def test_a_few_honest_discordant_positions_do_not_fail():
-    control, candidate = _pair(reps=4, n=64)
+    control, candidate = _pair(reps=8, n=64)
     for rep in candidate["reps"][:2]:  # one near-tie pushed out of the top k in two reps
         rep["top_ids"][3] = [rep["top_ids"][3][0], rep["top_ids"][3][1], 5000, *rep["top_ids"][3][3:]]
     gate, s = da.dist_gate(control, candidate, K)
@@ -89,8 +91,9 @@ def test_a_few_honest_discordant_positions_do_not_fail():
 
 def test_too_few_reps_is_inconclusive_never_a_quiet_pass():
     control, candidate = _pair(reps=2, n=8)
-    gate, _ = da.dist_gate(control, candidate, K)
+    gate, s = da.dist_gate(control, candidate, K)
     assert not gate.passed and gate.severity == SEV_INCONCLUSIVE, gate.detail
+    assert s["power_calibration"].startswith("not measured on this model")
 
 
 def test_reps_without_top_k_are_an_error_and_an_unset_audit_says_so():
@@ -103,18 +106,20 @@ def test_reps_without_top_k_are_an_error_and_an_unset_audit_says_so():
 
 
 def test_power_and_critical_count():
-    assert da.critical(4) == 3
-    assert da.power(4, 0.95) > 0.98 and da.power(2, 1.0) == 0.0
+    assert da.critical(4) == 3 and da.critical(2) is None
+    assert da.power(4, [(5, 5)]) == 1.0 and da.power(2, [(1, 1)]) == 0.0 and da.power(8, [(512, 0)]) == 0.0
     assert da.fails(3, 4) and not da.fails(2, 4) and not da.fails(3, 3000)
 
 
-def test_error_rates_on_the_recorded_demo_positions():
-    """The rule's false FAIL on honest rounding changes and its power on each named corruption, from the
-    (positions, discordant) pairs recorded on the demo model (docs/speed-audit.md's table)."""
-    rec = json.loads(RECORDED.read_text(encoding="utf-8"))
-    honest = [tuple(p) for kind in rec["honest"] for p in rec["honest"][kind]]
-    for kind, reps in rec["corrupt"].items():
-        rates = da.error_rates(honest, [tuple(p) for p in reps], reps_per_run=4, runs=4000, seed=59)
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_error_rates_on_the_recorded_positions(model):
+    """The rule's false FAIL on honest candidates and its power on each named corruption, from the
+    (positions, discordant) pairs recorded on each calibrated model at the reps its contract runs
+    (docs/speed-audit.md's table): false FAIL <= 0.1 %, power >= 99 %."""
+    entry = MODELS[model]
+    honest = [tuple(p) for reps in entry["honest"].values() for p in reps]
+    for kind, reps in entry["corrupt"].items():
+        rates = da.error_rates(honest, [tuple(p) for p in reps], REPS[model], runs=4000, seed=59)
         assert rates["false_fail"] <= 0.001, (kind, rates)
         assert rates["power"] >= 0.99, (kind, rates)
 

@@ -20,10 +20,11 @@ argmax computed) does at nearly every position.
 The rule (`fails`): at least MIN_DISCORDANT discordant positions and a one-sided binomial tail below
 ALPHA against P_HONEST, the calibrated upper bound of the per-position rate of honest rounding
 changes (docs/speed-audit.md gives the measurements; `error_rates` recomputes the false FAIL and the
-power from recorded positions, tests/test_dist_audit.py with a seed). Each verdict states its power:
-every rep compares at least one position (the same prompt), so a corruption that makes a fraction q of
-compared positions discordant is caught at least with P(Binomial(reps, q) >= the critical count); below
-MIN_POWER for the named corruptions (CORRUPTIONS, measured) the gate is INCONCLUSIVE, never a quiet pass.
+power from recorded positions, tests/test_dist_audit.py with a seed). Each verdict states its power
+against every named corruption (qgate.speed.dist_calibration: the corruption's recorded reps on this
+model, or pooled over the models measured when this one was not, drawn at this run's number of reps
+and judged by the rule); below MIN_POWER against one of them the gate is INCONCLUSIVE, never a quiet
+pass.
 
 Pure: plain data in, Gate and plain data out.
 """
@@ -33,12 +34,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
 from qgate.speed.audit import first_divergence
 
 NAME = "candidate's next-token distributions are the control's"
+Rep = tuple[int, int]  # one rep: (positions compared, discordant ones)
 # A position is discordant when one of an arm's TOP_M best tokens is not in the other's top k.
 TOP_M = 3
 # The calibrated bound on honest rounding changes' per-position discordance (docs/speed-audit.md:
@@ -48,13 +51,6 @@ P_HONEST = 0.01
 MIN_DISCORDANT = 3
 ALPHA = 1e-3
 MIN_POWER = 0.99
-# The named corruptions' measured per-position discordance among compared positions (the zoo:
-# tests/fixtures/gamed_routes.py; docs/speed-audit.md): the smallest is the one the power is stated for.
-CORRUPTIONS: dict[str, float] = {
-    "lm_head on half of K, timed only": 0.95,
-    "top1-only lm_head": 0.95,
-    "every role on half of K": 0.95,
-}
 
 
 def discordant(control_ids: Sequence[int], candidate_ids: Sequence[int], m: int = TOP_M) -> bool:
@@ -100,6 +96,7 @@ def tail(x: int, n: int, p: float = P_HONEST) -> float:
     return float(binom.sf(x - 1, n, p)) if x > 0 else 1.0
 
 
+@lru_cache(maxsize=4096)
 def critical(n: int) -> int | None:
     """The fewest discordant positions of n that the rule FAILs; None when no count can."""
     for x in range(MIN_DISCORDANT, n + 1):
@@ -109,16 +106,37 @@ def critical(n: int) -> int | None:
 
 
 def fails(x: int, n: int) -> bool:
-    return x >= MIN_DISCORDANT and tail(x, n) < ALPHA
+    """The rule: at least MIN_DISCORDANT of n positions discordant, the binomial tail below ALPHA."""
+    c = critical(n)
+    return c is not None and x >= c
 
 
-def power(reps: int, q: float) -> float:
-    """The rule's power against a corruption discordant at a fraction q of compared positions, at the
-    fewest positions a run of `reps` paired reps compares (one a rep)."""
-    from scipy.stats import binom
+POWER_RUNS, POWER_SEED = 2000, 59
 
-    x = critical(reps)
-    return 0.0 if x is None else float(binom.sf(x - 1, reps, q))
+
+def calibration(model_spec: Any) -> tuple[str, dict[str, list[Rep]]]:
+    """The corruptions' recorded reps a verdict on this model is judged against: its own model's entry,
+    else every entry's pooled; and the words naming which."""
+    from qgate.speed.dist_calibration import MODELS
+
+    own = [k for k, m in MODELS.items() if m["model_spec"] == model_spec]
+    keys = own or sorted(MODELS)
+    pooled: dict[str, list[Rep]] = {}
+    for key in keys:
+        for kind, reps in MODELS[key]["corrupt"].items():
+            pooled.setdefault(kind, []).extend((int(n), int(x)) for n, x in reps)
+    where = (
+        f"measured on this model ({own[0]})"
+        if own
+        else f"not measured on this model: {', '.join(keys)} pooled"
+    )
+    return where, pooled
+
+
+def power(reps: int, pool: list[Rep]) -> float:
+    """The rule's power at `reps` paired reps against a corruption whose recorded reps are `pool`: runs
+    of that many reps drawn with replacement (seeded), the share the rule FAILs."""
+    return error_rates([], pool, reps, POWER_RUNS, POWER_SEED)["power"] if reps else 0.0
 
 
 def summary(control: dict[str, Any], candidate: dict[str, Any], top_k: int | None) -> dict[str, Any]:
@@ -127,7 +145,8 @@ def summary(control: dict[str, Any], candidate: dict[str, Any], top_k: int | Non
     n = sum(r["positions"] for r in reps)
     x = sum(len(r["discordant"]) for r in reps)
     first = next(({"rep": r["rep"], "position": r["discordant"][0]} for r in reps if r["discordant"]), None)
-    pw = {name: power(len(reps), q) for name, q in CORRUPTIONS.items()}
+    where, pools = calibration((control.get("model") or {}).get("spec"))
+    pw = {kind: power(len(reps), pool) for kind, pool in sorted(pools.items())}
     return {
         "top_k": top_k,
         "top_m": TOP_M,
@@ -139,6 +158,7 @@ def summary(control: dict[str, Any], candidate: dict[str, Any], top_k: int | Non
         "p_value": tail(x, n) if n else None,
         "critical": critical(n) if n else None,
         "power": pw,
+        "power_calibration": where,
         "p_honest": P_HONEST,
         "alpha": ALPHA,
     }
@@ -167,7 +187,8 @@ def dist_gate(
         f"{x} of {n} positions decoded from the same prefix in {reps} reps discordant (a top-{TOP_M} token "
         f"missing from the other arm's top {top_k}; one-sided binomial p {s['p_value']:.2g} against an "
         f"honest rate of {P_HONEST:g}; fails at >= {MIN_DISCORDANT} and p < {ALPHA:g}); power "
-        f"{100 * s['power'][weakest]:.2f} % against the weakest named corruption ({weakest})"
+        f"{100 * s['power'][weakest]:.1f} % against the weakest named corruption ({weakest}; "
+        f"{s['power_calibration']})"
     )
     if fails(x, n):
         f = s["first_discordant"]
@@ -180,9 +201,6 @@ def dist_gate(
         return Gate(NAME, False, f"{fact}: under {100 * MIN_POWER:g} % power, the audit cannot vouch for "
                     "the output: more reps", SEV_INCONCLUSIVE), s  # fmt: skip
     return Gate(NAME, True, fact), s
-
-
-Rep = tuple[int, int]  # one rep: (positions compared, discordant ones)
 
 
 def error_rates(
