@@ -34,9 +34,8 @@ case $TP in
 esac
 if [ "$TP" -gt 1 ]; then
   # the workplace's GPUs keep NVLink multicast off (a program that uses it can take a shared host's
-  # GPUs out of service): kept set for every engine and its workers, whatever the image set
-  export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
-    NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+  # GPUs out of service for days): set for every engine and its workers, whatever the image set
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 fi
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
