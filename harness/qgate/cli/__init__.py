@@ -11,6 +11,7 @@ from qgate.cli import (
     contract_doc,
     demo,
     fleet,
+    gates,
     history,
     model,
     ops,
@@ -38,6 +39,7 @@ app.command("compare")(compare.compare)
 app.command("ablate")(ablate.ablate)
 app.command("demo")(demo.demo)
 app.command("check-runner")(runner.check_runner)
+app.command("gates")(gates.gates)
 
 
 def main() -> None:
