@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import qgate_route_env as route_env
-from qgate import comparable, routes
+from qgate import comparable, records, routes
 from qgate.compare import read_checked, refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
@@ -668,4 +668,5 @@ def load_ablation(path: str | Path) -> dict[str, Any]:
     tl = data.get("timeline")  # schema 4 (null without --timeline); 2 and 3 have none
     if tl is not None and not (isinstance(tl, dict) and tl.get("kind") == "timeline"):
         raise ResultError(f"{path}: timeline = {cut(repr(tl))}: expected a timeline record or null")
+    records.validate("ablation", data, str(path))  # then the typed model (qgate.records.ablation)
     return data

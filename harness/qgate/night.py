@@ -23,6 +23,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from qgate import records
 from qgate.errors import QgateError, cut
 from qgate.gate import VERDICT_RANK
 from qgate.quality.record import check_quality_result
@@ -247,6 +248,10 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
         kinds = record.get("kinds") or []
         if not all(isinstance(k, str) for k in kinds):
             raise HistoryError(f"{path}: kinds = {cut(repr(kinds))}: expected a list of result kinds")
+        try:  # then the typed model (qgate.records.verdict), in the same one line
+            records.validate("verdict", record, str(path))
+        except ResultError as exc:
+            raise HistoryError(str(exc)) from None
         inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
         for kind in kinds:
             if kind in out:

@@ -16,6 +16,7 @@ from qgate.cli import (
     model,
     ops,
     quality,
+    records,
     run,
     runner,
 )
@@ -35,6 +36,7 @@ app.add_typer(run.app, name="run")
 app.add_typer(ops.bench_app, name="bench")
 app.add_typer(history.app, name="history")
 app.add_typer(fleet.app, name="fleet")
+app.add_typer(records.app, name="records")
 app.command("compare")(compare.compare)
 app.command("ablate")(ablate.ablate)
 app.command("demo")(demo.demo)
