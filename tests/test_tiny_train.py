@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qgate.data.gsm8k import DATA_ENV, FROZEN_SHA256, Item, frozen_indices, load_items
+from qgate.gsm8k import DATA_ENV, FROZEN_SHA256, Item, frozen_indices, load_items
 from qgate.quality.scoring import score_output
 from qgate.tiny.train import build_tiny_trained, completion_text
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from qgate.data.gsm8k import build_messages
 from qgate.errors import RunFailure
+from qgate.gsm8k import build_messages
 from qgate.quality.scoring import prompt_closes_thinking, score_output
 from qgate.results import ids_sha256
 

@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from qgate.data.gsm8k import FROZEN_SHA256
+from qgate.gsm8k import FROZEN_SHA256
 from qgate.tiny.qwen3 import (
     DEFAULT_SEED,
     TINY_VERSION,
