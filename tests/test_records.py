@@ -147,6 +147,16 @@ def test_the_night_row_is_the_stores_columns() -> None:
             assert set(args) == {base, type(None)} and not field.is_required(), name
 
 
+def test_a_night_collected_today_is_a_night_row(tmp_path: Path) -> None:
+    """night.collect's rows, as the store holds them (appended_at set on append), are NightRows."""
+    run = support.history_night(tmp_path, "2026-12-01", *support.load_pair())
+    rows = night.collect(run)
+    assert [r["arm"] for r in rows] == ["control", "candidate"]
+    for row in rows:
+        stored = NightRow.model_validate({**row, "appended_at": "2026-12-02T00:00:00+00:00"})
+        assert stored.decode_reps == row["decode_reps"] and stored.content_sha256 == row["content_sha256"]
+
+
 def test_cli_writes_and_checks_the_schemas(tmp_path: Path) -> None:
     runner = CliRunner()
     assert runner.invoke(app, ["records", "schema", "--out", str(tmp_path)]).exit_code == 0
