@@ -15,7 +15,7 @@ JSON Schema of each model to schemas/ (checked in; tests/test_records.py keeps t
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -39,12 +39,20 @@ MODELS: dict[str, type[Record]] = {m.kind_name(): m for m in _KINDS}
 SCHEMAS: dict[str, tuple[int, ...]] = {kind: m.schema_versions() for kind, m in MODELS.items()}
 
 
-def validate(kind: str, data: Any, where: str) -> Record:
-    """The record as its kind's model, or ResultError: one line naming the file and the key."""
+R = TypeVar("R", bound=BaseModel)
+
+
+def parse(model: type[R], data: Any, where: str) -> R:
+    """`data` as `model` (readers get attributes), or ResultError: one line naming the file and the key."""
     try:
-        return MODELS[kind].model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise one_line(exc, where) from None
+
+
+def validate(kind: str, data: Any, where: str) -> Record:
+    """The record as its kind's model, or ResultError: one line naming the file and the key."""
+    return parse(MODELS[kind], data, where)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
@@ -68,6 +76,7 @@ __all__ = [
     "Record",
     "ResultError",
     "json_schemas",
+    "parse",
     "schema_files",
     "validate",
 ]
