@@ -211,7 +211,7 @@ def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
     t0 = time.perf_counter()
     data = None
     if c.model in TRAINED:  # trained on the data the quality gate reads
-        from qgate.quality.gsm8k import load_items
+        from qgate.gsm8k import load_items
 
         q = c.quality
         assert q is not None

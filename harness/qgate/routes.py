@@ -25,8 +25,28 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qgate.errors import RouteError
-from qgate.gate import SEV_ERROR, Gate
+from qgate.gate import SEV_ERROR, Gate, gate_name
 from qgate_route_env import ROUTES, listed_roles, override_var, switched_on
+
+_DOC = "docs/routes.md"
+CONTROL_CLEAN = gate_name(
+    "routes.control_clean", __name__, "ERROR",
+    "a route ran in the control (or it has no attestation): the control is not vLLM's own path", _DOC,
+)  # fmt: skip
+ROUTE_RAN = gate_name(
+    "routes.{route}.ran", __name__, "ERROR",
+    "a route the candidate switches on had no hits (or missed a listed role): the candidate did not run "
+    "the kernel it claims", _DOC,
+)  # fmt: skip
+EVERY_RANK = gate_name(
+    "routes.{route}.every_rank", __name__, "ERROR",
+    "at tensor parallel > 1 a rank ran none of a route's calls (or missed a listed role, or sat out an "
+    "engine start): the candidate did not run the kernel it claims on every rank", _DOC,
+)  # fmt: skip
+OFF_CLEAN = gate_name(
+    "routes.off_clean", __name__, "ERROR",
+    "a route this ablation arm leaves off ran: the arm is not the one planned", _DOC, shown_as="{arm}: ",
+)  # fmt: skip
 
 
 def _empty_route() -> dict:
@@ -143,11 +163,11 @@ def attestation_gates(control: dict, candidate: dict) -> list[Gate]:
     gates = []
     ctrl_routes = control.get("routes")
     if not isinstance(ctrl_routes, dict):
-        gates.append(_gate("routes.control_clean", False, "the control result has no route attestation"))
+        gates.append(_gate(CONTROL_CLEAN(), False, "the control result has no route attestation"))
     else:
         hot = {r: v.get("hits", 0) for r, v in ctrl_routes.items() if v.get("hits", 0) > 0}
         detail = f"control hits: {_fmt(hot)}" if hot else "no route ran in the control"
-        gates.append(_gate("routes.control_clean", not hot, detail))
+        gates.append(_gate(CONTROL_CLEAN(), not hot, detail))
     return gates + ran_gates(candidate)
 
 
@@ -162,9 +182,9 @@ def ran_gates(result: dict) -> list[Gate]:
         listed = listed_roles(env)
         tp = _tp_size(result)
     except ValueError as exc:  # a result whose roles or TP size cannot be read proves nothing about them
-        return [_gate(f"routes.{route}.ran", False, str(exc)) for route in sorted(switched_on(env))]
+        return [_gate(ROUTE_RAN(route=route), False, str(exc)) for route in sorted(switched_on(env))]
     for route in sorted(switched_on(env)):
-        name = f"routes.{route}.ran"
+        name = ROUTE_RAN(route=route)
         if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
             continue
@@ -180,7 +200,7 @@ def ran_gates(result: dict) -> list[Gate]:
         gates.append(gate)
         if tp > 1:
             counts = rec.get(route) or {}
-            gates.append(_every_rank_gate(f"routes.{route}.every_rank", counts, tp, listed.get(route, [])))
+            gates.append(_every_rank_gate(EVERY_RANK(route=route), counts, tp, listed.get(route, [])))
     return gates
 
 
@@ -231,7 +251,7 @@ def off_clean_gate(result: dict) -> Gate:
     on = switched_on(result.get("env") or {})
     hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
     detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))
-    return _gate("routes.off_clean", not hot, detail if hot else "no route that is off ran")
+    return _gate(OFF_CLEAN(), not hot, detail if hot else "no route that is off ran")
 
 
 def _route_ran_gate(name: str, route: str, counts: dict, listed: list[str]) -> Gate:

@@ -24,7 +24,7 @@ import qgate_route_env as route_env
 from qgate import routes
 from qgate.contract import load_contract
 from qgate.engine import preflight
-from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip("qgate_kernels.plugin")

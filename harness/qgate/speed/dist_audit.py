@@ -37,10 +37,15 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate, gate_name
 from qgate.speed.audit import first_divergence
 
-NAME = "candidate's next-token distributions are the control's"
+NAME = gate_name(
+    "candidate's next-token distributions are the control's", __name__, "FAIL, ERROR or INCONCLUSIVE",
+    "where both arms decoded the same prefix, the candidate's top-k next-token logprobs are not the "
+    "control model's (a top1-only lm_head, part of K), or the audit has too little power to vouch",
+    "docs/speed-audit.md",
+)()  # fmt: skip
 Rep = tuple[int, int]  # one rep: (positions compared, discordant ones)
 # A position is discordant when one of an arm's TOP_M best tokens is not in the other's top k.
 TOP_M = 3

@@ -14,7 +14,8 @@ speed result they read. What is checked, beyond the header (qgate.record_check):
   tok/s within 0.1 % (both are one measurement: speed.workload.rep_record), TTFT in [1e-3, 1e7] ms;
 - started_at not before the rep's engine start (less START_SLACK) and in index order (reps of one arm
   run one after the other: a rep copied into another launch, or in from another run, breaks the order);
-- schema 2: the rep's run_id is its file's (a rep grafted from another run's file is refused).
+- schema 2: the rep's run_id is its file's (a rep grafted from another run's file is refused);
+- last, the record as its typed model (qgate.records.speed.Speed), in the same one line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import datetime, timedelta
 from statistics import NormalDist
 from typing import Any
 
+from qgate import records
 from qgate.record_check import Check, check_header, check_launches
 
 # The parent stamps an engine start when it reads the child's `engine_ready`, the child stamps each rep:
@@ -109,6 +111,8 @@ def check_speed_result(data: dict[str, Any], where: str) -> None:
                 stamp.isoformat(),
                 f"earlier than the rep before rep {index}: reps run in index order",
             )
+    # Then the typed model (qgate.records.speed): every key of its type, in the same one line.
+    records.validate("speed", data, where)
 
 
 def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, ignore_eos: bool) -> None:
