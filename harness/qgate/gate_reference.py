@@ -20,6 +20,8 @@ BUILDERS = (
     "qgate.routes",
     "qgate.speed.gates",
     "qgate.speed.audit",
+    "qgate.speed.dist_audit",
+    "qgate.speed.repetition",
     "qgate.quality.gates",
     "qgate.quality.compare",
     "qgate.compare",
