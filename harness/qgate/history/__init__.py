@@ -149,7 +149,7 @@ def publish(
     under their sha256."""
     from qgate.contract import load_contract
     from qgate.history_view import Margin, build_series
-    from qgate.report.site import render_site
+    from qgate.report.site import GENERATOR, render_site
 
     margins = {}
     files = [
@@ -169,5 +169,10 @@ def publish(
     out.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():
         atomic_write_text(out / name, text)
+    for old in out.glob("*.html"):  # an earlier publish's page of a series no longer there; nothing else
+        if old.name not in pages and f'content="{GENERATOR}"' in old.read_text(
+            encoding="utf-8", errors="replace"
+        ):
+            old.unlink()
     nights = sum(len(s.nights) for s in series)
     return {"index": str(out / "index.html"), "pages": len(pages), "series": len(series), "nights": nights}

@@ -20,6 +20,7 @@ from qgate.history_view import BAND_LEVEL, Night, Series
 from qgate.report.svg import MARKERS, Plot, esc, nice_ticks
 from qgate.trend import DRIFT_PCT
 
+GENERATOR = "qgate history publish"  # marks the site's pages: a new publish replaces only those
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'"
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#212121}
@@ -42,6 +43,7 @@ def _page(title: str, body: list[str]) -> str:
             '<html lang="en"><head><meta charset="utf-8">',
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f'<meta name="generator" content="{GENERATOR}">',
             f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
             *body,
             "</body></html>",
@@ -105,6 +107,9 @@ def tip(series: Series, n: Night, what: str) -> str:
 
 
 def _flag_stripes(plot: Plot, series: Series, kinds: tuple[str, ...]) -> None:
+    """Flagged nights (FAIL / ERROR, or drift) as stripes, and the days without a record as grey ones."""
+    for night in series.missing:
+        plot.stripe(_day(series, night), "missing", "#9e9e9e", "no record", f"{night}: no night recorded")
     colors = {"FAIL": "#c62828", "ERROR": "#212121", "drift": "#6a1b9a"}
     for n in series.nights:
         for flag in n.flags:
@@ -151,6 +156,7 @@ def ratio_plot(series: Series) -> str:
     ]
     plot.steps(margin, "margin", "#c62828", "6,3")
     plot.line([(_day(series, n.night), n.ratio) for n in series.nights], "ratio", "#1565c0")
+    plot.legend([("decode ratio", "#1565c0", ""), ("1 - margin", "#c62828", "6,3")])
     for n in series.nights:
         if n.ratio is not None:
             what = f"decode ratio {ratio_text(n)}".replace("<small>", "").replace("</small>", "")
@@ -173,6 +179,7 @@ def tok_s_plot(series: Series) -> str:
     plot.line(
         [(_day(series, n.night), n.candidate_tok_s) for n in series.nights], "candidate", "#dd8452", "5,3"
     )
+    plot.legend([("control mean", "#4c72b0", ""), ("candidate mean", "#dd8452", "5,3")])
     for n in series.nights:
         if n.control_tok_s is not None:
             change = (
@@ -202,6 +209,7 @@ def quality_plot(series: Series) -> str:
         return None if q["selected"] in (None, 0) or q[key] is None else 100.0 * q[key] / q["selected"]
 
     have = any(n.quality["selected"] for n in series.nights)
+    _flag_stripes(plot, series, ("FAIL", "ERROR"))
     plot.steps(
         [(_day(series, n.night), pct(n, "gate_raw")) for n in series.nights], "gate-raw", "#c62828", "6,3"
     )
@@ -214,6 +222,14 @@ def quality_plot(series: Series) -> str:
     )
     plot.line(
         [(_day(series, n.night), pct(n, "candidate_raw")) for n in series.nights], "candidate", "#dd8452"
+    )
+    plot.legend(
+        [
+            ("candidate raw", "#dd8452", ""),
+            ("candidate strict", "#8172b3", "2,2"),
+            ("control raw", "#4c72b0", ""),
+            ("raw gate", "#c62828", "6,3"),
+        ]
     )
     for n in series.nights:
         value = pct(n, "candidate_raw")

@@ -93,15 +93,33 @@ class Plot:
         self.parts[:0] = out
 
     def stripe(self, day: int, cls: str, color: str, label: str, tip: str) -> None:
-        """A vertical stripe over a night (a flagged night), labelled at the top."""
+        """A vertical stripe over a night (a flagged night), labelled inside the top of the plot; labels
+        of neighbouring nights are staggered so that they do not overlap."""
         w = max((self.width - self.LEFT - self.RIGHT) / self.n_days, 6.0)
         x = self.x(day) - w / 2
+        self._labels = getattr(self, "_labels", [])
+        row = sum(1 for d in self._labels if abs(d - day) <= 2) % 3
+        self._labels.append(day)
         self.parts.append(
             f'<g class="{esc(cls)}"><title>{esc(tip)}</title><rect x="{_num(x)}" y="{self.TOP}" '
             f'width="{_num(w)}" height="{self.height - self.TOP - self.BOTTOM}" fill="{color}" '
-            f'fill-opacity="0.14"/><text x="{_num(self.x(day))}" y="{self.TOP - 3}" text-anchor="middle" '
-            f'font-size="10" font-weight="bold" fill="{color}">{esc(label)}</text></g>'
+            f'fill-opacity="0.14"/><text x="{_num(self.x(day))}" y="{self.TOP + 11 + 11 * row}" '
+            f'text-anchor="middle" font-size="10" font-weight="bold" fill="{color}">{esc(label)}</text></g>'
         )
+
+    def legend(self, items: Sequence[tuple[str, str, str]]) -> None:
+        """(label, colour, dash) of each line, in a row above the plot, right-aligned."""
+        x = self.width - self.RIGHT
+        out = []
+        for label, color, dash in reversed(items):
+            width = 7 * len(label) + 30
+            x -= width
+            dashed = f' stroke-dasharray="{dash}"' if dash else ""
+            out.append(
+                f'<line x1="{x}" x2="{x + 20}" y1="12" y2="12" stroke="{color}" stroke-width="2"{dashed}/>'
+                f'<text x="{x + 24}" y="16" font-size="11">{esc(label)}</text>'
+            )
+        self.parts.append(f'<g class="legend">{"".join(out)}</g>')
 
     def hline(self, value: float, cls: str, color: str, label: str, dash: str = "") -> None:
         y = _num(self.y(value))
