@@ -13,6 +13,7 @@ qgate.history_view and qgate.trend.
 
 from __future__ import annotations
 
+import re
 from datetime import date
 from typing import Any
 
@@ -21,6 +22,7 @@ from qgate.report.svg import MARKERS, Plot, esc, nice_ticks
 from qgate.trend import DRIFT_PCT
 
 GENERATOR = "qgate history publish"  # marks the site's pages: a new publish replaces only those
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'"
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#212121}
@@ -258,7 +260,8 @@ def _night_row(n: Night) -> str:
     if n.quality_contract_sha256:
         sha = n.quality_contract_sha256
         shas += f'<br>quality <code title="{esc(sha)}">{esc(sha[:12])}</code>'
-    notes = [f"<li>{esc(x)}</li>" for x in (*n.events, *n.reasons)]
+    # qgate.trend's events mark the night a regression came in as **bold** (markdown): bold here too.
+    notes = ["<li>" + _BOLD.sub(r"<strong>\1</strong>", esc(x)) + "</li>" for x in (*n.events, *n.reasons)]
     cells = [
         f'<a href="#n-{esc(n.night)}">{esc(n.night)}</a>',
         f'<code title="{esc(n.commit)}">{esc(n.commit[:12])}</code>',
