@@ -95,8 +95,11 @@ def _night_results(
     return out
 
 
-def make_entry(root: Path, store: Path, entry: str, name: str, with_quality: bool, seed: int) -> list[str]:
-    """The entry's nights appended to its history in the store; returns each night's verdict."""
+def make_entry(
+    root: Path, store: Path, entry: str, name: str, with_quality: bool, seed: int, incidents: bool = False
+) -> list[str]:
+    """The entry's nights appended to its history in the store; returns each night's verdict.
+    incidents: the FAIL, drift and lost nights happen to this entry."""
     contract = load_contract(write_contract(root / f"{entry}.yaml", name))
     rng = np.random.default_rng(seed)
     verdicts = []
@@ -105,10 +108,10 @@ def make_entry(root: Path, store: Path, entry: str, name: str, with_quality: boo
         level = 1.0 + 0.02 * np.sin(k / 3.0)  # the runner's slow wander
         runner = RUNNERS[int(k >= RUNNER_CHANGE)]
         speed = 1.35 if k >= RUNNER_CHANGE else 1.0
-        cand = 0.72 if (entry == "alpha" and night == FAIL_NIGHT) else 1.0 + 0.01 * rng.standard_normal()
-        drift = 0.92 if (entry == "alpha" and night == DRIFT_NIGHT) else 1.0
+        cand = 0.72 if (incidents and night == FAIL_NIGHT) else 1.0 + 0.01 * rng.standard_normal()
+        drift = 0.92 if (incidents and night == DRIFT_NIGHT) else 1.0
         noise = 1.0 + 0.004 * rng.standard_normal(20)
-        if entry == "alpha" and night == LOST_NIGHT:
+        if incidents and night == LOST_NIGHT:
             continue
         run = root / entry / night
         commit = f"{k + 1:02d}{entry}".ljust(40, "c")
@@ -139,7 +142,7 @@ def seed_store(root: Path) -> dict[str, Any]:
         old.unlink()
     store = root / "history.sqlite"
     verdicts = {
-        "alpha": make_entry(root / "runs", store, "alpha", ALPHA_NAME, True, 1),
+        "alpha": make_entry(root / "runs", store, "alpha", ALPHA_NAME, True, 1, incidents=True),
         "beta": make_entry(root / "runs", store, "beta", BETA_NAME, False, 2),
     }
     return {"store": store, "entries": ["alpha", "beta"], "verdicts": verdicts, "contracts": root / "runs"}

@@ -92,11 +92,11 @@ def load_ms(driver: Any) -> float:
     )
 
 
-def screenshot(driver: Any, path: Path) -> Path:
-    """The whole page (the window grown to the page's height, up to 6000 px) as a PNG."""
+def screenshot(driver: Any, path: Path, max_height: int = 6000) -> Path:
+    """The whole page (the window grown to the page's height, up to max_height px) as a PNG."""
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
     width = int(driver.execute_script("return document.documentElement.scrollWidth"))
-    driver.set_window_size(max(width, 1200), min(max(height, 600), 6000))
+    driver.set_window_size(max(width, 1200), min(max(height, 600), max_height))
     path.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(path))
     return path

@@ -8,6 +8,7 @@ browser test skips, or fails when QGATE_REQUIRE_BROWSER=1 (.ci/run).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -17,8 +18,10 @@ import pytest
 from history_seed import DRIFT_NIGHT, FAIL_NIGHT, LOST_NIGHT, seed_store, support
 from typer.testing import CliRunner
 
-from qgate import comparable
+from qgate import comparable, history
 from qgate.cli.history import app
+from qgate.history_view import build_series
+from qgate.report.site import render_site
 
 runner = CliRunner()
 
@@ -132,7 +135,7 @@ def test_a_person_sees_the_fail_the_band_and_working_links(site: dict[str, Any])
             "return getComputedStyle(arguments[0].querySelector('td')).backgroundColor", row
         )
         assert background == "rgb(253, 236, 234)", background  # the FAIL night's line is red
-        screenshot(driver, shots / "contract.png")
+        screenshot(driver, shots / "contract.png", max_height=1700)
 
         marker = driver.find_element(By.CSS_SELECTOR, "svg a.marker-fail")
         driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", marker)
@@ -153,3 +156,53 @@ def test_a_person_sees_the_fail_the_band_and_working_links(site: dict[str, Any])
     finally:
         ctx.__exit__(None, None, None)
     print(f"screenshots: {shots}")
+
+
+def _rows(site: dict[str, Any], entry: str = "alpha") -> list[dict[str, Any]]:
+    return [dict(r) for r in history.read_rows(site["store"], entry)]
+
+
+def test_every_string_of_a_record_is_escaped(site: dict[str, Any]) -> None:
+    hostile = "<img src=x onerror=alert(1)>\"'&"
+    rows = _rows(site)
+    for row in rows:
+        fp = json.loads(row["fingerprint"])
+        fp.update(hostname=hostile, torch=hostile)
+        row.update(
+            fingerprint=json.dumps(fp), commit_sha=hostile, source=hostile, speed_contract_sha256=hostile
+        )
+        row["verdicts"] = json.dumps({"speed": {"verdict": "FAIL", "reasons": [hostile]}})
+    pages = render_site(build_series(rows, hostile), [hostile], hostile, note=hostile)
+    for name, text in pages.items():
+        assert "<img" not in text and "onerror=alert(1)>" not in text, name
+        assert "&lt;img src=x onerror=alert(1)&gt;&quot;&#x27;&amp;" in text, name
+
+
+def test_one_launch_nights_take_the_history_bound_once_there_is_one(site: dict[str, Any]) -> None:
+    rows = _rows(site, "beta")
+    for row in rows:  # each night as a run of one engine start (the first launch's reps) had left it
+        reps, ids = json.loads(row["decode_tok_s_reps"]), json.loads(row["decode_launch_ids"])
+        row["decode_tok_s_reps"] = json.dumps([v for v, i in zip(reps, ids, strict=True) if i == 0])
+        row["decode_launch_ids"] = None
+    first = build_series(rows, "beta")[0]
+    basis = [n.band_basis for n in first.nights]
+    # launch_cv needs 5 earlier nights of the contract on this runner: then the history's bound is used
+    assert basis[:5] == ["reps only"] * 5 and set(basis[5:]) == {"history"}
+    widths = [n.ci_high - n.ci_low for n in first.nights]
+    assert min(widths[5:]) > max(widths[:5])  # the engine starts' variance widens the band
+    launches = build_series(_rows(site, "beta"), "beta")[0]
+    assert {n.band_basis for n in launches.nights} == {"launches"}
+
+
+def test_an_error_night_is_flagged_and_the_last_change_is_found(site: dict[str, Any]) -> None:
+    rows = _rows(site, "beta")
+    last = max(r["night"] for r in rows)
+    for row in rows:
+        if row["night"] == last:
+            row["verdict"] = "ERROR"
+            row["decode_tok_s_reps"] = json.dumps([])
+    series = build_series(rows, "beta")[-1]
+    assert series.last.flags == ("ERROR",) and series.last.band_basis == "no decode reps of both arms"
+    assert series.last_change() == (last, "PASS", "ERROR")
+    page = render_site([series], ["s"], "now")[f"{series.slug}.html"]
+    assert 'class="flag-error"' in page and f'id="n-{last}" class="night flag-error"' in page

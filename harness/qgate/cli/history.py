@@ -84,6 +84,7 @@ def publish_cmd(
             "--contracts", help="contract files or folders: the gate's margin on their nights (repeat)"
         ),
     ] = None,
+    note: Annotated[str | None, typer.Option("--note", help="a line on top of every page")] = None,
 ) -> None:
     """Write OUT/index.html and a page per contract x runner: a static site, no server, no network."""
     from qgate.fleet import load_fleet
@@ -91,7 +92,7 @@ def publish_cmd(
 
     with user_errors():
         entries = [*(entry or []), *(e.name for e in (load_fleet(fleet) if fleet else ()))]
-        done = publish(store, out, entries=entries or None, contracts=contracts)
+        done = publish(store, out, entries=entries or None, contracts=contracts, note=note)
     typer.echo(
         f"site: {done['index']} ({done['series']} contract x runner series, {done['nights']} nights, "
         f"{done['pages']} pages)"

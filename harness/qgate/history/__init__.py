@@ -142,11 +142,12 @@ def publish(
     out_dir: str | Path,
     entries: list[str] | None = None,
     contracts: list[str | Path] | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """The history as a static site in OUT (index.html, one page per contract x runner; qgate.report.site),
     each file written atomically. entries: fleet entries' histories to read (default: the store's own).
     contracts: contract files or folders of them (*.yaml): their margins are drawn on the nights that ran
-    under their sha256."""
+    under their sha256. note: a line shown on top of every page (what this history is)."""
     from qgate.contract import load_contract
     from qgate.history_view import Margin, build_series
     from qgate.report.site import GENERATOR, render_site
@@ -164,7 +165,7 @@ def publish(
         labels.append(backend.label)
         series += build_series(backend.read_rows(), entry, margins)
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    pages = render_site(series, labels, generated)
+    pages = render_site(series, labels, generated, note)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in pages.items():

@@ -34,11 +34,12 @@ tr.flag-fail td,tr.flag-error td{background:#fdecea}tr:target td{outline:2px sol
 .v-PASS{background:#2e7d32}.v-FAIL{background:#c62828}.v-INCONCLUSIVE{background:#ef8f00}
 .v-ERROR{background:#212121}.v-none{background:#9e9e9e}
 .flag{font-weight:bold;color:#c62828}.drift{font-weight:bold;color:#6a1b9a}code{font-size:12px}
+.site-note{background:#fff8e1;border:1px solid #ffcc80;padding:6px 10px;max-width:1100px}
 .note{color:#555;font-size:12px;max-width:900px}svg{display:block;margin:8px 0;max-width:100%;height:auto}
 """
 
 
-def _page(title: str, body: list[str]) -> str:
+def _page(title: str, body: list[str], note: str | None = None) -> str:
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -47,6 +48,7 @@ def _page(title: str, body: list[str]) -> str:
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f'<meta name="generator" content="{GENERATOR}">',
             f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
+            *([f'<p class="site-note">{esc(note)}</p>'] if note else []),
             *body,
             "</body></html>",
             "",
@@ -265,7 +267,7 @@ def _night_row(n: Night) -> str:
     cells = [
         f'<a href="#n-{esc(n.night)}">{esc(n.night)}</a>',
         f'<code title="{esc(n.commit)}">{esc(n.commit[:12])}</code>',
-        badge(n.verdict) + "".join(f' <span class="flag">{esc(f)}</span>' for f in n.flags if f != "drift"),
+        badge(n.verdict),
         kinds,
         ratio_text(n),
         margin,
@@ -287,7 +289,7 @@ def _runner_table(series: Series) -> str:
     return f'<table class="runner">{key}{rows}</table>'
 
 
-def series_page(series: Series, stores: list[str], generated: str) -> str:
+def series_page(series: Series, stores: list[str], generated: str, note: str | None = None) -> str:
     flagged = [n for n in series.nights if n.flags]
     body = [
         '<p><a href="index.html" id="back">&larr; all contracts and runners</a></p>',
@@ -332,7 +334,7 @@ def series_page(series: Series, stores: list[str], generated: str) -> str:
         "</table>",
         f'<p class="meta">From {esc(", ".join(stores))}; published {esc(generated)}.</p>',
     ]
-    return _page(f"qgate history: {series.contract}", body)
+    return _page(f"qgate history: {series.contract}", body, note)
 
 
 def _index_row(series: Series) -> str:
@@ -361,7 +363,7 @@ def _index_row(series: Series) -> str:
     return f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def index_page(series: list[Series], stores: list[str], generated: str) -> str:
+def index_page(series: list[Series], stores: list[str], generated: str, note: str | None = None) -> str:
     body = [
         "<h1>qgate nightly history</h1>",
         f'<p class="meta">{len(series)} contract x runner series from {esc(", ".join(stores))}; '
@@ -382,12 +384,15 @@ def index_page(series: list[Series], stores: list[str], generated: str) -> str:
             "decode ratio with its interval and the gate's margin, the control's tok/s and quality per "
             "night, every figure with its commit, contract sha256 and runner key.</p>",
         ]
-    return _page("qgate nightly history", body)
+    return _page("qgate nightly history", body, note)
 
 
-def render_site(series: list[Series], stores: list[str], generated: str) -> dict[str, str]:
-    """{file name: HTML} of the whole site: index.html and one page per series."""
-    pages = {"index.html": index_page(series, stores, generated)}
+def render_site(
+    series: list[Series], stores: list[str], generated: str, note: str | None = None
+) -> dict[str, str]:
+    """{file name: HTML} of the whole site: index.html and one page per series; `note`, a line the
+    publisher gives (what the history is), on top of every page."""
+    pages = {"index.html": index_page(series, stores, generated, note)}
     for s in series:
-        pages[f"{s.slug}.html"] = series_page(s, stores, generated)
+        pages[f"{s.slug}.html"] = series_page(s, stores, generated, note)
     return pages

@@ -158,6 +158,13 @@ class Plot:
     def line(self, points: Sequence[tuple[int, float | None]], cls: str, color: str, dash: str = "") -> None:
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         for run in self._runs(points):
+            if len(run) == 1:  # a night alone (no neighbour to join): a dot
+                d, v = run[0]
+                self.parts.append(
+                    f'<circle class="{esc(cls)}" cx="{_num(self.x(d))}" cy="{_num(self.y(v))}" r="3" '
+                    f'fill="{color}"/>'
+                )
+                continue
             pts = " ".join(f"{_num(self.x(d))},{_num(self.y(v))}" for d, v in run)
             self.parts.append(
                 f'<polyline class="{esc(cls)}" points="{pts}" fill="none" stroke="{color}" '
