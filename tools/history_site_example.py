@@ -8,7 +8,7 @@ Real and seeded nights, kept apart and said apart (the site's note, the folder's
   x 2 runners, a FAIL night, a drift, a lost night), numbers drawn from a seeded generator over the golden
   fixture's reps, never measured, judged by qgate's verdict and appended through the same path.
 Then `qgate history publish` over the three entries, and screenshots of the front page, the seeded
-FAIL series and the real series in headless Chromium (tests/site_browser.py), shrunk to 256 colours.
+FAIL series and the real series in headless Chromium (tests/site_browser.py), shrunk to 64 colours.
 
     python tools/history_site_example.py --real reports/example-cpu/run --real RUN [--out DIR]
 """
@@ -97,11 +97,11 @@ def seeded_nights(work: Path, store: Path) -> None:
 
 
 def shrink(path: Path) -> None:
-    """A screenshot in 256 colours (a UI's flat colours survive; a few times smaller)."""
+    """A screenshot in 64 colours (a UI's flat colours survive; a few times smaller)."""
     from PIL import Image
 
     with Image.open(path) as img:
-        img.convert("RGB").quantize(256).save(path, optimize=True)
+        img.convert("RGB").quantize(64).save(path, optimize=True)
 
 
 def screenshots(site: Path, out: Path) -> None:
@@ -118,7 +118,7 @@ def screenshots(site: Path, out: Path) -> None:
             driver.set_window_size(1400, 1000)
             driver.get((site / name).resolve().as_uri())
             print(f"{name}: loaded in {load_ms(driver):.0f} ms")
-            shrink(screenshot(driver, out / shot, max_height=1700))
+            shrink(screenshot(driver, out / shot, max_height=1300))
         errors = console_errors(driver)
     print(f"console errors: {errors or 'none'}")
 
