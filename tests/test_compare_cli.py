@@ -263,12 +263,14 @@ def _pr_result(arm: str, tok_s: list[float], loaded: object) -> dict:
 
 
 def _one_launch_contract(tmp_path: Path) -> Path:
-    """The production contract as it stood before issue 40: one engine start per arm (launches: 1)."""
+    """The production contract as it stood before issue 40: one engine start per arm (launches: 1), and
+    before issue 59's audits (the PR's records hold no top-k logprobs and no repeated rep)."""
     import yaml
 
     prod = Path(__file__).resolve().parents[1] / "contracts" / "qwen38-sm70-tp4-decode.yaml"
     data = yaml.safe_load(prod.read_text())
     data["speed"]["launches"] = 1
+    del data["speed"]["audit_top_k"], data["speed"]["repeat_reps"]
     path = tmp_path / "qwen38-sm70-tp4-decode-1-launch.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

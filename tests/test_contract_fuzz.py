@@ -830,8 +830,8 @@ def test_fuzzed_contracts_are_judged_right_in_one_line(category: str, tmp_path: 
 def test_a_home_dir_that_cannot_be_found_is_one_line_where_the_path_is_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from qgate.gsm8k import resolve_data_path
     from qgate.models import resolve_model
-    from qgate.quality.gsm8k import resolve_data_path
 
     monkeypatch.delenv("QGATE_GSM8K_PATH", raising=False)  # else it is read before the contract's path
     cases = _fuzz_cases("home-dir paths")

@@ -29,7 +29,7 @@ def test_demo_contract_has_the_three_gates_on_one_model(tmp_path: Path) -> None:
     plan = demo.make_plan(DEMO, tmp_path / "out")
     c = plan.loaded.contract
     assert c.ops is not None and c.speed is not None and c.quality is not None
-    assert c.model == "tiny-trained-wide"  # the routed projections carry its decode (qgate.tiny_wide)
+    assert c.model == "tiny-trained-wide"  # the routed projections carry its decode (qgate.tiny.wide)
     assert [p.name for p in plan.plans] == ["control", "candidate"]
     assert plan.plans[1].env == c.env_for("candidate")
 

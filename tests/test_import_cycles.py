@@ -89,3 +89,18 @@ def test_a_cycle_through_a_lazy_import_is_found(tmp_path: Path) -> None:
     (pkg / "sub" / "b.py").write_text("def f():\n    from qgate import a  # lazy\n    return a\n")
     (pkg / "c.py").write_text("from . import a\n")  # relative, one way: no cycle
     assert import_cycles.cycles(import_cycles.graph(tmp_path)) == [["qgate.a", "qgate.sub.b"]]
+
+
+def test_the_tiny_models_importing_the_quality_gate_is_found(tmp_path: Path) -> None:
+    """quality/run.py -> models.py -> tiny/: the trained tiny model reading the frozen items from
+    quality/ (where they lived before qgate.gsm8k) closed a circle through the rooms."""
+    pkg = tmp_path / "harness" / "qgate"
+    for sub in ("tiny", "quality"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "quality" / "gsm8k.py").write_text("FROZEN = 1\n")
+    (pkg / "gsm8k.py").write_text("FROZEN = 1\n")
+    (pkg / "tiny" / "train.py").write_text("from qgate.quality.gsm8k import FROZEN\n")
+    (pkg / "tiny" / "wide.py").write_text("from qgate.gsm8k import FROZEN\n")
+    assert import_cycles.upward(import_cycles.graph(tmp_path)) == ["qgate.tiny.train -> qgate.quality.gsm8k"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from qgate.quality.gsm8k import (
+from qgate.gsm8k import (
     DATA_ENV,
     FROZEN_SHA256,
     DatasetError,

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from qgate.contract import ContractError, load_contract
-from qgate.quality.gsm8k import FROZEN_SHA256
+from qgate.gsm8k import FROZEN_SHA256
 
 CONTRACTS = Path(__file__).resolve().parents[1] / "contracts"
 

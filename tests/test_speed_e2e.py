@@ -27,6 +27,7 @@ from qgate.speed.record import check_speed_result
 pytestmark = pytest.mark.vllm
 
 AA_LAUNCHES, AA_REPS, AA_TOKENS = 2, 4, 128
+AUDIT_TOP_K = 8
 
 
 def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
@@ -55,9 +56,13 @@ def _load(out: Path, arm: str) -> dict:
 def aa(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The A/A at the production contract's 2 % margin: (contract, run folder)."""
     root = tmp_path_factory.mktemp("aa")
+    # With the distribution audit's top-k on every rep and TEST04's repeated rep in every launch: both
+    # ride on these engine starts (their records and gates on real vLLM; tests/test_dist_audit.py has
+    # the rules without an engine).
     contract = _real_contract(
-        root, "aa-cpu.yaml", None, output_tokens=AA_TOKENS, launches=AA_LAUNCHES, repetitions=AA_REPS
-    )
+        root, "aa-cpu.yaml", None, output_tokens=AA_TOKENS, launches=AA_LAUNCHES, repetitions=AA_REPS,
+        audit_top_k=AUDIT_TOP_K, repeat_reps=1,
+    )  # fmt: skip
     data = yaml.safe_load(contract.read_text())
     data["speed"]["gates"]["max_decode_regression_pct"] = 2
     contract.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -80,8 +85,17 @@ def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
         assert all(launch["engine_start_s"] > 0 for launch in res["launches"])
         assert [r["index"] for r in res["reps"]] == list(range(AA_LAUNCHES * AA_REPS))
         assert [r["launch"] for r in res["reps"]] == [i // AA_REPS for i in range(AA_LAUNCHES * AA_REPS)]
+        # TEST04: each launch decoded its first rep's prompt again, the same tokens, timed alike
+        assert [(a["launch"], a["index"]) for a in res["repeats"]] == [
+            (k, k * AA_REPS) for k in range(AA_LAUNCHES)
+        ]
+        firsts = {r["index"]: r["token_ids_sha256"] for r in res["reps"]}
+        assert all(a["token_ids_sha256"] == firsts[a["index"]] and a["cpu_s"] > 0 for a in res["repeats"])
         for rep in res["reps"]:
             assert rep["output_tokens"] == len(rep["token_ids"]) == AA_TOKENS
+            # the top-k at every position, ranked: greedy decoding took the top one
+            assert len(rep["top_ids"]) == AA_TOKENS and all(len(row) == AUDIT_TOP_K for row in rep["top_ids"])
+            assert [row[0] for row in rep["top_ids"]] == rep["token_ids"] and rep["cpu_s"] > 0
             assert rep["finish_reason"] == "length" and rep["prefix_cache_reset"] is True
             assert rep["decode_tok_s"] > 0
             assert rep["tpot_ms"] == pytest.approx(1000 / rep["decode_tok_s"])
@@ -167,6 +181,14 @@ def test_real_aa_at_the_2_percent_margin_follows_its_ci(aa: tuple[Path, Path], t
     assert code == {"PASS": 0, "INCONCLUSIVE": 4}[record["verdict"]]
     assert f"verdict: {record['verdict']}" in stdout
     assert decode["unit"] == "launch" and record["speed"]["tokens"]["control_vs_candidate_identical"]
+    # The audits on real engine starts: an A/A reads every position from the same prefix, none
+    # discordant; it gains no more from a repeated prompt than the control (its own engine, twice).
+    dist = record["speed"]["tokens"]["distributions"]
+    assert (dist["positions"], dist["discordant"]) == (AA_LAUNCHES * AA_REPS * AA_TOKENS, 0), dist
+    gates = {g["name"]: g for g in record["gates"]}
+    assert gates["candidate's next-token distributions are the control's"]["passed"]
+    rep = gates["no speed from repeated inputs (TEST04)"]
+    assert rep["passed"] and "cost cpu_s" in rep["detail"], rep
     low, high = decode["t_ci_low"], decode["t_ci_high"]
     outcome = "shown" if low > 0.98 else "inferior" if high < 0.98 else "undecided"
     assert ni["outcome"] == outcome, (low, high, ni)

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qgate.models import model_dir as resolve_model_spec
-from qgate.tiny import CONFIG, build_tiny, ensure_tiny, verify_manifest
+from qgate.tiny.qwen3 import CONFIG, build_tiny, ensure_tiny, verify_manifest
 
 
 @pytest.fixture(scope="module")

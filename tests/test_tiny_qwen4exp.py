@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 pytest.importorskip("transformers.models.qwen4_exp")
 
 from qgate.cli import app  # noqa: E402
-from qgate.tiny import verify_manifest  # noqa: E402
-from qgate.tiny_qwen4exp import build_tiny_qwen4exp  # noqa: E402
+from qgate.tiny.qwen3 import verify_manifest  # noqa: E402
+from qgate.tiny.qwen4exp import build_tiny_qwen4exp  # noqa: E402
 
 
 @pytest.fixture(scope="module")

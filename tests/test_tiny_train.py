@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from qgate.quality.gsm8k import DATA_ENV, FROZEN_SHA256, Item, frozen_indices, load_items
+from qgate.gsm8k import DATA_ENV, FROZEN_SHA256, Item, frozen_indices, load_items
 from qgate.quality.scoring import score_output
-from qgate.tiny_train import build_tiny_trained, completion_text
+from qgate.tiny.train import build_tiny_trained, completion_text
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get(DATA_ENV) or REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl")

@@ -1,4 +1,4 @@
-"""The demo's wide model (qgate.tiny_wide): zero padding of the MLP keeps the model's function.
+"""The demo's wide model (qgate.tiny.wide): zero padding of the MLP keeps the model's function.
 
 Its 16/16 on the frozen items under the contract's sampling is what `qgate demo` checks on real vLLM;
 here: the padded model's logits equal the narrow model's, and the built directory is what vLLM loads.
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from qgate.tiny import build_tiny
-from qgate.tiny_wide import build_wide, widen_state_dict
+from qgate.tiny.qwen3 import build_tiny
+from qgate.tiny.wide import build_wide, widen_state_dict
 
 
 def test_padding_keeps_every_logit(tmp_path: Path) -> None:

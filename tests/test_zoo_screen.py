@@ -39,9 +39,11 @@ def small_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("kind", "why"),
     [
         ("sign", "outputs over the forward-error bound"),
-        ("stale", "outputs over the forward-error bound"),
+        # a stale call among the trials is over the bound; among the seen-input probe's it is fast
+        ("stale", "outputs over the forward-error bound|faster on an input it has seen"),
         ("precision", "outputs over the forward-error bound"),
         ("truncated", "outputs over the forward-error bound"),
+        ("address-memo", "new contents at the same addresses gave another result"),
     ],
 )
 def test_the_demo_screen_runs_the_faulty_candidates_code_and_fails_it(
@@ -52,7 +54,26 @@ def test_the_demo_screen_runs_the_faulty_candidates_code_and_fails_it(
     gate = demo.run_screen_gate(plan)
     assert gate.verdict == "FAIL", gate
     assert demo.FAULTY_KINDS[kind].impl in gate.figure  # it says whose code it screened
-    assert all(why in r for r in gate.reasons) and len(gate.reasons) == 2, gate.reasons  # both shapes
+    assert all(any(w in r for w in why.split("|")) for r in gate.reasons), gate.reasons
+    assert len(gate.reasons) == 2, gate.reasons  # both shapes
+
+
+def test_a_memo_of_exact_results_is_caught_by_its_speed_on_inputs_it_has_seen(tmp_path: Path) -> None:
+    """TEST04 at the op (qgate.ops.seen_inputs): bit-exact, so every output check passes it; at the demo's
+    long projections (a GEMV of ~100 us here) a hit costs a hash. The real route costs the same twice."""
+    doc = yaml.safe_load((CONTRACTS / "demo-cpu.yaml").read_text())
+    doc["ops"] = {"routes": ["fp16_gemv"], "trials": 4, "default_shapes": False,
+                  "shapes": {"fp16_gemv": [{"n": 16384, "k": 128}, {"n": 128, "k": 8192}]}}  # fmt: skip
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    plan = demo.make_plan(path, tmp_path / "out", faulty="memo")
+    plan.out.mkdir()
+    gate = demo.run_screen_gate(plan)
+    assert gate.verdict == "FAIL" and len(gate.reasons) == 2, gate.reasons
+    assert all("faster on an input it has seen" in r and "a result cache" in r for r in gate.reasons)
+    honest = demo.make_plan(path, tmp_path / "honest")
+    honest.out.mkdir()
+    assert demo.run_screen_gate(honest).verdict == "PASS"
 
 
 def test_a_route_that_copies_into_its_input_is_named(small_demo: Path, tmp_path: Path) -> None:
@@ -77,7 +98,7 @@ def test_the_real_routes_screen_passes_with_nothing_unseen(small_demo: Path, tmp
 
 
 def test_a_stale_route_that_skips_less_often_than_the_screen_calls_is_missed(tmp_path: Path) -> None:
-    """The screen's reach (docs/integrity.md): it makes trials + 1 calls per shape; a route stale only
+    """The screen's reach (docs/integrity.md): it makes trials + 28 calls per shape; a route stale only
     every 1000th call passes it, and only the engine gates (quality, the timed-output audit) can see it."""
     sys.path.insert(0, str(FIXTURES))
     try:
@@ -98,7 +119,8 @@ def test_a_stale_route_that_skips_less_often_than_the_screen_calls_is_missed(tmp
         finally:
             stale_routes._EVERY = every
         assert record["passed"] and record["overrides"] == {"fp16_gemv": "stale_routes:stale_gemv"}
-        assert stale_routes._calls == 5  # 4 trials + the determinism call
+        # 4 trials + the determinism call + the in-place trial's two + the seen-input probe's 1 + 2 x 12
+        assert stale_routes._calls == 32
     finally:
         sys.path.remove(str(FIXTURES))
 

@@ -95,6 +95,11 @@ UPWARD = (
     ("qgate.engine", "qgate.quality"),
     ("qgate.engine", "qgate.models"),
     ("qgate.engine", "qgate.cli"),
+    # The built-in models are below the workloads that run them (quality/run.py -> models.py -> tiny/):
+    # the frozen GSM8K items the trained model learns live in qgate.gsm8k, below both.
+    ("qgate.tiny", "qgate.quality"),
+    ("qgate.gsm8k", "qgate.quality"),
+    ("qgate.gsm8k", "qgate.tiny"),
     ("qgate", "qgate_kernels"),  # the folders: harness/ reaches kernels_ext/ only where EXCEPT says
 )
 # Importers an UPWARD pair lets through: the operator screen and benchmark (qgate.ops) run the routes'

@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 import qgate_route_env as route_env
-from qgate import comparable, routes
+from qgate import comparable, records, routes
 from qgate.compare import read_checked, refuse_overwrite
 from qgate.contract import LoadedContract
 from qgate.engine.arms import ArmPlan, Progress
 from qgate.errors import QgateError, cut
-from qgate.gate import PASS, SEV_ERROR, Gate, decide
+from qgate.gate import PASS, SEV_ERROR, Gate, decide, gate_name
 from qgate.quality.run import run_quality
 from qgate.results import (
     ResultError,
@@ -73,6 +73,28 @@ from qgate.timeline import match_arms as match_timeline_arms
 from qgate.timeline import thaw
 
 ABLATION_SCHEMA_VERSION = current_schema("ablation")
+_DOC = "docs/ablate.md"
+ARM_ATTESTATION = gate_name(
+    "{arm}: route attestation", __name__, "ERROR",
+    "the arm's result has no route counts: nothing proves which routes it ran", _DOC,
+)  # fmt: skip
+ENV_AS_PLANNED = gate_name(
+    "{arm}: env as planned", __name__, "ERROR",
+    "the arm's result ran another env than the ablation planned for it: its effect is not the factor's", _DOC,
+)  # fmt: skip
+COMPARABLE_WITH_CONTROL = gate_name(
+    "{arm}: comparable with control", __name__, "ERROR",
+    "the arm differs from the control in more than its env (qgate.comparable): its effect is not the "
+    "factor's", _DOC,
+)  # fmt: skip
+EFFECT_COMPUTED = gate_name(
+    "effect {effect} computed", __name__, "ERROR",
+    "an effect's statistics (candidate, a factor alone, leave-one-out) could not be computed", _DOC,
+)  # fmt: skip
+INTERACTION_COMPUTED = gate_name(
+    "interaction ({basis}) computed", __name__, "ERROR",
+    "the factors' interaction could not be computed: no claim that their effects add up", _DOC,
+)  # fmt: skip
 DESIGNS = ("both", "one-at-a-time", "leave-one-out", "full")
 DEFAULT_DESIGN = "both"
 MAX_FULL_FACTORS = 5  # 2^5 = 32 engine starts per launch: beyond that, a factorial is not "small k"
@@ -446,7 +468,7 @@ def attestation_gates(name: str, result: Mapping[str, Any]) -> list[Gate]:
     """Every route switched on in this arm shows hits; every route off shows none. ERROR-class."""
     res = dict(result)
     if not isinstance(res.get("routes"), dict):
-        return [Gate(f"{name}: route attestation", False, "the result has no routes", SEV_ERROR)]
+        return [Gate(ARM_ATTESTATION(arm=name), False, "the result has no routes", SEV_ERROR)]
     return [g.prefixed(f"{name}: ") for g in (*routes.ran_gates(res), routes.off_clean_gate(res))]
 
 
@@ -459,11 +481,11 @@ def arm_gates(
     env = res.get("env") if isinstance(res.get("env"), dict) else {}
     ok = env == arm.env
     detail = "the result ran the planned env" if ok else f"result env {env} is not the planned {arm.env}"
-    gates.append(Gate(f"{arm.name}: env as planned", ok, detail, SEV_ERROR))
+    gates.append(Gate(ENV_AS_PLANNED(arm=arm.name), ok, detail, SEV_ERROR))
     if arm.name != "control":
         diffs = comparable.differences(dict(control), res, loaded, SPEED_EXTRA_KEYS)
         g = comparable.comparable_gate(diffs)
-        gates.append(Gate(f"{arm.name}: comparable with control", g.passed, g.detail, g.severity))
+        gates.append(Gate(COMPARABLE_WITH_CONTROL(arm=arm.name), g.passed, g.detail, g.severity))
     gates += attestation_gates(arm.name, res)
     return gates
 
@@ -496,10 +518,10 @@ def _effect_gates(eff: Mapping[str, Any]) -> list[Gate]:
         d = e["decode"]
         bad = d["verdict"] == STAT_ERROR or e["tpot_delta_ms"]["error"] is not None
         detail = d.get("error") or e["tpot_delta_ms"]["error"] or f"{d['verdict']}: {d['reason']}"
-        gates.append(Gate(f"effect {label} computed", not bad, str(detail), SEV_ERROR))
+        gates.append(Gate(EFFECT_COMPUTED(effect=label), not bad, str(detail), SEV_ERROR))
     for basis, inter in eff["interaction"].items():
         err = inter["tpot_ms"]["error"] or inter["decode_pct"]["error"]
-        gates.append(Gate(f"interaction ({basis}) computed", err is None, err or "computed", SEV_ERROR))
+        gates.append(Gate(INTERACTION_COMPUTED(basis=basis), err is None, err or "computed", SEV_ERROR))
     return gates
 
 
@@ -646,4 +668,5 @@ def load_ablation(path: str | Path) -> dict[str, Any]:
     tl = data.get("timeline")  # schema 4 (null without --timeline); 2 and 3 have none
     if tl is not None and not (isinstance(tl, dict) and tl.get("kind") == "timeline"):
         raise ResultError(f"{path}: timeline = {cut(repr(tl))}: expected a timeline record or null")
+    records.validate("ablation", data, str(path))  # then the typed model (qgate.records.ablation)
     return data

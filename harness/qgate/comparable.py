@@ -20,8 +20,17 @@ from typing import Any
 
 from qgate import routes
 from qgate.contract import LoadedContract
-from qgate.gate import SEV_ERROR, Gate
+from qgate.gate import SEV_ERROR, Gate, gate_name
 
+COMPARABLE = gate_name(
+    "comparable arms", __name__, "ERROR",
+    "the two results differ in more than the arm env (contract, model, prompt, machine, versions, engine "
+    "args the contract does not declare): the comparison would measure something else", "docs/compare.md",
+)  # fmt: skip
+ATTESTATION = gate_name(
+    "route attestation", __name__, "ERROR",
+    "a result's route counts could not be read: nothing proves which code ran", "docs/routes.md",
+)  # fmt: skip
 FINGERPRINT_KEYS = ("cpu", "cpu_count", "memory_gib", "gpu", "driver", "python", "torch", "vllm", "qgate")
 NOTE_KEYS = ("hostname", "git_sha")
 
@@ -150,8 +159,8 @@ def notes(control: dict[str, Any], candidate: dict[str, Any]) -> list[str]:
 
 def comparable_gate(diffs: Sequence[str]) -> Gate:
     if diffs:
-        return Gate("comparable arms", False, "refuse to compare: " + "; ".join(diffs), SEV_ERROR)
-    return Gate("comparable arms", True, "the results differ only in the arm env", SEV_ERROR)
+        return Gate(COMPARABLE(), False, "refuse to compare: " + "; ".join(diffs), SEV_ERROR)
+    return Gate(COMPARABLE(), True, "the results differ only in the arm env", SEV_ERROR)
 
 
 def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str = "") -> list[Gate]:
@@ -161,4 +170,4 @@ def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str 
         return [g.prefixed(prefix) for g in routes.attestation_gates(control, candidate)]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         detail = f"cannot attest the routes: {type(exc).__name__}: {exc}"
-        return [Gate(f"{prefix}route attestation", False, detail, SEV_ERROR)]
+        return [Gate(prefix + ATTESTATION(), False, detail, SEV_ERROR)]

@@ -31,7 +31,7 @@ from qgate.comparable import attestation, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
 from qgate.contract.aa import arm_meaning
 from qgate.errors import cut
-from qgate.gate import SEV_ERROR, Gate, decide
+from qgate.gate import SEV_ERROR, Gate, decide, gate_name
 from qgate.quality.compare import compare_quality
 from qgate.quality.record import check_quality_result
 from qgate.results import (
@@ -48,6 +48,22 @@ from qgate.speed.compare import SPEED_EXTRA_KEYS, compare_speed
 from qgate.speed.record import check_speed_result
 from qgate.timeline import match_arms, thaw
 from qgate_route_env import SwitchError, routes_on
+
+COMPUTED = gate_name(
+    "{kind} comparison computed", __name__, "ERROR",
+    "a result could not be read as its kind (speed, quality): no figure of it can be trusted",
+    "docs/compare.md",
+)  # fmt: skip
+SAME_KINDS = gate_name(
+    "same result kinds", __name__, "ERROR",
+    "one arm has a result kind (speed, quality) the other lacks: half a comparison is not a verdict",
+    "docs/compare.md",
+)  # fmt: skip
+RENDERED = gate_name(
+    "report rendered", __name__, "ERROR",
+    "the verdict's report could not be drawn from its records: the records are malformed",
+    "docs/compare.md",
+)  # fmt: skip
 
 VERDICT_SCHEMA_VERSION = current_schema("verdict")
 KINDS = ("speed", "quality")
@@ -283,9 +299,7 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
         section = dict(comparer.compare(pair.control, pair.candidate, loaded))
     except Exception as exc:  # a result that cannot be read as its kind: ERROR with the reason, never a pass
         section = {"gates": [], "error": f"The {pair.kind} comparison failed: {type(exc).__name__}: {exc}"}
-        failed.append(
-            Gate(f"{pair.kind} comparison computed", False, f"{type(exc).__name__}: {exc}", SEV_ERROR)
-        )
+        failed.append(Gate(COMPUTED(kind=pair.kind), False, f"{type(exc).__name__}: {exc}", SEV_ERROR))
     own = section.pop("gates")
     if comparer.own_gates:
         section[comparer.own_gates] = [g.to_dict() for g in own]
@@ -312,7 +326,7 @@ def _section_or_error(pair: Pair, loaded: LoadedContract, comparer: Comparer) ->
         return compare_pair(pair, loaded, comparer)
     except Exception as exc:
         detail = f"{type(exc).__name__}: {cut(str(exc))}"
-        gate = Gate(f"{pair.kind} comparison computed", False, detail, SEV_ERROR)
+        gate = Gate(COMPUTED(kind=pair.kind), False, detail, SEV_ERROR)
         return {
             "gates": [gate.prefixed(comparer.prefix)],
             "error": f"The {pair.kind} comparison failed: {detail}",
@@ -333,7 +347,7 @@ def build_verdict(
     sections = {pair.kind: _section_or_error(pair, loaded, registry[pair.kind]) for pair in pairs}
     gates = [g for s in sections.values() for g in s["gates"]]
     if one_sided:
-        gates.append(Gate("same result kinds", False, "; ".join(one_sided), SEV_ERROR))
+        gates.append(Gate(SAME_KINDS(), False, "; ".join(one_sided), SEV_ERROR))
     verdict, reasons = decide(gates)
     record: dict[str, Any] = {
         "kind": "verdict",
@@ -417,7 +431,7 @@ def write_report(record: dict[str, Any], out_dir: str | Path) -> tuple[dict[str,
 
 
 def _unrenderable(record: dict[str, Any], exc: Exception) -> dict[str, Any]:
-    gate = Gate("report rendered", False, f"{type(exc).__name__}: {cut(str(exc))}", SEV_ERROR)
+    gate = Gate(RENDERED(), False, f"{type(exc).__name__}: {cut(str(exc))}", SEV_ERROR)
     gates = [Gate(**g) for g in record.get("gates", [])] + [gate]
     verdict, reasons = decide(gates)
     return {**record, "verdict": verdict, "reasons": reasons, "gates": [g.to_dict() for g in gates]}

@@ -88,6 +88,31 @@ FAULTY_KINDS: dict[str, FaultyKind] = {
         "the defeat device (exact except under the speed workload, where it does half the work)",
         (SPEED,),
     ),
+    "memo": FaultyKind(
+        "gamed_routes:memo_gemv",
+        "the memo (exact route results remembered by the weight's address and the input's bytes)",
+        (SCREEN,),
+    ),
+    "address-memo": FaultyKind(
+        "gamed_routes:address_memo_gemv",
+        "the address memo (results remembered by the addresses of weight and input, not their contents)",
+        (SCREEN,),
+    ),
+    "defeat-lm-head": FaultyKind(
+        "gamed_routes:defeat_lm_head_gemv",
+        "the one-role defeat device (the lm_head on half of K under the speed workload only)",
+        (SPEED,),
+    ),
+    "defeat-strided": FaultyKind(
+        "gamed_routes:defeat_strided_gemv",
+        "the library defeat device (every role through torch's matmul on the even half of K, timed only)",
+        (SPEED,),
+    ),
+    "top1": FaultyKind(
+        "gamed_routes:top1_lm_head_gemv",
+        "the top1-only lm_head (the argmax logit right, every other logit the row's lowest)",
+        (SPEED,),
+    ),
     "inplace": FaultyKind(
         "copy_routes:inplace_gemv",
         "the in-place GEMV (where N == K the result is written over its input x, and x returned)",
@@ -160,18 +185,22 @@ def make_plan(contract: Path, out: Path, faulty: bool | str | None = None, devic
         raise DemoError(f"{out} exists and is not empty; choose another --out")
     plans = contract_arms(loaded, ARMS)
     if kind is not None:
-        fixtures = fixtures_dir()
-        impl = FAULTY_KINDS[kind].impl
-        module = fixtures / (impl.split(":", 1)[0] + ".py")
-        if not module.is_file():
-            raise DemoError(f"--faulty needs a source checkout: {module} not found")
-        cand = plans[1]
-        # The fixtures in front of this process's own path: an arm's PYTHONPATH replaces the inherited
-        # one, and a source checkout run through PYTHONPATH (no install) needs it in the engine too.
-        inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": os.pathsep.join([str(fixtures), *inherited])}
-        plans = [plans[0], replace(cand, env=env)]
+        plans = [plans[0], faulty_candidate(plans[1], kind)]
     return DemoPlan(loaded, out, kind, plans, device)
+
+
+def faulty_candidate(cand: ArmPlan, kind: str) -> ArmPlan:
+    """The candidate's plan with a faulty kind's GEMV switched in (its fixture module on the arm's path)."""
+    fixtures = fixtures_dir()
+    impl = FAULTY_KINDS[kind].impl
+    module = fixtures / (impl.split(":", 1)[0] + ".py")
+    if not module.is_file():
+        raise DemoError(f"--faulty needs a source checkout: {module} not found")
+    # The fixtures in front of this process's own path: an arm's PYTHONPATH replaces the inherited
+    # one, and a source checkout run through PYTHONPATH (no install) needs it in the engine too.
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**cand.env, FAULTY_ROUTE_VAR: impl, "PYTHONPATH": os.pathsep.join([str(fixtures), *inherited])}
+    return replace(cand, env=env)
 
 
 def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
@@ -182,7 +211,7 @@ def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
     t0 = time.perf_counter()
     data = None
     if c.model in TRAINED:  # trained on the data the quality gate reads
-        from qgate.quality.gsm8k import load_items
+        from qgate.gsm8k import load_items
 
         q = c.quality
         assert q is not None

@@ -1,6 +1,6 @@
 """Resolve a contract's `model` to a local directory: a path, or a built-in tiny model built on first use
-(`tiny`: qgate.tiny; `tiny-trained`: qgate.tiny_train; `tiny-trained-wide`, the demo's: qgate.tiny_wide;
-`tiny-qwen4exp`: qgate.tiny_qwen4exp)."""
+(`tiny`: qgate.tiny.qwen3; `tiny-trained`: qgate.tiny.train; `tiny-trained-wide`, the demo's: qgate.tiny.wide;
+`tiny-qwen4exp`: qgate.tiny.qwen4exp)."""
 
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ def model_dir(spec: str, data: Path | None = None) -> Path:
     """A built-in model's directory (built on first use; `tiny-trained` is trained on `data`, default
     env QGATE_GSM8K_PATH), or the path as given, unchecked."""
     if spec == "tiny":
-        from qgate.tiny import ensure_tiny
+        from qgate.tiny.qwen3 import ensure_tiny
 
         return Path(ensure_tiny())
     if spec == "tiny-trained":
-        from qgate.tiny_train import ensure_trained
+        from qgate.tiny.train import ensure_trained
 
         return Path(ensure_trained(data=data))
     if spec == "tiny-trained-wide":
-        from qgate.tiny_wide import ensure_wide
+        from qgate.tiny.wide import ensure_wide
 
         return Path(ensure_wide(data=data))
     if spec == "tiny-qwen4exp":
-        from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+        from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
         return Path(ensure_tiny_qwen4exp())
     return expand_user(spec, "model")

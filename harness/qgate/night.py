@@ -23,9 +23,11 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from qgate import records
 from qgate.errors import QgateError, cut
 from qgate.gate import VERDICT_RANK
 from qgate.quality.record import check_quality_result
+from qgate.records.verdict import Inputs, Verdict
 from qgate.results import ResultError, load_result, read_result
 from qgate.speed.figures import arm_figures
 from qgate.speed.record import check_speed_result
@@ -247,27 +249,30 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
         kinds = record.get("kinds") or []
         if not all(isinstance(k, str) for k in kinds):
             raise HistoryError(f"{path}: kinds = {cut(repr(kinds))}: expected a list of result kinds")
-        inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
-        for kind in kinds:
+        try:  # then the typed model (qgate.records.verdict), in the same one line
+            verdict = records.parse(Verdict, record, str(path))
+        except ResultError as exc:
+            raise HistoryError(str(exc)) from None
+        for kind in verdict.kinds:
             if kind in out:
                 raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")
             out[kind] = {
-                "verdict": record["verdict"],
-                "reasons": list(record.get("reasons") or []),
-                "contract_sha256": (record.get("contract") or {}).get("sha256"),
-                "min_decode_tok_s": (record.get("figures") or {}).get("min_decode_tok_s"),
+                "verdict": verdict.verdict,
+                "reasons": list(verdict.reasons),
+                "contract_sha256": verdict.contract.sha256,
+                "min_decode_tok_s": (verdict.figures or {}).get("min_decode_tok_s"),
                 "path": str(path),
-                "judged": _judged(inputs.get(kind), path, record["schema_version"]),
+                "judged": _judged(getattr(verdict.inputs, kind, None), path, verdict.schema_version),
             }
     return out
 
 
-def _judged(inputs: Any, path: Path, version: int) -> dict[str, str] | None:
+def _judged(inputs: Inputs | None, path: Path, version: int) -> dict[str, str] | None:
     """{arm: sha256} of the result files a verdict judged (verdict schema 3); None for an older verdict,
     which did not record them (read as it is: it cannot be checked)."""
     if version < 3:
         return None
-    shas = {arm: inputs.get(f"{arm}_sha256") for arm in ARMS} if isinstance(inputs, dict) else {}
+    shas = {arm: getattr(inputs, f"{arm}_sha256") for arm in ARMS} if inputs is not None else {}
     if not all(isinstance(v, str) for v in shas.values()) or not shas:
         raise HistoryError(
             f"{path}: a verdict of schema {version} without the sha256 of the results it judged"

@@ -164,15 +164,27 @@ def check_header(data: dict[str, Any], where: str, run_id: bool) -> Check:
 
 def check_routes(c: Check, routes: Any) -> None:
     """The route attestation (qgate.routes.collect): {route: {hits, fallbacks: {reason: n}, roles: {role:
-    n}, captures: {role: n}}}, every count an integer >= 0 (the attestation gates count them)."""
+    n}, captures: {role: n}, ranks: {rank: {hits, roles, starts}}, starts}}, every count an integer >= 0
+    (the attestation gates count them), every rank a number."""
     for route, counts in c.dict(routes, "routes").items():
         counts = c.dict(counts, f"routes.{route}")
         if "hits" in counts:
             c.int(counts["hits"], f"routes.{route}.hits", 0, MAX_HITS)
+        if "starts" in counts:
+            c.int(counts["starts"], f"routes.{route}.starts", 0, MAX_HITS)
         for part in ("fallbacks", "roles", "captures"):
             if part in counts:
                 for name, n in c.dict(counts[part], f"routes.{route}.{part}").items():
                     c.int(n, f"routes.{route}.{part}.{name}", 0, MAX_HITS)
+        for rank, per_rank in c.dict(counts.get("ranks", {}), f"routes.{route}.ranks").items():
+            key = f"routes.{route}.ranks.{rank}"
+            if not (rank.isascii() and rank.isdigit()):
+                raise c.fail(f"routes.{route}.ranks", rank, "expected a tensor parallel rank (0, 1, ...)")
+            per_rank = c.dict(per_rank, key)
+            c.int(per_rank.get("hits"), f"{key}.hits", 0, MAX_HITS)
+            c.int(per_rank.get("starts"), f"{key}.starts", 0, MAX_HITS)
+            for name, n in c.dict(per_rank.get("roles"), f"{key}.roles").items():
+                c.int(n, f"{key}.roles.{name}", 0, MAX_HITS)
 
 
 def check_launches(c: Check, data: dict[str, Any], complete: bool = True) -> dict[int, datetime]:

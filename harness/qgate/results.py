@@ -1,14 +1,6 @@
 """Result records on disk: schema-versioned JSON, written atomically, never overwritten silently.
 
-Format history of speed results (``kind: speed``):
-  1 (2026-11-29): first version; reps carry engine timestamps and token ids.
-  2 (2026-12-04): `run_id` (one per result file: an arm of one run) in the header and in every rep, so
-                  a rep copied in from another run's file is told apart (qgate.speed.record).
-  3 (2026-12-04): every rep on its own prompt (rep `prompt_sha256`), `warmups` (their prompts),
-                  `prompt.seed` the run's (drawn unless pinned: `prompt.seed_pinned`), `prompt.sha256`
-                  the prompt plan's; `audit` in the control's result (qgate.speed.audit). Versions 1
-                  and 2 are still read, so that compare can say why it refuses one (one prompt in
-                  every rep).
+Each kind's format history is in its model (qgate.records.<kind>), with its schema versions.
 
 Reading: a result is read by `read_result` only (regular file, size cap, UTF-8, nesting cap, then
 JSON); what its records must hold is checked by the kind's own module (qgate.speed.record,
@@ -30,62 +22,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from qgate.errors import QgateError, cut
+from qgate.errors import cut
+from qgate.records import SCHEMAS as RECORD_SCHEMAS
+from qgate.records.base import ResultError
 
 # The one registry of the record kinds qgate writes to disk: kind -> the schema versions this qgate
-# reads, oldest first; the last is the one it writes. Writers take their version from here
-# (`current_schema`) and `load_result` checks against it, so the two cannot drift apart again
-# (`qgate bench ops` once wrote ops_bench 3 while loading knew {1, 2}). Bump a kind here, with a
-# line on what changed, when its shape changes.
-SCHEMAS: dict[str, tuple[int, ...]] = {
-    "speed": (1, 2, 3),  # 2: run_id in the header and every rep (a rep grafted from another run is refused)
-    # 3: every rep on a prompt of its own (prompt_sha256), warmups, the run's prompt seed, the audit
-    "quality": (1, 2, 3),  # 2: repeated seeds (item records carry `seed`), per-item rates
-    # 3: run_id in the header and every item (an item grafted from another run is refused)
-    # 2: the quality section holds data (settings, figures, misses, paired test, quality_gates) that
-    # report/quality.py renders, no finished markdown; history reads only top-level fields of either
-    # 3: inputs.<kind> carries control_sha256 / candidate_sha256, the sha256 of the result files judged
-    # (history append refuses a night whose results changed after its compare)
-    # 4: `timeline`, the decode-step timeline of `qgate compare --timeline DIR` (null otherwise; 1 to 3 are
-    # read as without one)
-    "verdict": (1, 2, 3, 4),
-    # 2: arm and overrides (the arm's QGATE_ROUTE_IMPL_* screened in place of the kernels; an
-    # overridden case has fallback_probe null)
-    # 3: per case `bound` (the forward-error bound's tally: qgate.ops.bound) and `judged_ulp`; per route
-    # `bias` (the sign test); GEMV / GDN failures are the bound's, not max_ulp's
-    # 4: `unseen`, what of the arm's code the screen did not run (qgate.ops.seen; null without an arm)
-    "ops": (1, 2, 3, 4),
-    # 4: the headline is the decode step (cases carry decode_step; vs_best and target_met judge it,
-    # the back-to-back ratio is vs_best_back_to_back) and the record carries the layer chains.
-    # 1-3 (vs_best judged back to back) are no longer read: rendered as today they would misstate it.
-    "ops_bench": (4,),
-    # 2: GEMV cases time the routed call through the vLLM plugin (`plugin`); 3: the timed-output audit
-    # (per case `audit`, `audit_failures`; the record's `audit_failures`, `arm`, `overrides`)
-    "ops_bench_cpu": (1, 2, 3),
-    # real-weight operator bounds (qgate.ops.real); 2: casts, weight_failures, hc_dtype, route_dtypes,
-    # skipped, per role `bound` and chain_max_ulp (max_ulp_bound gone), per route `bias`; `recording`
-    # (the recording's ranks and shapes against the slices, qgate.ops.recorded) and `topk` (the QSA
-    # top-k on recorded score rows)
-    "ops_real": (1, 2),
-    # 2: route rows hold hits by role and fallbacks by reason as mappings (routes.route_summary), no
-    # formatted text; 1 is no longer read (its rows cannot be rendered by report/ablation.py)
-    # 4: `timeline`, the decode-step timeline of `qgate ablate --timeline DIR` (null otherwise; 2 and 3
-    # are read as without one)
-    "ablation": (2, 3, 4),  # 3: `sequential`, the looks of `qgate ablate --until-decided` (null otherwise)
-    # 2: the speed gate's outcome lists the candidate's routes that ran (`routes`); 3: `faulty` is the
-    # faulty kind or null, the screen's outcome lists what it did not see (`unseen`, `bitwise_all`),
-    # `claims` (what the summary may say, from the gates of the run), `faulty_what`
-    "demo": (1, 2, 3),
-    "processes": (1,),
-    # a decode-step timeline read from tools/gpu_engine/profile_decode.py's per-arm files (qgate.timeline);
-    # 2: per arm `graph_kernels`, `graph_span_us` and against the control `graph_stretches` (one decode
-    # graph replay aligned with the control's), null where a profile has no `graph_step`
-    # 3: `comparison_arms` beside `ablation_arms` (match_arms: the profiles tied to `qgate compare`'s
-    # control and candidate), null where no comparison embeds the record
-    # 4: against the control `graph_early_starts` (kernels of a replay that start before an earlier one
-    # ends, PDL or another stream: the wait the profiler counts as their time), null without graph_step
-    "timeline": (1, 2, 3, 4),
-}
+# reads, oldest first; the last is the one it writes. Read from the record models (qgate.records: each
+# kind's model holds its versions and their history), so writers (`current_schema`), loading
+# (`load_result`) and the JSON Schemas cannot drift apart (`qgate bench ops` once wrote ops_bench 3
+# while loading knew {1, 2}). Bump a kind in its model, with a line on what changed, when its shape
+# changes.
+SCHEMAS: dict[str, tuple[int, ...]] = dict(RECORD_SCHEMAS)
 KNOWN_SCHEMAS = {kind: set(versions) for kind, versions in SCHEMAS.items()}
 
 
@@ -95,10 +42,6 @@ def current_schema(kind: str) -> int:
 
 
 SPEED_SCHEMA_VERSION = current_schema("speed")
-
-
-class ResultError(QgateError):
-    """A result file that cannot be used; str() is one line for the user."""
 
 
 def ids_sha256(ids: list[int]) -> str:

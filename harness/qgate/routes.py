@@ -9,6 +9,11 @@ replay of that graph (qgate_kernels.graphs), and `captures` says how many calls 
 (none without graphs, where executions are the calls). A route the
 candidate switches on must show hits, and the control must show none: otherwise the comparison would
 measure something else than it claims (`attestation_gates`, which `qgate compare` turns into ERROR).
+Per tensor parallel rank: each worker's file names its rank (`tp_rank`, attestation schema 3), and
+`collect` keeps, beside the sums, `ranks: {rank: {hits, roles, starts}}` and the route's `starts` (the
+engine starts in which some rank ran it); at TP > 1 `routes.<route>.every_rank` asks every rank of the
+result's `engine_args.tensor_parallel_size` for hits, at every listed role, in each such start: the sums
+of three ranks would hide a fourth that ran nothing.
 The route env vocabulary is qgate_route_env's; the pre-flight of an arm's route env is
 qgate.engine.preflight's.
 """
@@ -20,8 +25,28 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qgate.errors import RouteError
-from qgate.gate import SEV_ERROR, Gate
+from qgate.gate import SEV_ERROR, Gate, gate_name
 from qgate_route_env import ROUTES, listed_roles, override_var, switched_on
+
+_DOC = "docs/routes.md"
+CONTROL_CLEAN = gate_name(
+    "routes.control_clean", __name__, "ERROR",
+    "a route ran in the control (or it has no attestation): the control is not vLLM's own path", _DOC,
+)  # fmt: skip
+ROUTE_RAN = gate_name(
+    "routes.{route}.ran", __name__, "ERROR",
+    "a route the candidate switches on had no hits (or missed a listed role): the candidate did not run "
+    "the kernel it claims", _DOC,
+)  # fmt: skip
+EVERY_RANK = gate_name(
+    "routes.{route}.every_rank", __name__, "ERROR",
+    "at tensor parallel > 1 a rank ran none of a route's calls (or missed a listed role, or sat out an "
+    "engine start): the candidate did not run the kernel it claims on every rank", _DOC,
+)  # fmt: skip
+OFF_CLEAN = gate_name(
+    "routes.off_clean", __name__, "ERROR",
+    "a route this ablation arm leaves off ran: the arm is not the one planned", _DOC, shown_as="{arm}: ",
+)  # fmt: skip
 
 
 def _empty_route() -> dict:
@@ -47,6 +72,7 @@ def collect(attest_dir: Path) -> dict:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             routes = data["routes"]
+            rank = _file_rank(data)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RouteError(f"{path}: unreadable route attestation ({type(exc).__name__}: {exc})") from None
         if data.get("errors"):
@@ -60,6 +86,39 @@ def collect(attest_dir: Path) -> dict:
             _add(into["fallbacks"], counts.get("fallbacks", {}))
             _add(into["roles"], counts.get("roles", {}))
             _add(into.setdefault("captures", {}), counts.get("captures", {}))
+            if rank is not None:
+                per_rank = into.setdefault("ranks", {}).setdefault(str(rank), {"hits": 0, "roles": {}})
+                per_rank["hits"] += int(counts.get("hits", 0))
+                _add(per_rank["roles"], counts.get("roles", {}))
+    for into in merged.values():
+        if "ranks" in into:  # one engine start: each rank ran the route in it or not
+            for per_rank in into["ranks"].values():
+                per_rank["starts"] = int(per_rank["hits"] > 0)
+            into["starts"] = int(any(r["starts"] for r in into["ranks"].values()))
+    return merged
+
+
+def _file_rank(data: dict) -> int | None:
+    """The tensor parallel rank of a process that loaded a model (schema 3); None for one that loaded
+    none (the front end, the engine core) and for files written before ranks were recorded."""
+    rank = data.get("tp_rank")
+    if rank is None:
+        return None
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"tp_rank {rank!r} is not a rank")
+    return rank
+
+
+def merge_ranks(total: dict, part: dict) -> dict:
+    """Sum the per-rank counts {rank: {hits, roles, starts}} of two engine starts of one arm."""
+    merged = {
+        r: {"hits": v["hits"], "roles": dict(v["roles"]), "starts": v["starts"]} for r, v in total.items()
+    }
+    for rank, counts in part.items():
+        into = merged.setdefault(rank, {"hits": 0, "roles": {}, "starts": 0})
+        into["hits"] += int(counts.get("hits", 0))
+        into["starts"] += int(counts.get("starts", 0))
+        _add(into["roles"], counts.get("roles", {}))
     return merged
 
 
@@ -104,26 +163,28 @@ def attestation_gates(control: dict, candidate: dict) -> list[Gate]:
     gates = []
     ctrl_routes = control.get("routes")
     if not isinstance(ctrl_routes, dict):
-        gates.append(_gate("routes.control_clean", False, "the control result has no route attestation"))
+        gates.append(_gate(CONTROL_CLEAN(), False, "the control result has no route attestation"))
     else:
         hot = {r: v.get("hits", 0) for r, v in ctrl_routes.items() if v.get("hits", 0) > 0}
         detail = f"control hits: {_fmt(hot)}" if hot else "no route ran in the control"
-        gates.append(_gate("routes.control_clean", not hot, detail))
+        gates.append(_gate(CONTROL_CLEAN(), not hot, detail))
     return gates + ran_gates(candidate)
 
 
 def ran_gates(result: dict) -> list[Gate]:
     """routes.<route>.ran: each route the result's env switches on has hits in the result, at every role
-    the contract lists for it (QGATE_ROUTE_ROLES in the result's env)."""
+    the contract lists for it (QGATE_ROUTE_ROLES in the result's env); at tensor parallel > 1 (the
+    result's engine_args) routes.<route>.every_rank: the same of every rank, in every engine start."""
     gates = []
     rec = result.get("routes")
     env = result.get("env", {})
     try:
         listed = listed_roles(env)
-    except ValueError as exc:  # a result whose roles cannot be read proves nothing about them
-        return [_gate(f"routes.{route}.ran", False, str(exc)) for route in sorted(switched_on(env))]
+        tp = _tp_size(result)
+    except ValueError as exc:  # a result whose roles or TP size cannot be read proves nothing about them
+        return [_gate(ROUTE_RAN(route=route), False, str(exc)) for route in sorted(switched_on(env))]
     for route in sorted(switched_on(env)):
-        name = f"routes.{route}.ran"
+        name = ROUTE_RAN(route=route)
         if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
             continue
@@ -137,7 +198,51 @@ def ran_gates(result: dict) -> list[Gate]:
                 gate.severity,
             )
         gates.append(gate)
+        if tp > 1:
+            counts = rec.get(route) or {}
+            gates.append(_every_rank_gate(EVERY_RANK(route=route), counts, tp, listed.get(route, [])))
     return gates
+
+
+def _tp_size(result: dict) -> int:
+    """The result's tensor parallel size (its engine args; 1 when unset, vLLM's default)."""
+    tp = (result.get("engine_args") or {}).get("tensor_parallel_size", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"engine_args.tensor_parallel_size {tp!r} is not a size")
+    return tp
+
+
+def _every_rank_gate(name: str, counts: dict, tp: int, listed: list[str]) -> Gate:
+    """Each rank 0..tp-1 has hits, at every listed role, in every engine start in which any rank had
+    them: a worker whose plugin did not run, or whose every call fell back, fails here even when the
+    other ranks' hits pass routes.<route>.ran."""
+    ranks = counts.get("ranks")
+    if not isinstance(ranks, dict) or not ranks:
+        return _gate(
+            name,
+            False,
+            f"no per-rank attestation at tensor parallel {tp}: no worker file named its rank (a plugin "
+            "older than attestation schema 3, or no worker wrote one)",
+        )
+    starts = int(counts.get("starts", 0))
+    problems = []
+    for rank in range(tp):
+        got = ranks.get(str(rank)) or {}
+        idle = [r for r in listed if int((got.get("roles") or {}).get(r, 0)) == 0]
+        if int(got.get("hits", 0)) == 0:
+            problems.append(f"rank {rank}: no hits" + ("" if got else " (no worker file named this rank)"))
+        elif int(got.get("starts", 0)) < starts:
+            problems.append(f"rank {rank}: hits in {got.get('starts', 0)} of the {starts} engine starts")
+        elif idle:
+            problems.append(f"rank {rank}: listed roles without hits: {', '.join(idle)}")
+    extra = sorted(r for r in ranks if not r.isdigit() or int(r) >= tp)
+    if extra:
+        problems.append(f"ranks {', '.join(extra)} reported beyond tensor parallel {tp}")
+    order = sorted(ranks.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1)
+    hits = ", ".join(f"rank {r}: {int(v.get('hits', 0))}" for r, v in order)
+    if problems:
+        return _gate(name, False, f"{'; '.join(problems)} (hits {hits})")
+    return _gate(name, True, f"every rank of {tp} ran it in each of {starts} engine starts (hits {hits})")
 
 
 def off_clean_gate(result: dict) -> Gate:
@@ -146,7 +251,7 @@ def off_clean_gate(result: dict) -> Gate:
     on = switched_on(result.get("env") or {})
     hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
     detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))
-    return _gate("routes.off_clean", not hot, detail if hot else "no route that is off ran")
+    return _gate(OFF_CLEAN(), not hot, detail if hot else "no route that is off ran")
 
 
 def _route_ran_gate(name: str, route: str, counts: dict, listed: list[str]) -> Gate:

@@ -18,7 +18,10 @@ executions are the calls. One capture at a time per process (vLLM captures in it
 A routed layer's hits are counted on its own `Tally` (one integer increment per call, no dict, lock or
 clock on the hot path: issue 28); the tallies are summed into the per-role counts whenever the counts
 are written, so the written counts are as exact as the per-call ones were.
-No torch or vLLM import here.
+A process that loaded a model (a worker: one per tensor parallel rank) writes its rank and the group's
+size (`tp_rank`, `tp_size`; None in a process that loaded none), so that qgate can ask every rank for
+its own hits: at TP 4 the summed counts of three ranks would hide a fourth that ran nothing.
+No torch or vLLM import here (the rank is read from the modules vLLM has already loaded).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import multiprocessing
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -36,7 +40,8 @@ from typing import Any
 
 # A graph's replay plan: ((kind, route, name), calls noted at its capture), ...
 Plan = tuple[tuple[tuple[str, str, str], int], ...]
-SCHEMA_VERSION = 2  # 2: hits / roles / fallbacks are executions; captures, captured_fallbacks, replayed
+# 2: hits / roles / fallbacks are executions; captures, captured_fallbacks, replayed; 3: tp_rank, tp_size
+SCHEMA_VERSION = 3
 HIT, FALLBACK = "hit", "fallback"
 # The calls counted while a CUDA graph is being captured in this process: (HIT, route, role) or
 # (FALLBACK, route, reason) -> n; None when no capture is in progress (the per-call check is one read).
@@ -170,6 +175,18 @@ class Counters:
         }
 
 
+def parallel_rank() -> tuple[int, int] | None:
+    """(rank, size) of this process's tensor parallel group: vLLM's once it set its groups up, else
+    torch.distributed's; None when neither is initialized. Reads only modules already imported."""
+    ps = sys.modules.get("vllm.distributed.parallel_state")
+    if ps is not None and ps.model_parallel_is_initialized():
+        return int(ps.get_tensor_model_parallel_rank()), int(ps.get_tensor_model_parallel_world_size())
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return None
+
+
 def process_label() -> str:
     """A file-name-safe label of this process: its multiprocessing name (e.g. EngineCore_DP0) and pid."""
     name = multiprocessing.current_process().name or "process"
@@ -186,6 +203,7 @@ class Recorder:
         self.errors: list[str] = []
         self.shims: dict[str, str] = {}  # platform shim -> what it did (qgate_kernels.shims)
         self.shim_calls: dict[str, int] = {}
+        self.rank: tuple[int, int] | None = None  # (tp rank, tp size), set when this process loads a model
         self._dir = Path(directory) if directory else None
         self._path: Path | None = None
         self._dirty = True
@@ -206,6 +224,7 @@ class Recorder:
         self._tallied = 0
         self.errors = []
         self.shim_calls = {}
+        self.rank = None  # the child's own, set when it loads its model
         self._lock = threading.Lock()
         self._flusher = None  # threads do not survive a fork
         self._path = None
@@ -284,6 +303,8 @@ class Recorder:
             "routes_on": self.routes_on,
             "overrides": self.overrides,
             "models_loaded": self.counters.models_loaded,
+            "tp_rank": None if self.rank is None else self.rank[0],
+            "tp_size": None if self.rank is None else self.rank[1],
             "errors": list(self.errors),
             "routes": self.counters.routes(self.routes_on),
             "shims": {

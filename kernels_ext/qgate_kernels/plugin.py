@@ -331,6 +331,8 @@ def _after_load(model: Any, start: int) -> None:
     if HC_ROUTE in registry.STATE.routes_on:
         hc.wire_hc(model, registry.site_owner(f"{HC_ROUTE}.mix"), _HC_ORIG)
     registry.STATE.recorder.counters.models_loaded += 1
+    # the worker's tensor parallel rank, set up by vLLM before the load: qgate asks each rank for hits
+    registry.STATE.recorder.rank = attest.parallel_rank() or (0, 1)
     _check_listed_roles(model, start)
     wired = {site.route for site in registry.STATE.sites[start:]}
     if TOPK_ROUTE in registry.STATE.routes_on:

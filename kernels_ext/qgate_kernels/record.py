@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from qgate_kernels import attest
 from qgate_route_env import RECORD_CALLS_ENV, RECORD_DIR_ENV
 
 _SAVED: dict[str, list[Any]] = {}
@@ -41,15 +41,7 @@ def active() -> bool:
 
 def _rank() -> tuple[int, int]:
     """(rank, size) of this process's tensor parallel group: vLLM's, else torch.distributed's, else (0, 1)."""
-    ps = sys.modules.get(
-        "vllm.distributed.parallel_state"
-    )  # loaded in every vLLM process; never imported here
-    if ps is not None and ps.model_parallel_is_initialized():
-        return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return attest.parallel_rank() or (0, 1)
 
 
 def _capturing(inputs: tuple[Any, ...]) -> bool:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from qgate.cli.ops import app
 from qgate.ops.synthetic import write_synthetic_checkpoint
 from qgate.ops.weights import Checkpoint, routed_weights
-from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = str(REPO / "contracts" / "qwen4exp-cpu.yaml")

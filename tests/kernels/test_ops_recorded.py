@@ -114,7 +114,7 @@ def test_the_topk_site_keeps_single_row_calls_and_the_screen_judges_set_and_orde
 
 @pytest.fixture(scope="module")
 def tiny() -> Path:
-    from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+    from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
     try:
         return ensure_tiny_qwen4exp()

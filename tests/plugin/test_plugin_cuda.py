@@ -118,7 +118,7 @@ if __name__ == "__main__":
 
 
 def _run(tmp: Path, env: dict[str, str], dtype: str) -> dict:
-    from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+    from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "runner.py").write_text(RUNNER)

@@ -24,7 +24,7 @@ import qgate_route_env as route_env
 from qgate import routes
 from qgate.contract import load_contract
 from qgate.engine import preflight
-from qgate.tiny_qwen4exp import ensure_tiny_qwen4exp
+from qgate.tiny.qwen4exp import ensure_tiny_qwen4exp
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip("qgate_kernels.plugin")
@@ -81,7 +81,11 @@ def _run(tmp: Path, env: dict[str, str], tp: int = 1) -> dict:
     args = [sys.executable, "runner.py", str(ensure_tiny_qwen4exp()), str(out), str(tp)]
     proc = subprocess.run(args, cwd=tmp, env=full, capture_output=True, text=True, timeout=1200)
     files = [json.loads(p.read_text()) for p in sorted(attest_dir.glob("*.json"))]
-    return engine_outcome(proc, out, attest_dir, arm) | {"files": files}
+    # the engine args the attestation gates read the TP size from, as a result records them
+    return engine_outcome(proc, out, attest_dir, arm) | {
+        "files": files,
+        "engine_args": {"tensor_parallel_size": tp},
+    }
 
 
 ALL_OFF = {v: "0" for v in SW.values()}
@@ -198,7 +202,15 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
     for route in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16"):
         assert set(r[route]["fallbacks"]) == {"batch_not_1"}, r[route]  # the prefill, counted
     # QSA is on but the tiny model has no QSA layer: counted (once a worker), never a hit.
-    assert r["qsa_topk"] == {"hits": 0, "fallbacks": {"no_site_in_model": TP}, "roles": {}, "captures": {}}
+    idle = {"hits": 0, "roles": {}, "starts": 0}
+    assert r["qsa_topk"] == {
+        "hits": 0,
+        "fallbacks": {"no_site_in_model": TP},
+        "roles": {},
+        "captures": {},
+        "ranks": {"0": idle, "1": idle},
+        "starts": 0,
+    }
     for sites in (w["routes"] for w in workers):
         assert sites["fused_hc_fp16"]["sites"] == {"attn": 2, "moe": 2, "final": 1}
         assert sites["fused_gdn_input_fp16"]["sites"] == {"in_proj_qkvz+in_proj_ba": 1}
@@ -210,6 +222,14 @@ def test_candidate_hits_every_route_at_every_role_with_the_controls_tokens(
         gates[f"routes.{n}.ran"]["passed"] for n in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16")
     )
     assert not gates["routes.qsa_topk.ran"]["passed"]
+    # every worker named its rank, and each rank ran every route at every listed role (the sums alone
+    # would pass with one rank silent: test_routes.py's recorded files of this run show it)
+    assert sorted((w["tp_rank"], w["tp_size"]) for w in workers) == [(0, TP), (1, TP)]
+    for n in ("fp16_gemv", "fused_hc_fp16", "fused_gdn_input_fp16"):
+        assert {k: v["roles"] for k, v in r[n]["ranks"].items()} == {"0": per_rank[n], "1": per_rank[n]}
+        every = gates[f"routes.{n}.every_rank"]
+        assert every["passed"] and "every rank of 2 ran it in each of 1 engine" in every["detail"], every
+    assert "rank 0: no hits; rank 1: no hits" in gates["routes.qsa_topk.every_rank"]["detail"]
     # A listed role without hits fails the route gate (as if the model had no shared expert gate).
     dropped = candidate | {
         "routes": {

@@ -33,7 +33,7 @@ def test_recorder_writes_counts_per_process(tmp_path: Path) -> None:
     (path,) = _files(tmp_path)
     assert path.name == f"{attest.process_label()}.json" and path.name.endswith(f"-{os.getpid()}.json")
     data = json.loads(path.read_text())
-    assert data["kind"] == "route_attestation" and data["schema_version"] == 2
+    assert data["kind"] == "route_attestation" and data["schema_version"] == 3
     assert data["routes"]["fp16_gemv"] == {
         "hits": 4,
         "fallbacks": {"batch_not_1": 2},

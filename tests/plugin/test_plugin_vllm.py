@@ -26,7 +26,7 @@ from conftest import DYNAMO_EAGER, IN_PROCESS_ENGINE, REPO
 import qgate_route_env as route_env
 from qgate import routes
 from qgate.engine import preflight
-from qgate.tiny import ensure_tiny
+from qgate.tiny.qwen3 import ensure_tiny
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip("qgate_kernels.plugin")

@@ -7,6 +7,8 @@
 #      QGATE_CACHE (tiny-qwen4exp; tiny-trained-wide, trained here on the frozen GSM8K items), and a copy
 #      of the GSM8K test split (QGATE_GSM8K_PATH; never committed: .gpu-engine/ is git-ignored);
 #   3. checks that each call's carry plus the checkout stays under the tool's 64 MiB, prints the plan.
+# TP=2|4: also validates the production-shape contracts of that tensor parallel size here (the calls run
+# them with the same TP; docs/gpu.md "Tensor parallel"), so a contract qgate refuses costs no device time.
 # Needs the project's venv (qgate importable) and QGATE_GSM8K_PATH. The production-shape checkpoint is
 # not built here: at 248,320 x 2560 it is gigabytes; calls/10-install.sh writes it on the device.
 set -euo pipefail
@@ -15,6 +17,7 @@ GE=.gpu-engine
 EXCLUDE="$(git rev-parse --git-common-dir)/info/exclude"
 mkdir -p "$(dirname "$EXCLUDE")"
 grep -qx '/.gpu-engine/' "$EXCLUDE" 2>/dev/null || echo '/.gpu-engine/' >> "$EXCLUDE"
+mkdir -p "$GE"  # a directory-only pattern matches an existing directory only (a fresh clone has none)
 git check-ignore -q "$GE" || { echo "prepare: $GE is not ignored by git; refusing to build it here" >&2; exit 2; }
 : "${QGATE_GSM8K_PATH:?set QGATE_GSM8K_PATH to the GSM8K test split (test.jsonl)}"
 
@@ -42,4 +45,9 @@ last=$(ls -d "$GE"/call-* | tail -n 1)
 n=$(( $(du -sb "$last" | cut -f1) + $(du -sb "$GE/extra" | cut -f1) + tree ))
 echo "  last part + extra + checkout: $n bytes"
 [ $n -lt $limit ] || { echo "prepare: $last + extra is over 64 MiB" >&2; exit 3; }
-echo "plan (docs/gpu.md): stage.sh for each part but the last, then calls/10-install.sh with the last part + extra"
+if [ "${TP:-1}" != 1 ]; then
+  for dt in bf16 fp16; do
+    python3 -m qgate contract validate "contracts/qwen38-prodshape-$dt-tp$TP.yaml" || exit 2
+  done
+fi
+echo "plan (docs/gpu.md): stage.sh for each part but the last, then calls/10-install.sh with the last part + extra${TP:+ (TP=$TP on every call, on a machine of $TP GPUs)}"

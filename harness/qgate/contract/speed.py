@@ -63,6 +63,24 @@ class Speed(Strict):
         "arms); unset: a fresh seed is drawn when the run starts (recorded in the results and the "
         "history), so no candidate can be tuned to a published one; set: pinned, and reported as pinned",
     )
+    audit_top_k: int | None = Field(
+        None,
+        ge=2,
+        le=20,
+        description="every timed rep also returns its top-k next-token logprobs at every position (vLLM "
+        "`logprobs`; both arms pay it alike): the distribution audit holds the candidate's against the "
+        "control's where both decoded the same prefix (docs/speed-audit.md); unset: not recorded, and "
+        "the verdict says the timed output's distributions were not audited",
+    )
+    repeat_reps: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="MLPerf TEST04: after its timed reps each launch decodes its first rep's prompt again "
+        "this many times (the same route inputs at every step), timed alike; the repetition gate FAILs a "
+        "candidate that gains from repeated inputs (a result cache) beyond what the control does "
+        "(docs/speed-audit.md); unset: not run",
+    )
     gates: SpeedGates
     stats: SpeedStats = Field(default_factory=SpeedStats)
 

@@ -78,6 +78,7 @@ class VllmEngine:
             raise RuntimeError("vLLM returned no request metrics (disable_log_stats must be False)")
         return {
             "token_ids": [int(t) for t in completion.token_ids],
+            **top_logprobs(completion.logprobs, int(sampling.get("logprobs") or 0)),
             "text": completion.text,
             "finish_reason": completion.finish_reason,
             "num_generation_tokens": int(m.num_generation_tokens),
@@ -117,6 +118,26 @@ class VllmEngine:
             top = ranked[0][1]
             scored.append((int(top), float(row[top].logprob), float(have.logprob)))
         return scored
+
+
+def top_logprobs(rows: Any, k: int) -> dict[str, list[list[Any]]]:
+    """The top-k next-token logprobs at every decoded position, as vLLM's sampler computed them from the
+    model's logits (raw logprobs: before min_tokens bans the stop tokens), by rank: {"top_ids": [[k
+    ids]], "top_logprobs": [[k floats]]}, one row per generated token; {} when none were asked. vLLM adds
+    the sampled token to a row when it is not among the top k: it is left out here (rank > k)."""
+    if k <= 0:
+        return {}
+    if rows is None:
+        raise RuntimeError(f"vLLM returned no logprobs though {k} were asked")
+    ids, lps = [], []
+    for row in rows:
+        ranked = sorted((lp.rank, int(t), float(lp.logprob)) for t, lp in (row or {}).items() if lp.rank)
+        ranked = [r for r in ranked if r[0] <= k][:k]
+        if len(ranked) < k:
+            raise RuntimeError(f"vLLM returned {len(ranked)} ranked logprobs at a position, not {k}")
+        ids.append([t for _, t, _ in ranked])
+        lps.append([round(lp, 5) for _, _, lp in ranked])
+    return {"top_ids": ids, "top_logprobs": lps}
 
 
 def runner(path: str) -> Any:

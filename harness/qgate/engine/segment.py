@@ -17,12 +17,13 @@ from qgate.engine.launcher import EngineError, run_child
 from qgate.engine.preflight import ArmEnv
 from qgate.errors import cut
 from qgate.results import ResultError
-from qgate.routes import collect, collect_shims, merge_shims
+from qgate.routes import collect, collect_shims, merge_ranks, merge_shims
 
 
 def merge_routes(total: dict, part: dict) -> dict:
     """Sum route counts {route: {hits, fallbacks: {reason: n}, roles: {role: n}, captures: {role: n}}}
-    of two segments (a result written before captures were counted has none: zero)."""
+    of two segments (a result written before captures were counted has none: zero), and, where the
+    workers named their ranks, {ranks: {rank: {hits, roles, starts}}, starts} (qgate.routes.collect)."""
     merged = {
         k: {
             "hits": v["hits"],
@@ -30,6 +31,7 @@ def merge_routes(total: dict, part: dict) -> dict:
             "roles": dict(v["roles"]),
             "captures": dict(v.get("captures") or {}),
         }
+        | ({"ranks": merge_ranks(v["ranks"], {}), "starts": v.get("starts", 0)} if "ranks" in v else {})
         for k, v in total.items()
     }
     for route, rec in part.items():
@@ -38,6 +40,9 @@ def merge_routes(total: dict, part: dict) -> dict:
         for key in ("fallbacks", "roles", "captures"):
             for name, n in rec.get(key, {}).items():
                 cur[key][name] = cur[key].get(name, 0) + n
+        if "ranks" in rec:
+            cur["ranks"] = merge_ranks(cur.get("ranks") or {}, rec["ranks"])
+            cur["starts"] = cur.get("starts", 0) + rec.get("starts", 0)
     return merged
 
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# The tiny models' projections (qgate.tiny: hidden 128, 4+2+2 heads of 32, intermediate 384, vocab
+# The tiny models' projections (qgate.tiny.qwen3: hidden 128, 4+2+2 heads of 32, intermediate 384, vocab
 # 2048) and the listed decode shapes of qgate.ops.cases.DEFAULT_SHAPES.
 TINY_GEMV_SHAPES: list[dict[str, int]] = [
     {"n": 256, "k": 128},  # qkv_proj
@@ -48,7 +48,7 @@ TINY_GEMV_SHAPES: list[dict[str, int]] = [
     {"n": 128, "k": 384},  # down_proj
     {"n": 2048, "k": 128},  # lm_head
 ]
-# The demo model's MLP (qgate.tiny_wide: intermediate 8192): gate_up and down; its other projections
+# The demo model's MLP (qgate.tiny.wide: intermediate 8192): gate_up and down; its other projections
 # are the tiny model's.
 WIDE_GEMV_SHAPES: list[dict[str, int]] = [
     {"n": 16384, "k": 128},  # gate_up_proj

@@ -45,6 +45,9 @@ class Case:
     # optional: "plain" (the route without the static-weight launch), "producer" (a kernel that
     # writes the route's activation input, timed before each call: see ops/bench.py)
     meta: dict[str, Any] = field(default_factory=dict)
+    # The arguments that are activations (new contents every call, often in the same buffers: vLLM's
+    # persistent inputs under CUDA graphs), not weights: the screen's in-place trial refills them.
+    activations: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -72,6 +75,7 @@ def gemv_case(n: int, k: int, dtype: str = "fp16") -> Case:
         return (w, _randn(gen, dev, 4, k, dtype=dt))  # prefill: M = 4
 
     return Case(
+        activations=(1,),
         route="fp16_gemv",
         shape={"n": n, "k": k} if dtype == "fp16" else {"n": n, "k": k, "dtype": dtype},
         make=make,
@@ -172,6 +176,7 @@ def hc_case(hc_count: int, hidden: int, lora_rank: int, dtype: str = "bf16", op:
     weights = reference.hc_down_rows(rank, hc, use_combine) * d + d * rank + d
     acts = d + hidden + (0 if op == "mix" else d + hidden + hc)  # h, block_input (+ o, h', injection)
     return Case(
+        activations=(0, 1, 2),
         route="fused_hc_fp16",
         shape={"hc_count": hc, "hidden": hidden, "lora_rank": rank, "dtype": dtype, "op": op},
         make=make,
@@ -232,6 +237,7 @@ def gdn_case(
         return (_randn(gen, dev, 3, hidden, dtype=dt), wq, wb)  # prefill: 3 tokens
 
     return Case(
+        activations=(0,),
         route="fused_gdn_input_fp16",
         shape={
             "hidden": hidden,
@@ -315,6 +321,7 @@ def topk_case(rows: int, length: int, k: int, visible: int | None = None) -> Cas
         )
 
     return Case(
+        activations=(0,),
         route="qsa_topk",
         shape={"rows": rows, "length": length, "k": k, **({} if visible is None else {"visible": visible})},
         make=make,

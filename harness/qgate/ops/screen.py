@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 import qgate_kernels
-from qgate.ops import bound
+from qgate.ops import bound, seen_inputs
 from qgate.ops.cases import Case
 from qgate.results import current_schema
 from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
@@ -145,6 +145,7 @@ def screen_case(
     of the arm's override that runs instead of the route's kernel (no fallback probe then)."""
     before = qgate_kernels.fallback_counts()
     bitwise, max_abs, max_ulp, judged_ulp, deterministic = 0, 0.0, 0.0, 0.0, True
+    in_place: bool | None = None
     wrote, aliased = set(), set()
     tally = bound.Tally()
     for trial in range(trials):
@@ -165,8 +166,10 @@ def screen_case(
             tally.add(j, what)
         if trial == 0:
             deterministic = bitwise_equal(outs, case.kernel(*args))
+            in_place = _recomputes_in_place(case, args, gen, dev)
     unexpected = _fallback_delta(before, case.route)
     graph_ok = _graph_replay_identical(case, gen, dev)
+    again = seen_inputs.repeat_speedup(case, gen, dev) if case.activations else None
 
     probe_equal = probe_counted = True
     if override is None:
@@ -192,6 +195,10 @@ def screen_case(
         failures.append(f"bitwise equal {bitwise}/{trials} < {tolerance['min_bitwise_fraction']:.0%}")
     if not deterministic:
         failures.append("two calls on the same inputs differ")
+    if in_place is False:
+        failures.append("new contents at the same addresses gave another result than at fresh addresses")
+    if again is not None and seen_inputs.failure(again):
+        failures.append(str(seen_inputs.failure(again)))
     if wrote:
         failures.append(f"wrote to its inputs (argument {', '.join(map(str, sorted(wrote)))})")
     if aliased:
@@ -213,6 +220,8 @@ def screen_case(
         "judged_ulp": judged_ulp,
         "bound": tally.as_dict(),
         "deterministic": deterministic,
+        "recomputes_in_place": in_place,
+        "seen_input_speedup": again,
         "graph_replay_identical": graph_ok,
         "fallback_probe": None
         if override is not None
@@ -228,6 +237,24 @@ def screen_case(
 # The routes whose ops take no output argument (ops_def.cpp: no Tensor(a!)): the screen checks that they
 # leave their inputs as given and return fresh memory (a kernel that copies or overwrites an input).
 _FUNCTIONAL = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC)
+
+
+def _recomputes_in_place(
+    case: Case, args: tuple[Any, ...], gen: torch.Generator, dev: torch.device
+) -> bool | None:
+    """The activations refilled with new contents in their own memory (the same addresses, as vLLM's
+    persistent buffers under CUDA graphs; weights kept): the route's output must be the one the same
+    contents give at fresh addresses. A result kept by address (a cache keyed by pointers, a stale
+    buffer) is not. None: the case names no activation."""
+    if not case.activations:
+        return None
+    own = torch.Generator(device=gen.device)  # its own stream: the trials' inputs stay those of before
+    own.manual_seed(gen.initial_seed() + 1)
+    fresh = case.make(own, dev)
+    for i in case.activations:
+        if isinstance(args[i], Tensor) and isinstance(fresh[i], Tensor) and fresh[i].shape == args[i].shape:
+            args[i].copy_(fresh[i])  # same storage, new values
+    return bitwise_equal(case.kernel(*args), case.kernel(*_copies(args)))
 
 
 def _copies(args: tuple[Any, ...]) -> tuple[Any, ...]:

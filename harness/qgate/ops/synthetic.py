@@ -169,14 +169,14 @@ def write_engine_checkpoint(
 ) -> Path:
     """A Qwen4ExpForCausalLM checkpoint that vLLM 0.32 loads and runs (unlike write_synthetic_checkpoint,
     which holds only the routed tensors for `run ops --real`): transformers' own classes and
-    initialisation (as qgate.tiny_qwen4exp, built on `device`, "cuda" on a GPU runner: seconds instead
+    initialisation (as qgate.tiny.qwen4exp, built on `device`, "cuda" on a GPU runner: seconds instead
     of minutes), stored in `dtype` (bf16, as the NVFP4 export keeps its unquantized tensors), one
     safetensors file per decoder layer + one for the rest, with an index; the tiny Qwen3's tokenizer
     (2,048 tokens; the speed workload sends token ids and never detokenizes). Every routed projection
     is at its production shape; the routed experts are cut to `experts` and kept in `dtype`.
 
     qsa=False writes the attention layers without their QSA indexer (its weights dropped and its config
-    keys None, as qgate.tiny_qwen4exp does), so vLLM builds plain gated attention there: vLLM 0.32's
+    keys None, as qgate.tiny.qwen4exp does), so vLLM builds plain gated attention there: vLLM 0.32's
     Qwen4Exp QSA refuses any dtype but bf16 ("Qwen4Exp QSA currently requires BF16", seen on the H200),
     so an fp16 engine at these shapes runs without it (and without the QSA top-k route)."""
     import json as _json
@@ -184,7 +184,7 @@ def write_engine_checkpoint(
     from safetensors.torch import save_file
     from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
 
-    from qgate import tiny
+    from qgate.tiny import qwen3 as tiny
 
     cfg = Qwen4ExpTextConfig(**engine_config(layers, experts, vocab))
     path = Path(path)

@@ -13,9 +13,15 @@ from typing import Any
 
 from qgate.contract import LoadedContract
 from qgate.contract.quality import Quality
-from qgate.gate import SEV_ERROR, Gate
+from qgate.gate import SEV_ERROR, Gate, gate_name
 from qgate.quality.gates import arm_gates, paired_gate, summarize
 from qgate.quality.paired import seed_of, single_seed_caveat
+
+SAME_INPUTS = gate_name(
+    "same items and prompts", __name__, "ERROR",
+    "the arms ran other items, sampling or prompt token ids: their answers cannot be paired",
+    "docs/quality.md", shown_as="quality: ",
+)  # fmt: skip
 
 
 def _quality_section(loaded: LoadedContract | None, candidate: dict[str, Any]) -> Quality:
@@ -39,8 +45,8 @@ def same_inputs_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate
     if differing:
         problems.append(f"prompt token ids differ for items {differing}")
     if problems:
-        return Gate("same items and prompts", False, "refuse to compare: " + "; ".join(problems), SEV_ERROR)
-    return Gate("same items and prompts", True, "same items, sampling and prompt token ids", SEV_ERROR)
+        return Gate(SAME_INPUTS(), False, "refuse to compare: " + "; ".join(problems), SEV_ERROR)
+    return Gate(SAME_INPUTS(), True, "same items, sampling and prompt token ids", SEV_ERROR)
 
 
 def _frozen_run(items: list[dict[str, Any]], frozen_seed: int | None) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from qgate.contract.quality import QualityGates
-from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate, GateName, gate_name
 from qgate.quality.paired import (
     ERROR,
     INCONCLUSIVE,
@@ -30,6 +30,42 @@ from qgate.quality.paired import (
 )
 
 LIST_AT_MOST = 8  # items named in a gate's detail; the report's tables list them all
+
+# The quality gates' names; `qgate compare` shows them after "quality: " (qgate.compare.comparers).
+_DOC, _Q = "docs/quality.md", "quality: "
+
+
+def _health(template: str, failure: str, severity: str = "FAIL") -> GateName:
+    return gate_name(template, __name__, severity, failure, _DOC, shown_as=_Q)
+
+
+RESULT_COMPLETE = _health(
+    "{arm} result complete",
+    "the arm did not answer every item under every seed: nothing can be counted",
+    "ERROR",
+)
+RAW_CORRECT = _health(
+    "{arm} raw correct{seed}",
+    "fewer items answered right (the last number) than the contract's floor "
+    "(on the frozen seed; {seed}: ' (seed N)' when several seeds ran)",
+)
+STRICT_CORRECT = _health(
+    "{arm} strict correct{seed}",
+    "fewer items answered right in the '#### N' form than the contract's floor",
+)
+NATURAL_STOPS = _health("{arm} natural stops", "an output did not end with the end-of-turn token")
+CLOSED_THINKING = _health("{arm} closed thinking", "an output left its <think> block open")
+LENGTH_CAPS = _health("{arm} length caps", "more outputs hit max_tokens than the contract allows")
+INVALID = _health("{arm} structurally invalid", "more outputs broke the chat format than the contract allows")
+FFFD = _health("{arm} U+FFFD characters", "the outputs hold more broken characters (U+FFFD) than allowed")
+REPEATED_WINDOW = _health("{arm} repeated 50-char window", "an output repeats a 50-char window: it loops")
+TOKEN_RUN = _health("{arm} same-token run", "an output repeats one token too long: it is stuck")
+PAIRED = _health(
+    "paired test",
+    "the exact paired sign test shows the candidate answers fewer items than the control "
+    "(INCONCLUSIVE: not the power to see the contract's regression; ERROR: not computed)",
+    "FAIL, INCONCLUSIVE or ERROR",
+)
 
 
 def weighted_decode_tok_s(items: list[dict[str, Any]]) -> float | None:
@@ -100,39 +136,39 @@ def arm_gates(result: dict[str, Any], g: QualityGates, label: str = "candidate")
     seed_txt = f" (seed {s['frozen_seed']})" if s.get("n_seeds", 1) > 1 else ""
     gates = [
         Gate(
-            f"{label} result complete",
+            RESULT_COMPLETE(arm=label),
             result.get("complete") is True and s["n_done"] == outputs,
             f"{s['n_done']}/{outputs} outputs ({n} items x {s.get('n_seeds', 1)} seed(s)), "
             f"complete = {result.get('complete')!r}",
             SEV_ERROR,
         ),
-        _at_least(f"{label} raw correct{seed_txt}", s["raw_correct"], g.min_raw_correct, n),
-        _at_least(f"{label} strict correct{seed_txt}", s["strict_correct"], g.min_strict_correct, n),
+        _at_least(RAW_CORRECT(arm=label, seed=seed_txt), s["raw_correct"], g.min_raw_correct, n),
+        _at_least(STRICT_CORRECT(arm=label, seed=seed_txt), s["strict_correct"], g.min_strict_correct, n),
     ]
     if g.all_natural_stops:
         detail = _items_where(items, lambda r: not r["natural_stop"])
-        gate = _at_least(f"{label} natural stops", s["natural_stops"], outputs, outputs)
+        gate = _at_least(NATURAL_STOPS(arm=label), s["natural_stops"], outputs, outputs)
         gates.append(replace(gate, detail=gate.detail + detail))
     if g.all_closed_thinking:
         detail = _items_where(items, lambda r: not r["closed_thinking"])
-        gate = _at_least(f"{label} closed thinking", s["closed_thinking"], outputs, outputs)
+        gate = _at_least(CLOSED_THINKING(arm=label), s["closed_thinking"], outputs, outputs)
         gates.append(replace(gate, detail=gate.detail + detail))
-    caps = _at_most(f"{label} length caps", s["length_caps"], g.max_length_caps)
+    caps = _at_most(LENGTH_CAPS(arm=label), s["length_caps"], g.max_length_caps)
     gates.append(replace(caps, detail=caps.detail + _items_where(items, lambda r: r["length_cap"])))
     invalid = _items_where(items, lambda r: r["invalid"])
-    gate = _at_most(f"{label} structurally invalid", s["invalid"], g.max_invalid)
+    gate = _at_most(INVALID(arm=label), s["invalid"], g.max_invalid)
     gates.append(replace(gate, detail=gate.detail + invalid))
-    gates.append(_at_most(f"{label} U+FFFD characters", s["fffd_total"], g.max_fffd))
+    gates.append(_at_most(FFFD(arm=label), s["fffd_total"], g.max_fffd))
     gates.append(
         Gate(
-            f"{label} repeated 50-char window",
+            REPEATED_WINDOW(arm=label),
             s["max_window_repeats"] < g.repeated_window_below,
             f"highest count {s['max_window_repeats']}, contract asks < {g.repeated_window_below}",
         )
     )
     gates.append(
         Gate(
-            f"{label} same-token run",
+            TOKEN_RUN(arm=label),
             s["max_token_run"] < g.token_run_below,
             f"longest run {s['max_token_run']}, contract asks < {g.token_run_below}",
         )
@@ -174,4 +210,4 @@ def paired_gate(
         more = f" and {len(flagged) - LIST_AT_MOST} more" if len(flagged) > LIST_AT_MOST else ""
         detail += f"; likely real regressions (the control answered every seed): items {listed}{more}"
     severity = {ERROR: SEV_ERROR, INCONCLUSIVE: SEV_INCONCLUSIVE}.get(test.verdict, SEV_FAIL)
-    return Gate("paired test", test.verdict == NO_REGRESSION, detail, severity), test
+    return Gate(PAIRED(), test.verdict == NO_REGRESSION, detail, severity), test

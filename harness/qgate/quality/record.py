@@ -12,13 +12,15 @@ what the comparison reads), every engine start is a record, and every item:
 - token ids (output and prompt, where recorded) lists of token ids with their recorded sha256 (and the
   output's length its `output_tokens`);
 - timings finite and physical where recorded (decode_s >= 0, decode tok/s in [1e-3, 1e6] or null) and
-  one measurement: decode_s the span of the token timestamps, decode tok/s (output_tokens - 1) / decode_s.
+  one measurement: decode_s the span of the token timestamps, decode tok/s (output_tokens - 1) / decode_s;
+- last, the record as its typed model (qgate.records.quality.Quality), in the same one line.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from qgate import records
 from qgate.record_check import Check, check_launches
 
 _FLAGS = (
@@ -77,6 +79,8 @@ def check_quality_result(data: dict[str, Any], where: str) -> None:
                 f"{key}.run_id", item.get("run_id"), "not this file's run_id: an item of another run"
             )
         _check_item(c, item, key)
+    # Then the typed model (qgate.records.quality): every key of its type, in the same one line.
+    records.validate("quality", data, where)
 
 
 def _check_item(c: Check, item: dict[str, Any], key: str) -> None:

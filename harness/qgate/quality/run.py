@@ -25,8 +25,8 @@ from qgate import models
 from qgate.contract import LoadedContract
 from qgate.contract.quality import Quality
 from qgate.engine.arms import ARMS, ArmPlan, ArmRun, result_header, run_arms
+from qgate.gsm8k import Item, load_items
 from qgate.quality.gates import summarize
-from qgate.quality.gsm8k import Item, load_items
 from qgate.quality.paired import seed_of
 from qgate.quality.workload import done_key
 from qgate.results import (

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from qgate.errors import RunFailure
-from qgate.quality.gsm8k import build_messages
+from qgate.gsm8k import build_messages
 from qgate.quality.scoring import prompt_closes_thinking, score_output
 from qgate.results import ids_sha256
 

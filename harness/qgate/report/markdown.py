@@ -260,6 +260,7 @@ def _routes(record: dict[str, Any]) -> list[str]:
     on = {name: set(arms[name].get("switched_routes") or []) for name in ("control", "candidate")}
     rows = []
     graphed = any((arm.get(n) or {}).get("captures") for arm in (croutes, troutes) for n in names)
+    ranked = any(len((troutes.get(n) or {}).get("ranks") or {}) > 1 for n in names)  # tensor parallel
     for r in names:
         c, t = croutes.get(r) or {}, troutes.get(r) or {}
         roles = t.get("roles") or {}
@@ -279,6 +280,13 @@ def _routes(record: dict[str, Any]) -> list[str]:
             # captured into the graphs stand beside them. Without graphs the column is left out.
             rows[-1]["candidate captured calls by role"] = counts_text(t.get("captures") or {}, empty="-")
             rows[-1]["control captured calls"] = sum((c.get("captures") or {}).values()) if c else "n/a"
+        if ranked:  # each worker's own hits: qgate.routes asks every rank for them (every_rank)
+            per_rank = {
+                f"rank {k}": v.get("hits", 0)
+                for k, v in (t.get("ranks") or {}).items()
+                if isinstance(v, dict)
+            }
+            rows[-1]["candidate hits by rank"] = counts_text(per_rank, empty="-")
     return ["### Routes", "", table(pd.DataFrame(rows)), "", *_shims(arms)]
 
 

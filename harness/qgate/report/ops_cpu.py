@@ -82,7 +82,7 @@ def bench_cpu_markdown(record: dict[str, Any]) -> str:
         "per-call cost over the op alone, the median of the paired per-rep differences (min: min - min; "
         "target <= 2 us; 'counts NOT exact' when 100 calls did not count 100 hits); route: "
         "`qgate_kernels.gemv` (Python checks + op); op: the op alone. (tiny): the tiny "
-        "models' shapes; (demo): the demo model's (qgate.tiny_wide). copy GB/s: memcpy at the weights' "
+        "models' shapes; (demo): the demo model's (qgate.tiny.wide). copy GB/s: memcpy at the weights' "
         "size (read + write).",
     ]
     return "\n".join(lines) + "\n"

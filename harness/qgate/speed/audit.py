@@ -27,7 +27,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from qgate.gate import SEV_ERROR, SEV_FAIL, Gate
+from qgate.gate import SEV_ERROR, SEV_FAIL, Gate, gate_name
 from qgate.results import ids_sha256
 
 # Calibrated on the demo model (docs/speed-audit.md): the largest margin of a legitimate rounding change
@@ -41,7 +41,11 @@ MAX_IMPLAUSIBLE = 3
 MIN_RATE_GAP = 0.10
 AUDIT_ALPHA = 1e-3
 
-NAME = "candidate's timed output plausible to the control"
+NAME = gate_name(
+    "candidate's timed output plausible to the control", __name__, "FAIL or ERROR",
+    "the candidate's timed tokens are ones the control's model finds implausible: its speed was bought "
+    "with wrong output (MLPerf TEST01)", "docs/speed-audit.md",
+)()  # fmt: skip
 
 
 def _reps(result: dict[str, Any]) -> dict[Any, dict[str, Any]]:

@@ -20,7 +20,9 @@ from qgate.contract import LoadedContract
 from qgate.contract.speed import PROMPT_KEYS, WORKLOAD_KEYS
 from qgate.launch_cv import estimate as history_estimate
 from qgate.speed import gates as vd
+from qgate.speed.dist_audit import summary as dist_summary
 from qgate.speed.figures import arm_figures, rep_values, result_launches
+from qgate.speed.repetition import summary as repetition_summary
 from qgate.stats import (
     LaunchDataError,
     MetricStats,
@@ -147,6 +149,11 @@ def compare_speed(
         for arm, comp in (("control", decode.control_components), ("candidate", decode.candidate_components))
     }
     tokens = vd.token_summary(control, candidate)
+    # The audits' figures (their gates come with speed_gates): the distributions where both arms read one
+    # prefix, and TEST04's repeated reps.
+    top_k = speed.audit_top_k
+    tokens["distributions"] = dist_summary(control, candidate, top_k) if top_k else None
+    figs["repetition"] = repetition_summary(control, candidate) if speed.repeat_reps else None
     checks = [
         vd.prompts_gate(control, candidate),
         vd.completeness_gate(control, "control"),

@@ -14,11 +14,13 @@ import numpy as np
 
 from qgate.comparable import canon
 from qgate.contract import Contract
-from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate
+from qgate.gate import SEV_ERROR, SEV_FAIL, SEV_INCONCLUSIVE, Gate, GateName, gate_name
 from qgate.launch_cv import MIN_NIGHTS
 from qgate.results import ids_sha256
 from qgate.sample_size import ADVICE_TARGET, advise_units
 from qgate.speed.audit import audit_gate
+from qgate.speed.dist_audit import dist_gate
+from qgate.speed.repetition import repetition_gate
 from qgate.stats import ERROR as STAT_ERROR
 from qgate.stats import (
     IMPROVED,
@@ -27,6 +29,70 @@ from qgate.stats import (
     mean_interval,
 )
 from qgate.stats import INCONCLUSIVE as STAT_INCONCLUSIVE
+
+
+def _speed(template: str, severity: str, failure: str) -> GateName:
+    return gate_name(template, __name__, severity, failure, "docs/compare.md")
+
+
+PROMPTS_FRESH = _speed(
+    "prompts fresh and paired",
+    "ERROR",
+    "a rep decoded a prompt another rep or warm-up already decoded, or the arms ran other prompt sequences",
+)
+REPS_INTACT = _speed(
+    "{arm} reps intact",
+    "ERROR",
+    "a rep was measured twice, not reset, or its token hash does not match",
+)
+RESULT_COMPLETE = _speed("{arm} result complete", "ERROR", "the arm has fewer reps than the workload asks")
+STATISTICS_COMPUTED = _speed(
+    "{metric} statistics computed",
+    "ERROR",
+    "the decode or TTFT statistics could not be computed",
+)
+CONCLUSIVE = _speed(
+    "decode comparison conclusive",
+    "INCONCLUSIVE",
+    "the reps cannot tell the arms' decode rates apart",
+)
+NO_REGRESSION = _speed(
+    "no significant decode regression",
+    "FAIL",
+    "the candidate decodes significantly slower than the control (INCONCLUSIVE with one engine start "
+    "per arm)",
+)
+TOKENS_IDENTICAL = _speed(
+    "candidate tokens identical across reps",
+    "FAIL",
+    "the candidate decoded one prompt two ways (schema 1)",
+)
+ACROSS_STARTS = _speed(
+    "decode ratio across engine starts",
+    "INCONCLUSIVE",
+    "the between-launch variance is unknown (one engine start per arm, no history): no PASS or FAIL on "
+    "the decode ratio",
+)
+NON_INFERIOR = _speed(
+    "decode regression ruled out beyond {margin} %",
+    "FAIL, INCONCLUSIVE or ERROR",
+    "FAIL: the whole interval of the decode ratio lies below the margin; INCONCLUSIVE: it straddles it",
+)
+IMPROVEMENT = _speed(
+    "decode improvement >= {want} %",
+    "FAIL or INCONCLUSIVE",
+    "the improvement the contract asks for is ruled out (FAIL) or not shown (INCONCLUSIVE)",
+)
+FLOOR = _speed(
+    "candidate mean decode >= {floor} tok/s",
+    "FAIL, INCONCLUSIVE or ERROR",
+    "the candidate's mean decode rate is shown below the contract's floor (INCONCLUSIVE: straddles it)",
+)
+PREFILL = _speed(
+    "prefill (TTFT) regression <= {limit} %",
+    "FAIL, INCONCLUSIVE or ERROR",
+    "the candidate's time to first token grew beyond the contract's limit (INCONCLUSIVE: straddles it)",
+)
 
 
 def _same_prompt_same_tokens(result: dict[str, Any]) -> bool | None:
@@ -83,7 +149,7 @@ def prompts_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate:
     own, and rep i of both arms the same one. A result where a prompt repeats (schema 1 decoded one
     prompt in every rep) lets a result cache keyed by the input answer from memory, so it is refused
     (ERROR), as are arms whose prompt sequences differ (not a paired comparison)."""
-    name = "prompts fresh and paired"
+    name = PROMPTS_FRESH()
     problems: list[str] = []
     sequences = {}
     for arm, result in (("control", control), ("candidate", candidate)):
@@ -189,10 +255,10 @@ def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None 
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         return Gate(
-            f"{name} reps intact", False, "refuse to compare: " + "; ".join(problems[:3]) + more, SEV_ERROR
+            REPS_INTACT(arm=name), False, "refuse to compare: " + "; ".join(problems[:3]) + more, SEV_ERROR
         )
     return Gate(
-        f"{name} reps intact", True, f"{len(reps)} reps, each measured once, reset, hashed", SEV_ERROR
+        REPS_INTACT(arm=name), True, f"{len(reps)} reps, each measured once, reset, hashed", SEV_ERROR
     )
 
 
@@ -202,10 +268,10 @@ def completeness_gate(result: dict[str, Any], name: str) -> Gate:
     want = int(workload.get("repetitions", 0)) * int(workload.get("launches", 1) or 1)
     got = len(result.get("reps") or [])
     if result.get("complete") is not True:
-        return Gate(f"{name} result complete", False, f"complete = {result.get('complete')!r}", SEV_ERROR)
+        return Gate(RESULT_COMPLETE(arm=name), False, f"complete = {result.get('complete')!r}", SEV_ERROR)
     if got == 0 or got != want:
-        return Gate(f"{name} result complete", False, f"{got} reps, workload asks for {want}", SEV_ERROR)
-    return Gate(f"{name} result complete", True, f"{got} reps", SEV_ERROR)
+        return Gate(RESULT_COMPLETE(arm=name), False, f"{got} reps, workload asks for {want}", SEV_ERROR)
+    return Gate(RESULT_COMPLETE(arm=name), True, f"{got} reps", SEV_ERROR)
 
 
 def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
@@ -224,11 +290,11 @@ def statistics_gates(decode: MetricStats, ttft: MetricStats) -> list[Gate]:
                 f"constant in both arms (control {st.control.mean:g}, candidate {st.candidate.mean:g}): "
                 "no test needed, the prefill gate compares medians"
             )
-        gates.append(Gate(f"{label} statistics computed", ok, detail, SEV_ERROR))
+        gates.append(Gate(STATISTICS_COMPUTED(metric=label), ok, detail, SEV_ERROR))
     if decode.verdict != STAT_ERROR:
         conclusive = decode.verdict != STAT_INCONCLUSIVE
         detail = f"{decode.verdict}: {decode.reason}"
-        gates.append(Gate("decode comparison conclusive", conclusive, detail, SEV_INCONCLUSIVE))
+        gates.append(Gate(CONCLUSIVE(), conclusive, detail, SEV_INCONCLUSIVE))
     return gates
 
 
@@ -257,7 +323,7 @@ def speed_gates(
     gates = [
         _across_gate(decode, across, contract.speed),
         Gate(
-            "no significant decode regression",
+            NO_REGRESSION(),
             decode.verdict != REGRESSED,
             f"decode verdict {decode.verdict} (change {_pct(decode.change_pct)}, {_ci(decode)})",
         ),
@@ -267,11 +333,11 @@ def speed_gates(
     if g.max_prefill_regression_pct is not None:
         gates.append(_prefill_gate(ttft, ttft_change_pct, g.max_prefill_regression_pct))
     if tokens["candidate_identical_across_reps"] is False:  # one prompt decoded twice (schema 1)
-        gates.append(
-            Gate("candidate tokens identical across reps", False, "candidate reps of one prompt differ")
-        )
+        gates.append(Gate(TOKENS_IDENTICAL(), False, "candidate reps of one prompt differ"))
     if control is not None:
         gates.append(audit_gate(control, candidate, g.identical_tokens))
+        gates.append(dist_gate(control, candidate, contract.speed.audit_top_k, g.identical_tokens)[0])
+        gates.append(repetition_gate(control, candidate, contract.speed.repeat_reps)[0])
     gates.append(_non_inferiority_gate(decode, g.max_decode_regression_pct, contract.speed))
     if g.min_decode_improvement_pct is not None:
         gates.append(_improvement_gate(decode, g.min_decode_improvement_pct))
@@ -281,11 +347,7 @@ def speed_gates(
 
 
 # The gates on the decode ratio: a PASS or FAIL of theirs needs the between-launch variance.
-_RATIO_GATES = (
-    "no significant decode regression",
-    "decode regression ruled out beyond",
-    "decode improvement",
-)
+_RATIO_GATES = tuple(g.template.split("{")[0] for g in (NO_REGRESSION, NON_INFERIOR, IMPROVEMENT))
 
 
 def _one_start(gate: Gate) -> Gate:
@@ -308,7 +370,7 @@ def across_starts(decode: MetricStats, history: Any, launches: int | None = None
 def _across_gate(decode: MetricStats, across: dict[str, Any], speed: Any) -> Gate:
     """A PASS or FAIL on the decode ratio needs the variance between engine starts: measured (launches
     >= 2 per arm) or from the history (qgate.launch_cv); without either INCONCLUSIVE, with advice."""
-    name = "decode ratio across engine starts"
+    name = ACROSS_STARTS()
     hist = across.get("history") or {}
     if across["source"] == "run":
         cc, tc = decode.control_components, decode.candidate_components
@@ -450,7 +512,7 @@ def _non_inferiority_gate(decode: MetricStats, margin_pct: float, speed: Any = N
     to detect one. Not shown: FAIL when the whole interval lies below the floor (a slowdown beyond the
     margin), else INCONCLUSIVE with a sample-size estimate."""
     ni = non_inferiority(decode, margin_pct, speed)
-    name = f"decode regression ruled out beyond {margin_pct:g} %"
+    name = NON_INFERIOR(margin=f"{margin_pct:g}")
     if ni["outcome"] == "error":
         return Gate(name, False, "no Welch-t interval of the decode ratio", SEV_ERROR)
     level = f"{100 * (1 - decode.alpha):g}" if decode.alpha is not None else "?"
@@ -466,7 +528,7 @@ def _non_inferiority_gate(decode: MetricStats, margin_pct: float, speed: Any = N
 def _improvement_gate(decode: MetricStats, want: float) -> Gate:
     """A significant improvement of at least `want` %; not shown is FAIL when the interval rules it out
     (its upper bound below 1 + want %), else INCONCLUSIVE."""
-    name = f"decode improvement >= {want:g} %"
+    name = IMPROVEMENT(want=f"{want:g}")
     ok = decode.verdict == IMPROVED and decode.change_pct is not None and decode.change_pct >= want
     detail = f"change {_pct(decode.change_pct)} ({decode.verdict}); needs a significant >= +{want:g} %"
     if ok:
@@ -509,7 +571,7 @@ def _floor_gate(candidate: dict[str, Any], decode: MetricStats, threshold: float
     INCONCLUSIVE. A gate on every rep would fail a candidate above the floor more often the more reps it
     runs; how many reps fell below is still reported."""
     values = [r.get("decode_tok_s") for r in candidate.get("reps", [])]
-    name = f"candidate mean decode >= {threshold:g} tok/s"
+    name = FLOOR(floor=f"{threshold:g}")
     if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
         return Gate(name, False, "candidate reps lack decode_tok_s", SEV_ERROR)
     below = [v for v in values if not v >= threshold]  # `not >=` also catches NaN
@@ -550,7 +612,7 @@ def _prefill_gate(ttft: MetricStats | None, change_pct: float | None, limit: flo
     (prefill_decision); INCONCLUSIVE when it straddles the limit or when one engine start per arm
     leaves the variance between starts unknown. A TTFT constant in both arms has no noise: its median
     change is the answer."""
-    name = f"prefill (TTFT) regression <= {limit:g} %"
+    name = PREFILL(limit=f"{limit:g}")
     median = "n/a" if change_pct is None else f"{change_pct:+.2f} %"
     if ttft is None or ttft.verdict == STAT_ERROR:
         if ttft is not None and _constant_arms(ttft) and change_pct is not None:

@@ -14,7 +14,8 @@ speed result they read. What is checked, beyond the header (qgate.record_check):
   tok/s within 0.1 % (both are one measurement: speed.workload.rep_record), TTFT in [1e-3, 1e7] ms;
 - started_at not before the rep's engine start (less START_SLACK) and in index order (reps of one arm
   run one after the other: a rep copied into another launch, or in from another run, breaks the order);
-- schema 2: the rep's run_id is its file's (a rep grafted from another run's file is refused).
+- schema 2: the rep's run_id is its file's (a rep grafted from another run's file is refused);
+- last, the record as its typed model (qgate.records.speed.Speed), in the same one line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import datetime, timedelta
 from statistics import NormalDist
 from typing import Any
 
+from qgate import records
 from qgate.record_check import Check, check_header, check_launches
 
 # The parent stamps an engine start when it reads the child's `engine_ready`, the child stamps each rep:
@@ -92,6 +94,7 @@ def check_speed_result(data: dict[str, Any], where: str) -> None:
                 f"not this file's run_id {data['run_id']!r}: a rep of another run",
             )
         _check_rep(c, rep, key, output_tokens, workload.get("ignore_eos") is True)
+        _check_top_k(c, rep, key, workload.get("audit_top_k"))
         stamp = c.time(rep.get("started_at"), f"{key}.started_at")
         if stamp < starts[launch] - START_SLACK:
             raise c.fail(f"{key}.started_at", rep["started_at"], f"before launch {launch}'s engine start")
@@ -108,6 +111,8 @@ def check_speed_result(data: dict[str, Any], where: str) -> None:
                 stamp.isoformat(),
                 f"earlier than the rep before rep {index}: reps run in index order",
             )
+    # Then the typed model (qgate.records.speed): every key of its type, in the same one line.
+    records.validate("speed", data, where)
 
 
 def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, ignore_eos: bool) -> None:
@@ -133,6 +138,33 @@ def _check_rep(c: Check, rep: dict[str, Any], key: str, output_tokens: int, igno
     if rep.get("finish_reason") not in FINISH_REASONS:
         raise c.fail(f"{key}.finish_reason", rep.get("finish_reason"), "expected 'length' or 'stop'")
     _check_overhead(c, rep, key)
+
+
+def _check_top_k(c: Check, rep: dict[str, Any], key: str, top_k: Any) -> None:
+    """The distribution audit's rows (qgate.speed.dist_audit): one per token, each top_k distinct ids and
+    their logprobs, finite, <= 0 and in rank order; a rep of a run that asked none holds none."""
+    if "top_ids" not in rep and "top_logprobs" not in rep:
+        return
+    if not top_k:
+        raise c.fail(f"{key}.top_ids", "...", "top-k rows in a run whose workload.audit_top_k is unset")
+    k = c.int(top_k, "workload.audit_top_k", 1, 1000)
+    ids, lps = (
+        c.list(rep.get("top_ids"), f"{key}.top_ids"),
+        c.list(rep.get("top_logprobs"), f"{key}.top_logprobs"),
+    )
+    if len(ids) != len(rep["token_ids"]) or len(lps) != len(ids):
+        raise c.fail(
+            f"{key}.top_ids", len(ids), f"expected one row per token ({len(rep['token_ids'])}) in both"
+        )
+    for j, (row, lp) in enumerate(zip(ids, lps, strict=True)):
+        row, lp = c.list(row, f"{key}.top_ids[{j}]"), c.list(lp, f"{key}.top_logprobs[{j}]")
+        if len(row) != k or len(lp) != k or len(set(map(repr, row))) != k:
+            raise c.fail(f"{key}.top_ids[{j}]", row, f"expected {k} distinct ids and {k} logprobs")
+        for i, (t, v) in enumerate(zip(row, lp, strict=True)):
+            c.int(t, f"{key}.top_ids[{j}][{i}]", 0, 10**9)
+            c.num(v, f"{key}.top_logprobs[{j}][{i}]", -1e6, 0.0)
+        if any(a < b for a, b in zip(lp, lp[1:], strict=False)):
+            raise c.fail(f"{key}.top_logprobs[{j}]", lp, "not in rank order (descending)")
 
 
 def _check_overhead(c: Check, rep: dict[str, Any], key: str) -> None:

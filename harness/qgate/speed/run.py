@@ -169,6 +169,11 @@ class SpeedWorkload:
             result["reps"].append(rep)
             result["reps"].sort(key=lambda r: r["index"])
             self.save(plan, result)
+        elif kind == "repeat":  # TEST04's repeated rep: its speed and its tokens' hash, not the arrays
+            drop = ("token_ids", "top_ids", "top_logprobs")
+            again = {k: v for k, v in event["repeat"].items() if k not in drop}
+            result.setdefault("repeats", []).append(again)
+            self.save(plan, result)
 
     def save(self, plan: ArmPlan, result: dict) -> None:
         atomic_write_json(arm_path(self.out_dir, plan.name), result)

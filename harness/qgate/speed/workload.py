@@ -84,6 +84,8 @@ def sampling_params(spec: dict) -> dict[str, Any]:
     }
     if spec["greedy"]:
         params["temperature"] = 0.0
+    if spec.get("audit_top_k"):  # the distribution audit's top-k at every position (qgate.speed.dist_audit)
+        params["logprobs"] = spec["audit_top_k"]
     return params
 
 
@@ -114,6 +116,7 @@ def rep_record(
         "output_tokens": n,
         "token_ids": out["token_ids"],
         "token_ids_sha256": ids_sha256(out["token_ids"]),
+        **{key: out[key] for key in ("top_ids", "top_logprobs") if key in out},
         "prompt_sha256": prompt_sha256,
         "finish_reason": out["finish_reason"],
         "prefix_cache_reset": reset,
@@ -121,16 +124,18 @@ def rep_record(
     }
 
 
-def _one(engine: Engine, prompt: list[int], spec: dict) -> tuple[dict, float, bool | None]:
+def _one(engine: Engine, prompt: list[int], spec: dict) -> tuple[dict, float, bool | None, float]:
     reset = None
     # The prefix-cache reset is asserted here, before every warmup and rep: a refused reset fails the run.
     if spec["reset_prefix_cache"]:
         reset = engine.reset_prefix_cache()
         if not reset:
             raise SpeedError("reset_prefix_cache() returned False: the prefix cache was not reset")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = engine.generate(prompt, sampling_params(spec))
-    return out, time.perf_counter() - t0, reset
+    # This process's CPU seconds over the rep (every thread): the work an in-process engine did, which
+    # other processes' load does not stretch as it stretches the wall clock (qgate.speed.repetition).
+    return out, time.perf_counter() - t0, reset, time.process_time() - c0
 
 
 def run_reps(engine: Engine, spec: dict, emit: Callable[[dict], None]) -> None:
@@ -141,7 +146,7 @@ def run_reps(engine: Engine, spec: dict, emit: Callable[[dict], None]) -> None:
     emit({"event": "prompt", "input_tokens": n, "sha256": plan_sha256(pool, n, seed)})
     for w in range(spec["warmup"]):
         prompt = draw(pool, n, warmup_seed(seed, launch, w))
-        out, wall_s, _ = _one(engine, prompt, spec)
+        out, wall_s, _, _ = _one(engine, prompt, spec)
         emit(
             {
                 "event": "warmup",
@@ -153,9 +158,18 @@ def run_reps(engine: Engine, spec: dict, emit: Callable[[dict], None]) -> None:
         )
     for index in spec["rep_indices"]:
         prompt = draw(pool, n, rep_seed(seed, index))
-        out, wall_s, reset = _one(engine, prompt, spec)
-        rep = rep_record(out, wall_s, index, launch, reset, ids_sha256(prompt))
+        out, wall_s, reset, cpu_s = _one(engine, prompt, spec)
+        rep = {**rep_record(out, wall_s, index, launch, reset, ids_sha256(prompt)), "cpu_s": cpu_s}
         emit({"event": "rep", "rep": rep})
+    # TEST04: the launch's first rep again, timed alike (qgate.speed.repetition), after the timed reps.
+    for r in range(spec.get("repeat_reps") or 0):
+        if not spec["rep_indices"]:
+            break
+        index = spec["rep_indices"][0]
+        prompt = draw(pool, n, rep_seed(seed, index))
+        out, wall_s, reset, cpu_s = _one(engine, prompt, spec)
+        again = {**rep_record(out, wall_s, index, launch, reset, ids_sha256(prompt)), "cpu_s": cpu_s}
+        emit({"event": "repeat", "repeat": {**again, "repeat": r}})
     # After the timed reps, never between them: the audit's scoring is on no clock.
     for item in spec.get("audit") or []:
         emit({"event": "audit", "audit": audit_rep(engine, pool, spec, item)})

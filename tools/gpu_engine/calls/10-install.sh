@@ -8,8 +8,11 @@
 # PROBE="NAME @FILE" the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict
 # (70-decide.sh DTYPE N), with ABLATE=DESIGN the ablation (50-prod-ablate.sh DTYPE DESIGN; DERIVE and
 # MAX_LAUNCHES as there), with BENCH="TP [ROUTES]" the op bench (90-bench.sh TP ROUTES; PRODSHAPE=none
-# then writes no checkpoint). Its first engine start pays vLLM's Triton JIT (~95 s).
+# then writes no checkpoint), with SCREEN=1 the operator screen per rank (75-screen.sh DTYPE). TP=2|4
+# (lib.sh) makes DECIDE, ABLATE and SCREEN run the TP contract of DTYPE on a machine of that many GPUs
+# (checked first: exit 3 on fewer). Its first engine start pays vLLM's Triton JIT (~95 s).
 source tools/gpu_engine/calls/lib.sh
+need_gpus
 LAST=${1:?usage: 10-install.sh LAST}
 DTYPE=${2:-fp16}
 # 48 layers, the model's own: at 12 the H200's decode step waited on the host (host 2.9-3.6 ms a step,
@@ -49,6 +52,10 @@ if [ -n "${BENCH:-}" ]; then  # BENCH="TP [ROUTES]": the op bench on this card i
 fi
 if [ -n "${ABLATE:-}" ]; then  # ABLATE=DESIGN: the ablation at the production shapes instead of the tiny gate
   bash tools/gpu_engine/calls/50-prod-ablate.sh "$DTYPE" "$ABLATE"
+  exit $?
+fi
+if [ "${SCREEN:-0}" = 1 ]; then  # the operator screen per rank instead of the tiny gate
+  bash tools/gpu_engine/calls/75-screen.sh "$DTYPE"
   exit $?
 fi
 if [ -n "${PROBE:-}" ]; then  # PROBE="NAME @FILE": the decode probe instead of the tiny gate

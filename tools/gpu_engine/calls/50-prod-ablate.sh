@@ -12,12 +12,14 @@
 # the log, and the ablation runs without it: `qgate ablate --resume --timeline DIR` on the packed
 # folders adds it later).
 # DERIVE (lib.sh prod_contract) ablates a derived contract instead, into ablate-DTYPE-TAG (without the
-# TIMELINE: the probe profiled the contract's arms, not the derived ones).
+# TIMELINE: the probe profiled the contract's arms, not the derived ones). TP=2|4 (lib.sh) ablates the
+# TP contract (contracts/qwen38-prodshape-DTYPE-tpN.yaml) into ablate-DTYPE-tpN (each rank's GEMVs a
+# TP-th as long; every arm's routes asked of every rank), without a TIMELINE (profiled at TP 1).
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
 prod_contract "$DT"
-A=ablate-$DT$TAGGED
+A=ablate-$DT$TPTAG$TAGGED
 limit=$(call_limit "${ABLATE_S:-540}" 70)  # the report of a cut run (<= 60 s) + pack after it
 [ "$limit" -ge 60 ] || { echo "ablate: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
 step "qgate ablate --design ${2:-one-at-a-time} ($CONTRACT), at most $limit s"
@@ -25,11 +27,11 @@ t0=$(date +%s)
 more=()
 [ -n "${MAX_LAUNCHES:-}" ] && more+=(--until-decided --max-launches "$MAX_LAUNCHES")
 [ -d "$RUNS/$A" ] && more+=(--resume)
-if [ -n "${TIMELINE:-}" ] && [ -n "$TAGGED" ]; then
+if [ -n "${TIMELINE:-}" ] && [ -n "$TAGGED$TPTAG" ]; then
   # the probe profiled the contract's arms, not the derived ones (its variant's env, e.g. the lm_head
   # left out of the routes, is not in what the timeline compares): its candidate.json would stand for
   # another arm
-  echo "timeline left out: the probe's profiles are of the contract's arms, not of $CONTRACT" | tee -a "$LOG"
+  echo "timeline left out: the probe's profiles are of the TP 1 contract's arms, not of $CONTRACT" | tee -a "$LOG"
   TIMELINE=""
 fi
 if [ -n "${TIMELINE:-}" ]; then  # checked first: a bad folder would stop the ablation (exit 2) before it ran

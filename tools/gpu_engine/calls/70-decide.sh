@@ -9,13 +9,15 @@
 # needs <= 5 %, and at a start-to-start sd of 10 % its odds within 6 launches are under 5 %,
 # tools/verdict_odds.py) and the candidate not slower (no FAIL in sight). THEN_PROBE="NAME @FILE" runs
 # 60-probe.sh with what is left of the call after the verdict (or in its place when it cannot decide).
-# DERIVE (lib.sh prod_contract) runs a derived contract instead, into decide-DTYPE-TAG.
+# DERIVE (lib.sh prod_contract) runs a derived contract instead, into decide-DTYPE-TAG. TP=2|4 (lib.sh)
+# runs the TP contract (contracts/qwen38-prodshape-DTYPE-tpN.yaml) into decide-DTYPE-tpN: the verdict's
+# compare asks every rank for its routes' hits (routes.<route>.every_rank), the audit as at TP 1.
 source tools/gpu_engine/calls/lib.sh
 use_engine
 DT=${1:-bf16}
 prod_contract "$DT"
 C=$CONTRACT
-D=decide-$DT$TAGGED
+D=decide-$DT$TPTAG$TAGGED
 limit=$(call_limit "${DECIDE_S:-540}" 40)  # compare + pack after it
 [ "$limit" -ge 60 ] || { echo "decide: $limit s left of the call, not run" | tee -a "$LOG"; exit 5; }
 # futile JSON CV: the kept looks' last one undecided, an arm's CV above CV and the ratio >= 1 (one line)

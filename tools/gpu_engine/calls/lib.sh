@@ -4,6 +4,12 @@
 # and RUNS (the qgate run folders; pack_runs puts them in $OUT/runs.tgz: the tool brings back at most
 # 8 files). GE_COMMIT (given on the command line) is written into every call's log: the device's copy
 # of the checkout has no .git.
+# TP (1, 2 or 4; default 1): the tensor parallel size of the production-shape contract a call runs
+# (prod_contract: contracts/qwen38-prodshape-DTYPE-tpN.yaml at 2 and 4, run folders suffixed -tpN), on
+# a machine of at least TP GPUs (need_gpus). DRY_RUN=1: no payload, no GPU; every qgate command that
+# would start an engine, write a checkpoint or read a run's results is printed (`DRY_RUN: python3 -m
+# qgate ...`, in the log too) instead of run; everything else (a DERIVE, the futility check) runs
+# (tests/test_call_scripts.py runs the calls so on the CPU).
 set -uo pipefail
 GE=${GE:-/tmp/ge}
 OUT=${OUT:-/tmp/qgate-gpu-out}
@@ -20,9 +26,46 @@ call_left() { echo $(( ${CALL_S:-590} - ($(date +%s) - T_CALL) - $1 )); }
 # packed after it); a script another call script runs keeps its caller's clock (T_CALL)
 call_limit() { local left; left=$(call_left "$2"); echo $(( left < $1 ? left : $1 )); }
 step() { echo "=== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - T_CALL )) s)" | tee -a "$LOG"; }
-echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -u +%FT%TZ)" | tee -a "$LOG"
+echo "call $(basename "$0") commit ${GE_COMMIT:-unknown} on $(hostname) $(date -u +%FT%TZ)${TP:+ TP=$TP}" | tee -a "$LOG"
+TP=${TP:-1}
+case $TP in
+  1 | 2 | 4) ;;
+  *) echo "TP=$TP: expected 1, 2 or 4 (the production-shape contracts' sizes)" | tee -a "$LOG"; exit 2 ;;
+esac
+if [ "$TP" -gt 1 ]; then
+  # the workplace's GPUs keep NVLink multicast off (a program that uses it can take a shared host's
+  # GPUs out of service for days): set for every engine and its workers, whatever the image set
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+fi
+
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  # python3 -m qgate COMMAND: printed for the commands that start an engine, write a checkpoint or read
+  # a run's results; every other python3 (derive_contract.py, the futility check, summarize.py) runs
+  python3() {
+    if [ "${1:-}" = -m ] && [ "${2:-}" = qgate ] && [[ " run ablate compare model demo " == *" ${3:-} "* ]]; then
+      echo "DRY_RUN: python3 $*" | tee -a "$LOG"
+      return 0
+    fi
+    command python3 "$@"
+  }
+  timeout() { shift; "$@"; }  # the limit is the device's; the functions above run in this shell
+  nvidia-smi() { echo "DRY_RUN: nvidia-smi $*"; }
+fi
+
+# need_gpus: a TP > 1 call on a machine of fewer GPUs stops here (exit 3), before any device time goes
+need_gpus() {
+  [ "$TP" -gt 1 ] && [ "${DRY_RUN:-0}" != 1 ] || return 0
+  local n
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  [ "$n" -ge "$TP" ] || { echo "TP=$TP needs $TP GPUs; this machine has $n" | tee -a "$LOG"; exit 3; }
+}
 
 use_engine() {  # the payload's vLLM + qgate from this checkout
+  need_gpus
+  if [ "${DRY_RUN:-0}" = 1 ]; then  # the machine's own python3 and qgate from this checkout
+    export PYTHONPATH=$PWD/harness:$PWD/route_env:$PWD/kernels_ext${PYTHONPATH:+:$PYTHONPATH}
+    return 0
+  fi
   [ -f "$GE/env.sh" ] || { echo "MISSING $GE/env.sh: the machine went cold (stage again from call-01)" | tee -a "$LOG"; exit 3; }
   # PYTHONPATH from the one the outermost call script started with: a script that another one runs
   # (10-install.sh -> 70-decide.sh) would else add the payload's entries twice, and qgate refuses to
@@ -54,7 +97,8 @@ restore_jit() {
   cat .gpu-engine/jit/jit-cache.tgz.* | tar -xzf - -C / && echo "JIT caches restored: $(du -sh .gpu-engine/jit | cut -f1)" | tee -a "$LOG"
 }
 
-# prod_contract DTYPE: the production-shape contract a call runs, and the suffix of its run folders.
+# prod_contract DTYPE: the production-shape contract a call runs (at TP 2 or 4 the TP contract of DTYPE),
+# and the suffixes of its run folders: TPTAG (-tpN, empty at TP 1) and TAGGED.
 # DERIVE="TAG PATH=JSON ..." (JSON without spaces) derives it first (derive_contract.py: e.g. the
 # candidate with the QSA top-k route, `DERIVE='topk arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"'`)
 # into $RUNS/contract-TAG.yaml, packed with the runs; a set qgate refuses stops the call (exit 2) before
@@ -65,6 +109,12 @@ restore_jit() {
 # read it within the machine's 30 s idle window.
 prod_contract() {
   CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-h200.yaml}
+  TPTAG=""
+  if [ "$TP" -gt 1 ]; then
+    CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-tp$TP.yaml}
+    TPTAG=-tp$TP
+  fi
+  [ -f "$CONTRACT" ] || { echo "no contract $CONTRACT (DTYPE $1, TP $TP)" | tee -a "$LOG"; exit 2; }
   TAGGED=""
   if [ "${DERIVE:-}" = auto ]; then
     local reading=${READING:-$RUNS/probe-$1/reading.txt}

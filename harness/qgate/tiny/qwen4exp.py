@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from qgate import tiny
+from qgate.tiny import qwen3 as tiny
 
 TINY_QWEN4EXP_VERSION = 1
 NAME = "tiny-qwen4exp"

@@ -1,0 +1,39 @@
+"""`qgate gates`: every gate by name (qgate.gate_reference). Wiring only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from qgate.cli._options import EXIT_FAIL, exit_with, fail
+from qgate.gate_reference import generate, listing
+from qgate.results import atomic_write_text
+
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", "-o", help="write the markdown reference here (docs/gates.md)", dir_okay=False),
+]
+CheckOpt = Annotated[bool, typer.Option("--check", help="exit 1 when --out differs from the code")]
+
+
+def gates(out: OutOpt = None, check: CheckOpt = False) -> None:
+    """List every gate a verdict or an ablation records: name, module, what its failure means, doc;
+    --out writes the markdown reference, --check compares it instead."""
+    if check:
+        if out is None:
+            fail("--check needs --out FILE (the committed reference, e.g. docs/gates.md)")
+        current = out.read_text(encoding="utf-8") if out.is_file() else None
+        if current != generate():
+            typer.echo(f"{out}: differs from the code; run: qgate gates --out {out}", err=True)
+            exit_with(EXIT_FAIL)
+        typer.echo(f"{out}: up to date")
+        return
+    if out is not None:
+        atomic_write_text(out, generate())
+        typer.echo(f"wrote {out}")
+        return
+    for row in listing():
+        typer.echo(f"{row['name']}  [{row['severity']}]  {row['module']}  {row['doc']}")
+        typer.echo(f"    {row['failure']}")

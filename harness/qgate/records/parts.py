@@ -1,0 +1,58 @@
+"""Parts several record kinds share: the contract reference, the model, route counts, a gate, an engine
+start. Typed as the writers write them (qgate.contract.LoadedContract.reference, qgate.models,
+qgate.routes.collect, qgate.gate.Gate.to_dict, qgate.engine.segment)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from qgate.records.base import HEX64, Open, Part
+
+
+class ContractRef(Part):
+    """The contract a record ran or was judged under (LoadedContract.reference)."""
+
+    name: str = Field(min_length=1)
+    sha256: str = Field(pattern=HEX64)
+    version: int | None = None
+    path: str | None = None
+
+
+class ModelRef(Open):
+    """The model an arm ran (qgate.models.resolve_model): the contract's spec, its directory, the
+    config's sha256; a hand-written reference result may hold the spec alone."""
+
+    spec: str | None = None
+    path: str | None = None
+    config_sha256: str | None = None
+
+
+class RouteCounts(Part):
+    """One route's attestation counts (qgate.routes.collect): executions, fallbacks by reason, hits by
+    role, calls captured into CUDA graphs by role."""
+
+    hits: int = Field(0, ge=0)
+    fallbacks: dict[str, int] = Field(default_factory=dict)
+    roles: dict[str, int] = Field(default_factory=dict)
+    captures: dict[str, int] = Field(default_factory=dict)
+
+
+class GateRecord(Part):
+    """A gate as a record holds it (qgate.gate.Gate.to_dict)."""
+
+    name: str
+    passed: bool
+    detail: str
+    severity: Literal["fail", "inconclusive", "error"]
+
+
+class Launch(Open):
+    """One engine start of an arm (qgate.engine.segment): its launch, segment, start time; the speed
+    audit's start carries `audit`."""
+
+    launch: int = Field(0, ge=0)
+    segment: int | None = Field(None, ge=0)
+    engine_start_s: float | None = None
+    started_at: str | None = None

@@ -1,0 +1,40 @@
+"""The distribution audit's calibration: per model it was measured on, the reps of honest candidates and
+of the named corruptions as (positions compared, discordant) pairs (tools/dist_audit_calibration.py
+from the runs docs/speed-audit.md lists). qgate.speed.dist_audit states each verdict's power from them:
+the corruptions' reps drawn (seeded) at the verdict's number of reps, the rule applied.
+
+A verdict on a model measured here is judged against that model's entry; on any other model, against
+the entries pooled, and the verdict says so (the power of a corruption depends on how sharp the model's
+distributions are: the trained demo model keeps the lm_head's top 3 within its top 8 at 57 % of
+positions on half of K; the random-weight production-shape checkpoint at none).
+"""
+
+from __future__ import annotations
+
+# The named corruptions (tests/fixtures/gamed_routes.py, `qgate demo --faulty-kind`), in words.
+CORRUPTIONS: dict[str, str] = {
+    "defeat-lm-head": "the lm_head on half of K, timed only (the route's kernel)",
+    "top1": "the top1-only lm_head (the argmax right, the other logits not computed)",
+    "defeat": "every role on half of K, timed only (the route's kernel)",
+    "defeat-strided": "every role on half of K, timed only (torch's matmul on strided halves)",
+}
+
+# model key -> {model_spec: the contract's `model` it was measured on, honest: {kind: reps}, corrupt:
+# {kind: reps}}; a rep is [positions compared, discordant].
+MODELS: dict[str, dict] = {
+    # The demo model on the 2-core CPU, 2026-12-06 (1194ba1 + this change): contracts/demo-cpu.yaml with
+    # audit_top_k 8, 1 launch x 4 reps an arm, 256 in / 512 out (docs/speed-audit.md).
+    "demo": {
+        "model_spec": "tiny-trained-wide",
+        "honest": {
+            "shipped": [[512, 0], [512, 0], [512, 0], [512, 0]],
+            "memo-exact": [[512, 0], [512, 0], [512, 0], [512, 0]],
+        },
+        "corrupt": {
+            "defeat-lm-head": [[14, 6], [13, 6], [33, 15], [47, 19]],
+            "top1": [[6, 6], [7, 7], [8, 8], [20, 20]],
+            "defeat": [[2, 1], [10, 6], [1, 0], [11, 7]],
+            "defeat-strided": [[6, 4], [7, 5], [4, 3], [4, 3]],
+        },
+    },
+}
