@@ -176,7 +176,8 @@ def test_the_checker_catches_wrong_lines() -> None:
 
 def test_nightly_runs_every_gate_and_the_history() -> None:
     lines = [" ".join(w) for s in steps(load(NIGHTLY)) for w in qgate_commands(str(s.get("run", "")))]
-    starts = ("run ops ", "run speed ", "run quality ", "compare ", "history append ", "history report ")
+    starts = ("run ops ", "run speed ", "run quality ", "compare ", "history append ", "history report ",
+              "history publish ")  # fmt: skip
     for start in starts:
         assert any(line.startswith(start) for line in lines), f"no `qgate {start.strip()}` in the nightly"
     compares = [line for line in lines if line.startswith("compare ")]
@@ -219,6 +220,22 @@ def test_nightly_reports_uploads_and_fails_on_fail_or_error() -> None:
     assert upload["with"]["path"].strip("/") == "nightly"
     # Untrusted inputs reach scripts through env, never pasted into them.
     assert not any("${{ inputs." in str(s.get("run", "")) for s in job["steps"])
+
+
+def test_nightly_uploads_the_history_site_and_deploys_pages_only_where_enabled() -> None:
+    data = load(NIGHTLY)
+    job = data["jobs"]["nightly"]
+    by_name = {s.get("name"): s for s in job["steps"]}
+    site = by_name["Upload the history site"]
+    assert site["if"] == "always()" and site["with"]["path"].startswith("${{ env.RUN_DIR }}/history/site")
+    pages_artifact = by_name["Site to GitHub Pages (artifact)"]
+    assert pages_artifact["uses"].startswith("actions/upload-pages-artifact@")
+    assert "vars.QGATE_PAGES == 'true'" in pages_artifact["if"]
+    pages = data["jobs"]["pages"]
+    assert pages["needs"] == "nightly" and "vars.QGATE_PAGES == 'true'" in pages["if"]
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert data["permissions"] == {"contents": "read"}  # the nightly job itself writes nothing
+    assert pages["steps"][0]["uses"].startswith("actions/deploy-pages@")
 
 
 def test_nightly_contracts_exist_and_validate() -> None:

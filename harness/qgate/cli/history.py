@@ -1,4 +1,4 @@
-"""`qgate history append|report`: wiring only (the store's rules are in qgate.history).
+"""`qgate history append|report|publish`: wiring only (the store's rules are in qgate.history).
 
 Exit codes: 0 done (append: appended, or the identical night was already recorded), 2 a bad result
 directory or store (one line; the store is left as it was), including a night already recorded with
@@ -62,6 +62,40 @@ def append_cmd(
     typer.echo(
         f"{outcome.status}: night {outcome.night} ({', '.join(outcome.arms)}), "
         f"verdict {outcome.verdict or 'none'} -> {outcome.store}"
+    )
+
+
+@app.command("publish")
+def publish_cmd(
+    store: StoreOpt,
+    out: OutOpt,
+    entry: Annotated[
+        list[str] | None, typer.Option("--entry", help="a fleet entry's history (repeat for several)")
+    ] = None,
+    fleet: Annotated[
+        Path | None,
+        typer.Option(
+            "--fleet", help="the fleet list (.github/fleet.yaml): every entry's history", dir_okay=False
+        ),
+    ] = None,
+    contracts: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--contracts", help="contract files or folders: the gate's margin on their nights (repeat)"
+        ),
+    ] = None,
+    note: Annotated[str | None, typer.Option("--note", help="a line on top of every page")] = None,
+) -> None:
+    """Write OUT/index.html and a page per contract x runner: a static site, no server, no network."""
+    from qgate.fleet import load_fleet
+    from qgate.history import publish
+
+    with user_errors():
+        entries = [*(entry or []), *(e.name for e in (load_fleet(fleet) if fleet else ()))]
+        done = publish(store, out, entries=entries or None, contracts=contracts, note=note)
+    typer.echo(
+        f"site: {done['index']} ({done['series']} contract x runner series, {done['nights']} nights, "
+        f"{done['pages']} pages)"
     )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "HistoryError",
     "append",
     "open_store",
+    "publish",
     "read_rows",
     "store_for",
     "write_report",
@@ -134,3 +135,45 @@ def write_report(store: str | Path | Store, out_dir: str | Path, entry: str | No
     text = trend.render_markdown(rows, backend.label, "history.png" if rows else None)
     atomic_write_text(paths["report"], text)
     return paths
+
+
+def publish(
+    store: str | Path | Store,
+    out_dir: str | Path,
+    entries: list[str] | None = None,
+    contracts: list[str | Path] | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The history as a static site in OUT (index.html, one page per contract x runner; qgate.report.site),
+    each file written atomically. entries: fleet entries' histories to read (default: the store's own).
+    contracts: contract files or folders of them (*.yaml): their margins are drawn on the nights that ran
+    under their sha256. note: a line shown on top of every page (what this history is)."""
+    from qgate.contract import load_contract
+    from qgate.history_view import Margin, build_series
+    from qgate.report.site import GENERATOR, render_site
+
+    margins = {}
+    files = [
+        f for p in contracts or [] for f in (sorted(Path(p).glob("*.yaml")) if Path(p).is_dir() else [p])
+    ]
+    for c in (load_contract(f) for f in files):
+        gates = c.contract.speed.gates if c.contract.speed is not None else None
+        margins[c.sha256] = Margin(c.contract.name, c.sha256, gates and gates.max_decode_regression_pct)
+    series, labels = [], []
+    for entry in entries or [None]:
+        backend = open_store(store, entry)
+        labels.append(backend.label)
+        series += build_series(backend.read_rows(), entry, margins)
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    pages = render_site(series, labels, generated, note)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        atomic_write_text(out / name, text)
+    for old in out.glob("*.html"):  # an earlier publish's page of a series no longer there; nothing else
+        if old.name not in pages and f'content="{GENERATOR}"' in old.read_text(
+            encoding="utf-8", errors="replace"
+        ):
+            old.unlink()
+    nights = sum(len(s.nights) for s in series)
+    return {"index": str(out / "index.html"), "pages": len(pages), "series": len(series), "nights": nights}
