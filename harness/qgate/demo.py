@@ -439,7 +439,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
     audited = [r for r in (speed.reasons if speed is not None else []) if AUDIT in r]
-    if audited:  # the timed output is not the control's work: no sentence about its speed or answers
+    if (
+        audited and speed is not None
+    ):  # the timed output is not the control's work: no sentence about its speed or answers
         return (
             f"The speed gate's audit caught the candidate's timed output ({audited[0]}): "
             "what it timed is not the work the control does, whatever the other gates saw outside the "

@@ -137,7 +137,7 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
 def _prompt_seed(result: dict[str, Any]) -> dict[str, Any]:
     """The run's prompt seed and whether the contract pinned it (a schema-1 result: the contract's
     seed, always pinned then)."""
-    prompt = result.get("prompt") if isinstance(result.get("prompt"), dict) else {}
+    prompt = sub if isinstance(sub := result.get("prompt"), dict) else {}
     seed = prompt.get("seed")
     ok = isinstance(seed, int) and not isinstance(seed, bool)
     pinned = prompt.get("seed_pinned", True if ok else None)
@@ -247,7 +247,7 @@ def load_verdicts(result_dir: Path) -> dict[str, dict[str, Any]]:
         kinds = record.get("kinds") or []
         if not all(isinstance(k, str) for k in kinds):
             raise HistoryError(f"{path}: kinds = {cut(repr(kinds))}: expected a list of result kinds")
-        inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+        inputs = sub if isinstance(sub := record.get("inputs"), dict) else {}
         for kind in kinds:
             if kind in out:
                 raise HistoryError(f"{path}: a second verdict for {kind} (first: {out[kind]['path']})")
@@ -267,7 +267,9 @@ def _judged(inputs: Any, path: Path, version: int) -> dict[str, str] | None:
     which did not record them (read as it is: it cannot be checked)."""
     if version < 3:
         return None
-    shas = {arm: inputs.get(f"{arm}_sha256") for arm in ARMS} if isinstance(inputs, dict) else {}
+    shas: dict[str, Any] = (
+        {arm: inputs.get(f"{arm}_sha256") for arm in ARMS} if isinstance(inputs, dict) else {}
+    )
     if not all(isinstance(v, str) for v in shas.values()) or not shas:
         raise HistoryError(
             f"{path}: a verdict of schema {version} without the sha256 of the results it judged"
@@ -362,8 +364,7 @@ def _check_verdict_contracts(
 
 def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
     """The arm's machine and versions (from its first result), and every result's recorded git SHA."""
-    fps = {kind: res.get("fingerprint") for kind, res in arm_results.items()}
-    fps = {kind: fp for kind, fp in fps.items() if isinstance(fp, dict)}
+    fps = {kind: fp for kind, res in arm_results.items() if isinstance(fp := res.get("fingerprint"), dict)}
     if not fps:
         return json.dumps(None)
     first = next(iter(fps.values()))
@@ -382,8 +383,8 @@ def content_sha256(row: dict[str, Any]) -> str:
         for k in COLUMN_NAMES
         if k not in _NOT_CONTENT and k not in later and not (k in V2_COLUMNS and row.get(k) is None)
     }
-    if isinstance(content.get("fingerprint"), str):
-        fp = json.loads(content["fingerprint"])
+    if isinstance(text := content.get("fingerprint"), str):
+        fp = json.loads(text)
         if isinstance(fp, dict):
             kept = {k: v for k, v in fp.items() if k not in _FINGERPRINT_NOT_CONTENT}
             content["fingerprint"] = json.dumps(kept, sort_keys=True)

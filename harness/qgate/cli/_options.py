@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -51,9 +51,9 @@ class DtypeChoice(str, Enum):
     bf16 = "bf16"
 
 
-# click's UsageError and ClickException: Typer 0.29 vendors click and names them nowhere public, older
-# Typers re-export click's; BadParameter (public in both) derives from them.
-_USAGE_ERROR, _CLICK_EXCEPTION = typer.BadParameter.__mro__[1:3]
+# click's ClickException: Typer 0.29 vendors click and names it nowhere public, older Typers re-export
+# click's; BadParameter (public in both) derives from it (BadParameter -> UsageError -> ClickException).
+_CLICK_EXCEPTION: Any = typer.BadParameter.__mro__[2]
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -62,13 +62,22 @@ class OneLineUsageErrors(TyperGroup):
     Everything else is Typer's standalone run, done here: click's run without standalone mode raises
     the error instead of printing it."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         from typer import rich_utils
 
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.BadParameter as exc:
             ctx = getattr(exc, "ctx", None)
             where = f" (`{ctx.command_path} --help`)" if ctx is not None else ""

@@ -167,6 +167,7 @@ def _overrides_model() -> type[Strict]:
     for name, info in Engine.model_fields.items():
         field = copy.copy(info)
         field.default, field.default_factory = None, None
+        assert info.annotation is not None  # every Engine field is annotated
         fields[name] = (info.annotation | None, field)
     return create_model("EngineOverrides", __base__=Strict, __doc__=_OVERRIDES_DOC, **fields)
 
