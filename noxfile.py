@@ -72,7 +72,8 @@ def _extension_current(session: nox.Session) -> bool:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Lint, format check, the CUDA compile check (where the toolkits are), then the test suite."""
+    """Lint, format check, the CUDA compile check (where the toolkits are), the type check, then the
+    test suite."""
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
