@@ -72,7 +72,8 @@ def _extension_current(session: nox.Session) -> bool:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Lint, format check, the CUDA compile check (where the toolkits are), then the test suite."""
+    """Lint, format check, the CUDA compile check (where the toolkits are), the type check, then the
+    test suite."""
     _setup(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -87,6 +88,8 @@ def tests(session: nox.Session) -> None:
     # half a core idle; the suite now keeps both cores busy (measured 97-99 % over a run, 2 Dec 2026),
     # so beside it the check only lengthened pytest by its own CPU time.
     session.run("python", *_compile_args(required=os.environ.get(REQUIRE_TOOLKITS) == "1"))
+    # The type check of harness/ (pyproject.toml's [tool.mypy]): ~25 CPU-s from a cold cache, ~3 warm.
+    session.run("mypy")
     # --durations=25: every engine-starting test shows its time (issue 28: under 10 min on 2 cores).
     args = session.posargs  # the tests the caller names (two workers unless -n is given)
     session.run("pytest", "-ra", "--durations=25", *_workers(args), *args)

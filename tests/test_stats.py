@@ -697,7 +697,7 @@ def test_verdict_odds_plans_a_device_session_from_the_contracts_own_gate(capsys)
     assert spec is not None and spec.loader is not None
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
-    contract = REPO / "contracts" / "qwen38-prodshape-bf16-h200.yaml"
+    contract = REPO / "contracts" / "qwen38-prodshape-bf16.yaml"
     speed = tool.load_contract(contract).contract.speed
     p_pass, p_fail, _, launches = tool.odds(speed, 6, 0.02, 0.01, 1.10, 2000, 1)
     assert p_pass > 0.99 and p_fail == 0 and launches < 3.5

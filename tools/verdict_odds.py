@@ -11,7 +11,7 @@ of N engine starts x the contract's reps, each start with its own offset (sd `be
 its own noise (CV `within`), the candidate's true decode ratio `ratio`. Seeded; prints per cell the
 share of PASS / FAIL / INCONCLUSIVE and the mean launches an arm at the stop.
 
-    python tools/verdict_odds.py contracts/qwen38-prodshape-bf16-h200.yaml --max-launches 4 \
+    python tools/verdict_odds.py contracts/qwen38-prodshape-bf16.yaml --max-launches 4 \
         --within 2 --between 1 2 3 5 10 --ratio 1.0 1.05 1.1
 
 With --effects: an ablation's effect instead (`qgate ablate`, each arm N launches, no looks): the

@@ -144,7 +144,8 @@ def _route_vars(route: str) -> tuple[str, str]:
 def derive_factors(control: Mapping[str, str], candidate: Mapping[str, str]) -> list[Factor]:
     """The factors in which candidate differs from control: routes first (in ROUTES order), then env vars."""
     differing = {k for k in set(control) | set(candidate) if control.get(k) != candidate.get(k)}
-    factors, grouped = [], set()
+    factors: list[Factor] = []
+    grouped: set[str] = set()
     for route in route_env.ROUTES:
         names = _route_vars(route)
         grouped.update(names)
@@ -478,7 +479,7 @@ def arm_gates(
     """ERROR-class gates of one arm: complete, ran its planned env, comparable with the control, attested."""
     res = dict(result)
     gates = [vd.completeness_gate(res, arm.name)]
-    env = res.get("env") if isinstance(res.get("env"), dict) else {}
+    env = sub if isinstance(sub := res.get("env"), dict) else {}
     ok = env == arm.env
     detail = "the result ran the planned env" if ok else f"result env {env} is not the planned {arm.env}"
     gates.append(Gate(ENV_AS_PLANNED(arm=arm.name), ok, detail, SEV_ERROR))

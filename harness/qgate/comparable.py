@@ -136,7 +136,7 @@ def _env_not_declared(
         arm = result.get("arm")
         if arm not in ("control", "candidate"):
             continue
-        env = result.get("env") if isinstance(result.get("env"), dict) else {}
+        env = sub if isinstance(sub := result.get("env"), dict) else {}
         for key, value in loaded.contract.env_for(arm).items():
             if env.get(key) != value:
                 found.append(f"env.{key}: {name} result {env.get(key, '<unset>')!r}, contract says {value!r}")

@@ -237,7 +237,7 @@ def switched_routes(env: dict[str, Any]) -> list[str]:
 
 
 def _arm_info(result: dict[str, Any], path: str) -> dict[str, Any]:
-    env = result.get("env") if isinstance(result.get("env"), dict) else {}
+    env = sub if isinstance(sub := result.get("env"), dict) else {}
     keys = (
         "arm",
         "contract",

@@ -9,10 +9,11 @@ Steps (each a plain function; the CLI calls them in order and draws the progress
 Then a summary record (DIR/summary.json + summary.md): each gate, its figure, its verdict, where its
 report is, and one sentence that says what to do next.
 
-`faulty=KIND` gives the candidate arm a known-faulty (or gamed) GEMV route from tests/fixtures
-(FAULTY_KINDS; `sign`, the default of a plain `--faulty`: `slow_routes.py:perturbed_gemv`, the exact
-result with every 7th output's sign flipped), switched in through QGATE_ROUTE_IMPL_FP16_GEMV inside
-vLLM. Each kind names the gates that must FAIL on it (docs/integrity.md).
+`faulty=KIND` gives the candidate arm a known-faulty (or gamed) GEMV route from tests/fixtures, shipped
+as qgate's package data (qgate.shipped.faulty_routes_dir; FAULTY_KINDS; `sign`, the default of a plain
+`--faulty`: `slow_routes.py:perturbed_gemv`, the exact result with every 7th output's sign flipped),
+switched in through QGATE_ROUTE_IMPL_FP16_GEMV inside vLLM. Each kind names the gates that must FAIL on
+it (docs/integrity.md).
 
 The operator screen judges the code the candidate runs: its overrides, imported as the engine imports
 them (qgate.ops.run, arm "candidate" with the plan's env), in place of the kernels; what of the
@@ -35,11 +36,13 @@ from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
 from qgate.results import atomic_write_json, atomic_write_text, current_schema, utc_now
+from qgate.shipped import contract as shipped_contract
+from qgate.shipped import faulty_routes_dir
 from qgate.speed.audit import NAME as AUDIT
 from qgate_route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
-DEFAULT_CONTRACT = "contracts/demo-cpu.yaml"
+DEFAULT_CONTRACT = "demo-cpu.yaml"  # a shipped contract (qgate.shipped): contracts/demo-cpu.yaml
 VERDICT_CODES = {"PASS": 0, "FAIL": 1, "ERROR": 3, "INCONCLUSIVE": 4}
 FAULTY_ROUTE_VAR = override_var(ROUTE_GEMV)
 SCREEN, SPEED, QUALITY = "operator screen", "speed", "quality"
@@ -47,7 +50,7 @@ SCREEN, SPEED, QUALITY = "operator screen", "speed", "quality"
 
 @dataclass(frozen=True)
 class FaultyKind:
-    impl: str  # module:function in tests/fixtures, the candidate's QGATE_ROUTE_IMPL_FP16_GEMV
+    impl: str  # module:function in tests/fixtures (qgate.shipped), the candidate's QGATE_ROUTE_IMPL_FP16_GEMV
     what: str  # what the candidate does wrong, in words
     caught_by: tuple[str, ...]  # the gates that must FAIL on it (docs/integrity.md)
     # "FAIL": each of those gates must FAIL; "no PASS": it must not PASS (a trick that is neutralised,
@@ -55,7 +58,8 @@ class FaultyKind:
     must: str = "FAIL"
 
 
-# The test-only gamed GEMV routes the demo can switch in (tests/fixtures; never shipped as routes).
+# The test-only gamed GEMV routes the demo can switch in (tests/fixtures; shipped as the demo's package
+# data, qgate/data/faulty_routes, never as routes: a new kind's module needs its link there too).
 FAULTY_KINDS: dict[str, FaultyKind] = {
     "sign": FaultyKind(
         "slow_routes:perturbed_gemv",
@@ -156,8 +160,13 @@ class DemoPlan:
 
 
 def fixtures_dir() -> Path:
-    """tests/fixtures of the source checkout qgate runs from (the faulty route lives there)."""
-    return Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+    """The folder of FAULTY_KINDS' modules: tests/fixtures' gamed routes, shipped (qgate.shipped)."""
+    return faulty_routes_dir()
+
+
+def default_contract() -> Path:
+    """The demo's contract when none is given: the shipped demo-cpu.yaml."""
+    return shipped_contract(DEFAULT_CONTRACT)
 
 
 def faulty_kind(faulty: bool | str | None) -> str | None:
@@ -195,7 +204,7 @@ def faulty_candidate(cand: ArmPlan, kind: str) -> ArmPlan:
     impl = FAULTY_KINDS[kind].impl
     module = fixtures / (impl.split(":", 1)[0] + ".py")
     if not module.is_file():
-        raise DemoError(f"--faulty needs a source checkout: {module} not found")
+        raise DemoError(f"--faulty-kind {kind}: {module} not found: this qgate was built without it")
     # The fixtures in front of this process's own path: an arm's PYTHONPATH replaces the inherited
     # one, and a source checkout run through PYTHONPATH (no install) needs it in the engine too.
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -459,7 +468,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
     audited = [r for r in (speed.reasons if speed is not None else []) if AUDIT in r]
-    if audited:  # the timed output is not the control's work: no sentence about its speed or answers
+    if (
+        audited and speed is not None
+    ):  # the timed output is not the control's work: no sentence about its speed or answers
         return (
             f"The speed gate's audit caught the candidate's timed output ({audited[0]}): "
             "what it timed is not the work the control does, whatever the other gates saw outside the "
@@ -481,7 +492,7 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
     source = where_speed_comes_from(speed.routes) if speed is not None else ""
     source = f" The speed comes from the candidate's routes: {source}." if source else ""
     own = (
-        " To gate your own kernel, copy contracts/demo-cpu.yaml, point `model` and the candidate's env at "
+        f" To gate your own kernel, copy {plan.loaded.path}, point `model` and the candidate's env at "
         "your model and route switch, and run `qgate demo --contract YOUR.yaml`."
     )
     figure = f" ({speed.figure})" if speed is not None else ""
@@ -494,9 +505,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
 
 
 def _rerun(plan: DemoPlan) -> str:
-    """The command that reruns this demo: the nox session for the default contract, else its own."""
-    default = Path(plan.loaded.path).resolve() == (Path(__file__).resolve().parents[2] / DEFAULT_CONTRACT)
-    return "`nox -s demo`" if default else f"`qgate demo --contract {plan.loaded.path}`"
+    """The command that reruns this demo: the bare one for the default contract, else with its own."""
+    default = Path(plan.loaded.path).resolve() == default_contract().resolve()
+    return "`qgate demo`" if default else f"`qgate demo --contract {plan.loaded.path}`"
 
 
 def _bench_advice(screen: GateOutcome | None) -> str:

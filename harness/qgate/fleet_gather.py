@@ -56,7 +56,7 @@ def _one(
     entry: Entry, artifacts: Path, store: str, out: Path, night: str | None, commit: str | None
 ) -> EntryOutcome:
     folder = artifacts / f"{ARTIFACT_PREFIX}{entry.name}"
-    base = {"name": entry.name, "runs_on": entry.runs_on}
+    base: dict[str, Any] = {"name": entry.name, "runs_on": entry.runs_on}
     if not folder.is_dir():
         why = f"no {folder.name} artifact: the entry's job did not upload its run folder"
         return EntryOutcome(**base, status="not run", detail=why, verdicts={}, report=None, lost=why)

@@ -139,7 +139,7 @@ def speed_figures(result: dict[str, Any]) -> dict[str, Any]:
 def _prompt_seed(result: dict[str, Any]) -> dict[str, Any]:
     """The run's prompt seed and whether the contract pinned it (a schema-1 result: the contract's
     seed, always pinned then)."""
-    prompt = result.get("prompt") if isinstance(result.get("prompt"), dict) else {}
+    prompt = sub if isinstance(sub := result.get("prompt"), dict) else {}
     seed = prompt.get("seed")
     ok = isinstance(seed, int) and not isinstance(seed, bool)
     pinned = prompt.get("seed_pinned", True if ok else None)
@@ -367,8 +367,7 @@ def _check_verdict_contracts(
 
 def _fingerprint(arm_results: dict[str, dict[str, Any]]) -> str:
     """The arm's machine and versions (from its first result), and every result's recorded git SHA."""
-    fps = {kind: res.get("fingerprint") for kind, res in arm_results.items()}
-    fps = {kind: fp for kind, fp in fps.items() if isinstance(fp, dict)}
+    fps = {kind: fp for kind, res in arm_results.items() if isinstance(fp := res.get("fingerprint"), dict)}
     if not fps:
         return json.dumps(None)
     first = next(iter(fps.values()))
@@ -387,8 +386,8 @@ def content_sha256(row: dict[str, Any]) -> str:
         for k in COLUMN_NAMES
         if k not in _NOT_CONTENT and k not in later and not (k in V2_COLUMNS and row.get(k) is None)
     }
-    if isinstance(content.get("fingerprint"), str):
-        fp = json.loads(content["fingerprint"])
+    if isinstance(text := content.get("fingerprint"), str):
+        fp = json.loads(text)
         if isinstance(fp, dict):
             kept = {k: v for k, v in fp.items() if k not in _FINGERPRINT_NOT_CONTENT}
             content["fingerprint"] = json.dumps(kept, sort_keys=True)

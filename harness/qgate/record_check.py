@@ -11,6 +11,7 @@ where the file is wrong.
 
 from __future__ import annotations
 
+import builtins  # Check's methods named str, int, ... hide the builtins in its signatures
 import math
 import re
 from datetime import datetime
@@ -34,22 +35,22 @@ class Check:
     def fail(self, key: str, value: Any, why: str) -> ResultError:
         return ResultError(f"{self.where}: {key} = {cut(_show(value), 60)}: {why}")
 
-    def dict(self, value: Any, key: str) -> dict[str, Any]:
+    def dict(self, value: Any, key: builtins.str) -> builtins.dict[builtins.str, Any]:
         if not isinstance(value, dict):
             raise self.fail(key, value, "expected a mapping")
         return value
 
-    def list(self, value: Any, key: str) -> list[Any]:
+    def list(self, value: Any, key: builtins.str) -> builtins.list[Any]:
         if not isinstance(value, list):
             raise self.fail(key, value, "expected a list")
         return value
 
-    def str(self, value: Any, key: str, empty: bool = False) -> str:
+    def str(self, value: Any, key: builtins.str, empty: builtins.bool = False) -> builtins.str:
         if not isinstance(value, str) or (not empty and not value):
             raise self.fail(key, value, "expected a non-empty string" if not empty else "expected a string")
         return value
 
-    def scalar(self, value: Any, key: str) -> Any:
+    def scalar(self, value: Any, key: builtins.str) -> Any:
         """A fingerprint's value: text, a number, true / false or null (never a list or mapping)."""
         if value is not None and not isinstance(value, (str, int, float)):
             raise self.fail(key, value, "expected text, a number or null")
@@ -57,12 +58,14 @@ class Check:
             raise self.fail(key, value, "expected a finite number")
         return value
 
-    def bool(self, value: Any, key: str) -> bool:
+    def bool(self, value: Any, key: builtins.str) -> builtins.bool:
         if not isinstance(value, bool):
             raise self.fail(key, value, "expected true or false")
         return value
 
-    def int(self, value: Any, key: str, low: int = 0, high: int | None = None) -> int:
+    def int(
+        self, value: Any, key: builtins.str, low: builtins.int = 0, high: builtins.int | None = None
+    ) -> builtins.int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(key, value, "expected an integer")
         if value < low or (high is not None and value > high):
@@ -70,7 +73,9 @@ class Check:
             raise self.fail(key, value, f"expected an integer {span}")
         return value
 
-    def num(self, value: Any, key: str, low: float, high: float, low_open: bool = False) -> float:
+    def num(
+        self, value: Any, key: builtins.str, low: float, high: float, low_open: builtins.bool = False
+    ) -> float:
         """A finite number in [low, high] ((low, high] with low_open): a timing a machine can measure."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, value, "expected a number")
@@ -85,12 +90,12 @@ class Check:
             raise self.fail(key, value, f"outside {left}{low:g}, {high:g}]: not a physical measurement")
         return float(value)
 
-    def sha(self, value: Any, key: str) -> str:
+    def sha(self, value: Any, key: builtins.str) -> builtins.str:
         if not isinstance(value, str) or not HEX64.fullmatch(value):
             raise self.fail(key, value, "expected a sha256 (64 lowercase hex digits)")
         return value
 
-    def time(self, value: Any, key: str) -> datetime:
+    def time(self, value: Any, key: builtins.str) -> datetime:
         """An ISO 8601 timestamp with its UTC offset (what results.utc_now writes)."""
         if isinstance(value, str):
             try:
@@ -102,7 +107,12 @@ class Check:
         raise self.fail(key, value, "expected an ISO 8601 time with its UTC offset")
 
     def token_ids(
-        self, rec: dict[str, Any], key: str, ids_key: str, sha_key: str, count_key: str | None
+        self,
+        rec: builtins.dict[builtins.str, Any],
+        key: builtins.str,
+        ids_key: builtins.str,
+        sha_key: builtins.str,
+        count_key: builtins.str | None,
     ) -> None:
         """A list of token ids (ints), its recorded sha256 and (count_key) its recorded length."""
         ids = self.list(rec.get(ids_key), f"{key}.{ids_key}")

@@ -137,7 +137,7 @@ def append_jsonl(path: str | Path, record: dict[str, Any]) -> None:
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """Read complete JSONL records; a torn last line (crash mid-write) is dropped."""
-    records = []
+    records: list[dict[str, Any]] = []
     p = Path(path)
     if not p.exists():
         return records

@@ -247,7 +247,7 @@ def _every_rank_gate(name: str, counts: dict, tp: int, listed: list[str]) -> Gat
 
 def off_clean_gate(result: dict) -> Gate:
     """routes.off_clean: no route the result's env leaves off shows hits (an arm of an ablation)."""
-    rec = result.get("routes") if isinstance(result.get("routes"), dict) else {}
+    rec = sub if isinstance(sub := result.get("routes"), dict) else {}
     on = switched_on(result.get("env") or {})
     hot = {r: int(v.get("hits", 0)) for r, v in rec.items() if r not in on and int(v.get("hits", 0)) > 0}
     detail = "hits in routes switched off: " + ", ".join(f"{r}: {n}" for r, n in sorted(hot.items()))

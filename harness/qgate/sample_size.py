@@ -174,7 +174,7 @@ def advise_units(
     n = np.arange(lo, MAX_ADVISED_UNITS + 1)
     cv_unit_c *= _cv_inflation(df_c)
     cv_unit_t *= _cv_inflation(df_t)
-    common = {
+    common: dict[str, Any] = {
         "cv_unit_c": cv_unit_c, "cv_unit_t": cv_unit_t, "cv_rep_c": cv_rep_c, "cv_rep_t": cv_rep_t,
         "reps_per_unit": reps_per_unit, "margin_pct": margin_pct, "alpha": alpha,
         "max_cv_pct": max_cv_pct, "floor_z": floor_z,

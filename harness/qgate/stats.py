@@ -440,7 +440,7 @@ def decide_batch(
     launches: int = 1,
     between: Mapping[str, float] | None = None,
     critical_z: float | None = None,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """The decision rule on P pairs at once (rows); used by compare_samples and the honesty tests.
 
     critical_z: the interval of the ratio at this one-sided normal boundary instead of alpha/2 (the
@@ -603,8 +603,13 @@ def compare_samples(
     """
     between = None if launches > 1 or between is None else {k: float(between[k]) for k in ("rel_var", "df")}
     unit = "launch" if launches > 1 else unit
-    base = {"metric": metric, "higher_is_better": higher_is_better, "unit": unit, "launches": launches}
-    settings = {
+    base: dict[str, Any] = {
+        "metric": metric,
+        "higher_is_better": higher_is_better,
+        "unit": unit,
+        "launches": launches,
+    }
+    settings: dict[str, Any] = {
         "alpha": cfg.alpha,
         "min_effect_pct": cfg.min_effect_pct,
         "max_cv_pct": cfg.max_cv_pct,
@@ -620,7 +625,7 @@ def compare_samples(
         return MetricStats(**base, verdict=ERROR, reason=msg, error=msg, **settings)
     problem = _validate(c, t, launches)
     if problem is not None:
-        sums = {}
+        sums: dict[str, Any] = {}  # control / candidate: Summary
         if c.ndim == 1 and c.size and np.all(np.isfinite(c)):
             sums["control"] = summarize(c)
         if t.ndim == 1 and t.size and np.all(np.isfinite(t)):

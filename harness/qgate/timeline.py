@@ -258,8 +258,15 @@ def table_changes(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> d
 
 def summary(p: Mapping[str, Any]) -> dict[str, Any]:
     """An arm's per-step figures, for the report's summary table."""
-    keys = ("tokens", *SUMMARY, "device", "torch_version", "engine_start_s", "wall_s_under_profiler")
-    keys += ("arm_env_routes",)
+    keys = (
+        "tokens",
+        *SUMMARY,
+        "device",
+        "torch_version",
+        "engine_start_s",
+        "wall_s_under_profiler",
+        "arm_env_routes",
+    )
     out = {k: p[k] for k in keys}
     out["kernels_named"] = None if p["kernels"] is None else len(p["kernels"])
     g = p.get("graph_step")
@@ -350,7 +357,7 @@ def early_changes(ref: Mapping[str, Any], arm: Mapping[str, Any], top: int) -> d
     largest |change| first, top `top` kept, and the totals of both replays."""
     a, b = early_starts(ref), early_starts(arm)
     zero = {"calls": 0.0, "early": 0.0, "early_us": 0.0}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": n,
             "control": a.get(n, zero),

@@ -8,7 +8,7 @@ one (QGATE_ATTEST_DIR; `-QGATE_ATTEST_DIR` in a variant's env leaves it out).
 
 VARIANT is NAME=CONTRACT:ARM[:KEY=VALUE;KEY=VALUE;...], or @FILE (variants one a line, # comments).
 CONTRACT is a path or a name under contracts/; KEY=VALUE overrides the arm's env, -KEY removes KEY (`;`
-separates them: values may hold JSON). E.g. `gemv=qwen38-prodshape-bf16-h200:control:
+separates them: values may hold JSON). E.g. `gemv=qwen38-prodshape-bf16:control:
 VLLM_SM70_QWEN38_FP16_GEMV=1` is the control with the GEMV route alone (tools/gpu_engine/probes/).
 
 Per variant the child (1) warms up on two prompts of its own, (2) times --reps generates of --tokens

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+import qgate
 from qgate.cli import (
     ablate,
     compare,
@@ -20,13 +23,35 @@ from qgate.cli import (
     run,
     runner,
 )
+from qgate.cli._options import OneLineUsageErrors
 
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="qgate: gate GPU kernel candidates for LLM decode on speed and quality.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
 )
+
+
+def _print_version(value: bool) -> None:
+    # qgate.__version__ is the distribution's version too (pyproject.toml reads it): the code that runs
+    # says its own version, also from a source tree on PYTHONPATH beside another installed qgate.
+    if value:
+        typer.echo(f"qgate {qgate.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="print qgate's version", callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """qgate: gate GPU kernel candidates for LLM decode on speed and quality."""
+
+
 contract.app.command("doc")(contract_doc.doc)
 run.app.command("quality")(quality.quality)
 run.app.command("ops")(ops.run_ops_cmd)

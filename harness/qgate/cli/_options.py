@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from qgate.engine.procs import Stopped, stop_signals
 from qgate.errors import QgateError, RunFailure
@@ -35,6 +36,62 @@ KillLeftoversOpt = Annotated[
 class ArmChoice(str, Enum):
     control = "control"
     candidate = "candidate"
+
+
+class DeviceChoice(str, Enum):
+    """Where the routes' ops run: auto is CUDA when torch sees a GPU (qgate.ops.run.resolve_device)."""
+
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DtypeChoice(str, Enum):
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+# click's ClickException: Typer 0.29 vendors click and names it nowhere public, older Typers re-export
+# click's; BadParameter (public in both) derives from it (BadParameter -> UsageError -> ClickException).
+_CLICK_EXCEPTION: Any = typer.BadParameter.__mro__[2]
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The top-level group: a bad value (one not among an option's choices, a missing option, a number
+    that is none) is one line and exit 2, as every other bad input is (user_errors), not a usage box.
+    Everything else is Typer's standalone run, done here: click's run without standalone mode raises
+    the error instead of printing it."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from typer import rich_utils
+
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.BadParameter as exc:
+            ctx = getattr(exc, "ctx", None)
+            where = f" (`{ctx.command_path} --help`)" if ctx is not None else ""
+            message = exc.format_message().replace("Value error, ", "", 1)  # pydantic's prefix (Typer 0.29)
+            typer.echo(f"qgate: error: {message}{where}", err=True)
+            sys.exit(exc.exit_code)
+        except _CLICK_EXCEPTION as exc:  # an unknown option or command, the bare command: as Typer shows it
+            rich_utils.rich_format_error(exc)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            rich_utils.rich_abort_error()
+            sys.exit(1)
+        # An exit code (typer.Exit) comes back as an int; a command's own return value is not one.
+        sys.exit(code if type(code) is int else 0)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

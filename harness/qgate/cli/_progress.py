@@ -6,7 +6,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from qgate.contract import Contract
 from qgate.speed.run import AUDIT_ARM
@@ -28,9 +28,9 @@ class ArmBars:
             TimeElapsedColumn(),
             console=self._console,
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
 
-    def _task(self, arm: str, done: int = 0) -> int:
+    def _task(self, arm: str, done: int = 0) -> TaskID:
         if arm not in self._tasks:
             # The audit's engine start scores as many reps as left the control's tokens, known only to
             # its workload: its bar counts them without a total (N/?), not against the timed reps.

@@ -1,4 +1,4 @@
-"""`qgate contract validate|show`: wiring only."""
+"""`qgate contract validate|show|shipped`: wiring only."""
 
 from __future__ import annotations
 
@@ -36,3 +36,14 @@ def show(file: FileArg) -> None:
         loaded = load_contract(file)
     resolved = loaded.contract.model_dump(mode="json")
     typer.echo(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))
+
+
+@app.command()
+def shipped() -> None:
+    """Print the path of every contract qgate ships (demo-cpu.yaml, the demo's, among them), one a line:
+    copy one to start your own."""
+    from qgate.shipped import contracts
+
+    with user_errors():
+        for path in contracts():
+            typer.echo(str(path))

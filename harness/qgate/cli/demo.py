@@ -8,18 +8,29 @@ not; 2 bad input.
 from __future__ import annotations
 
 import time
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from qgate.cli._options import exit_with, user_errors
+from qgate.cli._options import DeviceChoice, exit_with, user_errors
+from qgate.demo import FAULTY_KINDS
+
+# --faulty-kind's choices, made from qgate.demo.FAULTY_KINDS so that a new kind is one at once. A type
+# checker cannot read an Enum built at run time: to it the value is the str each member is.
+if TYPE_CHECKING:
+    FaultyKindChoice = str
+else:
+    FaultyKindChoice = Enum("FaultyKindChoice", {kind: kind for kind in FAULTY_KINDS}, type=str)
 
 DemoContractOpt = Annotated[
     Path | None,
     typer.Option(
-        "--contract", "-c", help="contract with ops, speed and quality (default: contracts/demo-cpu.yaml)"
+        "--contract",
+        "-c",
+        help="contract with ops, speed and quality (default: the shipped demo-cpu.yaml)",
     ),
 ]
 DemoOutOpt = Annotated[
@@ -32,16 +43,16 @@ FaultyOpt = Annotated[
 ]
 # Typer has no option whose value may be left out, so the kind is an option of its own.
 FaultyKindOpt = Annotated[
-    str | None,
+    FaultyKindChoice | None,
     typer.Option(
         "--faulty-kind",
-        help="with or without --faulty: which gamed GEMV the candidate runs (sign, stale, precision, "
-        "truncated, inplace, cache, defeat; qgate.demo.FAULTY_KINDS, docs/integrity.md)",
+        help="with or without --faulty: which gamed GEMV the candidate runs (qgate.demo.FAULTY_KINDS, "
+        "docs/integrity.md)",
     ),
 ]
 
 DeviceOpt = Annotated[
-    str,
+    DeviceChoice,
     typer.Option(
         "--device",
         help="where the operator screen runs the routes' ops: auto (CUDA when torch sees a GPU), cpu, cuda",
@@ -54,7 +65,7 @@ def demo(
     out: DemoOutOpt = None,
     faulty: FaultyOpt = False,
     faulty_kind: FaultyKindOpt = None,
-    device: DeviceOpt = "auto",
+    device: DeviceOpt = DeviceChoice.auto,
 ) -> None:
     """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
     from qgate import demo as core
@@ -63,13 +74,13 @@ def demo(
 
     console = Console(stderr=True)
     started = time.perf_counter()
-    root = core.fixtures_dir().parents[1]
-    contract = contract or root / core.DEFAULT_CONTRACT
-    kind = faulty_kind if faulty_kind is not None else faulty
-    tag = f"-faulty-{faulty_kind}" if faulty_kind else "-faulty" if faulty else ""
+    contract = contract or core.default_contract()
+    kind_name = faulty_kind.value if isinstance(faulty_kind, Enum) else faulty_kind  # a str to a type checker
+    kind = kind_name if kind_name is not None else faulty
+    tag = f"-faulty-{kind_name}" if kind_name else "-faulty" if faulty else ""
     out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + tag)
     with user_errors():
-        plan = core.make_plan(contract, out, kind, device)
+        plan = core.make_plan(contract, out, kind, device.value)
         faulty_txt = f" (faulty candidate: {plan.faulty})" if plan.faulty else ""
         console.rule(f"qgate demo: {contract} -> {out}{faulty_txt}")
         with console.status(

@@ -71,7 +71,7 @@ def prod_shape(
     """Write a Qwen4Exp checkpoint that vLLM loads, every routed projection at the production shapes
     and the full 248,320-row vocabulary (qgate.ops.synthetic.write_engine_checkpoint; 6.2 GB at 12
     layers, 17.3 GB at 48, 16 experts in bf16) into PATH: the model of
-    contracts/qwen38-prodshape-*-h200.yaml."""
+    contracts/qwen38-prodshape-*.yaml."""
     import torch
 
     from qgate.ops.synthetic import write_engine_checkpoint

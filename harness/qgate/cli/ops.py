@@ -10,9 +10,19 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, EXIT_INCONCLUSIVE, ContractOpt, OutOpt, exit_with, user_errors
+from qgate.cli._options import (
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    ArmChoice,
+    ContractOpt,
+    DeviceChoice,
+    DtypeChoice,
+    OutOpt,
+    exit_with,
+    user_errors,
+)
 
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA if visible), cuda or cpu")]
+DeviceOpt = Annotated[DeviceChoice, typer.Option("--device", help="auto (CUDA if visible), cuda or cpu")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace an existing record")]
 TrialsOpt = Annotated[int | None, typer.Option("--trials", min=1, help="override ops.trials")]
 RepsOpt = Annotated[int | None, typer.Option("--reps", min=1, help="override ops.bench.reps")]
@@ -39,18 +49,18 @@ ActsOpt = Annotated[
     ),
 ]
 DtypeOpt = Annotated[
-    str | None,
+    DtypeChoice | None,
     typer.Option("--dtype", help="with --real: fp16 or bf16 instead of the contract's engine.dtype"),
 ]
 ArmOpt = Annotated[
-    str | None,
+    ArmChoice | None,
     typer.Option(
         "--arm", help="screen what this arm runs: its route overrides (QGATE_ROUTE_IMPL_*) in place"
     ),
 ]
 
 BenchArmOpt = Annotated[
-    str | None,
+    ArmChoice | None,
     typer.Option(
         "--arm", help="--device cpu: time what this arm runs: its route overrides in the route rows"
     ),
@@ -60,7 +70,7 @@ BenchArmOpt = Annotated[
 def run_ops_cmd(
     contract: ContractOpt,
     out: OutOpt,
-    device: DeviceOpt = "auto",
+    device: DeviceOpt = DeviceChoice.auto,
     trials: TrialsOpt = None,
     force: ForceOpt = False,
     real: RealOpt = False,
@@ -83,11 +93,20 @@ def run_ops_cmd(
             from qgate.ops.real import real_markdown
 
             record = run_real_ops(
-                loaded, out, model, tp, activations, device=device, trials=trials, force=force, dtype=dtype
+                loaded,
+                out,
+                model,
+                tp,
+                activations,
+                device=device.value,
+                trials=trials,
+                force=force,
+                dtype=dtype.value if dtype is not None else None,
             )
             text, name = real_markdown(record), "real.json"
         else:
-            record = run_ops(loaded, out, device=device, trials=trials, force=force, arm=arm)
+            arm_name = arm.value if arm is not None else None
+            record = run_ops(loaded, out, device=device.value, trials=trials, force=force, arm=arm_name)
             text, name = screen_markdown(record), "ops.json"
     typer.echo(text)
     typer.echo(f"-> {out / 'ops' / name}")
@@ -100,7 +119,7 @@ def run_ops_cmd(
 def bench_ops_cmd(
     contract: OptionalContract = None,
     out: OptionalOut = None,
-    device: DeviceOpt = "auto",
+    device: DeviceOpt = DeviceChoice.auto,
     reps: RepsOpt = None,
     force: ForceOpt = False,
     arm: BenchArmOpt = None,
@@ -115,12 +134,12 @@ def bench_ops_cmd(
 
     with user_errors():
         loaded = load_contract(contract) if contract is not None else None
-        if resolve_device(device) == "cpu":
-            _bench_ops_cpu(loaded, out, reps, force, arm)
+        if resolve_device(device.value) == "cpu":
+            _bench_ops_cpu(loaded, out, reps, force, arm.value if arm is not None else None)
             return
         if arm is not None:
             raise OpsError("--arm: only the CPU benchmark (--device cpu) times an arm's overrides")
-        record = bench_ops(loaded, out, device=device, reps=reps, force=force)
+        record = bench_ops(loaded, out, device=device.value, reps=reps, force=force)
     typer.echo(bench_markdown(record))
     if out is not None:
         typer.echo(f"-> {out / 'ops' / 'bench.json'}")

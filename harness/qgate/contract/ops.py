@@ -134,4 +134,4 @@ class Ops(Strict):
     bench: Bench = Field(default_factory=Bench)
 
     def tolerance(self, route: str) -> Tolerance:
-        return self.tolerances.get(route, DEFAULT_TOLERANCES[route])  # type: ignore[call-overload]
+        return self.tolerances.get(route, DEFAULT_TOLERANCES[route])

@@ -144,7 +144,8 @@ def _rules(model: type[BaseModel]) -> list[str]:
     """The model's validators that say what they check (their docstrings' first lines)."""
     decorators = model.__pydantic_decorators__
     found = []
-    for dec in (*decorators.field_validators.values(), *decorators.model_validators.values()):
+    validators: list[Any] = [*decorators.field_validators.values(), *decorators.model_validators.values()]
+    for dec in validators:
         doc = inspect.getdoc(dec.func)
         if doc:
             keys = ", ".join(f"`{f}`" for f in getattr(dec.info, "fields", ()))

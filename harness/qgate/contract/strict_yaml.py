@@ -79,7 +79,7 @@ _YAML11_VALUES = yaml.constructor.SafeConstructor()
 _SCALAR_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
-class _Loader(_BASE):  # type: ignore[misc, valid-type]
+class _Loader(_BASE):
     yaml_implicit_resolvers: dict[Any, Any] = {}  # filled below: the 1.2 core schema only
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:

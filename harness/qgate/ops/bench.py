@@ -290,7 +290,7 @@ def _launch_conditions(
         )
     if producer is not None:
         only = statistics.median(timer([lambda a=a: producer(*a) for a in sets], cfg["warmup"], cfg["reps"]))
-        after = {}
+        after: dict[str, Any] = {}
         for name, fn in (("route_us", case.kernel), ("baseline_us", case.baseline)):
             calls = [lambda a=a, fn=fn: (producer(*a), fn(*a)) for a in sets]
             after[name] = statistics.median(timer(calls, cfg["warmup"], cfg["reps"])) - only

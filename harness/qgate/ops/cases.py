@@ -149,7 +149,7 @@ def hc_case(hc_count: int, hidden: int, lora_rank: int, dtype: str = "bf16", op:
     hc, rank, eps = hc_count, lora_rank, float(MODEL_CONFIG["rms_norm_eps"])
     use_combine = op != "final"
     make = _hc_make(hc, hidden, rank, DTYPES[dtype], use_combine)
-    kw = {"hc_count": hc, "lora_rank": rank, "eps": eps}
+    kw: dict[str, Any] = {"hc_count": hc, "lora_rank": rank, "eps": eps}
 
     def kernel(h: Tensor, o: Tensor, inj: Tensor, nw: Tensor, wd: Tensor, wu: Tensor) -> tuple[Tensor, ...]:
         if op == "mix":

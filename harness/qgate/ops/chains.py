@@ -86,39 +86,40 @@ class Ops:
         eps = float(MODEL_CONFIG["rms_norm_eps"])
         self.side = side
         if side == "route":
-            kw = {"hc_count": HC, "lora_rank": RANK, "eps": eps}
+            kw: dict[str, Any] = {"hc_count": HC, "lora_rank": RANK, "eps": eps}
             self.hc = lambda h, o, inj, w: qgate_kernels.hc_combine_and_mix(h, o, inj, *w, **kw)
             self.linear = lambda w, x: qgate_kernels.gemv(w, x.reshape(-1), static_weight=True)
-            self.gdn = lambda x, wq, wb: qgate_kernels.gdn_input(
+            self.gdn: Any = lambda x, wq, wb: qgate_kernels.gdn_input(
                 x.reshape(-1), wq, wb, NK, NV, DK, DV, layout="flat", static_weight=True
             )
-            self.topk = lambda s, vis: qgate_kernels.qsa_topk(s, vis, TOPK)
+            self.topk: Any = lambda s, vis: qgate_kernels.qsa_topk(s, vis, TOPK)
             return
         args = (sample["h"], sample["o"], sample["inj"], *sample["hc_attn"])
-        (hc_fn,) = competitors.hc_competitors(HC_SHAPE, args).values()
-        self._need(hc_fn)
+        (found,) = competitors.hc_competitors(HC_SHAPE, args).values()
+        hc_fn = self._need(found)
         self.hc = lambda h, o, inj, w: hc_fn(h, o, inj, *w)
         linears: dict[tuple[int, int], Callable[..., Any]] = {}
         for n, k in ((HIDDEN, NV * DV), (320, HIDDEN), (4224, HIDDEN), (4096, HIDDEN), (24, HIDDEN)):
             fn = competitors.vllm_linear(n, k, DT)
             linears[(n, k)] = self._linear_or_cublas(fn)
         self.linear = lambda w, x: linears[tuple(w.shape)](w, x.reshape(1, -1))
-        self.gdn: Any = None
+        self.gdn = None
         if "w_qkvz" in sample:
             shape = {"nk": NK, "nv": NV, "dk": DK, "dv": DV, "layout": "flat"}
             (gdn_fn,) = competitors.gdn_competitors(shape, (None, sample["w_qkvz"], sample["w_ba"])).values()
-            self._need(gdn_fn)
-            self.gdn = gdn_fn
-        self.topk: Any = None
+            self.gdn = self._need(gdn_fn)
+        self.topk = None
         if "scores" in sample:
-            (topk_fn,) = competitors.topk_competitors(sample["scores"], sample["visible"], TOPK).values()
-            self._need(topk_fn)
+            (found,) = competitors.topk_competitors(sample["scores"], sample["visible"], TOPK).values()
+            topk_fn = self._need(found)
             self.topk = lambda s, vis: topk_fn(s, vis, TOPK)
 
     @staticmethod
-    def _need(fn: Any) -> None:
+    def _need(fn: Callable[..., Any] | str) -> Callable[..., Any]:
+        """The competitor, or its reason for missing (a str) raised."""
         if isinstance(fn, str):
             raise RuntimeError(fn)
+        return fn
 
     @staticmethod
     def _linear_or_cublas(fn: Any) -> Callable[..., Any]:

@@ -50,9 +50,10 @@ def _calls(site: Site, dev: torch.device) -> tuple[Any, Any]:
     m = site.meta
     hc, rank, eps = m["hc_count"], m["lora_rank"], m["eps"]
 
-    kw = {"hc_count": hc, "lora_rank": rank, "eps": eps}
+    kw: dict[str, Any] = {"hc_count": hc, "lora_rank": rank, "eps": eps}
 
     def route(h: Tensor, o: Tensor | None, inj: Tensor | None) -> tuple[Tensor, ...]:
+        out: tuple[Tensor | None, ...]
         if o is None:  # a `mix` call (layer 0: nothing pending)
             out = qgate_kernels.hc_mix(h, norm, down, up, **kw)[1:]  # (h, block_input, injection)
         else:
@@ -60,6 +61,7 @@ def _calls(site: Site, dev: torch.device) -> tuple[Any, Any]:
         return tuple(x for x in out if x is not None and x.shape[-1] > 0)
 
     def ref(h: Tensor, o: Tensor | None, inj: Tensor | None) -> tuple[Tensor, ...]:
+        out: tuple[Tensor | None, ...]
         if o is None:
             out = reference.hc_mix(h, norm, down, up, hc, rank, eps)
         else:
@@ -97,7 +99,8 @@ def _judge_call(site: Site, args: tuple[Any, ...], outs: tuple[Tensor, ...], tal
     else:
         norm, down, _ = site.tensors
         m = site.meta
-        for what, j in B.judge_hc(*args, outs, norm, down, m["hc_count"], m["lora_rank"], m["eps"]):
+        h, o, inj = args
+        for what, j in B.judge_hc(h, o, inj, outs, norm, down, m["hc_count"], m["lora_rank"], m["eps"]):
             tally.add(j, what)
 
 

@@ -103,7 +103,7 @@ def _shape(x: Any) -> list[int] | None:
     return None if x is None else list(x.shape)
 
 
-def slice_inputs(site: Site) -> list[list[list[int] | None] | None]:
+def slice_inputs(site: Site) -> list[list[list[int] | None]]:
     """The input shapes a site's slice takes, per argument (None: that argument may be None; a
     shape list: it must be a tensor of that shape)."""
     first = site.tensors[0]

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 from qgate_route_env import ROUTE_GDN, ROUTE_GEMV, ROUTE_HC
 
-MODEL_CONFIG: dict[str, Any] = json.loads(Path(__file__).with_name("qwen4_exp_config.json").read_text())
+# Package data (pyproject.toml ships ops/*.json): read as a resource, so an installed wheel has it too.
+MODEL_CONFIG: dict[str, Any] = json.loads(files("qgate.ops").joinpath("qwen4_exp_config.json").read_text())
 TP_SIZES = (4, 1)  # the production deployment first, then one GPU
 
 # The GEMV route's default roles (vLLM module names): the unquantized decode projections outside the

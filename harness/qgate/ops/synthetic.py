@@ -205,7 +205,7 @@ def write_engine_checkpoint(
         key = f"layer{int(parts[2]):03d}" if parts[1] == "layers" else "rest"
         shards.setdefault(key, {})[name] = t.detach().to(dtype).to("cpu").contiguous()
     del model
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for i, key in enumerate(sorted(shards)):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file(shards[key], str(path / fname), metadata={"format": "pt"})

@@ -202,9 +202,9 @@ def routed_weights(
                 z = read(f"{a}.in_proj_z", (nv * dv, h), _rows(rank, tp, nv * dv))
                 b = read(f"{a}.in_proj_b", (nv, h), _rows(rank, tp, nv))
                 a_ = read(f"{a}.in_proj_a", (nv, h), _rows(rank, tp, nv))
-                heads = {"nk": nk // tp, "nv": nv // tp, "dk": dk, "dv": dv}
+                gdn_heads = {"nk": nk // tp, "nv": nv // tp, "dk": dk, "dv": dv}
                 sites.append(Site(f"{a}.in_proj_qkvz+in_proj_ba", "in_proj_qkvz+in_proj_ba", ROUTE_GDN,
-                                  (torch.cat([q_, k_, v_, z]), torch.cat([b, a_])), heads))  # fmt: skip
+                                  (torch.cat([q_, k_, v_, z]), torch.cat([b, a_])), gdn_heads))  # fmt: skip
             if ROUTE_GEMV in routes:
                 out = read(f"{a}.out_proj", (h, nv * dv), _cols(rank, tp, nv * dv))
                 gemv(f"{a}.out_proj", "out_proj", out)

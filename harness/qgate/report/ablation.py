@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from qgate.report.markdown import counts_text, sequential_lines
 from qgate.report.tables import table
 from qgate.report.timeline import timeline_lines
+from qgate.stats import ERROR, IMPROVED, INCONCLUSIVE, NO_CHANGE, REGRESSED
 
 
 def _num(value: Any, fmt: str = ".2f") -> str:
@@ -235,26 +236,57 @@ def ablation_png(record: dict[str, Any], path: str | Path) -> None:
     fig.savefig(str(path), format="png")
 
 
+# Each effect coloured by what its statistics decided about the arm against its reference (not by arm):
+# faster, slower, no change shown, or undecided.
+OUTCOME_COLOURS = {
+    IMPROVED: ("#2a9d3f", "faster (improved)"),
+    NO_CHANGE: ("#7f7f7f", "no significant change"),
+    REGRESSED: ("#d62728", "slower (regressed)"),
+    INCONCLUSIVE: ("#e08a00", "inconclusive"),
+    ERROR: ("#000000", "error"),
+}
+
+
 def _effects_panel(ax: Any, record: dict[str, Any]) -> None:
+    """Each effect's decode change in % with its CI, on an axis centred on the effects (a zero-based
+    ratio axis drew +4 % and +0.4 % alike), a reference line at no change, coloured by outcome."""
     eff = record["effects"]
-    rows = [("all (candidate)", eff["candidate"], "#55a868")]
+    rows = [("all (candidate)", eff["candidate"])]
     for f in record["factors"]:
         if f["name"] in eff["alone"]:
-            rows.append((f"{f['name']} alone", eff["alone"][f["name"]], "#4c72b0"))
+            rows.append((f"{f['name']} alone", eff["alone"][f["name"]]))
         if f["name"] in eff["leave_one_out"]:
-            rows.append((f"{f['name']} leave-one-out", eff["leave_one_out"][f["name"]], "#8172b2"))
-    for y, (_, e, color) in enumerate(reversed(rows)):
+            rows.append((f"{f['name']} leave-one-out", eff["leave_one_out"][f["name"]]))
+    shown: dict[str, str] = {}
+    ends = [0.0]
+    for y, (_, e) in enumerate(reversed(rows)):
         d = e["decode"]
         if d.get("ratio") is None or d.get("ci_low") is None:
             continue
-        err = [[d["ratio"] - d["ci_low"]], [d["ci_high"] - d["ratio"]]]
-        ax.errorbar([d["ratio"]], [y], xerr=err, fmt="o", color=color, capsize=4)
-        ax.annotate(d["verdict"], (d["ci_high"], y), xytext=(6, 0), textcoords="offset points",
-                    va="center", fontsize="x-small", color=color)  # fmt: skip
-    ax.axvline(1.0, color="#c44e52", linestyle="--", linewidth=1)
-    ax.margins(x=0.25)  # room for the verdict labels
-    ax.set_xlim(left=0.0)  # a ratio of rates is never negative
+        mid, lo, hi = (100 * (d[k] - 1) for k in ("ratio", "ci_low", "ci_high"))
+        colour, label = OUTCOME_COLOURS.get(d["verdict"], OUTCOME_COLOURS[ERROR])
+        ax.errorbar([mid], [y], xerr=[[mid - lo], [hi - mid]], fmt="o", color=colour, capsize=4,
+                    label=None if label in shown else label)  # fmt: skip
+        shown[label] = colour
+        left = mid < 0  # the label beside the CI's outer end, away from the no-change line
+        ax.annotate(f"{mid:+.1f} %", (lo if left else hi, y), xytext=(-6 if left else 6, 0),
+                    textcoords="offset points", ha="right" if left else "left", va="center",
+                    fontsize="x-small", color=colour)  # fmt: skip
+        ends += [lo, hi]
+    ax.axvline(0.0, color="#444444", linestyle="--", linewidth=1)
+    low, high = min(ends), max(ends)
+    span = (high - low) or 1.0
+    # room for the labels on the side that has effects (and a little on the other)
+    ax.set_xlim(low - (0.3 if low < 0 else 0.08) * span, high + (0.3 if high > 0 else 0.08) * span)
+    ax.annotate("no change", (0.0, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 2),
+                textcoords="offset points", ha="center", va="bottom", fontsize="x-small")  # fmt: skip
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([r[0] for r in reversed(rows)], fontsize="small")
-    ax.set_xlabel("decode tok/s ratio, arm / reference (CI)")
+    ax.set_xlabel("decode tok/s change of the arm vs its reference, % (CI)")
     ax.grid(True, axis="x", alpha=0.3)
+    if shown:  # in OUTCOME_COLOURS' order
+        handles, labels = ax.get_legend_handles_labels()
+        order = [lab for _, lab in OUTCOME_COLOURS.values()]
+        pairs = sorted(zip(handles, labels, strict=True), key=lambda hl: order.index(hl[1]))
+        ax.legend([h for h, _ in pairs], [lab for _, lab in pairs], loc="best", fontsize="x-small")

@@ -345,7 +345,7 @@ def _environment(section: dict[str, Any]) -> list[str]:
         keys = ("path", "arm", "env", "engine_args", "model", "fingerprint", "prompt", "workload")
         entries = {k: a.get(k) for k in keys if k in a}
         flat[name] = {k: v for key, val in entries.items() for k, v in _flat(key, val).items()}
-    keys = sorted(set(flat["control"]) | set(flat["candidate"]))
+    names = sorted(set(flat["control"]) | set(flat["candidate"]))
     rows = [
         {
             "": k,
@@ -353,7 +353,7 @@ def _environment(section: dict[str, Any]) -> list[str]:
             "candidate": flat["candidate"].get(k, "-"),
             "same": "yes" if flat["control"].get(k) == flat["candidate"].get(k) else "no",
         }
-        for k in keys
+        for k in names
     ]
     return ["## Environment", "", table(pd.DataFrame(rows)), ""]
 

@@ -112,8 +112,8 @@ def implausible(
 
 
 def _route_hits(audit: dict[str, Any]) -> int:
-    routes = audit.get("routes") if isinstance(audit.get("routes"), dict) else {}
-    return sum(int(r.get("hits", 0)) for r in routes.values() if isinstance(r, dict))
+    routes = sub if isinstance(sub := audit.get("routes"), dict) else {}
+    return sum((int(r.get("hits", 0)) for r in routes.values() if isinstance(r, dict)), start=0)
 
 
 def _entries(audit: dict[str, Any], arm: str) -> dict[Any, dict[str, Any]]:
@@ -154,7 +154,7 @@ def audit_gate(control: dict[str, Any], candidate: dict[str, Any], gated: bool =
     diverging = {i: d for i, d in diverging.items() if d is not None}
     if not diverging:
         return Gate(NAME, True, f"the candidate's tokens are the control's in all {len(paired)} reps")
-    audit = control.get("audit") if isinstance(control.get("audit"), dict) else {}
+    audit = sub if isinstance(sub := control.get("audit"), dict) else {}
     cand, base = _entries(audit, "candidate"), _entries(audit, "control")
     missing = [
         i

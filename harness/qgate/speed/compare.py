@@ -124,14 +124,20 @@ def compare_speed(
     if history_rows is not None and result_launches(control) == 1:
         history = history_estimate(history_rows, control)
         ttft_history = history_estimate(history_rows, control, metric="ttft")
-    between = {"rel_var": history.rel_var, "df": math.inf} if history is not None and history.used else None
+    between = None
+    if history is not None and history.used and history.rel_var is not None:
+        between = {"rel_var": history.rel_var, "df": math.inf}
     critical_z = stopped_look_z(control)
     decode = _compare_field(control, candidate, "decode_tok_s", cfg, True, between, critical_z)
     ttft_between = None
-    if ttft_history is not None and ttft_history.used:
+    if ttft_history is not None and ttft_history.used and ttft_history.rel_var is not None:
         ttft_between = {"rel_var": ttft_history.rel_var, "df": math.inf}
     ttft = _compare_field(control, candidate, "ttft_ms", cfg, False, ttft_between)
-    figs = {"control": arm_figures(control), "candidate": arm_figures(candidate), "unit": decode.unit}
+    figs: dict[str, Any] = {
+        "control": arm_figures(control),
+        "candidate": arm_figures(candidate),
+        "unit": decode.unit,
+    }
     c, t = figs["control"], figs["candidate"]
     figs["throughput_change_pct"] = _change(t["decode_tok_s_mean"], c["decode_tok_s_mean"])
     figs["tpot_change_pct"] = _change(t["tpot_ms_mean"], c["tpot_ms_mean"])

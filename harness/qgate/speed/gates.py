@@ -181,13 +181,13 @@ def prompts_gate(control: dict[str, Any], candidate: dict[str, Any]) -> Gate:
     if problems:
         return Gate(name, False, "refuse to compare: " + "; ".join(problems[:2]), SEV_ERROR)
     n = len(sequences.get("control") or {})
-    prompt = control.get("prompt") if isinstance(control.get("prompt"), dict) else {}
+    prompt = sub if isinstance(sub := control.get("prompt"), dict) else {}
     pinned = "pinned by the contract" if prompt.get("seed_pinned") else "drawn when the run started"
-    warm = len([w for w in control.get("warmups") or [] if isinstance(w, dict)])
+    nw = len([w for w in control.get("warmups") or [] if isinstance(w, dict)])
     return Gate(
         name,
         True,
-        f"{n} reps per arm, each on a prompt of its own, the same sequence in both arms; {warm} warm-ups on "
+        f"{n} reps per arm, each on a prompt of its own, the same sequence in both arms; {nw} warm-ups on "
         f"their own; seed {prompt.get('seed')} ({pinned})",
         SEV_ERROR,
     )
@@ -209,7 +209,7 @@ def integrity_gate(result: dict[str, Any], name: str, contract: Contract | None 
     of the rep's token ids."""
     problems = []
     reps = [r for r in result.get("reps") or [] if isinstance(r, dict)]
-    workload = result.get("workload") if isinstance(result.get("workload"), dict) else {}
+    workload = sub if isinstance(sub := result.get("workload"), dict) else {}
     speed = contract.speed if contract is not None else None
     if speed is not None:
         # A run of --until-decided holds the launches of its last look, not the contract's.
@@ -634,6 +634,7 @@ def _prefill_gate(ttft: MetricStats | None, change_pct: float | None, limit: flo
             SEV_INCONCLUSIVE,
         )  # fmt: skip
     if ttft.launches <= 1:
+        assert ttft.between is not None  # the INCONCLUSIVE return above otherwise
         cv = 100 * ttft.between["rel_var"] ** 0.5
         interval += f"; the variance between starts from the history (CV upper bound {cv:.2f} %)"
     code = int(prefill_decision(ttft.t_ci_low, ttft.t_ci_high, limit))

@@ -131,7 +131,8 @@ class SpeedWorkload:
         result = open_result(self.loaded, plan, self.out_dir, self.resume, model, self.seed)
         if self.launch_count is not None:  # a look of --until-decided: complete again after its last launch
             result["workload"]["launches"] = self.launch_count
-            result["complete"] = len(result["reps"]) == self.launches * self.loaded.contract.speed.repetitions
+            reps = self.loaded.contract.speed.repetitions if self.loaded.contract.speed is not None else 0
+            result["complete"] = len(result["reps"]) == self.launches * reps
         return result
 
     def spec(self, plan: ArmPlan, launch: int, result: dict) -> dict | None:
@@ -270,7 +271,8 @@ def run_audit(
     control, candidate = results.get("control"), results.get("candidate")
     if control is None or candidate is None or not (control.get("complete") and candidate.get("complete")):
         return results
-    if run.get("plans") is not None and not set(ARMS) <= {p.name for p in run["plans"]}:
+    plans = run.get("plans")
+    if plans is not None and not set(ARMS) <= {p.name for p in plans}:
         return results
     items = audit_items(control, candidate)
     if not items:

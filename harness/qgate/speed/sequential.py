@@ -62,8 +62,9 @@ def z_boundaries(fractions: list[float], one_sided: float) -> list[float]:
             c = float(sps.norm.isf(target))
         else:
             dt = t - prev_t
+            known: np.ndarray = dens  # bound as the default below: not None in this branch
 
-            def crossing(b: float, dens: np.ndarray = dens, dt: float = dt, target: float = target) -> float:
+            def crossing(b: float, dens: np.ndarray = known, dt: float = dt, target: float = target) -> float:
                 return float(np.trapezoid(dens * sps.norm.sf((b - x) / math.sqrt(dt)), x)) - target
 
             b = optimize.brentq(crossing, -8.0, 12.0, xtol=1e-9)

@@ -63,5 +63,5 @@ if [ -n "${PROBE:-}" ]; then  # PROBE="NAME @FILE": the decode probe instead of 
   bash tools/gpu_engine/calls/60-probe.sh $PROBE
   exit $?
 fi
-gate "tiny-$DTYPE" "contracts/qwen4exp-$DTYPE-h200.yaml"
+gate "tiny-$DTYPE" "contracts/qwen4exp-$DTYPE-gpu.yaml"
 pack_runs "tiny-$DTYPE" "tiny-$DTYPE.run.txt" "tiny-$DTYPE.compare.txt"

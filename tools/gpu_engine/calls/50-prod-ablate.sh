@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 50-prod-ablate.sh [DTYPE] [DESIGN]: `qgate ablate` at the production shapes (contracts/
-# qwen38-prodshape-DTYPE-h200.yaml, bf16 default; design one-at-a-time default: control, each route
+# qwen38-prodshape-DTYPE.yaml, bf16 default; design one-at-a-time default: control, each route
 # alone, candidate). MAX_LAUNCHES=N adds `--until-decided --max-launches N` (launches added to every arm
 # until the candidate's verdict against the control is decided: the per-route effects then carry the
 # variance between engine starts too). ABLATE_S (default 540, and never past the call's end: lib.sh

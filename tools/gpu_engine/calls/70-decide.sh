@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 70-decide.sh [DTYPE] [MAX_LAUNCHES]: the speed verdict at the production shapes: `qgate run speed
 # --until-decided` (one launch of each arm at a time, interleaved, looked at after each pair, until PASS
-# or FAIL is shown or MAX_LAUNCHES per arm; default 6) on contracts/qwen38-prodshape-DTYPE-h200.yaml
+# or FAIL is shown or MAX_LAUNCHES per arm; default 6) on contracts/qwen38-prodshape-DTYPE.yaml
 # (bf16 default), then `qgate compare`. DECIDE_S (default 540, and never past the call's end: lib.sh
 # call_limit) stops it in time to pack: the launches done by then are kept, and a second call on the
 # same machine continues them (`--resume`; a later machine: carry the folder), unless the kept looks

@@ -108,7 +108,7 @@ restore_jit() {
 # candidate below 85 % of the control back to it), else none: a call after the probe needs no one to
 # read it within the machine's 30 s idle window.
 prod_contract() {
-  CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-h200.yaml}
+  CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1.yaml}
   TPTAG=""
   if [ "$TP" -gt 1 ]; then
     CONTRACT=${BASE_CONTRACT:-contracts/qwen38-prodshape-$1-tp$TP.yaml}

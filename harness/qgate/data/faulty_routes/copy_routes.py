@@ -1,0 +1,1 @@
+../../../../tests/fixtures/copy_routes.py

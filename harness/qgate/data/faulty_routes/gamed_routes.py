@@ -1,0 +1,1 @@
+../../../../tests/fixtures/gamed_routes.py

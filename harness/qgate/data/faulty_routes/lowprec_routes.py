@@ -1,0 +1,1 @@
+../../../../tests/fixtures/lowprec_routes.py

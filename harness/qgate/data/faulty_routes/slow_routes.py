@@ -1,0 +1,1 @@
+../../../../tests/fixtures/slow_routes.py

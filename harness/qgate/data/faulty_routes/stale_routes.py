@@ -1,0 +1,1 @@
+../../../../tests/fixtures/stale_routes.py
