@@ -14,10 +14,14 @@ OUT then judges it as any run (77-zoo.sh). A lab tool of the device calls: no ga
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from qgate import models
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 from qgate.contract import load_contract
 from qgate.demo import FAULTY_KINDS, faulty_candidate
 from qgate.engine.arms import ARMS, contract_arms, run_arms
@@ -40,7 +44,12 @@ def main(contract: str, control_json: str, out: str, kind: str) -> int:
     (out_dir / "speed").mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "speed" / "control.json", first)
     ctrl, cand = contract_arms(loaded, ARMS)
-    plans = [ctrl, faulty_candidate(cand, kind)]
+    faulty = faulty_candidate(cand, kind)
+    # The checkout's fixtures themselves (the shipped folder holds links to them, which a copied tree
+    # may not keep), in front of the arm's path as faulty_candidate puts the shipped folder.
+    rest = faulty.env["PYTHONPATH"].split(os.pathsep)[1:]
+    env = {**faulty.env, "PYTHONPATH": os.pathsep.join([str(FIXTURES), *rest])}
+    plans = [ctrl, replace(faulty, env=env)]
     seed = run_seed(loaded, out_dir)
     work = SpeedWorkload(loaded, out_dir, resume=False, launch_count=1, prompt_seed=seed)
     model = lambda: models.resolve_model(loaded.contract.model)  # noqa: E731

@@ -45,6 +45,24 @@ if [ -n "${DECIDE:-}" ]; then  # DECIDE=N: the speed verdict (70-decide.sh DTYPE
   bash tools/gpu_engine/calls/70-decide.sh "$DTYPE" "$DECIDE"
   exit $?
 fi
+if [ -n "${AUDIT:-}" ]; then  # AUDIT="KIND ...": the honest pair, one start an arm, then the zoo against it
+  prod_contract "$DTYPE"
+  D=prod-$DTYPE
+  limit=$(call_limit "${AUDIT_S:-330}" 60)
+  step "honest pair: qgate run speed -c $CONTRACT (one start an arm + the token audit's), at most $limit s"
+  t0=$(date +%s)
+  timeout "$limit" python3 -m qgate run speed -c "$CONTRACT" -o "$RUNS/$D" >"$RUNS/$D.run.txt" 2>&1
+  echo "run speed rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$LOG"
+  tail -n 8 "$RUNS/$D.run.txt" | tee -a "$LOG"
+  q compare "$RUNS/$D/speed/control.json" "$RUNS/$D/speed/candidate.json" -c "$CONTRACT" \
+    -o "$RUNS/$D/compare" >"$RUNS/$D.compare.txt" 2>&1
+  echo "compare rc=$?" | tee -a "$LOG"
+  tail -n 25 "$RUNS/$D.compare.txt" | tee -a "$LOG"
+  pack_runs "$D" "$D.run.txt" "$D.compare.txt"
+  # shellcheck disable=SC2086
+  ZOO_CONTROL=$RUNS/$D/speed/control.json bash tools/gpu_engine/calls/77-zoo.sh "$DTYPE" $AUDIT
+  exit $?
+fi
 if [ -n "${BENCH:-}" ]; then  # BENCH="TP [ROUTES]": the op bench on this card instead of the tiny gate
   # shellcheck disable=SC2086
   bash tools/gpu_engine/calls/90-bench.sh $BENCH

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # 77-zoo.sh DTYPE KIND...: gamed candidates of the zoo (qgate.demo.FAULTY_KINDS: defeat-lm-head, top1,
 # defeat, defeat-strided, ...) at the production shapes, each against the first engine start of the
-# honest verdict's control (70-decide.sh's $RUNS/decide-DTYPE: run it first on this machine), one
+# honest verdict's control (70-decide.sh's $RUNS/decide-DTYPE, or ZOO_CONTROL: run it first on this
+# machine; a kind whose verdict is already there is not run again), one
 # engine start of the candidate + the token audit's when its tokens differ (tools/gpu_engine/zoo.py),
 # then `qgate compare`: which gate catches each, in its verdict. ZOO_S (default 540, never past the
 # call's end) stops before a kind that could not finish; the kinds done are packed.
@@ -11,13 +12,14 @@ DT=${1:?usage: 77-zoo.sh DTYPE KIND...}
 shift
 prod_contract "$DT"
 C=$CONTRACT
-CONTROL=$RUNS/decide-$DT/speed/control.json
+CONTROL=${ZOO_CONTROL:-$RUNS/decide-$DT/speed/control.json}
 [ -f "$CONTROL" ] || { echo "zoo: $CONTROL missing: run 70-decide.sh $DT on this machine first" | tee -a "$LOG"; exit 5; }
 done_runs=()
 for kind in "$@"; do
   limit=$(call_limit "${ZOO_S:-540}" 40)
   [ "$limit" -ge 150 ] || { echo "zoo: $limit s left, $kind not run" | tee -a "$LOG"; break; }
   D=zoo-$DT-$kind
+  [ -f "$RUNS/$D/compare/verdict.json" ] && { echo "zoo: $kind done already" | tee -a "$LOG"; continue; }
   step "zoo $kind: candidate + audit against decide-$DT's first control launch, at most $limit s"
   t0=$(date +%s)
   timeout "$limit" python3 tools/gpu_engine/zoo.py "$C" "$CONTROL" "$RUNS/$D" "$kind" >"$RUNS/$D.txt" 2>&1
