@@ -20,13 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from qgate import models
-
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 from qgate.contract import load_contract
 from qgate.demo import FAULTY_KINDS, faulty_candidate
 from qgate.engine.arms import ARMS, contract_arms, run_arms
 from qgate.results import atomic_write_json
 from qgate.speed.run import SpeedWorkload, first_launches, run_audit, run_seed
+
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 
 
 def main(contract: str, control_json: str, out: str, kind: str) -> int:
