@@ -41,4 +41,5 @@ app.command("check-runner")(runner.check_runner)
 
 
 def main() -> None:
+    """The commands (the `qgate` script is qgate.entry's main: the stop signals' line first)."""
     app()

@@ -34,6 +34,7 @@ from qgate.errors import QgateError
 from qgate.launch_env import RUN_ENV
 from qgate.paths import cache_root
 from qgate.results import atomic_write_json, current_schema, utc_now
+from qgate.writer_lock import one_writer
 
 RECORD = "processes.json"
 RECORD_SCHEMA_VERSION = current_schema("processes")
@@ -305,12 +306,19 @@ def earlier_run(out_dir: Path) -> tuple[str, list[int]] | None:
 
 
 @contextmanager
-def claimed(out_dir: Path, kill_leftovers: bool = False) -> Iterator[RunRecord]:
-    """Refuse (or end) live processes of the run recorded in out_dir, then record this run there."""
-    global _active
+def claimed(out_dir: Path, kill_leftovers: bool = False, command: str = "qgate run") -> Iterator[RunRecord]:
+    """Hold out_dir (qgate.writer_lock: a second writer is refused, naming this one's pid), refuse (or
+    end) live processes of the run recorded there, then record this run there."""
     if _active is not None and _active.path == out_dir / RECORD:
         yield _active  # nested in a run of the same folder (the ablation's speed then quality)
         return
+    with one_writer(out_dir, command), _claim(out_dir, kill_leftovers) as record:
+        yield record
+
+
+@contextmanager
+def _claim(out_dir: Path, kill_leftovers: bool) -> Iterator[RunRecord]:
+    global _active
     prune()
     found = earlier_run(out_dir)
     if found is not None:
