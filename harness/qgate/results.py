@@ -157,7 +157,8 @@ def _write_through(target: Path, data: bytes) -> None:
         fd = os.open(target, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         if exc.errno == errno.ENXIO:
-            raise OSError(errno.ENXIO, "a FIFO with no reader: nothing would read what qgate writes", str(target))
+            said = "a FIFO with no reader: nothing would read what qgate writes"
+            raise OSError(errno.ENXIO, said, str(target)) from None
         raise
     try:
         os.set_blocking(fd, True)

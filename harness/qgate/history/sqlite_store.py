@@ -61,6 +61,7 @@ def database_error(path: Path, exc: sqlite3.Error) -> str:
         return f"{path}: {said} ({exc}); nothing was changed"
     return f"{path}: corrupt or unreadable history store ({exc}); nothing was changed"
 
+
 _TRIGGERS = (
     "CREATE TRIGGER IF NOT EXISTS nights_no_update BEFORE UPDATE ON nights "
     f"BEGIN SELECT RAISE(ABORT, '{schema.APPEND_ONLY}'); END",
@@ -107,7 +108,9 @@ class SqliteStore:
             if stat.S_ISDIR(mode):
                 raise HistoryError(f"{path}: is a directory, not a qgate history store")
             if not stat.S_ISREG(mode):
-                raise HistoryError(f"{path}: not a regular file (a FIFO or a device), not a qgate history store")
+                raise HistoryError(
+                    f"{path}: not a regular file (a FIFO, a device), not a qgate history store"
+                )
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             with os.fdopen(fd, "rb") as fh:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat

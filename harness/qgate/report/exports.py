@@ -4,11 +4,9 @@ JSON (qgate.report.benchmark), each written atomically where the caller asks."""
 from __future__ import annotations
 
 import json
-
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from collections.abc import Mapping
 
 from qgate.report import benchmark, junit
 from qgate.results import Staged, stage_bytes
