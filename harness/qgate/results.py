@@ -320,7 +320,16 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(_read_bytes(Path(path))).hexdigest()
 
 
-def _read_bytes(p: Path, limit: int | None = None) -> bytes:
+def read_regular(path: str | Path, limit: int, noun: str, what: str) -> bytes:
+    """The bytes of a file qgate reads that is not a result (a fleet list): _read_bytes's checks, its
+    one-line refusals naming the file as `noun` ("fleet list") and saying `what` it must be ("a fleet
+    list is a YAML file")."""
+    return _read_bytes(Path(path), limit, noun, what)
+
+
+def _read_bytes(
+    p: Path, limit: int | None = None, noun: str = "result", what: str = "a result is a JSON file"
+) -> bytes:
     """The file's bytes, refused unless it is a regular file within `limit` bytes (MAX_RESULT_BYTES,
     read at the call: not bound at import). A FIFO, a device
     or a folder given as a result must not block the read (a FIFO hung `qgate compare` forever): the
@@ -330,23 +339,23 @@ def _read_bytes(p: Path, limit: int | None = None) -> bytes:
     try:
         st = os.stat(p)
         if not stat.S_ISREG(st.st_mode):
-            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): {what}")
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise ResultError(f"{p}: no such result file") from None
+        raise ResultError(f"{p}: no such {noun} file") from None
     except OSError as exc:
         raise ResultError(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): {what}")
         if st.st_size > limit:
-            raise ResultError(f"{p}: {st.st_size} bytes, more than a result can be ({limit})")
+            raise ResultError(f"{p}: {st.st_size} bytes, more than a {noun} can be ({limit})")
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             total += len(chunk)
             if total > limit:  # grew while read
-                raise ResultError(f"{p}: more than {limit} bytes, more than a result can be")
+                raise ResultError(f"{p}: more than {limit} bytes, more than a {noun} can be")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:

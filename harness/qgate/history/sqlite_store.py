@@ -40,8 +40,7 @@ BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another's transaction (a n
 SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
 SQLITE_READONLY_ROLLBACK = 776  # a read-only connection met a hot journal it may not roll back
 _SAID = {
-    SQLITE_FULL: "no space left on the store's filesystem (database or disk is full): free space and run "
-    "the same command again",
+    SQLITE_FULL: "no space left on the store's filesystem: free space and run the same command again",
     SQLITE_IOERR: "a disk I/O error on the store's filesystem (a full disk, a quota, a failing device)",
     SQLITE_READONLY: "the store cannot be written (read-only file or filesystem)",
     SQLITE_CANTOPEN: "the store cannot be opened (its folder's permissions, or no space for its journal)",
