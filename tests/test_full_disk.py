@@ -170,3 +170,32 @@ def test_a_fifo_output_without_a_reader_is_refused_not_waited_on(tmp_path: Path)
     with pytest.raises(OSError, match="no reader"):
         results.atomic_write_text(fifo, "x")
     assert fifo.exists() and not fifo.is_file()  # still the FIFO: never replaced by a regular file
+
+
+def test_compare_of_what_a_cut_short_run_left_is_an_error_naming_it(
+    tmp_path: Path, pair: tuple[Path, Path, Path]
+) -> None:
+    control, candidate, contract = pair
+    run = tmp_path / "run"
+    (run / "speed").mkdir(parents=True)
+    shutil.copy(control, run / "speed" / "control.json")  # the candidate's record was never written
+    res = runner.invoke(app, ["compare", str(run), str(run), "--out", str(tmp_path / "o1")])
+    assert res.exit_code == 2 and "speed/candidate.json" in _one_error_line(res.output), res.output
+    cut = support.rehash(support.load_pair()[1], contract)  # its reps cut short by the disk
+    cut["reps"], cut["complete"] = cut["reps"][:3], False
+    short = support.write_json(run / "speed" / "candidate.json", cut)
+    res = runner.invoke(app, ["compare", str(control), str(short), "--out", str(tmp_path / "o2")])
+    assert res.exit_code == 3 and "verdict: ERROR" in res.output, res.output
+    assert "candidate result complete" in res.output and "complete = False" in res.output
+
+
+def test_an_engine_start_whose_routes_left_no_attestation_fails_the_run(tmp_path: Path) -> None:
+    from qgate.engine.launcher import unattested
+
+    routed = {"VLLM_SM70_QWEN38_FP16_GEMV": "1"}
+    (tmp_path / "a").mkdir()
+    said = unattested(tmp_path / "a", routed)  # the plugin's files could not be written: no evidence
+    assert said is not None and str(tmp_path / "a") in said and "full disk" in said
+    assert unattested(tmp_path / "a", {"VLLM_SM70_QWEN38_FP16_GEMV": "0"}) is None  # the quiet control
+    (tmp_path / "a" / "MainProcess-1.json").write_text("{}")
+    assert unattested(tmp_path / "a", routed) is None
