@@ -103,7 +103,8 @@ def leftover(tmp_path: Path):
     """A run record in tmp_path and a live process carrying its token (its qgate: this test)."""
     out = tmp_path / "out"
     with procs.claimed(out) as record:
-        assert not out.exists()  # nothing is written before an engine child starts
+        # Nothing is recorded before an engine child starts (the folder holds only its writer lock).
+        assert not (out / procs.RECORD).exists()
         record.add_group(os.getpid(), "test")
     proc = _python("import time; time.sleep(60)", {procs.RUN_ENV: record.token})
     deadline = time.monotonic() + 10

@@ -1,6 +1,6 @@
 """`python -m qgate` is the `qgate` command."""
 
-from qgate.cli import main
+from qgate.entry import main
 
 if __name__ == "__main__":
     main()

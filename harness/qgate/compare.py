@@ -20,8 +20,11 @@ gate: the verdict and the gates are those of the same results without it.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +39,9 @@ from qgate.quality.compare import compare_quality
 from qgate.quality.record import check_quality_result
 from qgate.results import (
     ResultError,
-    atomic_write_json,
-    atomic_write_text,
-    atomic_write_with,
+    Staged,
     current_schema,
+    file_mode,
     load_result,
     read_result,
     utc_now,
@@ -403,31 +405,85 @@ def refuse_overwrite(
         )
 
 
-def write_report(record: dict[str, Any], out_dir: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """verdict.json, report.md and (with speed figures) speed.png in out_dir, each written atomically;
-    returns the record as written and the paths.
+def write_report(
+    record: dict[str, Any], out_dir: str | Path, exports: Mapping[str, Path | None] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """verdict.json, report.md and (with speed figures) speed.png in out_dir, and the exports asked for
+    (`exports`: {"junit": path, "bmf": path}, report.exports), as one set; returns the record as
+    written and the paths.
 
-    A record that cannot be rendered (results malformed in a way no gate named) is written as an ERROR
-    verdict with the reason and a plain report of its gates: compare never ends in a traceback."""
+    Every file is written in full first (the report set in a temporary folder inside out_dir, each
+    export beside its target) and only then moved into place: a write that fails (a full disk) leaves
+    none of the set behind, so the rerun needs no --force; an OSError names the file. A record that
+    cannot be rendered (results malformed in a way no gate named) is written as an ERROR verdict with
+    the reason and a plain report of its gates: compare never ends in a traceback."""
     from qgate.report import plots, render_markdown
+    from qgate.report.exports import stage_exports
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"verdict": str(out / "verdict.json"), "report": str(out / "report.md")}
     record = {**record, "created_at": utc_now()}
+    stage = Path(tempfile.mkdtemp(prefix=".qgate-report.", dir=out))
+    staged: list[Staged] = []
     try:
-        text = render_markdown(record)
-        if "speed" in record.get("kinds", []) and "figures" in record:
-            atomic_write_with(out / "speed.png", lambda tmp: plots.speed_png(record, tmp), ".png")
-            paths["plot"] = str(out / "speed.png")
-    except Exception as exc:
-        record = _unrenderable(record, exc)
-        text = _plain_report(record)
-        paths.pop("plot", None)
-        (out / "speed.png").unlink(missing_ok=True)  # a plot of results the report calls malformed
-    atomic_write_text(paths["report"], text)
-    atomic_write_json(paths["verdict"], record)
+        png = None
+        try:
+            text = render_markdown(record)
+            if "speed" in record.get("kinds", []) and "figures" in record:
+                png = _staged_file(stage, out, "speed.png", lambda tmp: plots.speed_png(record, tmp))
+                paths["plot"] = str(out / "speed.png")
+        except OSError:
+            raise  # a full disk is no verdict on the results: one line naming the file
+        except Exception as exc:
+            record = _unrenderable(record, exc)
+            text = _plain_report(record)
+            paths.pop("plot", None)
+            png = None
+        report = _staged_file(stage, out, "report.md", lambda tmp: Path(tmp).write_text(text, "utf-8"))
+        body = json.dumps(record, indent=2) + "\n"
+        verdict = _staged_file(stage, out, "verdict.json", lambda tmp: Path(tmp).write_text(body, "utf-8"))
+        staged = [*stage_exports(record, exports or {}), *(s for s in (png, report, verdict) if s)]
+        _commit(staged, stale=() if "plot" in paths else (out / "speed.png",))
+    except BaseException:
+        for s in staged:
+            s.discard()
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return record, paths
+
+
+def _staged_file(stage: Path, out: Path, name: str, write: Callable[[str], object]) -> Staged:
+    """One file of the report set written in the stage folder (flushed to disk), to go to out/name."""
+    tmp = stage / name
+    try:
+        write(str(tmp))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())
+    except OSError as exc:
+        exc.filename = str(out / name)  # the file the user asked for, not the stage's copy
+        raise
+    return Staged(out / name, tmp)
+
+
+def _commit(staged: list[Staged], stale: tuple[Path, ...]) -> None:
+    """Move every staged file into place (renames: no space needed), verdict.json last; one that cannot
+    be moved takes back those moved before it, so no part of the set stays. `stale`: a file of an
+    earlier report this set does not replace (a plot of results now unrenderable)."""
+    done: list[Path] = []
+    try:
+        for s in staged:
+            s.commit()
+            done.append(s.target)
+    except BaseException:
+        for target in done:
+            if target.is_file():
+                target.unlink(missing_ok=True)
+        raise
+    for path in stale:
+        path.unlink(missing_ok=True)
 
 
 def _unrenderable(record: dict[str, Any], exc: Exception) -> dict[str, Any]:
@@ -458,23 +514,29 @@ def run_compare(
     aa: bool = False,
     history: str | Path | None = None,
     timeline: Mapping[str, Any] | None = None,
+    exports: Mapping[str, Path | None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Load, compare, write the report; raises ResultError / ContractError for bad input (an A/A not
     asked for with `aa` included) and OutputExists when out_dir already holds a report and force is False.
     history: a history store (qgate.history), read only for speed results of one launch per arm.
-    timeline: a decode-step timeline (qgate.timeline.read_timeline) for the record and the report."""
-    refuse_overwrite(out_dir, REPORT_FILES, force)
-    pairs, one_sided = load_pairs(control, candidate)
-    refuse_wrong_arms(pairs, aa)
-    refuse_unasked_aa(pairs, aa)
-    loaded = resolve_contract(contract, pairs)
-    rows = history_rows(history, pairs)
-    record = build_verdict(pairs, one_sided, loaded, rows, timeline)
-    if rows is not None:  # the store was read (a speed pair of one launch per arm)
-        record["inputs"]["history"] = str(history)
-    if aa:
-        record["aa"] = True
-    return write_report(record, out_dir)
+    timeline: a decode-step timeline (qgate.timeline.read_timeline) for the record and the report.
+    exports: {"junit": path, "bmf": path} written with the report set (write_report).
+    out_dir is held for the whole compare (qgate.writer_lock): a second writer is refused."""
+    from qgate.writer_lock import one_writer
+
+    with one_writer(out_dir, "qgate compare"):
+        refuse_overwrite(out_dir, REPORT_FILES, force)
+        pairs, one_sided = load_pairs(control, candidate)
+        refuse_wrong_arms(pairs, aa)
+        refuse_unasked_aa(pairs, aa)
+        loaded = resolve_contract(contract, pairs)
+        rows = history_rows(history, pairs)
+        record = build_verdict(pairs, one_sided, loaded, rows, timeline)
+        if rows is not None:  # the store was read (a speed pair of one launch per arm)
+            record["inputs"]["history"] = str(history)
+        if aa:
+            record["aa"] = True
+        return write_report(record, out_dir, exports)
 
 
 def history_rows(store: str | Path | None, pairs: list[Pair]) -> list[dict[str, Any]] | None:

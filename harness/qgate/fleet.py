@@ -30,8 +30,10 @@ from qgate.contract import ContractError, load_contract
 from qgate.contract.strict_yaml import StrictYamlError, load_yaml
 from qgate.errors import QgateError
 from qgate.history import ENTRY_NAME
+from qgate.results import ResultError, read_regular
 
 FLEET_SCHEMA_VERSION = 1
+MAX_FLEET_BYTES = 1024 * 1024  # a list of a few hundred entries is some tens of KiB
 ARTIFACT_PREFIX = "qgate-entry-"  # an entry's run folder is uploaded as ARTIFACT_PREFIX + name
 KINDS = {"speed_contract": "speed", "quality_contract": "quality"}
 _ENTRY_KEYS = {"name", "runs-on", "speed_contract", "quality_contract", "candidate_env"}
@@ -97,10 +99,11 @@ def _contract(value: Any, kind: str, where: str, root: Path) -> str:
 def load_fleet(path: str | Path, root: str | Path = ".") -> tuple[Entry, ...]:
     """The entries of a fleet list, checked (module doc); FleetError with one line otherwise."""
     p = Path(path)
-    try:
-        data = load_yaml(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise FleetError(f"{p}: cannot read the fleet list: {exc.strerror}") from None
+    try:  # a regular file of bounded size: a FIFO hung the read, /dev/zero filled the memory
+        raw = read_regular(p, MAX_FLEET_BYTES, "fleet list", "a fleet list is a YAML file")
+        data = load_yaml(raw.decode("utf-8"))
+    except ResultError as exc:
+        raise FleetError(str(exc)) from None
     except (StrictYamlError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise FleetError(f"{p}: not a fleet list: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):

@@ -10,6 +10,7 @@ qgate.quality.record) before any figure is computed from it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -73,36 +74,120 @@ def _name(exc: BaseException, target: Path) -> None:
         exc.filename = str(target)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write text so that a reader sees the old file or the new one, never half of one."""
-    target = Path(path)
+def destination(path: str | Path) -> tuple[Path, bool]:
+    """Where a write to `path` lands, and whether it is written through in place.
+
+    A symlink is followed: the file it names is replaced, never the link (a --junit that is a link to a
+    file, or /dev/stdout). A path that is, or leads to, something other than a regular file (a terminal,
+    a pipe, a FIFO, a device) is written through as it is: it cannot be replaced, and a rename over it
+    would put a regular file in its place. A folder is refused (IsADirectoryError naming it)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)  # follows links
+    except FileNotFoundError:
+        return (Path(os.path.realpath(p)) if p.is_symlink() else p), False  # a dangling link: its target
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file to write", str(p))
+    if not stat.S_ISREG(st.st_mode):
+        return p, True
+    return (Path(os.path.realpath(p)) if p.is_symlink() else p), False
+
+
+def _write_through(target: Path, data: bytes) -> None:
+    """Write data into a file that is not a regular one (a terminal, a pipe, a FIFO); a FIFO without a
+    reader is refused at once (O_NONBLOCK: ENXIO) instead of blocking until one comes."""
+    try:
+        fd = os.open(target, os.O_WRONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            said = "a FIFO with no reader: nothing would read what qgate writes"
+            raise OSError(errno.ENXIO, said, str(target)) from None
+        raise
+    try:
+        os.set_blocking(fd, True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Staged:
+    """A file written in full but not yet in place: `commit` moves it there in one step (a rename), or,
+    for a target that is written through (destination), writes it then; `discard` removes it."""
+
+    target: Path
+    tmp: Path | None  # the filled temporary file beside the target; None: written through at commit
+    data: bytes = b""
+
+    def commit(self) -> None:
+        try:
+            if self.tmp is None:
+                _write_through(self.target, self.data)
+            else:
+                os.replace(self.tmp, self.target)
+        except OSError as exc:
+            self.discard()
+            _name(exc, self.target)
+            raise
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            Path(self.tmp).unlink(missing_ok=True)
+
+
+def _temp_beside(target: Path, suffix: str = "") -> tuple[int, str]:
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+
+
+def stage_bytes(path: str | Path, data: bytes) -> Staged:
+    """data in a temporary file beside path (symlinks followed: destination), flushed to disk; nothing
+    is left behind when the write fails (a full disk: OSError naming path)."""
+    target, through = destination(path)
+    if through:
+        return Staged(target, None, data)
+    fd, tmp = _temp_beside(target)
     try:
         os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        _name(exc, target)
+        _name(exc, Path(path))
         raise
+    return Staged(target, Path(tmp))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write text so that a reader sees the old file or the new one, never half of one (a symlink is
+    written through: destination)."""
+    stage_bytes(path, text.encode("utf-8")).commit()
 
 
 def atomic_write_with(path: str | Path, write: Callable[[str], None], suffix: str = "") -> None:
     """Let `write` fill a temp file beside path (e.g. a plot), then move it into place in one step."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    target, through = destination(path)
+    if through:  # a pipe or a terminal: the bytes go through it
+        fd, tmp = tempfile.mkstemp(suffix=suffix)
+        os.close(fd)
+        try:
+            write(tmp)
+            Staged(target, None, Path(tmp).read_bytes()).commit()
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return
+    fd, tmp = _temp_beside(target, suffix)
     os.close(fd)
     try:
         write(tmp)
         os.chmod(tmp, file_mode())
         os.replace(tmp, target)
     except BaseException as exc:
-        _name(exc, target)
+        _name(exc, Path(path))
         raise
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -178,7 +263,16 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(_read_bytes(Path(path))).hexdigest()
 
 
-def _read_bytes(p: Path, limit: int | None = None) -> bytes:
+def read_regular(path: str | Path, limit: int, noun: str, what: str) -> bytes:
+    """The bytes of a file qgate reads that is not a result (a fleet list): _read_bytes's checks, its
+    one-line refusals naming the file as `noun` ("fleet list") and saying `what` it must be ("a fleet
+    list is a YAML file")."""
+    return _read_bytes(Path(path), limit, noun, what)
+
+
+def _read_bytes(
+    p: Path, limit: int | None = None, noun: str = "result", what: str = "a result is a JSON file"
+) -> bytes:
     """The file's bytes, refused unless it is a regular file within `limit` bytes (MAX_RESULT_BYTES,
     read at the call: not bound at import). A FIFO, a device
     or a folder given as a result must not block the read (a FIFO hung `qgate compare` forever): the
@@ -188,23 +282,23 @@ def _read_bytes(p: Path, limit: int | None = None) -> bytes:
     try:
         st = os.stat(p)
         if not stat.S_ISREG(st.st_mode):
-            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): {what}")
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise ResultError(f"{p}: no such result file") from None
+        raise ResultError(f"{p}: no such {noun} file") from None
     except OSError as exc:
         raise ResultError(f"{p}: cannot be read ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): a result is a JSON file")
+            raise ResultError(f"{p}: not a regular file ({_file_type(st.st_mode)}): {what}")
         if st.st_size > limit:
-            raise ResultError(f"{p}: {st.st_size} bytes, more than a result can be ({limit})")
+            raise ResultError(f"{p}: {st.st_size} bytes, more than a {noun} can be ({limit})")
         chunks, total = [], 0
         while chunk := os.read(fd, 1 << 20):
             total += len(chunk)
             if total > limit:  # grew while read
-                raise ResultError(f"{p}: more than {limit} bytes, more than a result can be")
+                raise ResultError(f"{p}: more than {limit} bytes, more than a {noun} can be")
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:

@@ -70,4 +70,5 @@ app.command("gates")(gates.gates)
 
 
 def main() -> None:
+    """The commands (the `qgate` script is qgate.entry's main: the stop signals' line first)."""
     app()

@@ -87,7 +87,7 @@ def ablate(
         profiles = None if timeline is None else read_timeline(timeline)
     with user_errors(kept=lambda: f"the completed reps and items in {out}"):
         # One record of the run's processes in out for its speed and quality parts (engine/procs.py).
-        with SpeedProgress(loaded.contract) as progress, claimed(out):
+        with SpeedProgress(loaded.contract) as progress, claimed(out, command="qgate ablate"):
             record, paths = run_ablation(
                 loaded, out, design.value, resume=resume, progress=progress, force=force,
                 max_launches=max_launches if until_decided else None, timeline=profiles,

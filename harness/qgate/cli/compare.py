@@ -95,15 +95,14 @@ def compare(
     for the same file or run as both arms, and for a candidate with the control's env (unless --aa).
     """
     from qgate.compare import run_compare  # the statistics: not imported by every qgate command
-    from qgate.report.exports import write_exports
     from qgate.timeline import read_timeline
 
     with user_errors():
         profiles = None if timeline is None else read_timeline(timeline)
         record, paths = run_compare(
-            control, candidate, contract, out, force=force, aa=aa, history=history, timeline=profiles
-        )
-        write_exports(record, junit, bmf)
+            control, candidate, contract, out, force=force, aa=aa, history=history, timeline=profiles,
+            exports={"junit": junit, "bmf": bmf},
+        )  # fmt: skip
     typer.echo(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
         typer.echo(f"  - {reason}")

@@ -86,8 +86,9 @@ def run_ops_cmd(
     from qgate.contract import load_contract
     from qgate.ops.run import run_ops, run_real_ops
     from qgate.report.ops import screen_markdown
+    from qgate.writer_lock import one_writer
 
-    with user_errors():
+    with user_errors(), one_writer(out, "qgate run ops"):
         loaded = load_contract(contract)
         if real or model is not None or activations is not None or dtype is not None:
             from qgate.ops.real import real_markdown

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.engine.preflight import ArmEnv
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure, cut
-from qgate_route_env import ATTEST_DIR_ENV
+from qgate_route_env import ATTEST_DIR_ENV, SHIMS_ENV, switched_on
 
 
 class EngineError(RunFailure, RuntimeError):
@@ -59,6 +59,21 @@ def child_env(arm: ArmEnv, attest_dir: Path | None) -> dict[str, str]:
         attest_dir.mkdir(parents=True, exist_ok=True)
         env[ATTEST_DIR_ENV] = str(attest_dir.resolve())
     return env
+
+
+def unattested(attest_dir: Path | None, env: Mapping[str, str]) -> str | None:
+    """Why an engine start that ran has no route counts, or None. With a route or a shim on, the route
+    plugin writes a file for every vLLM process as it loads (qgate_kernels.plugin; with neither it
+    stays quiet), and on a full disk it cannot: a candidate that routed nothing would read as "no
+    route ran" from no evidence at all (a 120 KiB --out: the run exited 0). The run fails instead."""
+    if attest_dir is None or not (switched_on(env) or str(env.get(SHIMS_ENV, "")).strip()):
+        return None
+    if any(Path(attest_dir).glob("*.json")):
+        return None
+    return (
+        f"no route attestation was written in {attest_dir} (the route plugin writes one file per vLLM "
+        "process: a full disk, or an unwritable folder?): what the arm ran cannot be shown"
+    )
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -151,6 +166,7 @@ def run_child(
     env = child_env(arm, attest_dir)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     error: str | None = None
+    started = False  # the engine started (engine_ready): its processes wrote their attestation
     # The child runs in the caller's folder so that route overrides (package.module:function) import
     # as the user expects; a folder named like the plugin package there would shadow the installed
     # plugin in vLLM's spawned processes, so that is refused.
@@ -185,6 +201,7 @@ def run_child(
                     record = json.loads(line)
                     if record.get("event") == "error":
                         error = record.get("message")
+                    started = started or record.get("event") == "engine_ready"
                     watch.saw(record)
                     on_event(record)
                 if watch.death is not None:  # died or stalled: the except below stops the group
@@ -202,6 +219,8 @@ def run_child(
         Path(spec_path).unlink(missing_ok=True)
     if returncode != 0 and error is None:
         error = _exit_text(returncode)
+    if error is None and started:
+        error = unattested(attest_dir, arm.process)
     if error is not None:
         cause = cause_in_log(log_path, start)
         if cause is not None and cause.rsplit(" (in ", 1)[0] not in error:

@@ -17,7 +17,6 @@ child's group on the way out, the CLI prints what was kept and exits 128 + the s
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -33,9 +32,11 @@ from qgate.engine.lifeline import start_ticks
 from qgate.errors import QgateError
 from qgate.launch_env import RUN_ENV
 from qgate.paths import cache_root
-from qgate.results import atomic_write_json, current_schema, utc_now
+from qgate.results import ResultError, atomic_write_json, current_schema, read_object, utc_now
+from qgate.writer_lock import one_writer
 
 RECORD = "processes.json"
+MAX_RECORD_BYTES = 1024 * 1024  # a run's groups: some hundred bytes each
 RECORD_SCHEMA_VERSION = current_schema("processes")
 TERM_GRACE_S = 3.0  # SIGTERM first, SIGKILL for what is still there after this
 KILL_WAIT_S = 5.0
@@ -277,9 +278,9 @@ def new_token() -> str:
 
 
 def _load_record(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+    try:  # a regular file of bounded size (results.read_object): a FIFO must not hang the run's start
+        data = read_object(path, MAX_RECORD_BYTES).data
+    except ResultError as exc:
         raise QgateError(f"{path}: not a process record ({exc}); remove it if no run uses it") from None
     if not isinstance(data, dict) or data.get("kind") != "processes" or "token" not in data:
         raise QgateError(f"{path}: not a process record; remove it if no run uses it")
@@ -305,12 +306,19 @@ def earlier_run(out_dir: Path) -> tuple[str, list[int]] | None:
 
 
 @contextmanager
-def claimed(out_dir: Path, kill_leftovers: bool = False) -> Iterator[RunRecord]:
-    """Refuse (or end) live processes of the run recorded in out_dir, then record this run there."""
-    global _active
+def claimed(out_dir: Path, kill_leftovers: bool = False, command: str = "qgate run") -> Iterator[RunRecord]:
+    """Hold out_dir (qgate.writer_lock: a second writer is refused, naming this one's pid), refuse (or
+    end) live processes of the run recorded there, then record this run there."""
     if _active is not None and _active.path == out_dir / RECORD:
         yield _active  # nested in a run of the same folder (the ablation's speed then quality)
         return
+    with one_writer(out_dir, command), _claim(out_dir, kill_leftovers) as record:
+        yield record
+
+
+@contextmanager
+def _claim(out_dir: Path, kill_leftovers: bool) -> Iterator[RunRecord]:
+    global _active
     prune()
     found = earlier_run(out_dir)
     if found is not None:

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from qgate.history import schema
+from qgate.history.rows import check_rows
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
 
 # pg_advisory_xact_lock's key: "qgate" in ASCII, so that other users of advisory locks can tell it.
@@ -251,11 +252,12 @@ class PostgresStore:
                 have = {r[0] for r in cur.fetchall()}
                 cols = [c for c in COLUMN_NAMES if c in have]
                 cur.execute(f"SELECT {', '.join(cols)} FROM nights ORDER BY {schema.ROW_ORDER}")
-                return [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur]
+                rows = [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur]
         except psycopg.Error as exc:
             raise HistoryError(f"{self.label}: {_one_line(exc)}") from None
         finally:
             conn.close()
+        return check_rows(rows, self.label)
 
 
 def _one_line(exc: BaseException) -> str:

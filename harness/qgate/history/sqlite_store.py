@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,11 +30,36 @@ from typing import Any
 from urllib.parse import quote
 
 from qgate.history import schema
+from qgate.history.rows import check_rows
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
 from qgate.results import file_mode
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another's transaction (a night appends in ms)
+# SQLite's result codes (sqlite3.h) that get their own line; sqlite_errorcode carries the extended one.
+SQLITE_BUSY, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 5, 8, 10, 13, 14
+SQLITE_READONLY_ROLLBACK = 776  # a read-only connection met a hot journal it may not roll back
+_SAID = {
+    SQLITE_FULL: "no space left on the store's filesystem: free space and run the same command again",
+    SQLITE_IOERR: "a disk I/O error on the store's filesystem (a full disk, a quota, a failing device)",
+    SQLITE_READONLY: "the store cannot be written (read-only file or filesystem)",
+    SQLITE_CANTOPEN: "the store cannot be opened (its folder's permissions, or no space for its journal)",
+    SQLITE_BUSY: f"another writer held the store for more than {BUSY_TIMEOUT_S:g} s",
+}
+
+
+def _code(exc: sqlite3.Error) -> int:
+    return int(getattr(exc, "sqlite_errorcode", 0) or 0)
+
+
+def database_error(path: Path, exc: sqlite3.Error) -> str:
+    """The one line a SQLite error on the store becomes: what it means where SQLite says (a full disk is
+    not a corrupt store), else corrupt or unreadable."""
+    said = _SAID.get(_code(exc) & 0xFF)
+    if said is not None:
+        return f"{path}: {said} ({exc}); nothing was changed"
+    return f"{path}: corrupt or unreadable history store ({exc}); nothing was changed"
+
 
 _TRIGGERS = (
     "CREATE TRIGGER IF NOT EXISTS nights_no_update BEFORE UPDATE ON nights "
@@ -73,12 +99,21 @@ class SqliteStore:
     # ------------------------------------------------------------ opening
 
     def _check_header(self) -> None:
-        """Refuse what is not a SQLite file before SQLite opens it (opening could write to it)."""
+        """Refuse what is not a SQLite file before SQLite opens it (opening could write to it): a folder,
+        a FIFO or a device (a FIFO's open would wait for a writer forever), a file of another kind."""
         path = self.path
-        if path.is_dir():
-            raise HistoryError(f"{path}: is a directory, not a qgate history store")
         try:
-            with open(path, "rb") as fh:
+            mode = os.stat(path).st_mode
+            if stat.S_ISDIR(mode):
+                raise HistoryError(f"{path}: is a directory, not a qgate history store")
+            if not stat.S_ISREG(mode):
+                raise HistoryError(
+                    f"{path}: not a regular file (a FIFO, a device), not a qgate history store"
+                )
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO since the stat
+                    raise HistoryError(f"{path}: not a regular file, not a qgate history store")
                 head = fh.read(len(_SQLITE_MAGIC))
         except OSError as exc:
             raise HistoryError(f"{path}: cannot read the history store: {exc.strerror}") from None
@@ -91,7 +126,9 @@ class SqliteStore:
             )
 
     def _validate(self, conn: sqlite3.Connection) -> tuple[str, ...]:
-        """The columns the store lacks (empty at the current version); HistoryError when not ours."""
+        """The columns the store lacks (empty at the current version); HistoryError when not ours or
+        not whole (SQLite's quick_check, and the file's size against its pages: a store cut short by a
+        few bytes passes quick_check, its last page read as zeros)."""
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "qgate_history" not in tables or "nights" not in tables:
             raise HistoryError(
@@ -105,20 +142,50 @@ class SqliteStore:
         check = conn.execute("PRAGMA quick_check").fetchone()
         if not check or check[0] != "ok":
             raise HistoryError(f"{self.path}: the store fails SQLite's integrity check: {check}")
+        self._check_size(conn)
         return missing if version < schema.HISTORY_SCHEMA_VERSION else ()
+
+    def _check_size(self, conn: sqlite3.Connection) -> None:
+        """In rollback-journal mode (qgate's) a whole store is its pages, no byte more or less; asked
+        inside the caller's transaction, so no writer is mid-commit."""
+        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+            return  # pages may live in the WAL: the file's size says nothing
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        size = os.stat(self.path).st_size
+        if size != pages * page_size:
+            raise HistoryError(
+                f"{self.path}: {size} bytes, not the {pages} pages of {page_size} bytes its header names "
+                "(cut short or added to): the store is not whole; restore it from a copy; nothing was changed"
+            )
+
+    def _connect(self, readonly: bool) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.path.resolve()))}?mode={'ro' if readonly else 'rw'}"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        conn.execute("BEGIN IMMEDIATE" if not readonly else "BEGIN")  # one writer; reads see one store
+        return conn
 
     @contextmanager
     def _open(self, readonly: bool) -> Iterator[sqlite3.Connection]:
         """A validated connection to an existing store (upgraded and given its rules when writing, in
-        the write transaction); SQLite errors other than the rules' become one line."""
+        the write transaction); SQLite errors other than the rules' become one line.
+
+        A store whose last writer was killed mid-append holds a hot journal (PATH-journal): SQLite
+        rolls it back when the store is opened for writing, and a read-only connection cannot, so a
+        read opens it read-write for that (the store is whole again: the append never happened)."""
         self._check_header()
-        uri = f"file:{quote(str(self.path.resolve()))}?mode={'ro' if readonly else 'rw'}"
         conn = None
         try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
-            if not readonly:
-                conn.execute("BEGIN IMMEDIATE")  # one writer; validation and insert see the same store
-            missing = self._validate(conn)
+            conn = self._connect(readonly)
+            try:
+                missing = self._validate(conn)
+            except sqlite3.OperationalError as exc:
+                if not (readonly and _code(exc) == SQLITE_READONLY_ROLLBACK):
+                    raise
+                conn.close()
+                conn = None
+                conn = self._rolled_back()
+                missing = self._validate(conn)
             if not readonly:
                 self._upgrade(conn, missing)
             yield conn
@@ -127,14 +194,25 @@ class SqliteStore:
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.IntegrityError) and str(exc).startswith(("qgate:", "the qgate")):
                 raise  # a rule said no: the caller words it
-            raise HistoryError(
-                f"{self.path}: corrupt or unreadable history store ({exc}); nothing was changed"
-            ) from None
+            raise HistoryError(database_error(self.path, exc)) from None
         finally:
             if conn is not None:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 conn.close()
+
+    def _rolled_back(self) -> sqlite3.Connection:
+        """A read's connection to a store with a hot journal: read-write, so SQLite rolls it back."""
+        try:
+            return self._connect(readonly=False)
+        except sqlite3.OperationalError as exc:
+            if _code(exc) in (SQLITE_READONLY, SQLITE_CANTOPEN):
+                raise HistoryError(
+                    f"{self.path}: its last append was cut off (a hot journal, {self.path}-journal) and "
+                    "this user cannot write the store to roll it back: run `qgate history append` or "
+                    "`history report` once as a user who can; nothing was changed"
+                ) from None
+            raise
 
     @staticmethod
     def _upgrade(conn: sqlite3.Connection, missing: tuple[str, ...]) -> None:
@@ -173,6 +251,8 @@ class SqliteStore:
                 conn.execute("COMMIT")
             except sqlite3.IntegrityError as exc:
                 raise _RuleRefused(str(exc)) from None
+            except sqlite3.DatabaseError as exc:  # a full disk while the new store is built
+                raise HistoryError(database_error(path, exc)) from None
             finally:
                 conn.close()
             try:
@@ -235,7 +315,8 @@ class SqliteStore:
             have = {r[1] for r in conn.execute("PRAGMA table_info(nights)")}
             cols = [c for c in COLUMN_NAMES if c in have]  # an older store lacks the newer columns
             cur = conn.execute(f"SELECT {', '.join(cols)} FROM nights ORDER BY {schema.ROW_ORDER}")
-            return [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur]
+            rows = [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur]
+        return check_rows(rows, str(self.path))
 
 
 class _RuleRefused(Exception):
