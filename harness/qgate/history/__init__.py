@@ -35,6 +35,7 @@ from qgate.night import (  # noqa: F401  (re-exported: the CLI's and tests' name
     collect,
     unjudged_kinds,
 )
+from qgate.redact import redact_url
 from qgate.results import atomic_write_text, atomic_write_with
 
 __all__ = [
@@ -73,7 +74,9 @@ def open_store(store: str | Path | Store, entry: str | None = None) -> Store:
     if is_url(str(store)):
         return PostgresStore(str(store), "public" if entry is None else f"qgate_{entry.replace('-', '_')}")
     if str(store).startswith(("postgres:", "postgresql:")) or "://" in str(store):
-        raise HistoryError(f"{store}: a store is a SQLite path or a postgresql://user@host/db URL")
+        raise HistoryError(
+            f"{redact_url(str(store))}: a store is a SQLite path or a postgresql://user@host/db URL"
+        )
     path = Path(store)
     return SqliteStore(path if entry is None else path.with_name(f"{path.stem}.{entry}{path.suffix}"))
 
