@@ -96,8 +96,14 @@ class OneLineUsageErrors(TyperGroup):
 
 
 def say(message: object = "", err: bool = False, nl: bool = True) -> None:
-    """Print to stdout (or stderr): every CLI line goes through here, so a contract's or a record's
-    string never sends a terminal control byte (BEL, ESC/OSC, CR: report.escape.term) raw."""
+    """Print one line to stdout (or stderr): every CLI line goes through here (or say_text), so a
+    contract's or a record's string never sends a terminal control byte (BEL, ESC/OSC, CR, a newline
+    that splits the line: report.escape.term) raw."""
+    typer.echo(term(message), err=err, nl=nl)
+
+
+def say_text(message: object, err: bool = False, nl: bool = True) -> None:
+    """say() for a text of many lines qgate made (a rendered table, JSON): its line breaks kept."""
     typer.echo(term_lines(message), err=err, nl=nl)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import say, user_errors
+from qgate.cli._options import say, say_text, user_errors
 from qgate.contract import load_contract
 from qgate.engine.arms import contract_arms
 from qgate.engine.preflight import arm_envs
@@ -35,7 +35,7 @@ def show(file: FileArg) -> None:
     with user_errors():
         loaded = load_contract(file)
     resolved = loaded.contract.model_dump(mode="json")
-    say(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))
+    say_text(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, exit_with, fail, say
+from qgate.cli._options import EXIT_FAIL, exit_with, fail, say, say_text
 from qgate.contract.reference import generate
 from qgate.results import atomic_write_text
 
@@ -35,7 +35,7 @@ def doc(out: DocOutOpt = None, check: CheckOpt = False) -> None:
         say(f"{out}: up to date")
         return
     if out is None:
-        say(text, nl=False)
+        say_text(text, nl=False)
         return
     atomic_write_text(out, text)
     say(f"wrote {out}")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import say, user_errors
+from qgate.cli._options import say, say_text, user_errors
 
 app = typer.Typer(help="Build the built-in tiny model.", no_args_is_help=True)
 
@@ -29,7 +29,7 @@ def tiny(
 
         with user_errors():
             out = build_tiny_trained(path, seed=seed, data=data)
-        say((out / "train_log.json").read_text().strip(), err=True)
+        say_text((out / "train_log.json").read_text().strip(), err=True)
     else:
         from qgate.tiny.qwen3 import build_tiny
 

@@ -20,6 +20,7 @@ from qgate.cli._options import (
     OutOpt,
     exit_with,
     say,
+    say_text,
     user_errors,
 )
 
@@ -109,7 +110,7 @@ def run_ops_cmd(
             arm_name = arm.value if arm is not None else None
             record = run_ops(loaded, out, device=device.value, trials=trials, force=force, arm=arm_name)
             text, name = screen_markdown(record), "ops.json"
-    say(text)
+    say_text(text)
     say(f"-> {out / 'ops' / name}")
     if not record["passed"]:
         exit_with(EXIT_FAIL)
@@ -141,7 +142,7 @@ def bench_ops_cmd(
         if arm is not None:
             raise OpsError("--arm: only the CPU benchmark (--device cpu) times an arm's overrides")
         record = bench_ops(loaded, out, device=device.value, reps=reps, force=force)
-    say(bench_markdown(record))
+    say_text(bench_markdown(record))
     if out is not None:
         say(f"-> {out / 'ops' / 'bench.json'}")
 
@@ -156,7 +157,7 @@ def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bo
         record = bench_ops_cpu(
             loaded, out, reps=reps, force=force, progress=lambda s: status.update(s), arm=arm
         )
-    say(bench_cpu_markdown(record))
+    say_text(bench_cpu_markdown(record))
     if out is not None:
         say(f"-> {out / 'ops' / 'bench-cpu.json'}")
     if record["audit_failures"]:  # figures that do not time the work: refused

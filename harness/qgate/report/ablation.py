@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from qgate.report.escape import md, md_code
+from qgate.report.escape import md, md_code, plot_text
 from qgate.report.markdown import counts_text, sequential_lines
 from qgate.report.tables import table
 from qgate.report.timeline import timeline_lines
@@ -233,7 +233,7 @@ def ablation_png(record: dict[str, Any], path: str | Path) -> None:
     ax.grid(True, axis="y", alpha=0.3)
     _effects_panel(bx, record)
     c = record["contract"]
-    fig.suptitle(f"ablation {c['name']} ({record['design']}): {record['status']}")
+    fig.suptitle(plot_text(f"ablation {c['name']} ({record['design']}): {record['status']}"))
     fig.tight_layout()
     fig.savefig(str(path), format="png")
 

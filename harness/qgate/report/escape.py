@@ -20,6 +20,8 @@ junit.xml must stay well-formed XML whatever a gate's detail holds.
 - `md_code(text)`: a code span holding the text as it is, whatever backticks it holds.
 - `xml_text(text)`: a string XML 1.0 can hold (ElementTree escapes `< > & "` itself, but writes control
   characters raw, which no XML parser reads back): the characters XML forbids shown escaped.
+- `plot_text(text)`: a string for a matplotlib title or label: controls shown escaped, `$` escaped
+  (matplotlib reads `$...$` as mathtext: a name with two dollars would fail the plot, or draw math).
 - `term(text)`: a string safe to print to a terminal: control characters (ESC, BEL, CR, C1, ...) shown
   escaped; `term_lines` keeps the line breaks of a multi-line text.
 
@@ -103,3 +105,8 @@ def term(value: object) -> str:
 def term_lines(value: object) -> str:
     """A text safe to print to a terminal, its line breaks kept (each line through `term`)."""
     return "\n".join(term(line) for line in _text(value).split("\n"))
+
+
+def plot_text(value: object) -> str:
+    """The value as matplotlib draws it literally (term, and `$` escaped: no mathtext)."""
+    return term(value).replace("$", "\\$")
