@@ -73,11 +73,17 @@ def _name(exc: BaseException, target: Path) -> None:
         exc.filename = str(target)
 
 
+def temp_prefix(name: str) -> str:
+    """The prefix of a temporary file beside `name`: the name cut to 64 characters, so that a legal
+    long name (up to NAME_MAX, 255 bytes) leaves room for mkstemp's random part (issue 63)."""
+    return f".{name[:64]}."
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write text so that a reader sees the old file or the new one, never half of one."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), dir=target.parent)
     try:
         os.fchmod(fd, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -95,7 +101,7 @@ def atomic_write_with(path: str | Path, write: Callable[[str], None], suffix: st
     """Let `write` fill a temp file beside path (e.g. a plot), then move it into place in one step."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=suffix, dir=target.parent)
     os.close(fd)
     try:
         write(tmp)

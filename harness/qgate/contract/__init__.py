@@ -38,6 +38,7 @@ from qgate.contract.quality import Quality
 from qgate.contract.speed import Speed
 from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, describe_yaml_error, load_yaml
 from qgate.launch_env import LAUNCHER_ENV
+from qgate.models import spec_problem
 from qgate.route_roles import Routes, roles_env
 from qgate_route_env import (
     OVERRIDE_PREFIX,
@@ -201,7 +202,12 @@ class Contract(Strict):
     name: str = Field(min_length=1)
     version: int | str
     description: str = ""
-    model: str = Field(min_length=1, description="a model path, or the built-in 'tiny'")
+    model: str = Field(
+        min_length=1,
+        description="a local model directory (a path: ~, relative or absolute; a hub id's org/name form is "
+        "read as a relative path), or a built-in: tiny, tiny-trained, tiny-trained-wide, tiny-qwen4exp; "
+        "a URL (file://, s3://, https://), any scheme: and a name of many lines are refused",
+    )
     engine: Engine = Field(default_factory=Engine)
     arms: Arms
     speed: Speed | None = None
@@ -248,6 +254,14 @@ class Contract(Strict):
         "speed and quality verdicts are INCONCLUSIVE at best. Each name must be set by an arm. Policy, "
         "not workload: left out of the contract's sha256",
     )
+
+    @field_validator("model")
+    @classmethod
+    def _loadable_model(cls, model: str) -> str:
+        problem = spec_problem(model)
+        if problem is not None:
+            raise ValueError(problem)
+        return model
 
     @model_validator(mode="after")
     def _code_env_is_set(self) -> Contract:
