@@ -22,6 +22,7 @@ import pytest
 import yaml
 from conftest import IN_PROCESS_ENGINE, compare_run, qgate, small_contract
 
+from qgate.contract.aa import is_code_env
 from qgate.redact import REDACTED
 from qgate.speed.record import check_speed_result
 
@@ -41,6 +42,8 @@ def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, *
     data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"]) | (candidate_env or {})
     if candidate_env is None:
         data["aa"] = True  # an A/A on purpose: without it the contract is refused (issue 45)
+    else:  # a known slowdown on purpose: its code env declared, so the verdict is the speed gates' alone
+        data["code_env"] = sorted(k for k in candidate_env if is_code_env(k))
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from qgate_route_env import (
+    ARM_ENV_PREFIXES,
     OVERRIDE_PREFIX,
     RECORDED_ENV_PREFIXES,
     ROUTES,
@@ -39,7 +40,7 @@ _SWITCHES = frozenset(ROUTES.values())
 # OMP_NUM_THREADS, TORCH*, TRITON_*, ...: qgate_route_env.RECORDED_ENV_PREFIXES). An arm that sets one
 # apart from the other arm runs code no gate measured for what it is: the comparison's `arm env` gate
 # is INCONCLUSIVE unless the contract declares the name in `code_env`.
-CODE_ENV_PREFIXES = (*RECORDED_ENV_PREFIXES, "LD_", "PYTHON", "QGATE_", "VLLM_")
+CODE_ENV_PREFIXES = (*RECORDED_ENV_PREFIXES, *ARM_ENV_PREFIXES, "LD_", "PYTHON", "VLLM_")
 
 
 def arm_meaning(env: Mapping[str, str], engine: Mapping[str, Any]) -> dict[str, Any]:
