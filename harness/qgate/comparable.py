@@ -195,7 +195,7 @@ def code_env_gate(
         False,
         f"the arms differ beyond their route switches in {', '.join(undeclared)}, which change what code "
         "runs: no gate measured that code for what it is, so the verdict cannot PASS; declare the names in "
-        "the contract's `code_env:` when they are meant",
+        "the contract's code_env when they are meant",
         SEV_INCONCLUSIVE,
     )
 
