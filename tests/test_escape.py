@@ -21,7 +21,7 @@ from qgate.cli import app
 from qgate.compare import Pair, build_verdict
 from qgate.contract import LoadedContract, parse_contract
 from qgate.report import junit, render_markdown, speed_png
-from qgate.report.escape import Md, md, md_cell, md_code, term, xml_text
+from qgate.report.escape import Md, html_text, md, md_cell, md_code, term, xml_text
 from qgate.report.tables import table
 
 _spec = importlib.util.spec_from_file_location(
@@ -119,6 +119,7 @@ def test_junit_is_valid_xml_whatever_a_record_holds(monkeypatch: pytest.MonkeyPa
     assert root.find("testsuite/properties/property[@name='contract']").get("value") == xml_text(EVIL)
     assert "\\x1b[31m" in xml and "\x1b" not in xml
     assert xml_text("a\tb\nc") == "a\tb\nc"
+    assert html_text('<a href="x">\x1b') == "&lt;a href=&quot;x&quot;&gt;\\x1b"
 
 
 def test_history_md_escapes_the_store_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,6 +134,12 @@ def test_history_md_escapes_the_store_rows(tmp_path: Path, monkeypatch: pytest.M
     text = Path(history.write_report(store, tmp_path / "rep")["report"]).read_text()
     assert [line for line in text.splitlines() if line.startswith("# ")] == ["# qgate nightly history"]
     _safe(_html(text))
+    history.publish(store, tmp_path / "site")  # the static site: HTML and SVG through html_text
+    pages = [p.read_text() for p in (tmp_path / "site").rglob("*.html")]
+    assert pages
+    for page in pages:
+        for bad in ("<script>alert", "<img src=x", "</details", "\x07", "\x1b", "\r"):
+            assert bad.encode().decode("unicode_escape") not in page, bad
 
 
 def test_the_terminal_gets_no_control_byte(tmp_path: Path) -> None:

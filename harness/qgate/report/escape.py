@@ -18,6 +18,8 @@ junit.xml must stay well-formed XML whatever a gate's detail holds.
 - `Md`: a string that already is markdown (a renderer's own `**bold**`, code span or link, with its data
   passed through md / md_code): `table` leaves it as it is.
 - `md_code(text)`: a code span holding the text as it is, whatever backticks it holds.
+- `html_text(text)`: text or an attribute value of HTML or SVG (the history site, report/site.py and
+  svg.py): `& < > " '` as entities, control characters shown escaped.
 - `xml_text(text)`: a string XML 1.0 can hold (ElementTree escapes `< > & "` itself, but writes control
   characters raw, which no XML parser reads back): the characters XML forbids shown escaped.
 - `plot_text(text)`: a string for a matplotlib title or label: controls shown escaped, `$` escaped
@@ -30,6 +32,7 @@ A leaf: the standard library only.
 
 from __future__ import annotations
 
+import html
 import re
 
 
@@ -90,6 +93,11 @@ def md_code(value: object) -> Md:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return Md(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def html_text(value: object) -> str:
+    """Text or an attribute value of HTML / SVG: controls shown escaped, then html.escape (quotes too)."""
+    return html.escape(_CONTROL.sub(lambda m: _shown(m[0]), _text(value)), quote=True)
 
 
 def xml_text(value: object) -> str:
