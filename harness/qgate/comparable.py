@@ -179,7 +179,9 @@ def code_env_gate(
     gate measured for what it is, so an undeclared one makes the verdict INCONCLUSIVE (a FAIL stays a
     FAIL: gate.decide); the contract's `code_env` declares it on purpose. None when the arms differ in
     no such name."""
-    envs = [r.get("env") if isinstance(r.get("env"), dict) else {} for r in (control, candidate)]
+    envs: list[dict[str, Any]] = [
+        env if isinstance(env := r.get("env"), dict) else {} for r in (control, candidate)
+    ]
     names = code_env_differences(*envs)
     if not names:
         return None
