@@ -30,9 +30,7 @@ def schema(out: OutOpt = Path("schemas"), check: CheckOpt = False) -> None:
         ) + sorted(have - set(files))  # fmt: skip
         if stale:
             listed = ", ".join(stale)
-            say(
-                f"{out}: {listed} differ from the models; run: qgate records schema --out {out}", err=True
-            )
+            say(f"{out}: {listed} differ from the models; run: qgate records schema --out {out}", err=True)
             exit_with(EXIT_FAIL)
         say(f"{out}: up to date ({len(files)} schemas)")
         return
