@@ -22,12 +22,16 @@ import pytest
 import yaml
 from conftest import IN_PROCESS_ENGINE, compare_run, qgate, small_contract
 
+from qgate.contract.aa import is_code_env
+from qgate.redact import REDACTED
 from qgate.speed.record import check_speed_result
 
 pytestmark = pytest.mark.vllm
 
 AA_LAUNCHES, AA_REPS, AA_TOKENS = 2, 4, 128
 AUDIT_TOP_K = 8
+# Secrets in the caller's environment (issue 63): the A/A runs with them, and nothing it writes holds them.
+PLANTED_ENV = {"HF_TOKEN": "hf_Pl4ntedRunTok3n", "VLLM_API_KEY": "Pl4ntedRunApiK3y"}
 
 
 def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, **speed: object) -> Path:
@@ -38,6 +42,8 @@ def _real_contract(tmp: Path, name: str, candidate_env: dict[str, str] | None, *
     data["arms"]["candidate"]["env"] = dict(data["arms"]["control"]["env"]) | (candidate_env or {})
     if candidate_env is None:
         data["aa"] = True  # an A/A on purpose: without it the contract is refused (issue 45)
+    else:  # a known slowdown on purpose: its code env declared, so the verdict is the speed gates' alone
+        data["code_env"] = sorted(k for k in candidate_env if is_code_env(k))
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -66,7 +72,26 @@ def aa(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     data = yaml.safe_load(contract.read_text())
     data["speed"]["gates"]["max_decode_regression_pct"] = 2
     contract.write_text(yaml.safe_dump(data, sort_keys=False))
-    return contract, _run(contract, root / "run")
+    return contract, _run(contract, root / "run", env=PLANTED_ENV)
+
+
+def _holds_planted(folder: Path) -> list[str]:
+    """Every file under folder that holds a planted secret."""
+    return [
+        str(p)
+        for p in folder.rglob("*")
+        if p.is_file() and any(s.encode() in p.read_bytes() for s in PLANTED_ENV.values())
+    ]
+
+
+def test_planted_secrets_stay_out_of_the_run(aa: tuple[Path, Path]) -> None:
+    """The run's results, logs and process records: the planted HF_TOKEN and VLLM_API_KEY are recorded by
+    name only (qgate.redact); the compare of them is checked in test_real_aa_at_the_2_percent_margin."""
+    _, out = aa
+    assert _holds_planted(out) == []
+    for arm in ("control", "candidate"):
+        inherited = _load(out, arm)["inherited_env"]
+        assert inherited["HF_TOKEN"] == inherited["VLLM_API_KEY"] == REDACTED
 
 
 def test_both_arms_write_complete_records(aa: tuple[Path, Path]) -> None:
@@ -175,6 +200,7 @@ def test_real_aa_at_the_2_percent_margin_follows_its_ci(aa: tuple[Path, Path], t
     _, out = aa
     code, record, stdout = compare_run(out, tmp_path / "cmp", "--aa")
     _print_figures("real A/A, 2 x 4, margin 2 %", record)
+    assert _holds_planted(tmp_path / "cmp") == [] and not any(s in stdout for s in PLANTED_ENV.values())
     decode, ni = record["stats"]["decode_tok_s"], record["figures"]["non_inferiority"]
     assert decode["verdict"] in ("no significant change", "inconclusive"), decode["reason"]
     assert record["verdict"] in ("PASS", "INCONCLUSIVE"), record["reasons"]

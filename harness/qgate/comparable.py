@@ -20,12 +20,19 @@ from typing import Any
 
 from qgate import routes
 from qgate.contract import LoadedContract
-from qgate.gate import SEV_ERROR, Gate, gate_name
+from qgate.contract.aa import code_env_differences
+from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, gate_name
 
 COMPARABLE = gate_name(
     "comparable arms", __name__, "ERROR",
     "the two results differ in more than the arm env (contract, model, prompt, machine, versions, engine "
     "args the contract does not declare): the comparison would measure something else", "docs/compare.md",
+)  # fmt: skip
+ARM_ENV = gate_name(
+    "arm env", __name__, "INCONCLUSIVE",
+    "the arms set env apart that changes what code runs beyond the route switches (LD_PRELOAD, PYTHONPATH, "
+    "VLLM_*, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, ...) and the contract's code_env does not declare it: "
+    "code no gate measured for what it is", "docs/compare.md",
 )  # fmt: skip
 ATTESTATION = gate_name(
     "route attestation", __name__, "ERROR",
@@ -161,6 +168,46 @@ def comparable_gate(diffs: Sequence[str]) -> Gate:
     if diffs:
         return Gate(COMPARABLE(), False, "refuse to compare: " + "; ".join(diffs), SEV_ERROR)
     return Gate(COMPARABLE(), True, "the results differ only in the arm env", SEV_ERROR)
+
+
+def code_env_gate(
+    control: dict[str, Any], candidate: dict[str, Any], loaded: LoadedContract | None
+) -> Gate | None:
+    """The `arm env` gate: the arms' recorded env set apart in a name that changes what code runs beyond
+    the route switches and overrides (contract.aa.is_code_env: LD_PRELOAD, PYTHONPATH,
+    VLLM_ATTENTION_BACKEND, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, ...). Code that ran for no route no
+    gate measured for what it is, so an undeclared one makes the verdict INCONCLUSIVE (a FAIL stays a
+    FAIL: gate.decide); the contract's `code_env` declares it on purpose. None when the arms differ in
+    no such name."""
+    envs: list[dict[str, Any]] = [
+        env if isinstance(env := r.get("env"), dict) else {} for r in (control, candidate)
+    ]
+    names = code_env_differences(*envs)
+    if not names:
+        return None
+    declared = set(loaded.contract.code_env) if loaded is not None else set()
+    said = [f"{k} ({_set_by(k, *envs)})" for k in names]
+    undeclared = [s for k, s in zip(names, said, strict=True) if k not in declared]
+    if not undeclared:
+        return Gate(
+            ARM_ENV(), True, f"the arms differ in {', '.join(said)}: declared in code_env", SEV_INCONCLUSIVE
+        )
+    return Gate(
+        ARM_ENV(),
+        False,
+        f"the arms differ beyond their route switches in {', '.join(undeclared)}, which change what code "
+        "runs: no gate measured that code for what it is, so the verdict cannot PASS; declare the names in "
+        "the contract's code_env when they are meant",
+        SEV_INCONCLUSIVE,
+    )
+
+
+def _set_by(name: str, control: dict[str, Any], candidate: dict[str, Any]) -> str:
+    if name not in control:
+        return "candidate only"
+    if name not in candidate:
+        return "control only"
+    return "set to other values"
 
 
 def attestation(control: dict[str, Any], candidate: dict[str, Any], prefix: str = "") -> list[Gate]:

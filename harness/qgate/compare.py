@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qgate.comparable import attestation, comparable_gate, differences, notes
+from qgate.comparable import attestation, code_env_gate, comparable_gate, differences, notes
 from qgate.contract import ContractError, LoadedContract, load_contract
 from qgate.contract.aa import arm_meaning
 from qgate.errors import cut
 from qgate.gate import SEV_ERROR, Gate, decide, gate_name
 from qgate.quality.compare import compare_quality
 from qgate.quality.record import check_quality_result
+from qgate.redact import redact_url
 from qgate.results import (
     ResultError,
     Staged,
@@ -293,8 +294,9 @@ def comparers(history_rows: list[dict[str, Any]] | None = None) -> dict[str, Com
 def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict[str, Any]:
     """One kind's section: the shared checks (once), the kind's comparison, where the arms came from.
 
-    Gates in order: comparable arms, the kind's checks of each result, route attestation, the kind's
-    gates. A comparison that cannot read its results is an ERROR verdict with the reason, never a pass."""
+    Gates in order: comparable arms, arm env (when the arms set code-changing env apart), the kind's
+    checks of each result, route attestation, the kind's gates. A comparison that cannot read its
+    results is an ERROR verdict with the reason, never a pass."""
     diffs = differences(pair.control, pair.candidate, loaded, comparer.extra_keys)
     failed: list[Gate] = []
     try:
@@ -305,8 +307,10 @@ def compare_pair(pair: Pair, loaded: LoadedContract, comparer: Comparer) -> dict
     own = section.pop("gates")
     if comparer.own_gates:
         section[comparer.own_gates] = [g.to_dict() for g in own]
+    env_gate = code_env_gate(pair.control, pair.candidate, loaded)
     gates = [
         comparable_gate(diffs),
+        *([env_gate] if env_gate is not None else []),
         *section.pop("checks", []),
         *attestation(pair.control, pair.candidate),
         *failed,
@@ -533,7 +537,7 @@ def run_compare(
         rows = history_rows(history, pairs)
         record = build_verdict(pairs, one_sided, loaded, rows, timeline)
         if rows is not None:  # the store was read (a speed pair of one launch per arm)
-            record["inputs"]["history"] = str(history)
+            record["inputs"]["history"] = redact_url(str(history))  # a Postgres URL's password stays out
         if aa:
             record["aa"] = True
         return write_report(record, out_dir, exports)

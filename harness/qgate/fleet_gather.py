@@ -31,6 +31,7 @@ from qgate import history
 from qgate.fleet import ARTIFACT_PREFIX, Entry
 from qgate.night import HistoryError, load_verdicts, unjudged_kinds
 from qgate.report import benchmark, junit
+from qgate.report.escape import md, md_cell
 from qgate.results import atomic_write_json, atomic_write_text
 
 
@@ -143,16 +144,22 @@ def render(outcomes: list[EntryOutcome], night: str | None) -> str:
     missing = lost(outcomes)
     if missing:  # first: a night that lost entries must not read as a clean one
         lines.append(f"**ERROR: {len(missing)} of {len(outcomes)} entries did not finish:**")
-        lines += [f"- {o.name}: {o.status}: {o.lost}".replace("|", "/") for o in missing]
+        lines += [md(f"{o.name}: {o.status}: {o.lost}".replace("|", "/")).join(("- ", "")) for o in missing]
         lines.append("")
     lines += ["| entry | runner | verdict | speed | quality | history |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         worst = _worst(o.verdicts)
-        trend = f"[{o.status}]({o.name}/history.md)" if o.report else f"{o.status}: {o.detail}"
-        lines.append(
-            f"| {o.name} | {', '.join(o.runs_on)} | {worst} | {o.verdicts.get('speed', '-')} | "
-            f"{o.verdicts.get('quality', '-')} | {trend.replace('|', '/')} |"
-        )
+        # The link's target is the entry's name (a-z, 0-9, '-': fleet.py checks it); all else is data.
+        said = f"{o.status}: {o.detail}".replace("|", "/")
+        trend = f"[{md(o.status)}]({o.name}/history.md)" if o.report else md_cell(said)
+        cells = [
+            o.name,
+            ", ".join(o.runs_on),
+            worst,
+            o.verdicts.get("speed", "-"),
+            o.verdicts.get("quality", "-"),
+        ]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + f" | {trend} |")
     recorded = sum(o.night is not None for o in outcomes)
     lines += ["", f"{recorded} of {len(outcomes)} entries recorded."]
     return "\n".join(lines) + "\n"

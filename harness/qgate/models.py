@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from qgate.paths import expand_user
@@ -13,6 +14,31 @@ from qgate.results import ResultError
 BUILTIN = ("tiny", "tiny-trained", "tiny-trained-wide", "tiny-qwen4exp")
 # The built-in models trained on the frozen GSM8K items (on the data the quality gate reads).
 TRAINED = ("tiny-trained", "tiny-trained-wide")
+
+
+# A URL or any `scheme:` (file:///etc/passwd, s3://bucket/m, hf:org/name, https://...): nothing the
+# resolver loads. One letter then ':' and a slash is a Windows drive (C:/models), a path.
+_SCHEME = re.compile(r"^(?![A-Za-z]:[\\/])[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def spec_problem(spec: str) -> str | None:
+    """Why a contract's `model` is nothing the resolver can load (None when it can be): it loads a
+    built-in name (BUILTIN) or a local directory, given as a path (`~`, relative or absolute; a hub id's
+    `org/name` form is read as a relative path), never a URL, a `scheme:` or a name of many lines.
+    Whether the directory exists is the run's to say: a contract is validated on other machines too."""
+    if spec in BUILTIN:
+        return None
+    if not spec.strip() or spec != spec.strip():
+        return "blank, or leading or trailing whitespace: expected a model directory or a built-in name"
+    if any(not ch.isprintable() for ch in spec):
+        return "holds a line break or another control character: expected one line, a model directory"
+    if _SCHEME.match(spec):
+        return (
+            "a URL or scheme: qgate loads a model from a local directory (a path, e.g. ~/models/Qwen3-8B or "
+            f"a hub id's org/name form as a relative path) or a built-in ({', '.join(BUILTIN)}); download "
+            "the model first"
+        )
+    return None
 
 
 def _config_sha(path: Path) -> str | None:

@@ -74,6 +74,12 @@ def _name(exc: BaseException, target: Path) -> None:
         exc.filename = str(target)
 
 
+def temp_prefix(name: str) -> str:
+    """The prefix of a temporary file beside `name`: the name cut to 64 characters, so that a legal
+    long name (up to NAME_MAX, 255 bytes) leaves room for mkstemp's random part (issue 63)."""
+    return f".{name[:64]}."
+
+
 def destination(path: str | Path) -> tuple[Path, bool]:
     """Where a write to `path` lands, and whether it is written through in place.
 
@@ -139,7 +145,7 @@ class Staged:
 
 def _temp_beside(target: Path, suffix: str = "") -> tuple[int, str]:
     target.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    return tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=suffix, dir=target.parent)
 
 
 def stage_bytes(path: str | Path, data: bytes) -> Staged:

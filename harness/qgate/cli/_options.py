@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from qgate.engine.procs import Stopped, stop_signals
 from qgate.errors import QgateError, RunFailure
+from qgate.report.escape import term, term_lines
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -82,7 +83,7 @@ class OneLineUsageErrors(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             where = f" (`{ctx.command_path} --help`)" if ctx is not None else ""
             message = exc.format_message().replace("Value error, ", "", 1)  # pydantic's prefix (Typer 0.29)
-            typer.echo(f"qgate: error: {message}{where}", err=True)
+            typer.echo(f"qgate: error: {term(message)}{where}", err=True)
             sys.exit(exc.exit_code)
         except _CLICK_EXCEPTION as exc:  # an unknown option or command, the bare command: as Typer shows it
             rich_utils.rich_format_error(exc)
@@ -94,9 +95,21 @@ class OneLineUsageErrors(TyperGroup):
         sys.exit(code if type(code) is int else 0)
 
 
+def say(message: object = "", err: bool = False, nl: bool = True) -> None:
+    """Print one line to stdout (or stderr): every CLI line goes through here (or say_text), so a
+    contract's or a record's string never sends a terminal control byte (BEL, ESC/OSC, CR, a newline
+    that splits the line: report.escape.term) raw."""
+    typer.echo(term(message), err=err, nl=nl)
+
+
+def say_text(message: object, err: bool = False, nl: bool = True) -> None:
+    """say() for a text of many lines qgate made (a rendered table, JSON): its line breaks kept."""
+    typer.echo(term_lines(message), err=err, nl=nl)
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """Print one line to stderr and exit: user errors never show a traceback."""
-    typer.echo(f"qgate: error: {message}", err=True)
+    typer.echo(f"qgate: error: {term(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -131,7 +144,7 @@ def user_errors(
         line = f"qgate: stopped by {signal.Signals(signum).name}"
         if kept is not None:  # a run: what it saved stays, --resume continues from it
             line += f"; kept {_kept(kept)}; to continue, run the same command with --resume"
-        typer.echo(line, err=True)
+        say(line, err=True)
         sys.exit(128 + signum)
 
 

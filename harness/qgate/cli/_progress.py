@@ -6,12 +6,19 @@ from types import TracebackType
 from typing import TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from qgate.contract import Contract
+from qgate.report.escape import term
 from qgate.speed.run import AUDIT_ARM
 
 _Bars = TypeVar("_Bars", bound="ArmBars")
+
+
+def shown(value: object) -> str:
+    """Data in a rich line: no terminal control bytes (report.escape.term), no rich markup."""
+    return escape(term(value))
 
 
 class ArmBars:
@@ -36,7 +43,7 @@ class ArmBars:
             # its workload: its bar counts them without a total (N/?), not against the timed reps.
             total = None if arm == AUDIT_ARM else self._total
             self._tasks[arm] = self._bar.add_task(
-                arm, total=total, completed=done, arm=arm, status="starting engine"
+                arm, total=total, completed=done, arm=shown(arm), status="starting engine"
             )
         return self._tasks[arm]
 
@@ -74,7 +81,7 @@ class SpeedProgress(ArmBars):
         elif kind == "audit":  # the control's model scoring a candidate rep (qgate.speed.audit), untimed
             self._bar.update(task, advance=1, status=f"audit: rep {ev['audit']['index']} scored")
         elif kind == "error":
-            self._bar.update(task, status=f"[red]error: {ev.get('message', '')[:60]}")
+            self._bar.update(task, status=f"[red]error: {shown(str(ev.get('message', ''))[:60])}")
 
 
 class QualityProgress(ArmBars):
@@ -84,19 +91,23 @@ class QualityProgress(ArmBars):
         task = self._task(arm, max(0, len(result.get("items", [])) - (event.get("event") == "item")))
         kind = event.get("event")
         if kind == "engine_ready":
-            self._console.print(f"{arm}: engine ready in {event['engine_start_s']:.1f} s", highlight=False)
+            self._console.print(
+                f"{shown(arm)}: engine ready in {event['engine_start_s']:.1f} s", highlight=False
+            )
             self._bar.update(task, status="running")
         elif kind == "item":
             r = event["item"]
             mark = "ok" if r["raw_correct"] and r["strict_correct"] else "MISS"
             rate = f"{r['decode_tok_s']:.0f} tok/s" if r["decode_tok_s"] else "-"
             self._console.print(
-                f"{arm}: item {r['index']} seed {r.get('seed')}: {mark} raw {r['raw_answer']} strict "
-                f"{r['strict_answer']} (expected {r['gold']}), {r['finish_reason']}, "
-                f"{r['output_tokens']} tokens, {rate}",
+                term(
+                    f"{arm}: item {r['index']} seed {r.get('seed')}: {mark} raw {r['raw_answer']} strict "
+                    f"{r['strict_answer']} (expected {r['gold']}), {r['finish_reason']}, "
+                    f"{r['output_tokens']} tokens, {rate}"
+                ),
                 highlight=False,
                 markup=False,
             )
             self._bar.update(task, completed=len(result.get("items", [])), status=f"item {r['index']} {mark}")
         elif kind == "error":
-            self._bar.update(task, status=f"[red]error: {str(event.get('message', ''))[:60]}")
+            self._bar.update(task, status=f"[red]error: {shown(str(event.get('message', ''))[:60])}")

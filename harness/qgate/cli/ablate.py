@@ -29,6 +29,7 @@ from qgate.cli._options import (
     UntilDecidedOpt,
     exit_with,
     fail,
+    say,
     user_errors,
 )
 from qgate.cli._progress import SpeedProgress
@@ -93,14 +94,14 @@ def ablate(
                 max_launches=max_launches if until_decided else None, timeline=profiles,
                 report_only=report_only,
             )  # fmt: skip
-    typer.echo(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
+    say(f"ablation: {record['status']} ({len(record['arms'])} arms, design {record['design']})")
     for reason in record["reasons"]:
-        typer.echo(f"  - {reason}")
+        say(f"  - {reason}")
     for name, e in _effect_lines(record):
-        typer.echo(f"  {name}: {e}")
+        say(f"  {name}: {e}")
     for note in record["notes"]:
-        typer.echo(f"  note: {note}")
-    typer.echo(f"report: {paths['report']}")
+        say(f"  note: {note}")
+    say(f"report: {paths['report']}")
     exit_with(EXIT_OK if record["status"] == OK else EXIT_ERROR)
 
 

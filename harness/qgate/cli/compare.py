@@ -21,6 +21,7 @@ from qgate.cli._options import (
     OutOpt,
     TimelineOpt,
     exit_with,
+    say,
     user_errors,
 )
 
@@ -103,11 +104,11 @@ def compare(
             control, candidate, contract, out, force=force, aa=aa, history=history, timeline=profiles,
             exports={"junit": junit, "bmf": bmf},
         )  # fmt: skip
-    typer.echo(f"verdict: {record['verdict']}")
+    say(f"verdict: {record['verdict']}")
     for reason in record["reasons"]:
-        typer.echo(f"  - {reason}")
-    typer.echo(f"report: {paths['report']}")
+        say(f"  - {reason}")
+    say(f"report: {paths['report']}")
     for label, path in (("junit", junit), ("bmf", bmf)):
         if path is not None:
-            typer.echo(f"{label}: {path}")
+            say(f"{label}: {path}")
     exit_with(_CODES[record["verdict"]])

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import user_errors
+from qgate.cli._options import say, say_text, user_errors
 from qgate.contract import load_contract
 from qgate.engine.arms import contract_arms
 from qgate.engine.preflight import arm_envs
@@ -26,7 +26,7 @@ def validate(file: FileArg) -> None:
     with user_errors():
         loaded = load_contract(file)
         arm_envs([(plan.name, plan.env) for plan in contract_arms(loaded)], os.environ, machine=False)
-    typer.echo(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
+    say(f"ok: {file} ({loaded.contract.name} v{loaded.contract.version}) sha256 {loaded.sha256}")
 
 
 @app.command()
@@ -35,7 +35,7 @@ def show(file: FileArg) -> None:
     with user_errors():
         loaded = load_contract(file)
     resolved = loaded.contract.model_dump(mode="json")
-    typer.echo(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))
+    say_text(json.dumps({"path": loaded.path, "sha256": loaded.sha256, "contract": resolved}, indent=2))
 
 
 @app.command()
@@ -46,4 +46,4 @@ def shipped() -> None:
 
     with user_errors():
         for path in contracts():
-            typer.echo(str(path))
+            say(str(path))

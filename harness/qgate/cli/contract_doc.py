@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, exit_with, fail
+from qgate.cli._options import EXIT_FAIL, exit_with, fail, say, say_text
 from qgate.contract.reference import generate
 from qgate.results import atomic_write_text
 
@@ -30,12 +30,12 @@ def doc(out: DocOutOpt = None, check: CheckOpt = False) -> None:
             fail("--check needs --out FILE (the committed reference, e.g. docs/contract-reference.md)")
         current = out.read_text(encoding="utf-8") if out.is_file() else None
         if current != text:
-            typer.echo(f"{out}: differs from the schema; run: qgate contract doc --out {out}", err=True)
+            say(f"{out}: differs from the schema; run: qgate contract doc --out {out}", err=True)
             exit_with(EXIT_FAIL)
-        typer.echo(f"{out}: up to date")
+        say(f"{out}: up to date")
         return
     if out is None:
-        typer.echo(text, nl=False)
+        say_text(text, nl=False)
         return
     atomic_write_text(out, text)
-    typer.echo(f"wrote {out}")
+    say(f"wrote {out}")

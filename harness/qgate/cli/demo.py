@@ -69,8 +69,9 @@ def demo(
 ) -> None:
     """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
     from qgate import demo as core
-    from qgate.cli._progress import QualityProgress, SpeedProgress
+    from qgate.cli._progress import QualityProgress, SpeedProgress, shown
     from qgate.report.demo import summary_table
+    from qgate.report.escape import term, term_lines
 
     console = Console(stderr=True)
     started = time.perf_counter()
@@ -84,19 +85,19 @@ def demo(
         faulty_txt = f" (faulty candidate: {plan.faulty})" if plan.faulty else ""
         console.rule(f"qgate demo: {contract} -> {out}{faulty_txt}")
         with console.status(
-            f"model {plan.loaded.contract.model}: cached, or trained now (first use, 1-2 min)"
+            f"model {shown(plan.loaded.contract.model)}: cached, or trained now (first use, 1-2 min)"
         ):
             path, seconds, built = core.ensure_model(plan)
         how = f"built now in {seconds:.0f} s (first use)" if built else "cached"
-        console.print(f"model: {path} ({how})")
+        console.print(f"model: {shown(path)} ({how})")
         console.rule("1/3 operator screen (qgate run ops)")
         with console.status("screening the routes' ops against their references"):
             gates = [core.run_screen_gate(plan)]
-        console.print(f"operator screen: {gates[-1].verdict}: {gates[-1].figure}")
+        console.print(f"operator screen: {shown(gates[-1].verdict)}: {shown(gates[-1].figure)}")
         console.rule("2/3 speed gate (qgate run speed + qgate compare)")
         with SpeedProgress(plan.loaded.contract) as progress:
             gates.append(core.run_speed_gate(plan, progress))
-        console.print(f"speed: {gates[-1].verdict}: {gates[-1].figure}")
+        console.print(f"speed: {shown(gates[-1].verdict)}: {shown(gates[-1].figure)}")
         console.rule("3/3 quality gate (qgate run quality + qgate compare)")
         q = plan.loaded.contract.quality
         with QualityProgress(q.n_items * len(q.run_seeds) if q is not None else 0) as progress:
@@ -107,10 +108,12 @@ def demo(
     out_console.print(summary_table(record))
     for g in record["gates"]:
         for reason in g["reasons"][:3]:
-            out_console.print(f"- {g['gate']}: {reason}", markup=False, highlight=False)
+            out_console.print(term(f"- {g['gate']}: {reason}"), markup=False, highlight=False)
         if len(g["reasons"]) > 3:
             more = len(g["reasons"]) - 3
-            out_console.print(f"- {g['gate']}: {more} more in {g['report']}", highlight=False)
-    out_console.print(f"summary: {out / 'summary.md'}", highlight=False)
-    out_console.print(record["next_step"], markup=False, highlight=False)
+            out_console.print(
+                term(f"- {g['gate']}: {more} more in {g['report']}"), markup=False, highlight=False
+            )
+    out_console.print(term(f"summary: {out / 'summary.md'}"), markup=False, highlight=False)
+    out_console.print(term_lines(record["next_step"]), markup=False, highlight=False)
     exit_with(core.exit_code(record))

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_ERROR, EXIT_USAGE, OutOpt, exit_with, user_errors
+from qgate.cli._options import EXIT_ERROR, EXIT_USAGE, OutOpt, exit_with, say, user_errors
 
 app = typer.Typer(help="The nightly as a matrix over GPU runners: check the list, gather the night.")
 FleetArg = Annotated[
@@ -25,7 +25,7 @@ def check_cmd(fleet: FleetArg) -> None:
 
     with user_errors():
         entries = load_fleet(fleet)
-    typer.echo(f"{fleet}: {len(entries)} entries: {', '.join(e.name for e in entries)}")
+    say(f"{fleet}: {len(entries)} entries: {', '.join(e.name for e in entries)}")
 
 
 @app.command("matrix")
@@ -35,7 +35,7 @@ def matrix_cmd(fleet: FleetArg) -> None:
 
     with user_errors():
         entries = load_fleet(fleet)
-    typer.echo(json.dumps(matrix(entries), separators=(",", ":")))
+    say(json.dumps(matrix(entries), separators=(",", ":")))
 
 
 @app.command("contracts")
@@ -50,7 +50,7 @@ def contracts_cmd(
     with user_errors():
         paths = write_contracts(find(load_fleet(fleet), entry), out)
     for kind, path in paths.items():
-        typer.echo(f"{kind.upper()}_CONTRACT={path}")
+        say(f"{kind.upper()}_CONTRACT={path}")
 
 
 @app.command("gather")
@@ -76,13 +76,13 @@ def gather_cmd(
     with user_errors():
         outcomes = gather(load_fleet(fleet), artifacts, store, out, night=night, commit=commit)
     for o in outcomes:
-        typer.echo(f"{o.name}: {o.status}: {o.detail}")
-    typer.echo(f"report: {out / 'fleet.md'}")
+        say(f"{o.name}: {o.status}: {o.detail}")
+    say(f"report: {out / 'fleet.md'}")
     if store_failed(outcomes):
         exit_with(EXIT_USAGE)
     missing = lost(outcomes)
     if missing:
         names = ", ".join(o.name for o in missing)
         said = f"{len(missing)} of {len(outcomes)} entries did not finish: {names}"
-        typer.echo(f"qgate: error: {said}", err=True)
+        say(f"qgate: error: {said}", err=True)
         exit_with(EXIT_ERROR)

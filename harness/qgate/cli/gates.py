@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, exit_with, fail
+from qgate.cli._options import EXIT_FAIL, exit_with, fail, say
 from qgate.gate_reference import generate, listing
 from qgate.results import atomic_write_text
 
@@ -26,14 +26,14 @@ def gates(out: OutOpt = None, check: CheckOpt = False) -> None:
             fail("--check needs --out FILE (the committed reference, e.g. docs/gates.md)")
         current = out.read_text(encoding="utf-8") if out.is_file() else None
         if current != generate():
-            typer.echo(f"{out}: differs from the code; run: qgate gates --out {out}", err=True)
+            say(f"{out}: differs from the code; run: qgate gates --out {out}", err=True)
             exit_with(EXIT_FAIL)
-        typer.echo(f"{out}: up to date")
+        say(f"{out}: up to date")
         return
     if out is not None:
         atomic_write_text(out, generate())
-        typer.echo(f"wrote {out}")
+        say(f"wrote {out}")
         return
     for row in listing():
-        typer.echo(f"{row['name']}  [{row['severity']}]  {row['module']}  {row['doc']}")
-        typer.echo(f"    {row['failure']}")
+        say(f"{row['name']}  [{row['severity']}]  {row['module']}  {row['doc']}")
+        say(f"    {row['failure']}")

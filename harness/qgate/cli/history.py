@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import OutOpt, user_errors
+from qgate.cli._options import OutOpt, say, user_errors
 
 app = typer.Typer(help="History of nightly verdicts: append a night, render the trend.", no_args_is_help=True)
 StoreOpt = Annotated[
@@ -59,7 +59,7 @@ def append_cmd(
 
     with user_errors():
         outcome = append(store, result_dir, night=night, commit=commit, entry=entry)
-    typer.echo(
+    say(
         f"{outcome.status}: night {outcome.night} ({', '.join(outcome.arms)}), "
         f"verdict {outcome.verdict or 'none'} -> {outcome.store}"
     )
@@ -93,7 +93,7 @@ def publish_cmd(
     with user_errors():
         entries = [*(entry or []), *(e.name for e in (load_fleet(fleet) if fleet else ()))]
         done = publish(store, out, entries=entries or None, contracts=contracts, note=note)
-    typer.echo(
+    say(
         f"site: {done['index']} ({done['series']} contract x runner series, {done['nights']} nights, "
         f"{done['pages']} pages)"
     )
@@ -106,6 +106,6 @@ def report_cmd(store: StoreOpt, out: OutOpt, entry: EntryOpt = None) -> None:
 
     with user_errors():
         paths = write_report(store, out, entry=entry)
-    typer.echo(f"report: {paths['report']}")
+    say(f"report: {paths['report']}")
     if "plot" in paths:
-        typer.echo(f"plot: {paths['plot']}")
+        say(f"plot: {paths['plot']}")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import user_errors
+from qgate.cli._options import say, say_text, user_errors
 
 app = typer.Typer(help="Build the built-in tiny model.", no_args_is_help=True)
 
@@ -29,13 +29,13 @@ def tiny(
 
         with user_errors():
             out = build_tiny_trained(path, seed=seed, data=data)
-        typer.echo((out / "train_log.json").read_text().strip(), err=True)
+        say_text((out / "train_log.json").read_text().strip(), err=True)
     else:
         from qgate.tiny.qwen3 import build_tiny
 
         with user_errors(OSError):
             out = build_tiny(path, seed=seed)
-    typer.echo(str(out))
+    say(str(out))
 
 
 @app.command("tiny-qwen4exp")
@@ -49,7 +49,7 @@ def tiny_qwen4exp(
 
     with user_errors(OSError):
         out = build_tiny_qwen4exp(path, seed=seed)
-    typer.echo(str(out))
+    say(str(out))
 
 
 @app.command("prod-shape")
@@ -78,12 +78,10 @@ def prod_shape(
 
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     if dtype not in dtypes or device not in ("cpu", "cuda"):
-        typer.echo(
-            f"qgate: error: --dtype {dtype!r} / --device {device!r}: expected bf16|fp16, cpu|cuda", err=True
-        )
+        say(f"qgate: error: --dtype {dtype!r} / --device {device!r}: expected bf16|fp16, cpu|cuda", err=True)
         raise typer.Exit(2)
     with user_errors(OSError):
         out = write_engine_checkpoint(
             path, layers, experts, dtype=dtypes[dtype], seed=seed, device=device, qsa=qsa
         )
-    typer.echo(str(out))
+    say(str(out))

@@ -19,6 +19,8 @@ from qgate.cli._options import (
     DtypeChoice,
     OutOpt,
     exit_with,
+    say,
+    say_text,
     user_errors,
 )
 
@@ -109,8 +111,8 @@ def run_ops_cmd(
             arm_name = arm.value if arm is not None else None
             record = run_ops(loaded, out, device=device.value, trials=trials, force=force, arm=arm_name)
             text, name = screen_markdown(record), "ops.json"
-    typer.echo(text)
-    typer.echo(f"-> {out / 'ops' / name}")
+    say_text(text)
+    say(f"-> {out / 'ops' / name}")
     if not record["passed"]:
         exit_with(EXIT_FAIL)
     if record.get("unseen"):  # a pass on what it ran, blind to some of the arm's code: undecided
@@ -141,9 +143,9 @@ def bench_ops_cmd(
         if arm is not None:
             raise OpsError("--arm: only the CPU benchmark (--device cpu) times an arm's overrides")
         record = bench_ops(loaded, out, device=device.value, reps=reps, force=force)
-    typer.echo(bench_markdown(record))
+    say_text(bench_markdown(record))
     if out is not None:
-        typer.echo(f"-> {out / 'ops' / 'bench.json'}")
+        say(f"-> {out / 'ops' / 'bench.json'}")
 
 
 def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bool, arm: str | None) -> None:
@@ -156,9 +158,9 @@ def _bench_ops_cpu(loaded: object, out: Path | None, reps: int | None, force: bo
         record = bench_ops_cpu(
             loaded, out, reps=reps, force=force, progress=lambda s: status.update(s), arm=arm
         )
-    typer.echo(bench_cpu_markdown(record))
+    say_text(bench_cpu_markdown(record))
     if out is not None:
-        typer.echo(f"-> {out / 'ops' / 'bench-cpu.json'}")
+        say(f"-> {out / 'ops' / 'bench-cpu.json'}")
     if record["audit_failures"]:  # figures that do not time the work: refused
         exit_with(EXIT_FAIL)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import ArmChoice, ContractOpt, KillLeftoversOpt, OutOpt, user_errors
+from qgate.cli._options import ArmChoice, ContractOpt, KillLeftoversOpt, OutOpt, say, user_errors
 from qgate.cli._progress import QualityProgress
 
 ArmOpt = Annotated[ArmChoice | None, typer.Option("--arm", help="one arm only (default: both)")]
@@ -48,7 +48,7 @@ def quality(
         s = res["summary"]
         rate = f"{s['decode_tok_s']:.1f}" if s["decode_tok_s"] else "-"
         n, outputs = s["n_items"], s.get("n_outputs", s["n_items"])
-        typer.echo(
+        say(
             f"{name}: seed {s['frozen_seed']}: raw {s['raw_correct']}/{n}, strict {s['strict_correct']}/{n}; "
             f"{s['n_seeds']} seed(s): correct {s['correct_outputs']}/{outputs}, natural stops "
             f"{s['natural_stops']}/{outputs}, invalid {s['invalid']}, decode {rate} tok/s "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from qgate.cli._options import EXIT_FAIL, exit_with
+from qgate.cli._options import EXIT_FAIL, exit_with, say
 from qgate.records import schema_files
 from qgate.results import atomic_write_text
 
@@ -30,12 +30,10 @@ def schema(out: OutOpt = Path("schemas"), check: CheckOpt = False) -> None:
         ) + sorted(have - set(files))  # fmt: skip
         if stale:
             listed = ", ".join(stale)
-            typer.echo(
-                f"{out}: {listed} differ from the models; run: qgate records schema --out {out}", err=True
-            )
+            say(f"{out}: {listed} differ from the models; run: qgate records schema --out {out}", err=True)
             exit_with(EXIT_FAIL)
-        typer.echo(f"{out}: up to date ({len(files)} schemas)")
+        say(f"{out}: up to date ({len(files)} schemas)")
         return
     for name, text in files.items():
         atomic_write_text(out / name, text)
-    typer.echo(f"wrote {len(files)} schemas into {out}")
+    say(f"wrote {len(files)} schemas into {out}")

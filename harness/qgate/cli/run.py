@@ -18,6 +18,7 @@ from qgate.cli._options import (
     OutOpt,
     UntilDecidedOpt,
     fail,
+    say,
     user_errors,
 )
 from qgate.cli._progress import SpeedProgress
@@ -59,7 +60,7 @@ def speed(
                 )
     for name, res in results.items():
         rates = [r["decode_tok_s"] for r in res["reps"]]
-        typer.echo(
+        say(
             f"{name}: {len(rates)} reps, decode tok/s "
             + " ".join(f"{x:.1f}" for x in rates)
             + f" -> {arm_path(out, name)}"
@@ -67,9 +68,9 @@ def speed(
     if seq is not None:
         for look in seq["looks"]:
             head = f"look {look['look']} at {look['launches']} launches per arm"
-            typer.echo(f"{head}: {look['decision']}: {look['reason']}")
+            say(f"{head}: {look['decision']}: {look['reason']}")
         decision = seq["decision"] or "ERROR"
-        typer.echo(f"sequential decision: {decision} after {seq['stopped_at_launches']} launches per arm")
+        say(f"sequential decision: {decision} after {seq['stopped_at_launches']} launches per arm")
         raise typer.Exit(SEQUENTIAL_EXIT.get(decision, EXIT_ERROR))
 
 
@@ -97,9 +98,9 @@ def leftovers(
         else:
             pids = procs.leftovers(orphans_only=not every)
         for pid in pids:
-            typer.echo(f"{'ending' if kill else 'alive'}: {procs.describe(pid)}")
+            say(f"{'ending' if kill else 'alive'}: {procs.describe(pid)}")
         left = procs.end(pids) if kill else pids
     if left:
-        typer.echo(f"qgate: {len(left)} process(es) of earlier runs still alive", err=True)
+        say(f"qgate: {len(left)} process(es) of earlier runs still alive", err=True)
         raise typer.Exit(EXIT_FAIL)
-    typer.echo(f"no qgate run processes left{'' if out is None else f' for {out}'}")
+    say(f"no qgate run processes left{'' if out is None else f' for {out}'}")

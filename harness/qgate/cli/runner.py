@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 
-import typer
-
-from qgate.cli._options import fail
+from qgate.cli._options import fail, say
 
 
 def check_runner() -> None:
@@ -32,7 +30,7 @@ def check_runner() -> None:
     if found:
         fail("runner check: " + "; ".join(found))
     sms = ", ".join(sorted({g.sm for g in gpus}))
-    typer.echo(
+    say(
         f"runner ok: torch {torch.__version__} (CUDA {torch.version.cuda}) has kernels for {len(gpus)} "
         f"GPU(s) ({sms}); nvcc {nvcc}"
     )

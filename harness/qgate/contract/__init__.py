@@ -38,6 +38,7 @@ from qgate.contract.quality import Quality
 from qgate.contract.speed import Speed
 from qgate.contract.strict_yaml import MAX_BYTES, StrictYamlError, describe_yaml_error, load_yaml
 from qgate.launch_env import LAUNCHER_ENV
+from qgate.models import spec_problem
 from qgate.route_roles import Routes, roles_env
 from qgate_route_env import (
     OVERRIDE_PREFIX,
@@ -61,7 +62,7 @@ MIN_STALL_TIMEOUT_S = 30.0
 # Keys that change how a run is policed, not what it measures: not hashed, so results of a contract
 # that differs only in them stay comparable (`aa: true` added to the contract of an A/A run recorded
 # before the key existed keeps its sha256: the env, which is what ran, is hashed).
-UNHASHED_KEYS = ("stall_timeout_s", "aa")
+UNHASHED_KEYS = ("stall_timeout_s", "aa", "code_env")
 
 
 # Engine args added after contracts were recorded: hashed only when set, so every earlier contract keeps
@@ -201,7 +202,12 @@ class Contract(Strict):
     name: str = Field(min_length=1)
     version: int | str
     description: str = ""
-    model: str = Field(min_length=1, description="a model path, or the built-in 'tiny'")
+    model: str = Field(
+        min_length=1,
+        description="a local model directory (a path: ~, relative or absolute; a hub id's org/name form is "
+        "read as a relative path), or a built-in: tiny, tiny-trained, tiny-trained-wide, tiny-qwen4exp; "
+        "a URL (file://, s3://, https://), any scheme: and a name of many lines are refused",
+    )
     engine: Engine = Field(default_factory=Engine)
     arms: Arms
     speed: Speed | None = None
@@ -239,6 +245,35 @@ class Contract(Strict):
         "are refused as an unannounced A/A (a contract with speed or quality); set: arms that differ are "
         "refused. Policy, not workload: left out of the contract's sha256 (the env that ran is in it)",
     )
+    code_env: list[str] = Field(
+        default_factory=list,
+        description="env names the arms set apart (in one arm only, or to other values) that change what "
+        "code runs beyond the route switches and overrides: the loader (LD_*), Python's path and start-up "
+        "(PYTHON*), engine and library settings (VLLM_*, CUDA_*, OMP_*, TORCH*, TRITON_*, ...), qgate's "
+        "own knobs (QGATE_*). Undeclared, such a difference fails the comparison's `arm env` gate: the "
+        "speed and quality verdicts are INCONCLUSIVE at best. Each name must be set by an arm. Policy, "
+        "not workload: left out of the contract's sha256",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _loadable_model(cls, model: str) -> str:
+        problem = spec_problem(model)
+        if problem is not None:
+            raise ValueError(problem)
+        return model
+
+    @model_validator(mode="after")
+    def _code_env_is_set(self) -> Contract:
+        names = set(self.arms.control.env) | set(self.arms.candidate.env)
+        for i, key in enumerate(self.code_env):
+            if key not in names:
+                raise ValueError(
+                    f"code_env[{i}]: {key!r} is set by neither arm's env: declare only what an arm sets"
+                )
+            if key in self.code_env[:i]:
+                raise ValueError(f"code_env[{i}]: {key} is declared twice")
+        return self
 
     @model_validator(mode="after")
     def _something_to_gate(self) -> Contract:

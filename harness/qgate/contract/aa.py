@@ -21,9 +21,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from qgate_route_env import OVERRIDE_PREFIX, ROUTES, override_var, parse_switch, split_spec
+from qgate_route_env import (
+    ARM_ENV_PREFIXES,
+    OVERRIDE_PREFIX,
+    RECORDED_ENV_PREFIXES,
+    ROUTES,
+    override_var,
+    parse_switch,
+    split_spec,
+)
 
 _SWITCHES = frozenset(ROUTES.values())
+# Env that changes what code runs, beyond the route switches and overrides (issue 63): the loader
+# (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...), Python's path and start-up (PYTHONPATH, PYTHONHOME,
+# PYTHONSTARTUP, ...), qgate's and kernels_ext's own knobs (QGATE_*, VLLM_SM70_* other than the route
+# switches and overrides), and every variable the launcher records as able to change what vLLM, torch
+# or the kernels do (VLLM_* engine settings such as VLLM_ATTENTION_BACKEND, CUDA_VISIBLE_DEVICES,
+# OMP_NUM_THREADS, TORCH*, TRITON_*, ...: qgate_route_env.RECORDED_ENV_PREFIXES). An arm that sets one
+# apart from the other arm runs code no gate measured for what it is: the comparison's `arm env` gate
+# is INCONCLUSIVE unless the contract declares the name in `code_env`.
+CODE_ENV_PREFIXES = (*RECORDED_ENV_PREFIXES, *ARM_ENV_PREFIXES, "LD_", "PYTHON", "VLLM_")
 
 
 def arm_meaning(env: Mapping[str, str], engine: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,6 +67,22 @@ def differences(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> lis
 
 
 _MISSING = object()
+
+
+def is_code_env(name: str) -> bool:
+    """Whether an arm env name changes what code runs beyond the route switches (CODE_ENV_PREFIXES)."""
+    if name in _SWITCHES or name.startswith(OVERRIDE_PREFIX):
+        return False
+    return name.startswith(CODE_ENV_PREFIXES)
+
+
+def code_env_differences(control: Mapping[str, Any], candidate: Mapping[str, Any]) -> list[str]:
+    """The code-changing names (is_code_env) the two arms' env set apart: in one arm alone or to other
+    values, sorted."""
+    keys = set(control) | set(candidate)
+    return sorted(
+        k for k in keys if is_code_env(k) and control.get(k, _MISSING) != candidate.get(k, _MISSING)
+    )
 
 
 def aa_problem(

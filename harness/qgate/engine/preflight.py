@@ -22,6 +22,7 @@ from types import MappingProxyType
 
 from qgate.errors import RouteError
 from qgate.launch_env import UNBUFFERED_ENV
+from qgate.redact import redact_env
 from qgate_route_env import (
     ARM_ENV_PREFIXES,
     OVERRIDE_PREFIX,
@@ -58,12 +59,15 @@ def arm_process_env(
 
 def inherited_env(environ: Mapping[str, str], arm_env: Mapping[str, str]) -> dict[str, str]:
     """The inherited variables that can change what vLLM, torch or the kernels do and that the arm does
-    not set: what the result records (`inherited_env`) and compare checks between the arms."""
-    return {
-        k: environ[k]
-        for k in sorted(environ)
-        if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(ARM_ENV_PREFIXES) and k not in arm_env
-    }
+    not set: what the result records (`inherited_env`) and compare checks between the arms. Secrets
+    (HF_TOKEN, VLLM_API_KEY, a URL's password) are recorded redacted (qgate.redact): results are shared."""
+    return redact_env(
+        {
+            k: environ[k]
+            for k in sorted(environ)
+            if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(ARM_ENV_PREFIXES) and k not in arm_env
+        }
+    )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ beside a SQLite store, the Postgres schema qgate_<entry> of the same database.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,6 +36,7 @@ from qgate.night import (  # noqa: F401  (re-exported: the CLI's and tests' name
     collect,
     unjudged_kinds,
 )
+from qgate.redact import redact_url
 from qgate.results import atomic_write_text, atomic_write_with
 
 __all__ = [
@@ -50,6 +52,9 @@ __all__ = [
 ]
 
 Store = SqliteStore | PostgresStore
+# NAME_MAX (255 bytes on Linux, macOS and Windows' NTFS) less SQLite's "-journal": the longest store name
+# whose rollback journal can be created beside it (a longer one is created, then every append fails).
+MAX_STORE_NAME = 255 - len("-journal")
 ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 
@@ -73,9 +78,18 @@ def open_store(store: str | Path | Store, entry: str | None = None) -> Store:
     if is_url(str(store)):
         return PostgresStore(str(store), "public" if entry is None else f"qgate_{entry.replace('-', '_')}")
     if str(store).startswith(("postgres:", "postgresql:")) or "://" in str(store):
-        raise HistoryError(f"{store}: a store is a SQLite path or a postgresql://user@host/db URL")
+        raise HistoryError(
+            f"{redact_url(str(store))}: a store is a SQLite path or a postgresql://user@host/db URL"
+        )
     path = Path(store)
-    return SqliteStore(path if entry is None else path.with_name(f"{path.stem}.{entry}{path.suffix}"))
+    path = path if entry is None else path.with_name(f"{path.stem}.{entry}{path.suffix}")
+    if len(os.fsencode(path.name)) > MAX_STORE_NAME:
+        raise HistoryError(
+            f"{path}: a file name of {len(os.fsencode(path.name))} bytes: SQLite writes its journal beside "
+            f"the store as <name>-journal, which a file system's 255-byte name limit leaves room for only "
+            f"up to {MAX_STORE_NAME} bytes; choose a shorter --store"
+        )
+    return SqliteStore(path)
 
 
 def store_for(store: str | Path, entry: str | None) -> Store:
@@ -109,9 +123,21 @@ def append(
     stamp = _stamp()
     for row in rows:
         row["appended_at"] = stamp
+        for key, value in row.items():  # a path that is not UTF-8 (bytes read as surrogates): no store
+            if isinstance(value, str):  # holds a lone surrogate, so its bytes are kept as \xNN text
+                row[key] = _storable(value)
     status = backend.append(rows)
     arms = tuple(r["arm"] for r in rows)
     return AppendOutcome(backend.label, rows[0]["night"], status, arms, rows[0]["verdict"])
+
+
+def _storable(text: str) -> str:
+    """Text a database can hold: a path's undecodable bytes (os.fsdecode's surrogates) as \\xNN."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
 
 
 def read_rows(store: str | Path | Store, entry: str | None = None) -> list[dict[str, Any]]:

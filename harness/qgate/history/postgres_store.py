@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from qgate.history import schema
 from qgate.history.rows import check_rows
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
+from qgate.redact import redact_url, scrub
 
 # pg_advisory_xact_lock's key: "qgate" in ASCII, so that other users of advisory locks can tell it.
 LOCK_KEY = 0x7167617465
@@ -37,16 +37,6 @@ _PG_TYPES = {"TEXT": "TEXT", "INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION"}
 
 def is_url(store: object) -> bool:
     return isinstance(store, str) and store.startswith(("postgresql://", "postgres://"))
-
-
-def redact(url: str) -> str:
-    """The URL without its password, in the user part or the query (it goes into messages, reports)."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        host = parts.netloc.rsplit("@", 1)[1]
-        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
-    return urlunsplit(parts._replace(query=query))
 
 
 def _pg_type(sql: str) -> str:
@@ -100,7 +90,7 @@ class PostgresStore:
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", namespace):
             raise HistoryError(f"history namespace {namespace!r}: expected [a-z_][a-z0-9_]*")
         self.url, self.namespace = url, namespace
-        self.label = redact(url) + ("" if namespace == "public" else f" (schema {namespace})")
+        self.label = redact_url(url) + ("" if namespace == "public" else f" (schema {namespace})")
 
     def _connect(self) -> Any:
         try:
@@ -112,7 +102,9 @@ class PostgresStore:
         try:
             return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT_S)
         except psycopg.Error as exc:
-            raise HistoryError(f"{self.label}: cannot connect to the history store: {_reason(exc)}") from None
+            raise HistoryError(
+                f"{self.label}: cannot connect to the history store: {_reason(exc, self.url)}"
+            ) from None
 
     def _tables(self, cur: Any) -> set[str]:
         cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (self.namespace,))
@@ -145,7 +137,7 @@ class PostgresStore:
         public = {r[0] for r in cur.fetchall()}
         if public and not {"qgate_history", "nights"} <= public:
             raise HistoryError(
-                f"{redact(self.url)}: a database that is not a qgate history store (tables: "
+                f"{redact_url(self.url)}: a database that is not a qgate history store (tables: "
                 f"{', '.join(sorted(public))}); nothing was changed"
             )
 
@@ -200,7 +192,7 @@ class PostgresStore:
             except psycopg.errors.IntegrityError as exc:
                 message = (exc.diag.message_primary or str(exc)).strip()
             except psycopg.Error as exc:
-                raise HistoryError(f"{self.label}: {_one_line(exc)}; nothing was changed") from None
+                raise HistoryError(f"{self.label}: {_one_line(exc, self.url)}; nothing was changed") from None
             return self._explain(conn, message, rows)
         finally:
             conn.close()
@@ -254,20 +246,21 @@ class PostgresStore:
                 cur.execute(f"SELECT {', '.join(cols)} FROM nights ORDER BY {schema.ROW_ORDER}")
                 rows = [{**dict.fromkeys(COLUMN_NAMES), **dict(zip(cols, r, strict=True))} for r in cur]
         except psycopg.Error as exc:
-            raise HistoryError(f"{self.label}: {_one_line(exc)}") from None
+            raise HistoryError(f"{self.label}: {_one_line(exc, self.url)}") from None
         finally:
             conn.close()
         return check_rows(rows, self.label)
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, url: str) -> str:
+    """The driver's first line, without the URL's secrets (libpq may quote the connection string)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return scrub(lines[0], [url]) if lines else type(exc).__name__
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, url: str) -> str:
     """The server's own words when it gave some (FATAL: ...), else the driver's first line."""
     text = str(exc)
     if "FATAL:" in text:
-        return " ".join(text.rsplit("FATAL:", 1)[1].split())
-    return _one_line(exc)
+        return scrub(" ".join(text.rsplit("FATAL:", 1)[1].split()), [url])
+    return _one_line(exc, url)

@@ -32,7 +32,7 @@ from urllib.parse import quote
 from qgate.history import schema
 from qgate.history.rows import check_rows
 from qgate.night import COLUMN_NAMES, COLUMNS, HistoryError
-from qgate.results import file_mode
+from qgate.results import file_mode, temp_prefix
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another's transaction (a night appends in ms)
@@ -160,7 +160,7 @@ class SqliteStore:
             )
 
     def _connect(self, readonly: bool) -> sqlite3.Connection:
-        uri = f"file:{quote(str(self.path.resolve()))}?mode={'ro' if readonly else 'rw'}"
+        uri = f"file:{quote(os.fsencode(self.path.resolve()))}?mode={'ro' if readonly else 'rw'}"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         conn.execute("BEGIN IMMEDIATE" if not readonly else "BEGIN")  # one writer; reads see one store
         return conn
@@ -237,7 +237,7 @@ class SqliteStore:
         created the path meanwhile (the caller then appends to that one)."""
         path = self.path
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=".new", dir=path.parent)
         os.fchmod(fd, file_mode())  # the umask's mode, not mkstemp's 0600
         os.close(fd)
         try:

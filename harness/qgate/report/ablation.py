@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from qgate.report.escape import md, md_code, plot_text
 from qgate.report.markdown import counts_text, sequential_lines
 from qgate.report.tables import table
 from qgate.report.timeline import timeline_lines
@@ -103,7 +104,7 @@ def _effects(record: dict[str, Any]) -> list[str]:
             rows.append(_effect_row(name, "alone", eff["alone"][name]))
         if name in eff["leave_one_out"]:
             rows.append(_effect_row(name, "leave-one-out", eff["leave_one_out"][name]))
-    reasons = [f"- {r['factor']} ({r['effect']}): {_reason(eff, r)}" for r in rows]
+    reasons = [f"- {md(r['factor'])} ({md(r['effect'])}): {md(_reason(eff, r))}" for r in rows]
     return ["## Effects", "", table(pd.DataFrame(rows)), "", *reasons, ""]
 
 
@@ -193,17 +194,18 @@ def render_ablation(record: dict[str, Any]) -> str:
     c = record["contract"]
     s = record["stats"]
     lines = [
-        f"# Ablation: {c['name']} v{c['version']}: {record['status']}",
+        f"# Ablation: {md(c['name'])} v{md(c['version'])}: {md(record['status'])}",
         "",
-        f"Design `{record['design']}`, {len(record['arms'])} arms; contract sha256 `{c['sha256'][:12]}`; "
-        f"statistics: alpha {s['alpha']:g}, practical floor {s['min_effect_pct']:g} %, "
-        f"CV limit {s['max_cv_pct']:g} %, {s['bootstrap_resamples']} bootstrap resamples (seed {s['seed']}).",
+        f"Design {md_code(record['design'])}, {len(record['arms'])} arms; contract sha256 "
+        f"{md_code(c['sha256'][:12])}; statistics: alpha {s['alpha']:g}, practical floor "
+        f"{s['min_effect_pct']:g} %, CV limit {s['max_cv_pct']:g} %, {md(s['bootstrap_resamples'])} "
+        f"bootstrap resamples (seed {md(s['seed'])}).",
         "",
     ]
     if record["reasons"]:
         lines += ["**ERROR: the ablation cannot be trusted:**", ""]
-        lines += [f"- {r}" for r in record["reasons"]] + [""]
-    lines += [f"Note: {n}." for n in record.get("notes", [])] + ([""] if record.get("notes") else [])
+        lines += [f"- {md(r)}" for r in record["reasons"]] + [""]
+    lines += [f"Note: {md(n)}." for n in record.get("notes", [])] + ([""] if record.get("notes") else [])
     after = "Looks compare the candidate with the control; the effects below are estimates at that size."
     lines += sequential_lines(record.get("sequential"), after)
     for part in (_factors, _arms, _effects, _interaction, _routes, _timeline, _quality):
@@ -231,7 +233,7 @@ def ablation_png(record: dict[str, Any], path: str | Path) -> None:
     ax.grid(True, axis="y", alpha=0.3)
     _effects_panel(bx, record)
     c = record["contract"]
-    fig.suptitle(f"ablation {c['name']} ({record['design']}): {record['status']}")
+    fig.suptitle(plot_text(f"ablation {c['name']} ({record['design']}): {record['status']}"))
     fig.tight_layout()
     fig.savefig(str(path), format="png")
 

@@ -14,6 +14,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from typing import Any
 
+from qgate.report.escape import xml_text
+
 _TAG = {"fail": "failure", "error": "error", "inconclusive": "skipped"}
 
 
@@ -85,6 +87,10 @@ def render(
         root.append(_suite(record, name))
     for attr in ("tests", "failures", "errors", "skipped"):
         root.set(attr, str(sum(int(s.get(attr, "0")) for s in root)))
+    for node in root.iter():  # every string from a record: what XML 1.0 cannot hold shown escaped
+        node.text = None if node.text is None else xml_text(node.text)
+        for key, value in node.attrib.items():
+            node.set(key, xml_text(value))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

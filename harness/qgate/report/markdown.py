@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from qgate.report.escape import md, md_code
 from qgate.report.quality import render_quality
 from qgate.report.tables import table
 from qgate.report.timeline import timeline_lines
@@ -88,10 +89,10 @@ def _margin(record: dict[str, Any]) -> list[str]:
         f"{_num(ni['floor'], '.4f')}) must be ruled out.",
         f"- Welch-t lower bound of the ratio (one-sided alpha {_num(alpha, 'g')}): "
         f"{_num(ni['bound'], '.4f')}; upper bound {_num(ni['upper'], '.4f')}: "
-        f"{_NI_OUTCOME.get(ni['outcome'], ni['outcome'])}.",
+        f"{md(_NI_OUTCOME.get(ni['outcome'], ni['outcome']))}.",
     ]
     if ni.get("sample_size"):
-        lines.append(f"- Sample size: {ni['sample_size']}.")
+        lines.append(f"- Sample size: {md(ni['sample_size'])}.")
     rows = []
     for arm, comp in (figs.get("variance_components") or {}).items():
         if not comp:
@@ -141,18 +142,18 @@ def sequential_lines(seq: dict[str, Any] | None, after: str) -> list[str]:
         }
         for x in seq["looks"]
     ]
-    stop = seq.get("decision") or "not finished"
+    stop = md(seq.get("decision") or "not finished")
     lines = [
         "### Sequential looks (--until-decided)",
         "",
-        f"Design: {d['spending']}, alpha {_num(d['alpha'], 'g')}; looks at "
+        f"Design: {md(d['spending'])}, alpha {_num(d['alpha'], 'g')}; looks at "
         f"{', '.join(str(n) for n in d['planned_launches'])} launches per arm (z boundaries "
         f"{', '.join(_num(z, '.3f') for z in d['z_boundaries'])}).",
         "",
         table(pd.DataFrame(rows)),
         "",
-        f"Stopped: {stop} after {seq.get('stopped_at_launches')} launches per arm: {seq.get('reason')}. "
-        + after,
+        f"Stopped: {stop} after {md(seq.get('stopped_at_launches'))} launches per arm: "
+        f"{md(seq.get('reason'))}. " + after,
         "",
     ]
     return lines
@@ -194,13 +195,13 @@ def _statistics(record: dict[str, Any]) -> list[str]:
                 "Mann-Whitney p": f"{_num(st.get('mwu_p'), '.3g')} ({st.get('mwu_method') or 'n/a'})",
             }
         )
-        reasons.append(f"- {name}: {st['verdict']}: {st['reason']}")
+        reasons.append(f"- {md(name)}: {md(st['verdict'])}: {md(st['reason'])}")
     any_st = next(iter(record["stats"].values()))
     settings = (
         f"alpha {_num(any_st.get('alpha'), 'g')}, "
         f"practical floor {_num(any_st.get('min_effect_pct'), 'g')} %, "
         f"noise limit CV {_num(any_st.get('max_cv_pct'), 'g')} %, "
-        f"{any_st.get('bootstrap_resamples')} bootstrap resamples, seed {any_st.get('seed')}"
+        f"{md(any_st.get('bootstrap_resamples'))} bootstrap resamples, seed {md(any_st.get('seed'))}"
     )
     return ["### Statistics", "", table(pd.DataFrame(rows)), "", *reasons, "", f"Settings: {settings}.", ""]
 
@@ -223,19 +224,21 @@ def _tokens(record: dict[str, Any]) -> list[str]:
     tk = record["speed"]["tokens"]
     yes = {True: "yes", False: "no", None: "n/a (no prompt came twice)"}
     if tk["control_vs_candidate_identical"]:
-        versus = f"identical in all {tk.get('reps_compared', 'n/a')} reps"
+        versus = f"identical in all {md(tk.get('reps_compared', 'n/a'))} reps"
     else:
-        where = f"rep {tk['first_diverging_rep']}, " if tk.get("first_diverging_rep") is not None else ""
+        where = f"rep {md(tk['first_diverging_rep'])}, " if tk.get("first_diverging_rep") is not None else ""
         diverging = tk.get("diverging_reps")
-        count = f"{len(diverging)} of {tk.get('reps_compared')} reps " if isinstance(diverging, list) else ""
-        versus = f"{count}differ; first diverging at {where}index {tk['first_diverging_index']}"
+        count = (
+            f"{len(diverging)} of {md(tk.get('reps_compared'))} reps " if isinstance(diverging, list) else ""
+        )
+        versus = f"{count}differ; first diverging at {where}index {md(tk['first_diverging_index'])}"
     return [
         "### Tokens",
         "",
         f"- Candidate reps of one prompt gave one token array: {yes[tk['candidate_identical_across_reps']]}",
         f"- Control reps of one prompt gave one token array: {yes[tk['control_identical_across_reps']]}",
-        f"- Control vs candidate, rep by rep on the same prompt ({tk['control_tokens']} v "
-        f"{tk['candidate_tokens']} tokens): {versus}",
+        f"- Control vs candidate, rep by rep on the same prompt ({md(tk['control_tokens'])} v "
+        f"{md(tk['candidate_tokens'])} tokens): {versus}",
         "",
     ]
 
@@ -359,7 +362,7 @@ def _environment(section: dict[str, Any]) -> list[str]:
 
 
 def _list(title: str, items: list[str]) -> list[str]:
-    return [title, "", *[f"- {i}" for i in items], ""] if items else []
+    return [title, "", *[f"- {md(i)}" for i in items], ""] if items else []
 
 
 def _history_estimate(hist: dict[str, Any] | None) -> list[str]:
@@ -368,16 +371,16 @@ def _history_estimate(hist: dict[str, Any] | None) -> list[str]:
         return []
     lines = ["### Between engine starts: the history", ""]
     if not hist["used"]:
-        return [*lines, f"Not used: {hist['reason']}.", ""]
+        return [*lines, f"Not used: {md(hist['reason'])}.", ""]
     lines += [
         f"- Between-launch CV of the control: {hist['cv_between_pct']:.2f} %, upper "
         f"{100 * hist['confidence']:g} % bound {hist['cv_between_upper_pct']:.2f} % (used for both arms); "
         f"within-launch CV {hist['cv_within_pct']:.2f} %.",
-        f"- From {hist['reason']}.",
-        f"- Nights: {', '.join(hist['nights'])}.",
+        f"- From {md(hist['reason'])}.",
+        f"- Nights: {md(', '.join(hist['nights']))}.",
     ]
     if hist.get("skipped"):
-        lines.append(f"- Skipped: {'; '.join(hist['skipped'])}.")
+        lines.append(f"- Skipped: {md('; '.join(hist['skipped']))}.")
     return [*lines, ""]
 
 
@@ -385,17 +388,22 @@ def _speed(record: dict[str, Any]) -> list[str]:
     figs, sp = record["figures"], record["speed"]
     unit = figs["unit"]
     across = figs.get("between_launch") or {}
-    unit_line = f"Statistics unit: {unit} ({figs['control']['reps']} v {figs['candidate']['reps']} reps" + (
-        f", {figs['control']['launches']} launches per arm: one-way random effects, the variance between "
-        "engine starts is in the statistics)."
-        if unit == "launch"
-        else "). Each arm is one engine start; the variance between engine starts comes from the "
-        "history (below)."
-        if across.get("source") == "history"
-        else "). Each arm is one engine start, so variation between engine starts is not in these "
-        "statistics and the decode ratio can neither PASS nor FAIL: use the contract's `launches` (>= 2), "
-        "`--until-decided`, or `qgate compare --history STORE` for a verdict across engine starts."
-    )
+    reps = f"{md(figs['control']['reps'])} v {md(figs['candidate']['reps'])} reps"
+    if unit == "launch":
+        how = (
+            f", {md(figs['control']['launches'])} launches per arm: one-way random effects, the variance "
+            "between engine starts is in the statistics)."
+        )
+    elif across.get("source") == "history":
+        how = "). Each arm is one engine start; the variance between engine starts comes from the history "
+        how += "(below)."
+    else:
+        how = (
+            "). Each arm is one engine start, so variation between engine starts is not in these statistics "
+            "and the decode ratio can neither PASS nor FAIL: use the contract's `launches` (>= 2), "
+            "`--until-decided`, or `qgate compare --history STORE` for a verdict across engine starts."
+        )
+    unit_line = f"Statistics unit: {md(unit)} ({reps}{how}"
     return [
         "## Speed",
         "",
@@ -418,9 +426,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     """The full report for a verdict record."""
     c = record["contract"]
     lines = [
-        f"# qgate verdict: {record['verdict']}",
+        f"# qgate verdict: {md(record['verdict'])}",
         "",
-        f"Contract: {c['name']} v{c['version']}, sha256 `{c['sha256']}` ({c['path']})",
+        f"Contract: {md(c['name'])} v{md(c['version'])}, sha256 {md_code(c['sha256'])} ({md(c['path'])})",
         "",
         *_list("Reasons:", record["reasons"]),
     ]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from qgate.report.escape import md, md_cell, md_code
+
 
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> list[str]:
     """A markdown table under its title paragraph: the header, then one line per row of cells."""
     lines = ["", title, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in rows]
 
 
 def _conditions_row(c: dict[str, Any]) -> list[str]:
@@ -36,21 +38,23 @@ def screen_markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# qgate ops screen: {'PASS' if record['passed'] else 'FAIL'}",
         "",
-        f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}, seed {record['seed']}, "
-        f"started {record['started_at']}.",
+        f"Device {md(dev.get('gpu', dev['device']))}, torch {md(dev['torch'])}, seed {md(record['seed'])}, "
+        f"started {md(record['started_at'])}.",
         "",
         "| route | shape | over bound | worst err/bound | bitwise = ref | max abs diff | max ULP "
         "| deterministic | graph replay | fallback probe | result |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if record.get("overrides"):  # the arm's overrides ran instead of the routes' kernels
-        runs = ", ".join(f"{route}: `{spec}`" for route, spec in record["overrides"].items())
-        lines[3:3] = [f"Arm `{record.get('arm')}`: overridden routes screened on the override ({runs}).", ""]
+        runs = ", ".join(f"{md(route)}: {md_code(spec)}" for route, spec in record["overrides"].items())
+        arm = md_code(record.get("arm"))
+        lines[3:3] = [f"Arm {arm}: overridden routes screened on the override ({runs}).", ""]
     elif record.get("arm"):
-        lines[3:3] = [f"Arm `{record['arm']}`: no route overridden; the routes' kernels screened.", ""]
+        lines[3:3] = [f"Arm {md_code(record['arm'])}: no route overridden; the routes' kernels screened.", ""]
     if record.get("unseen"):  # qgate.ops.seen: what of the arm's code the screen did not run
-        blind = [f"- {u}" for u in record["unseen"]]
-        lines[3:3] = [f"Not seen by this screen (it cannot vouch for arm `{record.get('arm')}`):", *blind, ""]
+        blind = [f"- {md(u)}" for u in record["unseen"]]
+        arm = md_code(record.get("arm"))
+        lines[3:3] = [f"Not seen by this screen (it cannot vouch for arm {arm}):", *blind, ""]
     for c in record["cases"]:
         probe = c.get("fallback_probe")
         probe_txt = "n/a" if probe is None else _fmt(probe["counted"] and probe["equal_to_reference"])
@@ -58,16 +62,17 @@ def screen_markdown(record: dict[str, Any]) -> str:
         b = c.get("bound") or {}
         judged = bool(b.get("outputs"))
         over = f"{b['over_bound']}/{b['outputs']}" if judged else "n/a"
-        lines.append(
-            f"| {c['route']} | {c['label']} | {over} | {_fmt(b['worst_ratio'] if judged else None, '.4g')} "
-            f"| {c.get('bitwise_equal', 'n/a')}/{c['trials']} | "
-            f"{_fmt(c.get('max_abs_diff'))} | {_fmt(c.get('max_ulp'))} | {_fmt(c.get('deterministic'))} | "
-            f"{_fmt(c.get('graph_replay_identical'))} | {probe_txt} | {verdict} |"
-        )
+        cells = [
+            c["route"], c["label"], over, _fmt(b["worst_ratio"] if judged else None, ".4g"),
+            f"{c.get('bitwise_equal', 'n/a')}/{c['trials']}", _fmt(c.get("max_abs_diff")),
+            _fmt(c.get("max_ulp")), _fmt(c.get("deterministic")), _fmt(c.get("graph_replay_identical")),
+            probe_txt, verdict,
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(md_cell(x) for x in cells) + " |")
     if record.get("bias"):
         lines += ["", "Sign test of the deviations from the correctly rounded result (docs/ops.md):", ""]
         lines += [
-            f"- {t['route']}: {t['above_rn']} above, {t['below_rn']} below, p = {t['p_value']:.3g} "
+            f"- {md(t['route'])}: {t['above_rn']} above, {t['below_rn']} below, p = {t['p_value']:.3g} "
             f"(alpha {t['alpha']}): {'ok' if t['passed'] else 'FAIL'}"
             for t in record["bias"]
         ]
@@ -113,7 +118,8 @@ def bench_markdown(record: dict[str, Any]) -> str:
     lines = [
         "# qgate ops benchmark",
         "",
-        f"Device {dev.get('gpu', dev['device'])}, torch {dev['torch']}; timing: {record['timing']}; "
+        f"Device {md(dev.get('gpu', dev['device']))}, torch {md(dev['torch'])}; "
+        f"timing: {md(record['timing'])}; "
         f"device copy {record['copy_gb_s'] / 1000:.2f} TB/s (read + write; "
         + ", ".join(f"{k} {v / 1000:.2f}" for k, v in _copy_ways(record))
         + ").",
@@ -155,7 +161,7 @@ def bench_markdown(record: dict[str, Any]) -> str:
     fell = [c for c in record["cases"] if c.get("route_fallbacks")]
     if fell:
         lines += ["", "ROUTE FELL BACK (the reference was timed, not the kernel; targets not met):", ""]
-        lines += [f"- {c['route']} {c['label']}: {c['route_fallbacks']}" for c in fell]
+        lines += [f"- {md(c['route'])} {md(c['label'])}: {md(c['route_fallbacks'])}" for c in fell]
     rivals = [c for c in record["cases"] if c.get("competitors")]
     if rivals:
         lines += _table(

@@ -12,6 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from qgate.report.escape import plot_text
+
 _COLORS = {"control": "#4c72b0", "candidate": "#dd8452"}
 
 
@@ -43,7 +45,7 @@ def speed_png(record: dict[str, Any], path: str | Path) -> None:
     ax.set_xlabel("rep" + (" (dash-dot lines: new engine launch)" if figs.get("unit") == "launch" else ""))
     ax.set_ylabel("decode tok/s")
     contract = record.get("contract", {})
-    ax.set_title(f"{contract.get('name', '?')}: {record.get('verdict', '?')}")
+    ax.set_title(plot_text(f"{contract.get('name', '?')}: {record.get('verdict', '?')}"))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     fig.tight_layout()

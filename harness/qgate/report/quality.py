@@ -8,14 +8,18 @@ from typing import Any
 
 from qgate.gate import Gate
 from qgate.quality.paired import LIKELY_REGRESSION, single_seed_caveat
+from qgate.report.escape import Md, md, md_cell
 
 
 def _fmt(value: Any) -> str:
+    """A table cell: a float to one place, data escaped (md_cell), the renderer's own markup (Md) as is."""
     if value is None:
         return "—"
+    if isinstance(value, Md):
+        return value
     if isinstance(value, float):
         return f"{value:.1f}"
-    return str(value).replace("|", "\\|")
+    return md_cell(value)
 
 
 def _figures(seed: int, outputs: int) -> tuple[tuple[str, str, int | None], ...]:
@@ -45,21 +49,22 @@ def _paired_lines(t: dict[str, Any], n_seeds: int) -> list[str]:
         "",
         "| figure | value |",
         "| --- | ---: |",
-        f"| item-seed pairs | {t['pairs']} |",
-        f"| candidate-only misses (b) | {t['b_candidate_only_misses']} |",
-        f"| control-only misses (c) | {t['c_control_only_misses']} |",
+        f"| item-seed pairs | {_fmt(t['pairs'])} |",
+        f"| candidate-only misses (b) | {_fmt(t['b_candidate_only_misses'])} |",
+        f"| control-only misses (c) | {_fmt(t['c_control_only_misses'])} |",
         f"| one-sided exact sign test p | {_fmt_p(t['p_one_sided'])} |",
-        f"| alpha | {t['alpha']} |",
-        f"| power against {t['detect_broken_items']} broken items (control's rates) | {pct(t['power'])} |",
-        f"| seeds for {pct(t['min_power'])} power | {seeds_pw} |",
-        f"| seeds at which the observed discordance reaches alpha | {seeds_obs} |",
-        f"| outcome | {t['verdict']} |",
+        f"| alpha | {md_cell(t['alpha'])} |",
+        f"| power against {_fmt(t['detect_broken_items'])} broken items (control's rates) "
+        f"| {pct(t['power'])} |",
+        f"| seeds for {pct(t['min_power'])} power | {_fmt(seeds_pw)} |",
+        f"| seeds at which the observed discordance reaches alpha | {_fmt(seeds_obs)} |",
+        f"| outcome | {_fmt(t['verdict'])} |",
         "",
-        f"{t['reason']}.",
+        f"{md(t['reason'])}.",
         "",
     ]
     if n_seeds == 1:
-        lines += [f"**What one seed cannot tell.** {single_seed_caveat(t['alpha'])}", ""]
+        lines += [f"**What one seed cannot tell.** {md(single_seed_caveat(t['alpha']))}", ""]
     return lines
 
 
@@ -83,7 +88,7 @@ def _rates_lines(sums: dict[str, dict], t: dict[str, Any]) -> list[str]:
         f = found.get(index)
         finding = ""
         if f is not None:
-            finding = "**likely regression**" if f["finding"] == LIKELY_REGRESSION else f["finding"]
+            finding = Md("**likely regression**") if f["finding"] == LIKELY_REGRESSION else f["finding"]
         gold = f["gold"] if f is not None else ""
         cells = [index, gold or "", f"{a['correct']}/{a['runs']}" if a else "—",
                  f"{b['correct']}/{b['runs']}" if b else "—", finding]  # fmt: skip
@@ -95,29 +100,29 @@ def render_quality(section: dict[str, Any], gates: Sequence[Mapping[str, Any] | 
     """The quality section of a verdict report from the record's quality data and the quality gates
     (gate dicts of a record, or Gate); a comparison that failed says why."""
     if "settings" not in section:  # the comparison failed (its gates say so) or a comparer gave no data
-        why = str(section.get("error") or "No quality figures in the record.")
+        why = md(section.get("error") or "No quality figures in the record.")
         return "\n".join([why, "", *_gate_lines(gates)]) + "\n"
     q, sums, misses, test = section["settings"], section["figures"], section["misses"], section["paired_test"]
     n, sp, seeds = q["n_items"], q["sampling"], q["run_seeds"]
     outputs = n * len(seeds)
     seed_line = (
-        f"seed {sp['seed']}"
+        f"seed {md(sp['seed'])}"
         if len(seeds) == 1
-        else f"{len(seeds)} seeds ({', '.join(map(str, seeds))}; frozen seed {seeds[0]})"
+        else f"{len(seeds)} seeds ({md(', '.join(map(str, seeds)))}; frozen seed {md(seeds[0])})"
     )
     lines = [
-        f"**GSM8K {q['split']} items {q['first_index']}-{q['last_index']} ({n} items)**",
+        f"**GSM8K {md(q['split'])} items {md(q['first_index'])}-{md(q['last_index'])} ({md(n)} items)**",
         "",
-        f"Sampling: temperature {sp['temperature']}, top_p {sp['top_p']}, top_k {sp['top_k']}, "
-        f"{seed_line}, max_tokens {sp['max_tokens']}; strict formats: "
-        f"{', '.join(q['strict_formats'])}.",
+        f"Sampling: temperature {md(sp['temperature'])}, top_p {md(sp['top_p'])}, top_k {md(sp['top_k'])}, "
+        f"{seed_line}, max_tokens {md(sp['max_tokens'])}; strict formats: "
+        f"{md(', '.join(map(str, q['strict_formats'])))}.",
         "",
         "| figure | control | candidate |",
         "| --- | ---: | ---: |",
     ]
     for label, key, denom in _figures(seeds[0], outputs):
         cells = [_fmt(sums[arm][key]) + (f"/{denom}" if denom else "") for arm in ("control", "candidate")]
-        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+        lines.append(f"| {md_cell(label)} | {cells[0]} | {cells[1]} |")
     lines.append("")
     if test is not None:
         lines += _paired_lines(test, len(seeds))
@@ -134,7 +139,7 @@ def render_quality(section: dict[str, Any], gates: Sequence[Mapping[str, Any] | 
         for m in misses:
             cells = [m["index"], m["gold"], m["control_raw"], m["control_strict"], m["candidate_raw"],
                      m["candidate_strict"], f"{m['candidate_finish']} ({m['candidate_tokens']} tok)",
-                     "**yes**" if m["new_miss"] else "no"]  # fmt: skip
+                     Md("**yes**") if m["new_miss"] else "no"]  # fmt: skip
             lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
     else:
         lines.append("No misses in either arm.")
@@ -149,5 +154,5 @@ def _gate_lines(gates: Sequence[Mapping[str, Any] | Gate]) -> list[str]:
             if g["passed"]
             else {"error": "ERROR", "inconclusive": "INCONCLUSIVE"}.get(g["severity"], "FAIL")
         )
-        lines.append(f"| {g['name']} | {result} | {_fmt(g['detail'])} |")
+        lines.append(f"| {_fmt(g['name'])} | {result} | {_fmt(g['detail'])} |")
     return lines

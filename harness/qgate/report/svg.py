@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from html import escape
 from typing import Any
+
+from qgate.report.escape import html_text
 
 # Verdict -> marker shape and colour; FAIL and ERROR are drawn large and with a stripe.
 MARKERS = {
@@ -23,8 +24,8 @@ MARKERS = {
 
 
 def esc(value: object) -> str:
-    """Text or an attribute value, escaped for HTML and SVG (quotes too)."""
-    return escape(str(value), quote=True)
+    """Text or an attribute value, escaped for HTML and SVG (quotes too; report.escape.html_text)."""
+    return html_text(value)
 
 
 def _num(v: float) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from qgate.report.escape import Md, md, md_code
 from qgate.report.tables import table
 from qgate.timeline import MATCHED_BY
 
@@ -22,10 +23,10 @@ def _num(value: Any, fmt: str = ".2f") -> str:
     return format(value, fmt)
 
 
-def _name(name: str) -> str:
+def _name(name: str) -> Md:
     """A kernel name as code (its <...> would read as HTML otherwise), cut to NAME_CHARS."""
     text = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 3] + "..."
-    return "`" + text.replace("`", "'") + "`"
+    return md_code(text.replace("`", "'"))
 
 
 def _pair(row: Mapping[str, Any], key: str, fmt: str) -> str:
@@ -84,7 +85,7 @@ def _stretches(arm: str, a: Mapping[str, Any]) -> list[str]:
     d = t["span_us"] - c["span_us"]
     head = (
         f"One decode graph replay aligned with the control's: control {c['kernels']} kernels in "
-        f"{c['span_us']:.1f} us, {arm} {t['kernels']} in {t['span_us']:.1f} us ({d:+.1f}), "
+        f"{c['span_us']:.1f} us, {md(arm)} {t['kernels']} in {t['span_us']:.1f} us ({d:+.1f}), "
         f"{g['aligned_kernels']} kernels alike. Where they differ, by the routes of the stretch's kernels "
         "(span: the stretch's first start to its last end, the gaps between its kernels included; "
         "busy: the time one of them ran):"
@@ -142,7 +143,7 @@ def _early(arm: str, a: Mapping[str, Any]) -> list[str]:
     c, t = e["early_us"]["control"], e["early_us"]["arm"]
     head = (
         f"Kernels that start before an earlier kernel of the replay ends: {c:.1f} us of overlap in the "
-        f"control's replay, {t:.1f} in the {arm}'s ({t - c:+.1f}). Under programmatic dependent launch "
+        f"control's replay, {t:.1f} in the {md(arm)}'s ({t - c:+.1f}). Under programmatic dependent launch "
         "(PDL) such a kernel waits in griddepcontrol.wait, and the profiler counts the wait as its time; "
         "another stream (vLLM's aux stream) overlaps the same way. Take a kernel's change of overlap "
         "off its change of GPU us above for the change of its own work"
@@ -187,9 +188,9 @@ def _host(arm: str, a: Mapping[str, Any]) -> list[str]:
         text = "none (under CUDA graphs a replay calls no op on the host)"
     else:
         text = ", ".join(
-            f"`{o['name']}` {o['per_step']:.2f}/step ({o['us_per_step']:.1f} us CPU)" for o in ops
+            f"{md_code(o['name'])} {o['per_step']:.2f}/step ({o['us_per_step']:.1f} us CPU)" for o in ops
         )
-    return lines + [f"qgate ops on the host in {arm}: {text}.", ""]
+    return lines + [f"qgate ops on the host in {md(arm)}: {text}.", ""]
 
 
 def _matched(tl: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -223,19 +224,20 @@ def _arm_notes(tl: Mapping[str, Any]) -> list[str]:
     notes = []
     others = [arm for arm, m in match.items() if not m[f"in_{of}"]]
     if others:
-        notes.append(f"Profiles of variants that are no arm of this {of}: {', '.join(others)}.")
+        notes.append(f"Profiles of variants that are no arm of this {of}: {md(', '.join(others))}.")
     unchecked = [arm for arm, m in match.items() if m[f"in_{of}"] and m["env_differs"] is None]
     if unchecked:
         notes.append(
-            f"No route env recorded in {', '.join(unchecked)}: the file names alone tie them to the arms."
+            f"No route env recorded in {md(', '.join(unchecked))}: the file names alone tie them to the arms."
         )
     alike = [arm for arm, m in match.items() if m[f"in_{of}"] and m["env_differs"] == {}]
     if alike:
-        notes.append(f"The route env these profiles recorded is their {of} arm's: {', '.join(alike)}.")
+        notes.append(f"The route env these profiles recorded is their {of} arm's: {md(', '.join(alike))}.")
     for arm, m in match.items():
         for var, v in (m["env_differs"] or {}).items():
             notes.append(
-                f"**{arm}: the profile ran {var} = {v['profile']!r}, the {of}'s arm {v['arm']!r}: "
+                f"**{md(arm)}: the profile ran {md(var)} = {md(repr(v['profile']))}, the {of}'s arm "
+                f"{md(repr(v['arm']))}: "
                 "a profile of other code than this arm's.**"
             )
     return [*notes, ""] if notes else []
@@ -246,9 +248,11 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     if tl is None:
         return []
     src, order = tl["source"], _order(tl)
-    files = ", ".join(f"{f['file']} (sha256 `{f['sha256'][:12]}`)" for f in (src["files"][a] for a in order))
+    files = ", ".join(
+        f"{md(f['file'])} (sha256 {md_code(f['sha256'][:12])})" for f in (src["files"][a] for a in order)
+    )
     gaps = ", ".join(
-        f"{arm} {_num(s['host_gap_us_per_step'], '.0f')} of {_num(s['kernel_span_us_per_step'], '.0f')}"
+        f"{md(arm)} {_num(s['host_gap_us_per_step'], '.0f')} of {_num(s['kernel_span_us_per_step'], '.0f')}"
         for arm, s in ((a, tl["arms"][a]) for a in order)
     )
     if any(s["kernel_span_us_per_step"] for s in tl["arms"].values()):
@@ -266,8 +270,8 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     lines = [
         TITLE,
         "",
-        f"Read from `{src['folder']}`: {files} (tools/gpu_engine/profile_decode.py: one profiled generate() "
-        "per arm, figures per decode step).",
+        f"Read from {md_code(src['folder'])}: {files} (tools/gpu_engine/profile_decode.py: one profiled "
+        "generate() per arm, figures per decode step).",
         "",
         *_arm_notes(tl),
         caveat,
@@ -276,6 +280,6 @@ def timeline_lines(tl: Mapping[str, Any] | None) -> list[str]:
     ]
     for arm in order[1:]:
         a = tl["against_control"][arm]
-        lines += [f"### {arm} against the control", "", f"Reading: {reading(arm, a)}.", ""]
+        lines += [f"### {md(arm)} against the control", "", f"Reading: {md(reading(arm, a))}.", ""]
         lines += _changes(a) + _stretches(arm, a) + _early(arm, a) + _host(arm, a)
     return lines

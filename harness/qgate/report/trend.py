@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from qgate.report.escape import Md, md, md_cell, md_code
 from qgate.trend import arm_value as _get
 from qgate.trend import events, nights, regression_nights
 from qgate.trend import pct_change as _pct
@@ -59,8 +60,8 @@ def _night_line(entry: dict[str, Any], prev: dict[str, Any] | None) -> str:
     )
     cells = [
         entry["night"],
-        f"`{_short(entry['commit'])}`",
-        f"**{entry['verdict']}**" if entry["verdict"] else "none",
+        md_code(_short(entry["commit"])),
+        Md(f"**{md(entry['verdict'])}**") if entry["verdict"] else "none",
         _f(c_mean),
         _f(t_mean),
         _f(_get(entry, "candidate", "decode_tok_s_min")),
@@ -71,7 +72,12 @@ def _night_line(entry: dict[str, Any], prev: dict[str, Any] | None) -> str:
         f"{_acc(cand, 'strict_correct')} / {_acc(ctrl, 'strict_correct')}",
         _health(cand),
     ]
-    return "| " + " | ".join(cells) + " |"
+    return _row(cells)
+
+
+def _row(cells: list[Any]) -> str:
+    """A table row: every cell data (md_cell) but the renderer's own markup (Md)."""
+    return "| " + " | ".join(c.replace("|", "\\|") if isinstance(c, Md) else md_cell(c) for c in cells) + " |"
 
 
 def _contracts_line(entries: list[dict[str, Any]]) -> str:
@@ -83,7 +89,7 @@ def _contracts_line(entries: list[dict[str, Any]]) -> str:
             last, "control", f"{kind}_contract_sha256"
         )
         if name:
-            parts.append(f"{kind} `{name}` (sha256 `{str(sha)[:12]}`)")
+            parts.append(f"{kind} {md_code(name)} (sha256 {md_code(str(sha)[:12])})")
     return ", ".join(parts) or "none recorded"
 
 
@@ -92,14 +98,14 @@ def render_markdown(rows: list[dict[str, Any]], store: str, png_name: str | None
     entries = nights(rows)
     lines = ["# qgate nightly history", ""]
     if not entries:
-        return "\n".join([*lines, f"Store `{store}` holds no nights yet.", ""])
+        return "\n".join([*lines, f"Store {md_code(store)} holds no nights yet.", ""])
     last = entries[-1]
     lines += [
-        f"Store `{store}`: {len(entries)} nights ({entries[0]['night']} to {last['night']}), "
+        f"Store {md_code(store)}: {len(entries)} nights ({md(entries[0]['night'])} to {md(last['night'])}), "
         f"{len(rows)} rows.",
         f"Latest contracts: {_contracts_line(entries)}.",
-        f"Latest night {last['night']} (commit `{_short(last['commit'])}`): "
-        f"verdict **{last['verdict'] or 'none'}**.",
+        f"Latest night {md(last['night'])} (commit {md_code(_short(last['commit']))}): "
+        f"verdict **{md(last['verdict'] or 'none')}**.",
         "",
     ]
     if png_name:
@@ -108,7 +114,7 @@ def render_markdown(rows: list[dict[str, Any]], store: str, png_name: str | None
     evs = events(entries)
     if evs:
         lines += ["| night | commit | event |", "|---|---|---|"]
-        lines += [f"| {e['night']} | `{e['commit']}` | {e['event']} |" for e in evs]
+        lines += [_row([e["night"], md_code(e["commit"]), e["event"]]) for e in evs]
     else:
         lines.append("No change of verdict, gate, contract or environment over these nights.")
     lines += ["", "## Nights", ""]
@@ -159,9 +165,9 @@ def _rate_lines(entries: list[dict[str, Any]]) -> list[str]:
     ]
     for e in seeded:
         seeds = _get(e, "candidate", "quality_seeds") or _get(e, "control", "quality_seeds")
-        cells = [e["night"], f"`{_short(e['commit'])}`", str(seeds), _rates_below(e.get("control")),
+        cells = [e["night"], md_code(_short(e["commit"])), str(seeds), _rates_below(e.get("control")),
                  _rates_below(e.get("candidate"))]  # fmt: skip
-        out.append("| " + " | ".join(cells) + " |")
+        out.append(_row(cells))
     return out
 
 
@@ -171,10 +177,12 @@ def _reason_lines(entries: list[dict[str, Any]]) -> list[str]:
         return []
     out = ["", "## Why the failing nights failed", ""]
     for e in bad:
-        out.append(f"- {e['night']} (`{_short(e['commit'])}`) **{e['verdict']}**")
+        out.append(f"- {md(e['night'])} ({md_code(_short(e['commit']))}) **{md(e['verdict'])}**")
         for kind, v in sorted(e["verdicts"].items()):
             for reason in v.get("reasons") or []:
-                out.append(f"  - {kind} ({v['verdict']}): {reason.removeprefix(kind + ': ')}")
+                out.append(
+                    f"  - {md(kind)} ({md(v['verdict'])}): {md(str(reason).removeprefix(kind + ': '))}"
+                )
     return out
 
 
