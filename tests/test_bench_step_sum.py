@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-RECORD = REPO / "docs" / "gpu-runs" / "2026-12-05-h100-s7" / "bench-gemv" / "bench-tp1" / "bench.json"
+RECORD = REPO / "docs/evidence/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1/bench.json"
 
 
 def _tool() -> Any:

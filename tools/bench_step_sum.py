@@ -13,7 +13,8 @@ Streams: vLLM runs the MoE's shared expert on its aux stream beside the router a
 the main stream's in the engine unless the aux stream is the longer one; the bench times every call
 alone between a producer and a consumer and cannot see that.
 
-    python tools/bench_step_sum.py docs/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1/bench.json --tp 1
+    R=docs/evidence/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1
+    python tools/bench_step_sum.py $R/bench.json --tp 1
 """
 
 from __future__ import annotations
