@@ -1,5 +1,6 @@
 """tools/bench_step_sum.py: the op bench's GEMV cases summed over one decode step of the production
-model (kernels_ext/BENCH.md, "The op bench on the same card"), on the H100 bench record of session 7."""
+model (docs/evidence/kernels-in-engine.md, "The op bench on the same card"), on the H100 bench record
+of session 7."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the op bench predicts for one decode step of the whole model: each GEMV role's decode-step us
 (route, and the fastest competitor that ran: what vLLM runs there) times its calls a step, summed, and
-split by the stream vLLM runs it on. The figure BENCH.md ("The op bench on the same card") puts beside
-the engine's measured effect of the GEMV route.
+split by the stream vLLM runs it on. The figure docs/evidence/kernels-in-engine.md ("The op bench on
+the same card") puts beside the engine's measured effect of the GEMV route.
 
 Calls a step: qgate.ops.shapes.calls_a_step on the model config (out_proj in every GDN layer, qkv_proj
 and o_proj in every attention layer, the router and the shared expert's three GEMVs in every layer, one
