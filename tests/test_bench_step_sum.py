@@ -1,5 +1,6 @@
 """tools/bench_step_sum.py: the op bench's GEMV cases summed over one decode step of the production
-model (kernels_ext/BENCH.md, "The op bench on the same card"), on the H100 bench record of session 7."""
+model (docs/evidence/kernels-in-engine.md, "The op bench on the same card"), on the H100 bench record
+of session 7."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import REPO
 
-RECORD = REPO / "docs" / "gpu-runs" / "2026-12-05-h100-s7" / "bench-gemv" / "bench-tp1" / "bench.json"
+RECORD = REPO / "docs/evidence/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1/bench.json"
 
 
 def _tool() -> Any:

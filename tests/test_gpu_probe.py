@@ -348,9 +348,9 @@ def test_the_busiest_threads_placement_is_read_from_proc_and_sys(tmp_path: Path)
 def test_a_probe_run_again_goes_on_from_the_variants_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Call 5 of docs/gpu.md "Next" starts the routes probe with what the verdict left, call 6 goes on:
-    a variant whose record an earlier call wrote is not started again, the others are, and the reading
-    is of all of them."""
+    """Call 5 of docs/evidence/gpu-sessions.md "Next" starts the routes probe with what the verdict left,
+    call 6 goes on: a variant whose record an earlier call wrote is not started again, the others are, and
+    the reading is of all of them."""
     out = tmp_path / "probe-routes"
     out.mkdir()
     (out / "control.json").write_text(json.dumps(_rec(300.0, replay_gpu_us_median=1690.0)))

@@ -684,10 +684,10 @@ def test_sequential_error_rates_hold_across_all_looks(
 
 
 def test_verdict_odds_plans_a_device_session_from_the_contracts_own_gate(capsys) -> None:
-    """tools/verdict_odds.py (docs/gpu.md "Next"): the production-shape contract's sequential gate on
-    simulated launches. A candidate 10 % faster with engine starts 1 % apart PASSes within 6 launches
-    nearly always and stops early; at the 12-layer spread (starts 10 % apart) it almost never decides;
-    an equal candidate FAILs at most alpha/2 (+ Monte-Carlo allowance)."""
+    """tools/verdict_odds.py (docs/evidence/gpu-sessions.md "Next"): the production-shape contract's
+    sequential gate on simulated launches. A candidate 10 % faster with engine starts 1 % apart PASSes
+    within 6 launches nearly always and stops early; at the 12-layer spread (starts 10 % apart) it almost
+    never decides; an equal candidate FAILs at most alpha/2 (+ Monte-Carlo allowance)."""
     import importlib.util
     import sys
 

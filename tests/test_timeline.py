@@ -353,7 +353,7 @@ def test_a_kernel_that_starts_before_its_predecessor_ends_has_its_wait_counted_a
     assert read_timeline(H200)["against_control"]["candidate"]["graph_early_starts"] is None
 
 
-H100_PROBE = Path(__file__).parents[1] / "docs" / "gpu-runs" / "2026-12-05-h100" / "timeline"
+H100_PROBE = Path(__file__).parents[1] / "docs" / "evidence" / "gpu-runs" / "2026-12-05-h100" / "timeline"
 
 
 def test_the_h100_probes_plus_120_us_on_the_combine_norm_is_the_gemvs_pdl_overlap() -> None:

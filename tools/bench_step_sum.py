@@ -1,7 +1,7 @@
 """What the op bench predicts for one decode step of the whole model: each GEMV role's decode-step us
 (route, and the fastest competitor that ran: what vLLM runs there) times its calls a step, summed, and
-split by the stream vLLM runs it on. The figure BENCH.md ("The op bench on the same card") puts beside
-the engine's measured effect of the GEMV route.
+split by the stream vLLM runs it on. The figure docs/evidence/kernels-in-engine.md ("The op bench on
+the same card") puts beside the engine's measured effect of the GEMV route.
 
 Calls a step: qgate.ops.shapes.calls_a_step on the model config (out_proj in every GDN layer, qkv_proj
 and o_proj in every attention layer, the router and the shared expert's three GEMVs in every layer, one
@@ -13,7 +13,8 @@ Streams: vLLM runs the MoE's shared expert on its aux stream beside the router a
 the main stream's in the engine unless the aux stream is the longer one; the bench times every call
 alone between a producer and a consumer and cannot see that.
 
-    python tools/bench_step_sum.py docs/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1/bench.json --tp 1
+    R=docs/evidence/gpu-runs/2026-12-05-h100-s7/bench-gemv/bench-tp1
+    python tools/bench_step_sum.py $R/bench.json --tp 1
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """How likely `qgate run speed --until-decided --max-launches N` is to decide, before spending device time.
 
-A device session has ~1,800 s; an engine start of the 48-layer production shapes is estimated at
-60-70 s, so a verdict gets about 4 launches an arm (docs/gpu.md "Next"). Whether 4 can decide depends on
-the noise, which the 12-layer runs showed dominated by the engine start (up to 48 % between two starts
-of one arm, while reps within a start agreed to 1-8 %). This simulates the contract's own group-
-sequential gate (qgate.speed.sequential.simulate, the code tests/test_stats.py checks the error rates
-with: the looks from max(contract launches, 2) to N, O'Brien-Fleming boundaries, the Welch-t bound on
-the launch-unit variance, the CV limit on the pooled reps) over arms
-of N engine starts x the contract's reps, each start with its own offset (sd `between`) and each rep
-its own noise (CV `within`), the candidate's true decode ratio `ratio`. Seeded; prints per cell the
-share of PASS / FAIL / INCONCLUSIVE and the mean launches an arm at the stop.
+A device session has ~1,800 s; an engine start of the 48-layer production shapes is estimated at 60-70 s,
+so a verdict gets about 4 launches an arm (docs/evidence/gpu-sessions.md "Next"). Whether 4 can decide
+depends on the noise, which the 12-layer runs showed dominated by the engine start (up to 48 % between
+two starts of one arm, while reps within a start agreed to 1-8 %). This simulates the contract's own
+group- sequential gate (qgate.speed.sequential.simulate, the code tests/test_stats.py checks the error
+rates with: the looks from max(contract launches, 2) to N, O'Brien-Fleming boundaries, the Welch-t bound
+on the launch-unit variance, the CV limit on the pooled reps) over arms of N engine starts x the
+contract's reps, each start with its own offset (sd `between`) and each rep its own noise (CV `within`),
+the candidate's true decode ratio `ratio`. Seeded; prints per cell the share of PASS / FAIL /
+INCONCLUSIVE and the mean launches an arm at the stop.
 
     python tools/verdict_odds.py contracts/qwen38-prodshape-bf16.yaml --max-launches 4 \
         --within 2 --between 1 2 3 5 10 --ratio 1.0 1.05 1.1

@@ -1,3 +1,3 @@
 """qgate: gate GPU kernel candidates for LLM decode on speed and quality."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

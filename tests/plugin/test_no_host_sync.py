@@ -4,7 +4,7 @@ On CUDA a scalar read of a device tensor (`.item()`, `int()`, `bool()`, `.tolist
 aten._local_scalar_dense), a data-dependent shape (`nonzero`, `masked_select`, `unique`), `equal`
 or a copy to the host each block the host until the GPU has caught up. One such call a decode step
 outside the CUDA graph (the eager lm_head) or a call at prefill would serialise the host with the GPU:
-the kind of cost the H200 probe looks for (docs/decode-step-analysis.md, H5). Here, on the CPU, a
+the kind of cost the H200 probe looks for (docs/evidence/decode-step-analysis.md, H5). Here, on the CPU, a
 dispatch mode watches the ops that each site's own Python calls (not what runs inside the kernels or
 inside vLLM's path), at decode (the routed path) and at prefill (vLLM's path through the site). The
 sites' hit counters are CPU tensors by design (attest.Tally.cell) and may be read.

@@ -1,7 +1,7 @@
 """What the HC and GDN sites hand back: the kernels' own outputs without a copy, a copy only of an output
 that shares memory with an input or another output (torch.library refuses those for a custom op), and
 the same values either way. On the H200 the HC site's unconditional copy of the injection was a copy
-kernel a call, 25 us of a production-shape decode step (docs/gpu.md)."""
+kernel a call, 25 us of a production-shape decode step (docs/evidence/gpu-sessions.md)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ torch.library checks at every call that a custom op's outputs neither are nor al
 other (RuntimeError otherwise). The kernels' own outputs are fresh allocations and pass as they are; a
 copy is made only of an output that does share memory (vLLM's path in a fallback can hand back its
 input, views of one buffer, an override anything), so a routed call adds no copy kernel (one a call
-was 25 us of a production-shape decode step on the H200: docs/gpu.md).
+was 25 us of a production-shape decode step on the H200: docs/evidence/gpu-sessions.md).
 """
 
 from __future__ import annotations
