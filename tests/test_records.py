@@ -30,7 +30,7 @@ _spec.loader.exec_module(support)
 def _real_records() -> list[Path]:
     """Every record file checked in: the test fixtures, the example report and the GPU runs' records."""
     found = []
-    for base in ("tests", "reports", "docs/gpu-runs"):
+    for base in ("tests", "reports", "docs/evidence/gpu-runs"):
         for path in sorted((REPO / base).rglob("*.json")):
             data = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(data, dict) and data.get("kind") in records.MODELS:
@@ -60,11 +60,11 @@ def test_checked_in_schemas_equal_the_models() -> None:
 
 def test_the_real_records_are_the_kinds_named() -> None:
     kinds = {json.loads(p.read_text(encoding="utf-8"))["kind"] for p in REAL}
-    # docs/gpu-runs' speed/control.json, candidate.json, verdict.json, ablation.json among them;
+    # docs/evidence/gpu-runs' speed/control.json, candidate.json, verdict.json, ablation.json among them;
     # tests/fixtures/records/quality_control.json: a real `qgate run quality -c contracts/quality-cpu.yaml
     # --arm control` on the CPU (its items cut to the first 2 of 48, to stay small)
     assert {"speed", "quality", "verdict", "ablation", "ops_bench", "processes"} <= kinds
-    assert any(p.match("docs/gpu-runs/*/run/compare/verdict.json") for p in REAL)
+    assert any(p.match("docs/evidence/gpu-runs/*/run/compare/verdict.json") for p in REAL)
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: str(p.relative_to(REPO)))
