@@ -29,14 +29,26 @@ class ModelRef(Open):
     config_sha256: str | None = None
 
 
+class RankCounts(Part):
+    """One tensor parallel rank's hits of a route (qgate.routes.collect): by role, and the engine starts
+    in which it ran the route."""
+
+    hits: int = Field(0, ge=0)
+    roles: dict[str, int] = Field(default_factory=dict)
+    starts: int = Field(0, ge=0)
+
+
 class RouteCounts(Part):
     """One route's attestation counts (qgate.routes.collect): executions, fallbacks by reason, hits by
-    role, calls captured into CUDA graphs by role."""
+    role, calls captured into CUDA graphs by role; each tensor parallel rank's hits (`ranks`, by rank)
+    and the engine starts in which some rank ran it (`starts`)."""
 
     hits: int = Field(0, ge=0)
     fallbacks: dict[str, int] = Field(default_factory=dict)
     roles: dict[str, int] = Field(default_factory=dict)
     captures: dict[str, int] = Field(default_factory=dict)
+    ranks: dict[str, RankCounts] = Field(default_factory=dict)
+    starts: int = Field(0, ge=0)
 
 
 class GateRecord(Part):
