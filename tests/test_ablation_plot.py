@@ -18,7 +18,8 @@ def _effect(ratio: float, low: float, high: float, verdict: str) -> dict:
 
 
 def _record() -> dict:
-    """The effects of the H100 ablation of 5 Dec 2026 (docs/evidence/gpu-runs/2026-12-05-h100-s8): fp16_gemv +4.0 %
+    """The effects of the H100 ablation of 5 Dec 2026 (docs/evidence/gpu-runs/2026-12-05-h100-s8):
+    fp16_gemv +4.0 %
     improved, fused_hc_fp16 +0.4 % no change; fused_gdn_input_fp16 made a regression here."""
     arm = {"decode_tok_s": [122.0, 122.1], "decode_tok_s_ci": [121.9, 122.2], "decode_tok_s_mean": 122.05}
     return {

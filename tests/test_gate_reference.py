@@ -79,7 +79,8 @@ def test_the_golden_verdict_names_only_registered_gates() -> None:
 
 
 def test_real_gpu_verdicts_and_ablations_name_only_registered_gates() -> None:
-    """The device runs' records under docs/evidence/gpu-runs (a verdict of schema 3, an ablation of schema 4)."""
+    """The device runs' records under docs/evidence/gpu-runs (a verdict of schema 3, an ablation of
+    schema 4)."""
     files = [
         p
         for p in sorted((REPO / "docs" / "evidence" / "gpu-runs").rglob("*.json"))
