@@ -226,7 +226,7 @@ def _night(
         ci_low=low,
         ci_high=high,
         band_basis=basis,
-        margin_pct=margins[sha].margin_pct if sha in margins else None,
+        margin_pct=margins[sha].margin_pct if isinstance(sha, str) and sha in margins else None,
         control_tok_s=c_now,
         candidate_tok_s=trend.arm_value(entry, "candidate", "decode_tok_s_mean"),
         candidate_min_tok_s=trend.arm_value(entry, "candidate", "decode_tok_s_min"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -167,7 +168,7 @@ def publish(
     store: str | Path | Store,
     out_dir: str | Path,
     entries: list[str] | None = None,
-    contracts: list[str | Path] | None = None,
+    contracts: Sequence[str | Path] | None = None,
     note: str | None = None,
 ) -> dict[str, Any]:
     """The history as a static site in OUT (index.html, one page per contract x runner; qgate.report.site),
@@ -184,9 +185,12 @@ def publish(
     ]
     for c in (load_contract(f) for f in files):
         gates = c.contract.speed.gates if c.contract.speed is not None else None
-        margins[c.sha256] = Margin(c.contract.name, c.sha256, gates and gates.max_decode_regression_pct)
+        margins[c.sha256] = Margin(
+            c.contract.name, c.sha256, gates.max_decode_regression_pct if gates else None
+        )
     series, labels = [], []
-    for entry in entries or [None]:
+    names: list[str | None] = [*entries] if entries else [None]
+    for entry in names:
         backend = open_store(store, entry)
         labels.append(backend.label)
         series += build_series(backend.read_rows(), entry, margins)

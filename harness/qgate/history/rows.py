@@ -74,7 +74,7 @@ def _check_type(column: str, value: Any) -> None:
         raise _Bad(f"= {value!r}: not a finite number")
 
 
-_JSON_SHAPES = {
+_JSON_SHAPES: dict[str, type | tuple[type, ...]] = {
     "decode_tok_s_reps": list,
     "verdicts": dict,
     "fingerprint": (dict, type(None)),
@@ -87,7 +87,7 @@ def _check_json(column: str, value: Any) -> None:
     if value is None:
         return
     try:
-        data = json.loads(value)
+        data: Any = json.loads(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise _Bad(f"= {cut(repr(value))}: not JSON ({type(exc).__name__})") from None
     if not isinstance(data, _JSON_SHAPES[column]):

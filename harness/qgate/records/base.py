@@ -62,7 +62,8 @@ def _is_type_tag(part: str) -> bool:
 
 
 def _models() -> list[type[BaseModel]]:
-    out, todo = [], [Part, Open, Record]
+    out: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [Part, Open, Record]
     while todo:
         cls = todo.pop()
         out.append(cls)

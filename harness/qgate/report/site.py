@@ -140,14 +140,18 @@ def ratio_plot(series: Series) -> str:
     strong = [
         (
             _day(series, n.night),
-            (n.ci_low, n.ci_high) if n.ci_low is not None and n.band_basis != "reps only" else None,
+            (n.ci_low, n.ci_high)
+            if n.ci_low is not None and n.ci_high is not None and n.band_basis != "reps only"
+            else None,
         )
         for n in series.nights
     ]
     weak = [
         (
             _day(series, n.night),
-            (n.ci_low, n.ci_high) if n.ci_low is not None and n.band_basis == "reps only" else None,
+            (n.ci_low, n.ci_high)
+            if n.ci_low is not None and n.ci_high is not None and n.band_basis == "reps only"
+            else None,
         )
         for n in series.nights
     ]

@@ -37,8 +37,8 @@ MAX_EXCESS_GAIN = 0.5
 def cpu_work(result: dict[str, Any]) -> bool:
     """Whether the arm's decode work is the engine child's CPU time: its engine core ran inside that
     process, and on no GPU (there the host's CPU time is launches and waits, the work the GPU's)."""
-    env = result.get("env") if isinstance(result.get("env"), dict) else {}
-    fp = result.get("fingerprint") if isinstance(result.get("fingerprint"), dict) else {}
+    env = e if isinstance(e := result.get("env"), dict) else {}
+    fp = f if isinstance(f := result.get("fingerprint"), dict) else {}
     return str(env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "")).strip() == "0" and not fp.get("gpu")
 
 
@@ -48,8 +48,9 @@ def _cost(rep: dict[str, Any], cpu: bool) -> float | None:
     else:
         tok_s, n = rep.get("decode_tok_s"), rep.get("output_tokens")
         v = (n - 1) / tok_s if isinstance(tok_s, (int, float)) and isinstance(n, int) and tok_s > 0 else None
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    return float(v) if ok else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
 
 
 def gains(result: dict[str, Any], cpu: bool) -> tuple[list[float], list[str]]:
