@@ -74,7 +74,7 @@ def _check_type(column: str, value: Any) -> None:
         raise _Bad(f"= {value!r}: not a finite number")
 
 
-_JSON_SHAPES: dict[str, type | tuple[type, ...]] = {
+_JSON_SHAPES: dict[str, Any] = {
     "decode_tok_s_reps": list,
     "verdicts": dict,
     "fingerprint": (dict, type(None)),
