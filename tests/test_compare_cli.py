@@ -250,12 +250,18 @@ def _pr_result(arm: str, tok_s: list[float], loaded: object) -> dict:
         rep.update(token_ids=ids, output_tokens=len(ids), token_ids_sha256=ids_sha256(ids))
     on = arm == "candidate"
     listed = routes.listed_roles(c.env_for(arm))  # the contract's GEMV roles: each must show hits
+    tp = int(c.engine_for(arm).get("tensor_parallel_size") or 1)
+
+    def counts(route: str) -> dict:  # every rank's hits too: at TP 4 each rank must show its own
+        roles = listed.get(route, ["decode"])
+        ranks = {
+            str(r): {"hits": 96 // tp, "roles": dict.fromkeys(roles, 96 // tp), "starts": 1}
+            for r in range(tp)
+        }
+        return {"hits": 96, "fallbacks": {}, "roles": dict.fromkeys(roles, 96), "ranks": ranks, "starts": 1}
+
     result["routes"] = {
-        route: (
-            {"hits": 96, "fallbacks": {}, "roles": dict.fromkeys(listed.get(route, ["decode"]), 96)}
-            if on
-            else {"hits": 0, "fallbacks": {}}
-        )
+        route: counts(route) if on else {"hits": 0, "fallbacks": {}}
         for route, var in support.STANDIN_ROUTES.items()
         if var in c.env_for(arm)
     }
