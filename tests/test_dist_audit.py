@@ -139,8 +139,11 @@ def test_repetition_gate_fails_a_cache_and_passes_noise():
     gate, s = rp.repetition_gate(_arm([1.0, 0.97, 1.04]), _arm([1.02, 1.05, 0.96]), 1)
     assert gate.passed, gate.detail
     assert s["cost"] == "cpu_s"
-    gate, s = rp.repetition_gate(_arm([1.0, 0.97, 1.04]), _arm([2.4, 2.9, 2.2]), 1)
+    gate, s = rp.repetition_gate(_arm([1.0, 0.97, 1.04], cpu=False), _arm([2.4, 2.9, 2.2], cpu=False), 1)
     assert not gate.passed and gate.severity == SEV_FAIL and "result cache" in gate.detail
+    assert s["cost"] == "decode_s"
+    gate, s = rp.repetition_gate(_arm([1.0, 0.97, 1.04]), _arm([2.4, 2.9, 2.2]), 1)  # on a CPU: reported
+    assert gate.passed and "not gated on a CPU" in gate.detail and s["cost"] == "cpu_s"
     gate, s = rp.repetition_gate(_arm([1.0], cpu=False), _arm([1.1], cpu=False), 1)
     assert gate.passed and s["cost"] == "decode_s"
 

@@ -29,12 +29,27 @@ MODELS: dict[str, dict] = {
         "honest": {
             "shipped": [[512, 0], [512, 0], [512, 0], [512, 0]],
             "memo-exact": [[512, 0], [512, 0], [512, 0], [512, 0]],
+            "reversed": [[512, 0], [512, 0], [512, 0], [512, 0]],  # rounding_routes: summed last block first
+            "f64": [[512, 0], [512, 0], [512, 0], [512, 0]],  # rounding_routes: float64 accumulation
         },
         "corrupt": {
             "defeat-lm-head": [[14, 6], [13, 6], [33, 15], [47, 19]],
             "top1": [[6, 6], [7, 7], [8, 8], [20, 20]],
             "defeat": [[2, 1], [10, 6], [1, 0], [11, 7]],
             "defeat-strided": [[6, 4], [7, 5], [4, 3], [4, 3]],
+        },
+    },
+    # The production-shape checkpoint (48 layers, random weights, bf16) on an H100, 2026-12-06 (d9079e6,
+    # docs/evidence/gpu-runs/2026-12-06-h100-s9): contracts/qwen38-prodshape-bf16.yaml, one engine start
+    # an arm of 4 reps, 2,048 in / 256 out; each corruption against the honest pair's control.
+    "prod-shape-bf16": {
+        "model_spec": "/tmp/qgate-prodshape",
+        "honest": {"shipped": [[9, 0], [51, 0], [135, 0], [19, 0]]},
+        "corrupt": {
+            "defeat-lm-head": [[1, 1], [1, 1], [1, 1], [2, 2]],
+            "top1": [[9, 9], [51, 51], [135, 135], [19, 19]],
+            "defeat": [[1, 1], [1, 1], [1, 1], [2, 2]],
+            "defeat-strided": [[1, 1], [1, 1], [2, 2], [1, 1]],
         },
     },
 }

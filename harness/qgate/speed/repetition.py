@@ -6,7 +6,8 @@ same bytes. With `speed.repeat_reps` set, each launch of both arms decodes its f
 after its timed reps (qgate.speed.workload.run_reps): the same route inputs at every step. An honest
 route costs the same the second time; a memo costs almost nothing. The gate compares each arm's cost of
 a repeat with the cost of the rep it repeats (the repetition gain: original / repeat) and FAILs when
-the candidate's median gain exceeds the control's by more than MAX_EXCESS_GAIN.
+the candidate's median gain exceeds the control's by more than MAX_EXCESS_GAIN, where it can: on a CPU
+the repeat's cost is too noisy (CPU_NOISE) and the gate reports without failing.
 
 The cost is the engine's CPU seconds over the rep (`cpu_s`, the engine child's process time) where the
 engine runs inside that process on a CPU (VLLM_ENABLE_V1_MULTIPROCESSING=0 in both arms, no GPU: the
@@ -32,6 +33,12 @@ NAME = gate_name(
 )()  # fmt: skip
 # The candidate's median repetition gain over the control's above which the gate FAILs (a ratio - 1).
 MAX_EXCESS_GAIN = 0.5
+# Why the gate does not fail on a CPU (docs/speed-audit.md section 5): there the excess ranged -11 % to
+# +48 % over honest candidates and the memo alike, under load; the screen's seen-input probe is the check.
+CPU_NOISE = (
+    "a repeat's CPU cost there varies by tens of percent (honest candidates measured up to +48 %); the "
+    "operator screen's seen-input probe is what catches a result cache"
+)
 
 
 def cpu_work(result: dict[str, Any]) -> bool:
@@ -97,7 +104,8 @@ def repetition_gate(
     control: dict[str, Any], candidate: dict[str, Any], repeat_reps: int | None
 ) -> tuple[Gate, dict[str, Any] | None]:
     """Not asked: a passed gate that says so. ERROR: asked, and an arm records no usable repeat.
-    FAIL: the candidate's median repetition gain exceeds the control's by more than MAX_EXCESS_GAIN."""
+    FAIL: the candidate's median repetition gain exceeds the control's by more than MAX_EXCESS_GAIN,
+    where the cost is the decode's seconds (a GPU); on a CPU (cpu_s) reported, never failing."""
     if not repeat_reps:
         return Gate(NAME, True, "not run: speed.repeat_reps is unset (a result cache's gain from "
                     "repeated inputs is not looked for)"), None  # fmt: skip
@@ -115,6 +123,8 @@ def repetition_gate(
     notes = [p for p in s["candidate_problems"] if "tokens" in p]
     if notes:
         fact += f"; {notes[0]}"
+    if s["excess_gain"] > MAX_EXCESS_GAIN and s["cost"] == "cpu_s":
+        return Gate(NAME, True, f"{fact}; not gated on a CPU: {CPU_NOISE}"), s
     if s["excess_gain"] > MAX_EXCESS_GAIN:
         return Gate(NAME, False, f"{fact}: the candidate is faster on inputs it has seen (a result cache)",
                     SEV_FAIL), s  # fmt: skip
