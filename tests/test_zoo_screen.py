@@ -98,7 +98,8 @@ def test_the_real_routes_screen_passes_with_nothing_unseen(small_demo: Path, tmp
 
 
 def test_a_stale_route_that_skips_less_often_than_the_screen_calls_is_missed(tmp_path: Path) -> None:
-    """The screen's reach (docs/integrity.md): it makes trials + 28 calls per shape; a route stale only
+    """The screen's reach (docs/integrity.md): it makes trials + 5 calls per shape (+ 24 where a call takes
+    50 us or more); a route stale only
     every 1000th call passes it, and only the engine gates (quality, the timed-output audit) can see it."""
     sys.path.insert(0, str(FIXTURES))
     try:
@@ -119,8 +120,9 @@ def test_a_stale_route_that_skips_less_often_than_the_screen_calls_is_missed(tmp
         finally:
             stale_routes._EVERY = every
         assert record["passed"] and record["overrides"] == {"fp16_gemv": "stale_routes:stale_gemv"}
-        # 4 trials + the determinism call + the in-place trial's two + the seen-input probe's 1 + 2 x 12
-        assert stale_routes._calls == 32
+        # 4 trials + the determinism call + the in-place trial's two + the seen-input probe's two, and its
+        # 2 x 12 pairs where a call takes 50 us or more (the machine's load decides)
+        assert stale_routes._calls in (9, 33), stale_routes._calls
     finally:
         sys.path.remove(str(FIXTURES))
 
