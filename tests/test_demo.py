@@ -34,9 +34,48 @@ def test_demo_contract_has_the_three_gates_on_one_model(tmp_path: Path) -> None:
     assert plan.plans[1].env == c.env_for("candidate")
 
 
-def test_plan_refuses_a_contract_without_every_section(tmp_path: Path) -> None:
-    with pytest.raises(demo.DemoError, match="missing: ops, quality"):
+def test_plan_refuses_a_contract_whose_model_no_screen_reads(tmp_path: Path) -> None:
+    """No ops section: the screen is the real-weight one, which reads Qwen4Exp checkpoints only."""
+    with pytest.raises(demo.DemoError, match="cannot read model 'tiny'"):
         demo.make_plan(CONTRACTS / "smoke-cpu.yaml", tmp_path / "out")
+
+
+def test_plan_of_a_production_shape_contract_runs_the_real_screen_and_no_quality_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The production-shape contracts (a checkpoint path, no ops, no quality): the demo takes them, with
+    --until-decided's launches; a faulty kind caught only by the quality gate is refused in one line."""
+    plan = demo.make_plan(CONTRACTS / "qwen38-prodshape-fp16.yaml", tmp_path / "o", until_decided=6)
+    c = plan.loaded.contract
+    assert c.ops is None and c.quality is None and plan.until_decided == 6
+    with pytest.raises(demo.DemoError, match="first look needs 2 launches"):
+        demo.make_plan(CONTRACTS / "qwen38-prodshape-fp16.yaml", tmp_path / "p", until_decided=1)
+    assert demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "q", faulty="top1").faulty == "top1"
+    quality_only = demo.FaultyKind("slow_routes:perturbed_gemv", "a wrong answer", (demo.QUALITY,))
+    monkeypatch.setitem(demo.FAULTY_KINDS, "answers", quality_only)
+    with pytest.raises(demo.DemoError, match="caught by the quality gate, which .* does not run"):
+        demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "r", faulty="answers")
+
+
+def test_a_demo_without_a_quality_section_claims_nothing_of_answers(tmp_path: Path) -> None:
+    """The quality gate NOT RUN: the verdict is the other gates', the summary says no quality gate ran,
+    and a faulty kind the screen or speed gate must catch is judged by those alone."""
+    plan = demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "out")
+    plan.out.mkdir()
+    skipped = demo.run_quality_gate(plan)
+    assert skipped.verdict == demo.NOT_RUN and "no quality gate ran" in skipped.reasons[0]
+    model = {"spec": "tiny-qwen4exp", "path": "/m", "seconds": 0.1, "built_now": False}
+    record = demo.summarize_demo(
+        plan, [_gate("operator screen", "PASS"), _gate("speed", "PASS"), skipped], model, 0.0
+    )
+    assert record["verdict"] == "PASS" and record["screen"] == "real" and record["until_decided"] is None
+    assert not record["claims"]["answers_like_control"] and "answers like" not in record["next_step"]
+    assert record["next_step"].endswith("No quality gate ran: nothing is said of what it would judge.")
+    assert "NOT RUN" in (plan.out / "summary.md").read_text()
+    sign = demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "s", faulty="sign")
+    caught = [_gate("operator screen", "FAIL"), _gate("speed", "PASS"), skipped]
+    assert demo.faulty_missed(sign, caught) == []
+    assert demo.faulty_missed(sign, [_gate("operator screen", "PASS"), *caught[1:]]) == ["operator screen"]
 
 
 def test_gpu_demo_contract_has_the_cpu_demos_model_and_quality_and_screens_where_asked(
@@ -267,7 +306,7 @@ def test_a_speed_up_says_which_routes_roles_and_calls_made_it(tmp_path: Path) ->
     assert demo.exit_code(record) == 0 and figure in says
     assert "the fp16_gemv route ran 9,000 batch-one projections (down_proj 2,000, gate_up_proj 2,000" in says
     assert "lm_head 1,000" in says and "90 calls (prefill, batch > 1) kept vLLM's path" in says
-    assert record["gates"][1]["routes"] == routes and record["schema_version"] == 3
+    assert record["gates"][1]["routes"] == routes and record["schema_version"] == 4
 
 
 def test_an_undecided_speed_gate_stays_undecided_and_says_so(tmp_path: Path) -> None:
@@ -285,7 +324,7 @@ def test_cli_bad_contract_is_one_line_exit_2(tmp_path: Path) -> None:
         "demo", "--contract", str(CONTRACTS / "smoke-cpu.yaml"), "--out", str(tmp_path / "o"), timeout=120
     )
     assert res.returncode == 2, res.stderr
-    assert "missing: ops, quality" in res.stderr and "Traceback" not in res.stderr
+    assert "cannot read model 'tiny'" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_a_speed_gate_whose_audit_failed_says_the_timed_output_was_caught(tmp_path: Path) -> None:

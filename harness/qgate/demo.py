@@ -35,10 +35,13 @@ from typing import Any
 from qgate.contract import LoadedContract, load_contract
 from qgate.engine.arms import ARMS, ArmPlan, contract_arms
 from qgate.errors import QgateError
+from qgate.models import BUILTIN, QWEN4EXP_BUILTIN
 from qgate.results import atomic_write_json, atomic_write_text, current_schema, utc_now
 from qgate.shipped import contract as shipped_contract
 from qgate.shipped import faulty_routes_dir
 from qgate.speed.audit import NAME as AUDIT
+from qgate.speed.dist_audit import NAME as DIST_AUDIT
+from qgate.speed.repetition import NAME as REPETITION
 from qgate_route_env import ROUTE_GEMV, override_var
 
 DEMO_SCHEMA_VERSION = current_schema("demo")
@@ -46,6 +49,7 @@ DEFAULT_CONTRACT = "demo-cpu.yaml"  # a shipped contract (qgate.shipped): contra
 VERDICT_CODES = {"PASS": 0, "FAIL": 1, "ERROR": 3, "INCONCLUSIVE": 4}
 FAULTY_ROUTE_VAR = override_var(ROUTE_GEMV)
 SCREEN, SPEED, QUALITY = "operator screen", "speed", "quality"
+NOT_RUN = "NOT RUN"  # a gate the contract has no section for: no verdict, and no claim from it
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,9 @@ class DemoPlan:
     # Where the operator screen runs the routes' ops: "cpu", "cuda", or "auto" (CUDA when torch sees a
     # GPU): on a GPU runner the screen then judges the CUDA kernels the engine runs.
     device: str = "auto"
+    # `--until-decided` (qgate.speed.run.run_speed_until_decided): launch pairs up to this many an arm
+    # until the speed gate decides; None: the contract's launches, one comparison
+    until_decided: int | None = None
 
 
 def fixtures_dir() -> Path:
@@ -179,23 +186,42 @@ def faulty_kind(faulty: bool | str | None) -> str | None:
     return kind
 
 
-def make_plan(contract: Path, out: Path, faulty: bool | str | None = None, device: str = "auto") -> DemoPlan:
+def make_plan(
+    contract: Path,
+    out: Path,
+    faulty: bool | str | None = None,
+    device: str = "auto",
+    until_decided: int | None = None,
+) -> DemoPlan:
     kind = faulty_kind(faulty)
     if device not in ("auto", "cpu", "cuda"):
         raise DemoError(f"--device {device!r}: expected auto, cpu or cuda")
     loaded = load_contract(contract)
     c = loaded.contract
-    missing = [s for s in ("ops", "speed", "quality") if getattr(c, s) is None]
-    if missing:
+    if c.speed is None:
+        raise DemoError(f"{contract}: the demo needs a speed section (ops and quality are optional)")
+    if until_decided is not None and until_decided < max(2, c.speed.launches):
         raise DemoError(
-            f"{contract}: the demo needs ops, speed and quality sections; missing: {', '.join(missing)}"
+            f"--max-launches {until_decided}: the first look needs {max(2, c.speed.launches)} launches an arm"
         )
     if out.exists() and any(out.iterdir()):
         raise DemoError(f"{out} exists and is not empty; choose another --out")
+    if c.ops is None and c.model in BUILTIN and c.model not in QWEN4EXP_BUILTIN:
+        # the real-weight screen reads Qwen4Exp checkpoints (a path is checked when the screen opens it)
+        raise DemoError(
+            f"{contract}: no ops section, and the real-weight screen cannot read model {c.model!r} "
+            "(not a Qwen4Exp): add an ops section (the screen at its shapes)"
+        )
     plans = contract_arms(loaded, ARMS)
+    runs = {SCREEN, SPEED} | ({QUALITY} if c.quality is not None else set())
+    if kind is not None and not runs & set(FAULTY_KINDS[kind].caught_by):
+        raise DemoError(
+            f"--faulty-kind {kind}: caught by the {_joined(list(FAULTY_KINDS[kind].caught_by))} gate, which "
+            f"{contract} does not run (no quality section)"
+        )
     if kind is not None:
         plans = [plans[0], faulty_candidate(plans[1], kind)]
-    return DemoPlan(loaded, out, kind, plans, device)
+    return DemoPlan(loaded, out, kind, plans, device, until_decided)
 
 
 def faulty_candidate(cand: ArmPlan, kind: str) -> ArmPlan:
@@ -232,22 +258,60 @@ def ensure_model(plan: DemoPlan) -> tuple[str, float, bool]:
 
 
 def run_screen_gate(plan: DemoPlan) -> GateOutcome:
-    from qgate.ops.run import run_ops
+    """The candidate's code (its overrides as its engine imports them, from the plan's env) against the
+    references: at the shapes of the contract's ops section, or, without one, on the contract's own
+    checkpoint as vLLM loads it (qgate.ops.real: every routed site, every TP rank, random inputs)."""
+    from qgate.ops.run import run_ops, run_real_ops
 
     t0 = time.perf_counter()
-    report = str(plan.out / "ops" / "ops.md")
-    try:  # the candidate's code: its overrides as its engine imports them, from the plan's env
-        record = run_ops(
-            plan.loaded,
-            plan.out,
-            plan.device,
-            arm="candidate",
-            env=plan.plans[1].env,
-            control_env=plan.plans[0].env,
-        )
+    real = plan.loaded.contract.ops is None
+    report = str(plan.out / "ops" / ("real.md" if real else "ops.md"))
+    arm = {"arm": "candidate", "env": plan.plans[1].env, "control_env": plan.plans[0].env}
+    try:
+        if real:
+            record = run_real_ops(plan.loaded, plan.out, device=plan.device, **arm)  # type: ignore[arg-type]
+        else:
+            record = run_ops(plan.loaded, plan.out, plan.device, **arm)  # type: ignore[arg-type]
     except QgateError as exc:
         return GateOutcome(SCREEN, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
-    return replace(screen_outcome(record, report), seconds=time.perf_counter() - t0)
+    outcome = real_screen_outcome(record, report) if real else screen_outcome(record, report)
+    return replace(outcome, seconds=time.perf_counter() - t0)
+
+
+def real_screen_outcome(record: dict[str, Any], report: str) -> GateOutcome:
+    """The real-weight screen's record (qgate.ops.run.run_real_ops with an arm) as the demo's gate: FAIL
+    on a role over its bound, a biased route or a non-finite weight; INCONCLUSIVE when it passed on what
+    it ran but did not run all of the candidate's code (a route it skipped counts as not run)."""
+    roles = record["roles"]
+    calls = sum(r["calls"] for r in roles)
+    bitwise = sum(r["bitwise_equal"] for r in roles)
+    outputs = sum(r["bound"]["outputs"] for r in roles)
+    worst = max((r["bound"]["worst_ratio"] for r in roles), default=float("nan"))
+    ran = ", ".join(f"{r}: {spec}" for r, spec in (record.get("overrides") or {}).items())
+    what = f"the candidate's override ({ran})" if ran else "the routes' kernels"
+    where = (record.get("device") or {}).get("device", "?")
+    figure = (
+        f"{what} on {where}, {record['model_dir']}'s weights ({record['dtype']}, TP {record['tp']}): "
+        f"{len(roles)} roles, {calls} calls, {outputs:,} outputs: worst err/bound {worst:.3g}, "
+        f"{bitwise}/{calls} bitwise"
+    )
+    reasons = [
+        f"{r['route']} {r['role']}: {r['bound']['over_bound']} of {r['bound']['outputs']} outputs over "
+        f"the bound (worst err/bound {r['bound']['worst_ratio']:.3g})"
+        for r in roles
+        if not r["passed"]
+    ]
+    reasons += [
+        f"{b['route']}: biased: sign test p = {b['p_value']:.3g} < {b['alpha']:g}"
+        for b in record.get("bias") or []
+        if not b["passed"]
+    ]
+    reasons += [f"weight {w}" for w in record.get("weight_failures") or []]
+    unseen = list(record.get("unseen") or [])
+    reasons += [f"not screened: {u}" for u in unseen]
+    verdict = "FAIL" if not record["passed"] else "INCONCLUSIVE" if unseen else "PASS"
+    exact = bool(calls) and bitwise == calls
+    return GateOutcome(SCREEN, verdict, figure, report, 0.0, reasons, unseen=unseen, bitwise_all=exact)
 
 
 def screen_outcome(record: dict[str, Any], report: str) -> GateOutcome:
@@ -299,9 +363,14 @@ def _run_gate(
 
 
 def run_speed_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
-    from qgate.speed.run import run_speed
+    from qgate.speed.run import run_speed, run_speed_until_decided
 
-    record, outcome = _run_gate(plan, "speed", run_speed, progress)
+    def until_decided(loaded: LoadedContract, out: Path, **run: Any) -> Any:
+        assert plan.until_decided is not None
+        return run_speed_until_decided(loaded, out, plan.until_decided, **run)
+
+    runner = run_speed if plan.until_decided is None else until_decided
+    record, outcome = _run_gate(plan, "speed", runner, progress)
     if record is None:
         return outcome
     improved = ((record.get("stats") or {}).get("decode_tok_s") or {}).get("verdict") == "improved"
@@ -354,6 +423,13 @@ def speed_figure(record: dict[str, Any]) -> str:
 def run_quality_gate(plan: DemoPlan, progress: Any = None) -> GateOutcome:
     from qgate.quality.run import run_quality
 
+    if plan.loaded.contract.quality is None:  # a checkpoint without trained weights: nothing to answer
+        why = (
+            f"{plan.loaded.path} has no quality section (a model without trained weights, such as the "
+            "production-shape checkpoint, answers nothing to grade): no quality gate ran, and this summary "
+            "says nothing of the candidate's answers"
+        )
+        return GateOutcome(QUALITY, NOT_RUN, "-", "-", 0.0, [why])
     record, outcome = _run_gate(plan, "quality", run_quality, progress)
     if record is None:
         return outcome
@@ -376,17 +452,17 @@ def quality_figure(record: dict[str, Any]) -> str:
 
 
 def overall(gates: list[GateOutcome]) -> str:
-    """The worst verdict: ERROR > FAIL > INCONCLUSIVE > PASS."""
+    """The worst verdict of the gates that ran: ERROR > FAIL > INCONCLUSIVE > PASS (a gate NOT RUN has
+    none; the summary and its claims say what did not run)."""
     order = ["PASS", "INCONCLUSIVE", "FAIL", "ERROR"]
-    return max(
-        (g.verdict if g.verdict in order else "ERROR" for g in gates), key=order.index, default="ERROR"
-    )
+    ran = [g for g in gates if g.verdict != NOT_RUN]
+    return max((g.verdict if g.verdict in order else "ERROR" for g in ran), key=order.index, default="ERROR")
 
 
 def claims(gates: list[GateOutcome]) -> dict[str, bool]:
     """What the summary may say of the candidate: each claim only from a gate of this run that measured
     it on the code that ran (the screen on the candidate's own code, with nothing of it unseen)."""
-    by = {g.gate: g for g in gates}
+    by = {g.gate: g for g in gates if g.verdict != NOT_RUN}
     screen, speed, quality = by.get(SCREEN), by.get(SPEED), by.get(QUALITY)
     within = screen is not None and screen.verdict == "PASS" and not screen.unseen
     return {
@@ -421,19 +497,30 @@ def faulty_missed(plan: DemoPlan, gates: list[GateOutcome]) -> list[str]:
     kind = FAULTY_KINDS[plan.faulty]
     ok = {"FAIL"} if kind.must == "FAIL" else {"FAIL", "INCONCLUSIVE"}  # ERROR judged nothing
     held = {g.gate for g in gates if g.verdict in ok}
-    return [g for g in kind.caught_by if g not in held]
+    ran = {g.gate for g in gates if g.verdict != NOT_RUN}
+    return [g for g in kind.caught_by if g in ran and g not in held]
 
 
 def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
-    """One sentence a newcomer can act on."""
-    by = {g.gate: g for g in gates}
+    """One sentence a newcomer can act on (and, where a gate did not run, what is not claimed)."""
+    return _next_step(plan, gates) + _not_run(gates)
+
+
+def _not_run(gates: list[GateOutcome]) -> str:
+    skipped = [g.gate for g in gates if g.verdict == NOT_RUN]
+    return f" No {_joined(skipped)} gate ran: nothing is said of what it would judge." if skipped else ""
+
+
+def _next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
+    by = {g.gate: g for g in gates if g.verdict != NOT_RUN}
     speed, quality, screen = by.get(SPEED), by.get(QUALITY), by.get(SCREEN)
     if plan.faulty is not None:
         kind = FAULTY_KINDS[plan.faulty]
         missed = faulty_missed(plan, gates)
         if not missed:
+            caught = [g.gate for g in gates if g.gate in kind.caught_by and g.verdict != NOT_RUN]
             return (
-                f"The {_joined(list(kind.caught_by))} gate{'s' if len(kind.caught_by) > 1 else ''} caught "
+                f"The {_joined(caught)} gate{'s' if len(caught) > 1 else ''} caught "
                 f"{kind.what}: {'each FAILed' if kind.must == 'FAIL' else 'no PASS'}, and the reasons above "
                 "and in the reports say where; this is "
                 "what a wrong kernel looks like to qgate, so gate your own candidate the same way before "
@@ -467,7 +554,9 @@ def next_step(plan: DemoPlan, gates: list[GateOutcome]) -> str:
             f"The quality gate could not decide ({quality.verdict}): its reason above says what evidence "
             f"is missing (e.g. more seeds in the contract's quality.repeats); see {quality.report}."
         )
-    audited = [r for r in (speed.reasons if speed is not None else []) if AUDIT in r]
+    # the timed output's audits (tokens, distributions) and TEST04's repeated inputs
+    gates_of_output = (AUDIT, DIST_AUDIT, REPETITION)
+    audited = [r for r in (speed.reasons if speed else []) if any(a in r for a in gates_of_output)]
     if (
         audited and speed is not None
     ):  # the timed output is not the control's work: no sentence about its speed or answers
@@ -545,6 +634,8 @@ def summarize_demo(
         "out": str(plan.out),
         "faulty": plan.faulty,
         "screen_device": plan.device,
+        "screen": "real" if plan.loaded.contract.ops is None else "shapes",
+        "until_decided": plan.until_decided,
         "candidate_env": plan.plans[1].env,
         "model": model,
         "gates": [asdict(g) for g in gates],

@@ -14,6 +14,8 @@ from qgate.results import ResultError
 BUILTIN = ("tiny", "tiny-trained", "tiny-trained-wide", "tiny-qwen4exp")
 # The built-in models trained on the frozen GSM8K items (on the data the quality gate reads).
 TRAINED = ("tiny-trained", "tiny-trained-wide")
+# The built-in Qwen4Exp: the only built-in model the real-weight screen (qgate.ops.real) reads.
+QWEN4EXP_BUILTIN = ("tiny-qwen4exp",)
 
 
 # A URL or any `scheme:` (file:///etc/passwd, s3://bucket/m, hf:org/name, https://...): nothing the

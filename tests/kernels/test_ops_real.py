@@ -225,3 +225,58 @@ def test_a_dtype_the_routes_op_does_not_take_on_the_device_is_one_line(
         ],
     )
     assert bad.exit_code == 2 and "'fp32' is not one of" in bad.output
+
+
+def test_the_candidates_own_code_is_screened_on_the_real_weights(tmp_path: Path) -> None:
+    """`qgate demo` on a contract without an ops section: the candidate's override runs in place of the
+    kernel on the checkpoint's own weights (a sign-flipping GEMV FAILs where the kernels PASS), and what
+    the screen did not run of its code is listed."""
+    from qgate.contract import load_contract
+    from qgate.ops.run import run_real_ops
+    from qgate.shipped import faulty_routes_dir
+
+    loaded = load_contract(Path(CONTRACT))
+    cand, ctrl = loaded.contract.env_for("candidate"), loaded.contract.env_for("control")
+    honest = run_real_ops(loaded, tmp_path / "h", device="cpu", trials=2, arm="candidate", control_env=ctrl)
+    assert honest["passed"] and honest["arm"] == "candidate" and honest["overrides"] == {}
+    assert honest["unseen"] == []
+    faulty = cand | {
+        "QGATE_ROUTE_IMPL_FP16_GEMV": "slow_routes:perturbed_gemv",
+        "PYTHONPATH": str(faulty_routes_dir()),
+    }
+    record = run_real_ops(
+        loaded, tmp_path / "f", device="cpu", trials=2, arm="candidate", env=faulty, control_env=ctrl
+    )
+    assert not record["passed"] and record["overrides"] == {"fp16_gemv": "slow_routes:perturbed_gemv"}
+    failed = {r["role"] for r in record["roles"] if not r["passed"]}
+    assert "lm_head" in failed and failed <= {
+        "out_proj",
+        "qkv_proj",
+        "o_proj",
+        "gate_up_proj",
+        "down_proj",
+        "gate",
+        "shared_expert_gate",
+        "lm_head",
+    }
+    assert (
+        "its overrides ran (fp16_gemv: slow_routes:perturbed_gemv)"
+        in (tmp_path / "f" / "ops" / "real.md").read_text()
+    )
+    unscreened = cand | {"VLLM_SM70_QWEN38_QSA_TOPK": "1"}  # a route the real screen has no site for
+    spots = run_real_ops(
+        loaded, tmp_path / "u", device="cpu", trials=1, arm="candidate", env=unscreened, control_env=ctrl
+    )
+    assert any("qsa_topk" in u for u in spots["unseen"]), spots["unseen"]
+
+
+def test_a_model_that_is_not_a_qwen4exp_is_one_line(tmp_path: Path) -> None:
+    model = _bad_copy(tmp_path, "bf16")
+    cfg = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(cfg | {"architectures": ["Qwen3ForCausalLM"]}))
+    res = CliRunner().invoke(
+        app, ["run", "-c", CONTRACT, "-o", str(tmp_path / "o"), "--real", "--model", str(model)]
+    )
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert "architectures ['Qwen3ForCausalLM']: the real-weight screen reads Qwen4ExpForCausalLM" in line

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from qgate.cli._options import DeviceChoice, exit_with, user_errors
+from qgate.cli._options import DeviceChoice, MaxLaunchesOpt, UntilDecidedOpt, exit_with, user_errors
 from qgate.demo import FAULTY_KINDS
 
 # --faulty-kind's choices, made from qgate.demo.FAULTY_KINDS so that a new kind is one at once. A type
@@ -30,7 +30,8 @@ DemoContractOpt = Annotated[
     typer.Option(
         "--contract",
         "-c",
-        help="contract with ops, speed and quality (default: the shipped demo-cpu.yaml)",
+        help="contract with a speed section (default: the shipped demo-cpu.yaml); without an ops section "
+        "the screen runs on its checkpoint's weights, without a quality section no quality gate runs",
     ),
 ]
 DemoOutOpt = Annotated[
@@ -66,8 +67,14 @@ def demo(
     faulty: FaultyOpt = False,
     faulty_kind: FaultyKindOpt = None,
     device: DeviceOpt = DeviceChoice.auto,
+    until_decided: UntilDecidedOpt = False,
+    max_launches: MaxLaunchesOpt = 6,
 ) -> None:
-    """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary."""
+    """The whole gate on one contract: operator screen, speed gate, GSM8K quality gate, one summary.
+
+    On a production-shape contract (no ops or quality section: a checkpoint without trained weights)
+    the screen runs the candidate's code on the checkpoint's weights as vLLM loads them, the speed gate
+    carries its audits, and the summary says that no quality gate ran."""
     from qgate import demo as core
     from qgate.cli._progress import QualityProgress, SpeedProgress, shown
     from qgate.report.demo import summary_table
@@ -81,7 +88,7 @@ def demo(
     tag = f"-faulty-{kind_name}" if kind_name else "-faulty" if faulty else ""
     out = out or Path("runs") / (time.strftime("demo-%Y%m%d-%H%M%S") + tag)
     with user_errors():
-        plan = core.make_plan(contract, out, kind, device.value)
+        plan = core.make_plan(contract, out, kind, device.value, max_launches if until_decided else None)
         faulty_txt = f" (faulty candidate: {plan.faulty})" if plan.faulty else ""
         console.rule(f"qgate demo: {contract} -> {out}{faulty_txt}")
         with console.status(
@@ -90,11 +97,13 @@ def demo(
             path, seconds, built = core.ensure_model(plan)
         how = f"built now in {seconds:.0f} s (first use)" if built else "cached"
         console.print(f"model: {shown(path)} ({how})")
-        console.rule("1/3 operator screen (qgate run ops)")
+        real = " --real" if plan.loaded.contract.ops is None else ""
+        console.rule(f"1/3 operator screen (qgate run ops{real})")
         with console.status("screening the routes' ops against their references"):
             gates = [core.run_screen_gate(plan)]
         console.print(f"operator screen: {shown(gates[-1].verdict)}: {shown(gates[-1].figure)}")
-        console.rule("2/3 speed gate (qgate run speed + qgate compare)")
+        decided = f" --until-decided --max-launches {max_launches}" if until_decided else ""
+        console.rule(f"2/3 speed gate (qgate run speed{decided} + qgate compare)")
         with SpeedProgress(plan.loaded.contract) as progress:
             gates.append(core.run_speed_gate(plan, progress))
         console.print(f"speed: {shown(gates[-1].verdict)}: {shown(gates[-1].figure)}")

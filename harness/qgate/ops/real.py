@@ -132,6 +132,11 @@ def screen_site(site: Site, inputs: list[tuple[Tensor, ...]], dev: torch.device)
             "chain_max_ulp": chain_ulp, "bound": tally.as_dict(), "_tally": tally}  # fmt: skip
 
 
+# The routes whose sites the real-weight screen reads and runs (the QSA top-k is judged on recorded
+# score rows only: `topk`).
+REAL_ROUTES = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC)
+
+
 def run_real_screen(
     model_dir: Path,
     tp: int,
@@ -141,7 +146,7 @@ def run_real_screen(
     device: str,
     seed: int | None = None,
     contract: dict[str, Any] | None = None,
-    routes: tuple[str, ...] = (ROUTE_GEMV, ROUTE_GDN, ROUTE_HC),
+    routes: tuple[str, ...] = REAL_ROUTES,
     shims: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Screen every routed site of the checkpoint on every TP rank, its weights as vLLM loads them in
@@ -325,6 +330,12 @@ def real_markdown(record: dict[str, Any]) -> str:
     for t in record["bias"]:
         lines.append(f"| {t['route']} | {t['above_rn']} | {t['below_rn']} | {t['p_value']:.3g} "
                      f"| {'ok' if t['passed'] else 'FAIL'} |")  # fmt: skip
+    if record.get("arm") is not None:  # schema 3: the arm's own code screened in place of the kernels
+        ran = ", ".join(f"{r}: {spec}" for r, spec in (record.get("overrides") or {}).items())
+        what = f"its overrides ran ({ran})" if ran else "the kernels ran"
+        lines.append(f"\nArm {record['arm']}: {what}.")
+        for u in record.get("unseen") or []:
+            lines.append(f"\nnot screened: {u}")
     for route, why in record["skipped"].items():
         lines.append(f"\n{route}: not screened: {why}")
     for line in record["weight_failures"]:

@@ -177,12 +177,19 @@ def run_real_ops(
     trials: int | None = None,
     force: bool = False,
     dtype: str | None = None,
+    arm: str | None = None,
+    env: Mapping[str, str] | None = None,
+    control_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Real-weight bounds on the checkpoint (the contract's model unless `model` is given), at the
     contract's tensor parallel size and dtype (`dtype`: fp16 or bf16 instead); writes real.json and
-    real.md; returns the record."""
+    real.md; returns the record. `arm` (with `env`, `control_env` as in run_ops): screen the code that arm
+    runs, its route overrides in place of the kernels, and list in `unseen` what of it the screen did not
+    run (`qgate demo` on a production-shape contract: the candidate's own code on the real weights)."""
     from qgate.models import model_dir
-    from qgate.ops.real import real_markdown, run_real_screen
+    from qgate.ops.real import REAL_ROUTES, real_markdown, run_real_screen
+    from qgate.ops.screen import _replaced_ops
+    from qgate.ops.seen import blind_spots
 
     c = loaded.contract
     engine = c.engine_for("candidate")
@@ -195,17 +202,31 @@ def run_real_ops(
     where = model if model is not None else model_dir(c.model)
     if activations is not None and not activations.is_dir():
         raise OpsError(f"--activations {activations}: not a directory")
-    record = run_real_screen(
-        where,
-        tp or int(engine.get("tensor_parallel_size", 1)),
-        dtype,
-        activations,
-        trials or _ops_section(loaded).trials,
-        resolve_device(device),
-        _ops_section(loaded).seed,
-        _contract_ref(loaded),
-        shims=tuple(c.shims),
-    )
+    env = arm_env(loaded, arm, env)
+    specs, replacements = _arm_overrides(loaded, arm, env)
+    with _replaced_ops(replacements):
+        record = run_real_screen(
+            where,
+            tp or int(engine.get("tensor_parallel_size", 1)),
+            dtype,
+            activations,
+            trials or _ops_section(loaded).trials,
+            resolve_device(device),
+            _ops_section(loaded).seed,
+            _contract_ref(loaded),
+            shims=tuple(c.shims),
+        )
+    if arm is not None:
+        # a route the screen skipped (HC parameters in another dtype) ran vLLM's path, not the arm's code
+        screened = [r for r in REAL_ROUTES if r not in record["skipped"]]
+        control = None
+        if arm == "candidate":
+            control = control_env if control_env is not None else c.env_for("control")
+        record |= {
+            "arm": arm,
+            "overrides": {r: s for r, s in specs.items() if r in screened},
+            "unseen": blind_spots(env, screened, control),
+        }
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), real_markdown(record))
     return record

@@ -54,6 +54,9 @@ class Site:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+QWEN4EXP = "Qwen4ExpForCausalLM"
+
+
 class Checkpoint:
     """The safetensors files of a model directory; tensors opened one at a time, by name."""
 
@@ -70,6 +73,12 @@ class Checkpoint:
             raise WeightsError(f"{cfg_path}: missing")
         cfg = json.loads(cfg_path.read_text())
         self.config: dict[str, Any] = cfg.get("text_config", cfg)
+        # the sites below are Qwen4Exp's (vLLM's qwen4_exp model code): any other model has other names
+        archs = cfg.get("architectures") or self.config.get("architectures") or []
+        if QWEN4EXP not in archs:
+            raise WeightsError(
+                f"{cfg_path}: architectures {archs}: the real-weight screen reads {QWEN4EXP} checkpoints only"
+            )
         self.dir = model_dir
         self._where: dict[str, Path] = {}
         for f in files:

@@ -5,6 +5,9 @@ Format history:
   2: the speed gate's outcome lists the candidate's routes that ran (`routes`).
   3: `faulty` is the faulty kind or null, the screen's outcome lists what it did not see (`unseen`,
      `bitwise_all`), `claims` (what the summary may say, from the gates of the run), `faulty_what`.
+  4: a gate the contract has no section for is "NOT RUN" (the production-shape contracts: no quality
+     gate); `screen` says which screen ran ("shapes": the ops section's, "real": the checkpoint's
+     weights); `until_decided` (the speed gate's --max-launches, null: the contract's launches).
 
 Top-level keys are refused unless named (extra="forbid"): the summary is written at once.
 """
@@ -18,10 +21,10 @@ from qgate.records.parts import ContractRef
 
 
 class DemoGate(Open):
-    """One of the demo's three gates (screen, speed, quality) as it ran."""
+    """One of the demo's three gates (screen, speed, quality) as it ran, or NOT RUN."""
 
     gate: str
-    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR"]
+    verdict: Literal["PASS", "FAIL", "INCONCLUSIVE", "ERROR", "NOT RUN"]
     reasons: list[str]
     seconds: float
     figure: str | None = None
@@ -30,7 +33,7 @@ class DemoGate(Open):
 
 class Demo(Record):
     kind: Literal["demo"]
-    schema_version: Literal[1, 2, 3]
+    schema_version: Literal[1, 2, 3, 4]
     created_at: str
     contract: ContractRef
     out: str
@@ -41,6 +44,8 @@ class Demo(Record):
     faulty_caught: bool | None = None
     faulty_what: str | None = None
     screen_device: str | None = None
+    screen: Literal["shapes", "real"] | None = None
+    until_decided: int | None = None
     candidate_env: dict[str, str] | None = None
     claims: dict[str, bool] | None = None
     gates_seconds: float | None = None

@@ -15,7 +15,13 @@ _CLAIMS = (
     ("not_slower", "not slower (speed PASS)"),
     ("faster", "faster (speed PASS, improved)"),
 )
-_STYLE = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold magenta", "INCONCLUSIVE": "bold yellow"}
+_STYLE = {
+    "PASS": "bold green",
+    "FAIL": "bold red",
+    "ERROR": "bold magenta",
+    "INCONCLUSIVE": "bold yellow",
+    "NOT RUN": "dim",
+}
 
 
 def _kind(record: dict[str, Any]) -> str:
