@@ -165,3 +165,21 @@ def test_a_tp_the_contracts_lack_or_a_machine_short_of_gpus_stops_the_call_first
         proc, _ = _call(tmp_path / script, script, *args, TP="4", DRY_RUN="0")
         assert proc.returncode == 3, (script, proc.stdout + proc.stderr)
         assert "TP=4 needs 4 GPUs; this machine has 0" in proc.stdout
+
+
+def test_the_production_gate_is_one_demo_command_and_the_zoo_runs_against_its_control(tmp_path: Path) -> None:
+    proc, said = _call(tmp_path, "78-demo.sh", "fp16", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    c = _tp1("fp16")
+    assert said == [f"demo -c {c} -o RUNS/demo-fp16 --until-decided --max-launches 3 --device cuda"]
+    control = tmp_path / "runs" / "demo-fp16" / "speed" / "control.json"
+    control.parent.mkdir(parents=True)
+    control.write_text("{}")
+    proc, said = _call(tmp_path, "77-zoo.sh", "fp16", "top1", ZOO_CONTROL=str(control))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert said[-1].startswith(
+        f"compare RUNS/zoo-fp16-top1/speed/control.json RUNS/zoo-fp16-top1/speed/candidate.json -c {c}"
+    )
+    # a demo folder already there is not run over (a demo cannot resume)
+    proc, _ = _call(tmp_path, "78-demo.sh", "fp16", "3")
+    assert proc.returncode == 5 and "does not resume" in proc.stdout

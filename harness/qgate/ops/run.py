@@ -216,6 +216,10 @@ def run_real_ops(
             _contract_ref(loaded),
             shims=tuple(c.shims),
         )
+    if record["device"]["device"].startswith("cuda"):  # the demo's engines start next in this process's GPU
+        import torch
+
+        torch.cuda.empty_cache()
     if arm is not None:
         # a route the screen skipped (HC parameters in another dtype) ran vLLM's path, not the arm's code
         screened = [r for r in REAL_ROUTES if r not in record["skipped"]]

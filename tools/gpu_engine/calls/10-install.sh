@@ -6,7 +6,8 @@
 # import / CuTe / sampler checks run, wait for the kernels_ext build (started by stage.sh 01), then the
 # first gate: the tiny Qwen4Exp in DTYPE (fp16 default; qgate run speed + compare), or with
 # PROBE="NAME @FILE" the decode probe instead (60-probe.sh), with DECIDE=N the speed verdict
-# (70-decide.sh DTYPE N), with ABLATE=DESIGN the ablation (50-prod-ablate.sh DTYPE DESIGN; DERIVE and
+# (70-decide.sh DTYPE N), with DEMO=N the production gate in one command (78-demo.sh DTYPE N), with
+# THEN=none nothing after the install (a gate that needs a whole call of its own follows), with ABLATE=DESIGN the ablation (50-prod-ablate.sh DTYPE DESIGN; DERIVE and
 # MAX_LAUNCHES as there), with BENCH="TP [ROUTES]" the op bench (90-bench.sh TP ROUTES; PRODSHAPE=none
 # then writes no checkpoint), with SCREEN=1 the operator screen per rank (75-screen.sh DTYPE). TP=2|4
 # (lib.sh) makes DECIDE, ABLATE and SCREEN run the TP contract of DTYPE on a machine of that many GPUs
@@ -41,6 +42,13 @@ wait $PS_PID
 echo "prod-shape checkpoints: $(cat "$GE/prodshape.rc")" | tee -a "$LOG"
 tail -n 3 "$GE/prodshape.log" | tee -a "$LOG"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$LOG"
+if [ -n "${DEMO:-}" ]; then  # DEMO=N: the production gate as one command (78-demo.sh DTYPE N)
+  bash tools/gpu_engine/calls/78-demo.sh "$DTYPE" "$DEMO"
+  exit $?
+fi
+if [ "${THEN:-}" = none ]; then  # THEN=none: install only; the next call (same warm machine) runs a gate
+  exit 0
+fi
 if [ -n "${DECIDE:-}" ]; then  # DECIDE=N: the speed verdict (70-decide.sh DTYPE N) instead of the tiny gate
   bash tools/gpu_engine/calls/70-decide.sh "$DTYPE" "$DECIDE"
   exit $?
