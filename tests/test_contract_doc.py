@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typer.testing import CliRunner
 
 from qgate.cli.contract_doc import app
-from qgate.contract.reference import generate
+from qgate.contract.reference import PAGE, generate
 
-REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "contract-reference.md"
+REFERENCE = Path(__file__).resolve().parents[1] / PAGE
 runner = CliRunner()
 
 
@@ -43,7 +43,7 @@ class _Outer(BaseModel):
 
 def test_committed_reference_equals_the_schema() -> None:
     assert REFERENCE.read_text(encoding="utf-8") == generate(), (
-        "docs/contract-reference.md is stale: run `qgate contract doc --out docs/contract-reference.md`"
+        f"{PAGE} is stale: run `qgate contract doc --out {PAGE}`"
     )
 
 
@@ -70,6 +70,32 @@ def test_generator_renders_types_defaults_constraints_and_rules() -> None:
     assert "## `inner`, `more`\n\nInner part.\n" in text and "Second paragraph" not in text
     assert "| `rate` | number | `0.5` | > 0, <= 1 | a share |" in text
     assert "- Rule on `name`: Names hold no spaces." in text
+
+
+class _Overrides(BaseModel):  # _Inner's keys, each optional: a pointer, not a second table
+    rate: float | None = Field(None, gt=0, le=1, description="a share")
+
+
+class _Other(BaseModel):  # the same key with another bound: its own table
+    rate: float | None = Field(None, gt=0, le=2, description="a share")
+
+
+class _Arms(BaseModel):
+    inner: _Inner
+    over: _Overrides
+    other: _Other
+
+
+def test_an_optional_copy_points_to_its_section_and_anything_else_has_a_table() -> None:
+    text = generate(_Arms)
+    pointer = "The keys of [`inner`](#inner), with their types, constraints and descriptions"
+    assert text.count(pointer) == 1
+    assert text.index("## `over`") < text.index(pointer) < text.index("## `other`")
+    assert text.count("| `rate` | number | `0.5` | > 0, <= 1 | a share |") == 1
+    assert "| `rate` | number or null | unset | > 0, <= 2 | a share |" in text
+    contract = generate()  # an arm's engine overrides: the shared engine's keys, each optional
+    section = contract.split("## `arms.control.engine`, `arms.candidate.engine`", 1)[1].split("\n## ", 1)[0]
+    assert "The keys of [`engine`](#engine)" in section and "| key |" not in section
 
 
 def test_cli_prints_writes_and_checks(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The gate reference (docs/gates.md, `qgate gates`): every gate is built under a registered name, the
-committed page equals the code, and real verdicts name only registered gates."""
+"""The gate reference (docs/reference/gates.md, `qgate gates`): every gate is built under a registered
+name, the committed page equals the code, and real verdicts name only registered gates."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from qgate.cli import app
 from qgate.compare import Pair, build_verdict
 from qgate.gate import GateName, gate_name
-from qgate.gate_reference import BUILDERS, gate_names, generate
+from qgate.gate_reference import BUILDERS, PAGE, gate_names, generate
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO / "docs" / "gates.md"
+REFERENCE = REPO / PAGE
 _spec = importlib.util.spec_from_file_location("golden_support", REPO / "tests" / "golden" / "support.py")
 assert _spec is not None and _spec.loader is not None
 support = importlib.util.module_from_spec(_spec)
@@ -42,7 +42,7 @@ def _unregistered(names: list[str]) -> list[str]:
 
 def test_committed_reference_equals_the_code() -> None:
     assert REFERENCE.read_text(encoding="utf-8") == generate(), (
-        "docs/gates.md is stale: run `qgate gates --out docs/gates.md`"
+        f"{PAGE} is stale: run `qgate gates --out {PAGE}`"
     )
 
 

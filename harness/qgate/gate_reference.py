@@ -1,16 +1,17 @@
-"""The gate reference (docs/gates.md, `qgate gates`): every gate qgate builds, by name.
+"""The gate reference (docs/reference/gates.md, `qgate gates`): every gate qgate builds, by name.
 
 Each gate's name is registered where the gate is built (qgate.gate.gate_name: a constant in that
 module); importing the modules that build gates fills qgate.gate.GATE_NAMES, and this module lists it:
 the name as a record shows it ({field}s stand for what a run fills in), the module, the verdict its
-failure makes, what a failure means and the page that explains it. The committed docs/gates.md must
-equal `generate()` (tests/test_gate_reference.py): after adding or renaming a gate run
-`qgate gates --out docs/gates.md`. Pure: returns data and text, never prints.
+failure makes, what a failure means and the page that explains it. The committed PAGE must equal
+`generate()` (tests/test_gate_reference.py): after adding or renaming a gate run
+`qgate gates --out docs/reference/gates.md`. Pure: returns data and text, never prints.
 """
 
 from __future__ import annotations
 
 import importlib
+import posixpath
 
 from qgate.gate import GATE_NAMES, GateName
 
@@ -28,17 +29,21 @@ BUILDERS = (
     "qgate.ablate",
 )
 
-HEADER = """# Gates
+# Where the reference is committed (beside the contract reference: docs/reference/ holds the generated
+# pages); its links to the user pages are relative to it.
+PAGE = "docs/reference/gates.md"
+
+HEADER = f"""# Gates
 
 <!-- Generated from the gate names registered where each gate is built (qgate.gate.gate_name) by
-     `qgate gates --out docs/gates.md`; do not edit by hand. tests/test_gate_reference.py fails when
-     this file and the code differ. -->
+     `qgate gates --out {PAGE}`; do not edit by hand. tests/test_gate_reference.py
+     fails when this file and the code differ. -->
 
-Every gate a verdict (`qgate compare`) or an ablation (`qgate ablate`) records, by name. A `{field}`
+Every gate a verdict (`qgate compare`) or an ablation (`qgate ablate`) records, by name. A `{{field}}`
 stands for what the run fills in: the arm (`control`, `candidate`, an ablation arm such as
-`only-fp16_gemv`), the route, the contract's threshold. A verdict shows the quality gates after
-`quality: ` and the checks both kinds share in each kind's section (so `quality: comparable arms`); an
-ablation shows an arm's route gates after `<arm>: `.
+`only-fp16_gemv`), the route, the contract's threshold (its keys: [contract.md](contract.md)). A
+verdict shows the quality gates after `quality: ` and the checks both kinds share in each kind's
+section (so `quality: comparable arms`); an ablation shows an arm's route gates after `<arm>: `.
 
 The verdict is decided over the failed gates (qgate/gate.py `decide`): ERROR (the comparison cannot be
 trusted) > FAIL (evidence against the candidate) > INCONCLUSIVE (the data cannot decide) > PASS.
@@ -62,7 +67,7 @@ def _cell(text: str) -> str:
 
 
 def generate() -> str:
-    """docs/gates.md: one table row per gate name."""
+    """PAGE's text: one table row per gate name."""
     rows = [
         f"| `{_cell(g.listed)}` | {g.severity} | {_cell(g.failure)} | `{g.module}` | {_link(g.doc)} |"
         for g in gate_names()
@@ -71,8 +76,8 @@ def generate() -> str:
 
 
 def _link(doc: str) -> str:
-    """A link from docs/gates.md to a page under docs/."""
-    return f"[{doc}]({doc.removeprefix('docs/')})"
+    """A link from PAGE to a page of the repository (`docs/verdict.md` -> `../verdict.md`)."""
+    return f"[{doc}]({posixpath.relpath(doc, posixpath.dirname(PAGE))})"
 
 
 def listing() -> list[dict[str, str]]:

@@ -11,12 +11,15 @@ from typing import Annotated
 import typer
 
 from qgate.cli._options import EXIT_FAIL, exit_with, fail, say, say_text
-from qgate.contract.reference import generate
+from qgate.contract.reference import PAGE, generate
 from qgate.results import atomic_write_text
 
 app = typer.Typer(help="The contract reference, generated from the schema.")
 DocOutOpt = Annotated[
-    Path | None, typer.Option("--out", "-o", help="write here (default: print)", dir_okay=False)
+    Path | None,
+    typer.Option(
+        "--out", "-o", help=f"write here (the committed one: {PAGE}; default: print)", dir_okay=False
+    ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="exit 1 when --out differs from the schema")]
 
@@ -27,7 +30,7 @@ def doc(out: DocOutOpt = None, check: CheckOpt = False) -> None:
     text = generate()
     if check:
         if out is None:
-            fail("--check needs --out FILE (the committed reference, e.g. docs/contract-reference.md)")
+            fail(f"--check needs --out FILE (the committed reference: {PAGE})")
         current = out.read_text(encoding="utf-8") if out.is_file() else None
         if current != text:
             say(f"{out}: differs from the schema; run: qgate contract doc --out {out}", err=True)

@@ -8,12 +8,14 @@ from typing import Annotated
 import typer
 
 from qgate.cli._options import EXIT_FAIL, exit_with, fail, say
-from qgate.gate_reference import generate, listing
+from qgate.gate_reference import PAGE, generate, listing
 from qgate.results import atomic_write_text
 
 OutOpt = Annotated[
     Path | None,
-    typer.Option("--out", "-o", help="write the markdown reference here (docs/gates.md)", dir_okay=False),
+    typer.Option(
+        "--out", "-o", help=f"write the markdown reference here (the committed one: {PAGE})", dir_okay=False
+    ),
 ]
 CheckOpt = Annotated[bool, typer.Option("--check", help="exit 1 when --out differs from the code")]
 
@@ -23,7 +25,7 @@ def gates(out: OutOpt = None, check: CheckOpt = False) -> None:
     --out writes the markdown reference, --check compares it instead."""
     if check:
         if out is None:
-            fail("--check needs --out FILE (the committed reference, e.g. docs/gates.md)")
+            fail(f"--check needs --out FILE (the committed reference: {PAGE})")
         current = out.read_text(encoding="utf-8") if out.is_file() else None
         if current != generate():
             say(f"{out}: differs from the code; run: qgate gates --out {out}", err=True)

@@ -1,11 +1,13 @@
-"""The contract reference (docs/contract-reference.md), generated from the pydantic schema.
+"""The contract reference (docs/reference/contract.md), generated from the pydantic schema.
 
 `generate()` walks qgate.contract.Contract and every model nested in it and writes one section per
 model (each key path it appears at), one table row per key: type, default (or "required"), the
 constraints pydantic enforces (>=, >, pattern, length), and the field's description. Model docstrings
-head their sections. The committed file must equal `generate()` (tests/test_contract_doc.py), so the
-reference cannot drift from the schema: after a schema change run `qgate contract doc --out
-docs/contract-reference.md`. Pure: returns text, never prints.
+head their sections. A model whose keys are an earlier section's, each made optional (an arm's engine
+overrides), points to that section instead of repeating its table. The committed PAGE must equal
+`generate()` (tests/test_contract_doc.py), so the reference cannot drift from the schema: after a
+schema change run `qgate contract doc --out docs/reference/contract.md`. Pure: returns text, never
+prints.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from pydantic_core import PydanticUndefined
 
 from qgate.contract import CONTRACT_SCHEMA_VERSION, Contract
 
+# Where the reference is committed: docs/reference/ holds the generated pages, apart from the how-to ones.
+PAGE = "docs/reference/contract.md"
+
 HEADER = """# Contract reference
 
-<!-- Generated from qgate.contract.Contract by `qgate contract doc`; do not edit by hand.
-     tests/test_contract_doc.py fails when this file and the schema differ. -->
+<!-- Generated from qgate.contract.Contract by `qgate contract doc --out {page}`;
+     do not edit by hand. tests/test_contract_doc.py fails when this file and the schema differ. -->
 
 A contract is a YAML file (contracts/*.yaml) read strictly: an unknown key, a wrong type or an
 impossible value is one error line naming the file, the key path, the value and what was expected
@@ -155,23 +160,52 @@ def _rules(model: type[BaseModel]) -> list[str]:
     return [*found, ""] if found else []
 
 
-def _section(model: type[BaseModel], where: list[str], paths: dict[type[BaseModel], list[str]]) -> list[str]:
+def _row(name: str, field: FieldInfo, paths: dict[type[BaseModel], list[str]]) -> list[str]:
+    """A key's cells: name, type, default, constraints, description."""
+    return [
+        f"`{name}`",
+        type_text(field.annotation, paths),
+        default_text(field),
+        constraints_text(field),
+        field.description or "",
+    ]
+
+
+def optional_copy(
+    model: type[BaseModel], base: type[BaseModel], paths: dict[type[BaseModel], list[str]]
+) -> bool:
+    """`model` has `base`'s keys in its order, each with `base`'s type or that type or null, its
+    constraints and description, and unset by default (an arm's engine overrides of `engine:`)."""
+    if not model.model_fields or list(model.model_fields) != list(base.model_fields):
+        return False
+    for name, field in model.model_fields.items():
+        _, kind, default, *rest = _row(name, field, paths)
+        _, base_kind, _, *base_rest = _row(name, base.model_fields[name], paths)
+        if kind not in (base_kind, f"{base_kind} or null") or default != "unset" or rest != base_rest:
+            return False
+    return True
+
+
+def _section(
+    model: type[BaseModel],
+    where: list[str],
+    paths: dict[type[BaseModel], list[str]],
+    copy_of: type[BaseModel] | None = None,
+) -> list[str]:
     title = ", ".join(f"`{p}`" for p in where) if where[0] else "top level"
     lines = [f'<a id="{_anchor(where[0])}"></a>', "", f"## {title}", ""]
     doc = inspect.getdoc(model) if model.__doc__ else None
     if doc:
         lines += [" ".join(doc.split("\n\n", 1)[0].split()), ""]
     lines += _rules(model)
+    if copy_of is not None:  # the same table again would only add "or null" and "unset" to each row
+        base = paths[copy_of][0]
+        link = f"[{', '.join(f'`{p}`' for p in paths[copy_of])}](#{_anchor(base)})"
+        same = f"The keys of {link}, with their types, constraints and descriptions; each also takes `null`"
+        return [*lines, same + " and is unset by default.", ""]
     lines += ["| key | type | default | constraints | description |", "|---|---|---|---|---|"]
     for name, field in model.model_fields.items():
-        cells = [
-            f"`{name}`",
-            type_text(field.annotation, paths),
-            default_text(field),
-            constraints_text(field),
-            field.description or "",
-        ]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(_cell(c) for c in _row(name, field, paths)) + " |")
     return [*lines, ""]
 
 
@@ -179,7 +213,10 @@ def generate(model: type[BaseModel] = Contract) -> str:
     """The whole reference as markdown (deterministic: same schema, same text)."""
     paths: dict[type[BaseModel], list[str]] = {}
     _models(model, "", paths)
-    lines = [HEADER.format(version=CONTRACT_SCHEMA_VERSION)]
+    lines = [HEADER.format(version=CONTRACT_SCHEMA_VERSION, page=PAGE)]
+    shown: list[type[BaseModel]] = []
     for sub, where in paths.items():
-        lines += _section(sub, where, paths)
+        copy_of = next((base for base in shown if optional_copy(sub, base, paths)), None)
+        lines += _section(sub, where, paths, copy_of)
+        shown.append(sub)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -245,7 +245,7 @@ def _expanded_size(root: Node) -> int:
 _CORE_TAG = "tag:yaml.org,2002:"
 _AS_DATA = (
     "a contract is data, written out where it applies: no tags, anchors, aliases or merge keys "
-    "(docs/contract-reference.md)"
+    "(docs/reference/contract.md)"
 )
 
 
