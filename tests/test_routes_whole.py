@@ -125,7 +125,9 @@ def test_a_start_kept_as_not_whole_fails_the_route_gates_after_a_resume(
     # The launcher's answer for the second start, kept on its launches entry by run_segment.
     result = {"launches": [{"segment": 0}], "routes": routes.collect(whole), "dropped_env": [],
               "inherited_env": None, "shims": {}}  # fmt: skip
-    said = launcher.unattested(lost, ENV) or routes.not_whole(lost, 1)
+    spec = {"engine_args": {"tensor_parallel_size": 1}}
+    assert launcher.attestation_lost(whole, ENV, spec, since=None) is None
+    said = launcher.attestation_lost(lost, ENV, spec, since=None)
     assert said is not None
 
     def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
@@ -155,7 +157,7 @@ def test_an_emptied_file_keeps_the_start_with_its_reason_not_a_lost_save(
 ) -> None:
     start = _copy(tmp_path)
     (start / RANK1).write_text("")
-    said = routes.not_whole(start, 2)
+    said = launcher.attestation_lost(start, ENV, {"engine_args": {"tensor_parallel_size": 2}}, None)
     result = {"launches": [], "routes": {}, "dropped_env": [], "inherited_env": None, "shims": {}}
 
     def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]

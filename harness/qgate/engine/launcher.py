@@ -82,6 +82,18 @@ def _set_aside(attest_dir: Path) -> None:
         path.replace(attest_dir / f"earlier-{n}" / path.name)
 
 
+def attestation_lost(
+    attest_dir: Path | None, env: Mapping[str, str], spec: Mapping, since: float | None
+) -> str | None:
+    """Why a start that ended well has not all of its route counts on disk (one line), or None: no file
+    at all (unattested), or, with a route on, not one whole file per rank written after `since`
+    (routes.not_whole, at the spec's engine args' tensor parallel size and pipeline stages)."""
+    lost = unattested(attest_dir, env)
+    if lost is None and attest_dir is not None and switched_on(env):
+        lost = not_whole(attest_dir, *_parallel(spec), since=since)
+    return lost
+
+
 def _parallel(spec: Mapping) -> tuple[int, int]:
     """(tensor parallel size, pipeline stages) of the child's engine args (vLLM's default 1 each)."""
     args = spec.get("engine_args") or {}
@@ -249,10 +261,7 @@ def run_child(
         error = _exit_text(returncode)
     lost = None
     if error is None and started:  # a start that ended well: its files must hold all of its counts
-        lost = unattested(attest_dir, arm.process)
-        if lost is None and attest_dir is not None and switched_on(arm.process):
-            lost = not_whole(attest_dir, *_parallel(spec), since=since)
-        error = lost
+        error = lost = attestation_lost(attest_dir, arm.process, spec, since)
     if error is not None:
         cause = cause_in_log(log_path, start)
         if cause is not None and cause.rsplit(" (in ", 1)[0] not in error:
