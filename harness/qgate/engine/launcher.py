@@ -68,9 +68,11 @@ def child_env(arm: ArmEnv, attest_dir: Path | None) -> dict[str, str]:
 
 
 def _set_aside(attest_dir: Path) -> None:
-    """Files an earlier engine start left in this start's folder (one that failed before it was ready
-    leaves its segment's folder to the start that --resume makes next) would be summed with this one's:
-    they are moved to earlier-<n>/ (kept for a look, never read)."""
+    """Files an earlier engine start left in this start's folder would be summed with this one's: a
+    folder is named by the arm's launches so far, so a start that failed before it was ready, an arm
+    re-run by --resume after its result was removed (test_ablate_vllm's fifth start: 600 + 600 hits
+    for one start), and the speed audit's start (the control's segment-0) reuse one. They are moved to
+    earlier-<n>/ (kept for a look, never read); the start that wrote them was collected already."""
     old = sorted(attest_dir.glob("*.json"))
     if not old:
         return
