@@ -177,3 +177,25 @@ def test_an_emptied_file_keeps_the_start_with_its_reason_not_a_lost_save(
 def _speed_stub() -> dict:
     """The smallest speed result the records accept around a `launches` list (golden fixture's)."""
     return json.loads((REPO / "tests" / "golden" / "speed_control.json").read_text())
+
+
+def test_an_emptied_file_of_a_start_that_died_is_kept_with_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = _copy(tmp_path)
+    (start / RANK1).write_text("")
+    result = {"launches": [], "routes": {}, "dropped_env": [], "inherited_env": None, "shims": {}}
+
+    def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
+        on_event({"event": "engine_ready"})
+        raise EngineError("the engine child was killed by SIGKILL")
+
+    monkeypatch.setattr(segment, "run_child", child)
+    saved: list[dict] = []
+    with pytest.raises(EngineError, match="killed by SIGKILL"):  # the failure in flight is what is said
+        segment.run_segment(
+            {}, arm_env("candidate", ENV, os.environ), tmp_path / "log", start, result,
+            lambda ev: result["launches"].append({"segment": 0}), saved.append, "x",
+        )  # fmt: skip
+    lost = saved[-1]["launches"][0]["attestation_lost"]
+    assert lost.endswith(f"{RANK1}: unreadable route attestation (ValueError: the file is empty (0 bytes))")
