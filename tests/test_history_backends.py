@@ -2,7 +2,8 @@
 
 The append-only rules are checked twice: through qgate.history, and by writing to the database
 directly (raw SQL, as a client that is not qgate would), which the database itself must refuse.
-Then several processes appending at once, and the one-line errors of a Postgres store.
+Then several processes appending at once, the one-line errors of a Postgres store, and a Postgres store
+on a really full disk.
 """
 
 from __future__ import annotations
@@ -10,18 +11,29 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import os
+import shutil
 import sqlite3
+import subprocess
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from postgres_server import Server, pg_url, postgres  # noqa: F401  (fixtures)
+from test_full_disk import _mount
 from test_history import contract, make_night  # noqa: F401  (the fixture and the night builder)
 from typer.testing import CliRunner
 
 from qgate import history
+from qgate.cli import app as qgate_app
 from qgate.cli.history import app
+from qgate.fleet import ARTIFACT_PREFIX
 
 runner = CliRunner()
 
@@ -328,3 +340,109 @@ def test_an_older_store_is_read_and_upgraded_by_its_next_append(
     version = str(history.HISTORY_SCHEMA_VERSION)
     assert execute(store, "SELECT value FROM qgate_history WHERE key = 'schema_version'") == [(version,)]
     assert [r["night"] for r in history.read_rows(store)] == ["2026-12-01"] * 2 + ["2026-12-02"] * 2
+
+
+# A Postgres store on a really full disk (issue 63). The disk: a small tmpfs, mounted where the test may
+# (root, as CI is), made a tablespace of this module's real server and the default tablespace of a fresh
+# database, so every table qgate makes there lives on it; a file fills it. No second server starts (a
+# pgserver start costs seconds) and nothing is injected at the driver: the server itself meets ENOSPC.
+# Without a mount the test skips (tests/test_full_disk.py injects ENOSPC for the file writers only).
+PLANTED_PW = "pw-planted-9f3c"  # the socket's trust auth takes any: only qgate's output can leak it
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class PgDisk:
+    """A tmpfs holding the tables of one database of a real Postgres; full from `fill()` to `free()`."""
+
+    path: Path
+    url: str  # with PLANTED_PW in it
+
+    def fill(self) -> None:
+        with open(self.path / "filler", "ab", buffering=0) as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * (64 << 10))
+            except OSError:
+                pass  # ENOSPC: the disk is full
+        assert shutil.disk_usage(self.path).free < 8192  # not one page of a table fits
+
+    def free(self) -> None:
+        (self.path / "filler").unlink()
+
+
+@pytest.fixture
+def pg_disk(tmp_path_factory: pytest.TempPathFactory, postgres: Server, pg_url: str) -> Iterator[PgDisk]:  # noqa: F811
+    import psycopg
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("no tmpfs can be mounted here (not root): a real Postgres on a full disk needs one")
+    # Beside the server's data folder (whose parents pgserver opened to its system user), owned by the
+    # server's user as a tablespace must be.
+    path = tmp_path_factory.mktemp("pgdisk")
+    owner = postgres.pgdata.stat()
+    if not _mount(path, f"size=1m,uid={owner.st_uid},gid={owner.st_gid},mode=0700"):
+        pytest.skip(f"mount -t tmpfs on {path} failed")
+    space, database = f"full_{uuid.uuid4().hex[:8]}", urlsplit(pg_url).path.lstrip("/")
+    try:
+        with psycopg.connect(postgres.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLESPACE {space} LOCATION '{path}'")
+            conn.execute(f"ALTER DATABASE {database} SET default_tablespace = {space}")
+        yield PgDisk(path, pg_url.replace("postgres:@", f"postgres:{PLANTED_PW}@", 1))
+    finally:
+        with psycopg.connect(postgres.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            conn.execute(f"DROP TABLESPACE IF EXISTS {space}")
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
+
+
+def test_a_postgres_store_on_a_full_disk_is_one_line_and_stays_whole(
+    tmp_path: Path,
+    contract: Path,  # noqa: F811
+    pg_disk: PgDisk,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    store, masked = pg_disk.url, "postgresql://postgres:***@"
+    assert PLANTED_PW in store
+    first, _ = make_night(tmp_path / "a", contract, "2026-12-01", "1" * 40)
+    second, _ = make_night(tmp_path / "b", contract, "2026-12-02", "2" * 40)
+    # The store's first append, on a full disk: its tables cannot take a page.
+    pg_disk.fill()
+    res = _cli_append(first, store)
+    _one_line(res, f"qgate: error: {masked}", "No space left on device", "; nothing was changed")
+    assert PLANTED_PW not in res.output
+    with pytest.raises(history.HistoryError, match="no qgate history store here yet"):
+        history.read_rows(store)  # the half-made store was rolled back whole
+    pg_disk.free()
+    res = _cli_append(first, store)
+    assert res.exit_code == 0 and res.output.startswith("appended: night 2026-12-01"), res.output
+    before = history.read_rows(store)
+    # A store that holds a night: the next one on a full disk. Its first page has room for another
+    # night's rows; fillfactor 10 (a DBA's setting qgate leaves alone) makes them need a new page, as
+    # a store whose last page is full does.
+    with psycopg.connect(store, autocommit=True) as conn:
+        conn.execute("ALTER TABLE nights SET (fillfactor = 10)")
+    pg_disk.fill()
+    res = _cli_append(second, store)
+    _one_line(res, f"qgate: error: {masked}", "No space left on device", "; nothing was changed")
+    assert PLANTED_PW not in res.output
+    assert history.read_rows(store) == before  # nothing half-written is read
+    # fleet gather appends each entry's night to the entry's own schema: refused in the entry's line.
+    shutil.copytree(second, tmp_path / "art" / f"{ARTIFACT_PREFIX}a")
+    fleet = tmp_path / "fleet.yaml"
+    entries = [{"name": "a", "runs-on": ["cpu"], "speed_contract": "contracts/smoke-cpu.yaml"}]
+    fleet.write_text(yaml.safe_dump({"schema_version": 1, "entries": entries}))
+    monkeypatch.chdir(REPO)  # the list's contract path is the repository's
+    gather = ["fleet", "gather", str(fleet), str(tmp_path / "art"), "--out", str(tmp_path / "rep")]
+    res = runner.invoke(qgate_app, [*gather, "--store", store])
+    assert res.exit_code == 2 and PLANTED_PW not in res.output and "Traceback" not in res.output, res.output
+    said = res.stdout.splitlines()[0]
+    assert said.startswith(f"a: refused: {masked}") and "No space left on device" in said, said
+    pg_disk.free()
+    res = _cli_append(second, store)
+    assert res.exit_code == 0 and res.output.startswith("appended: night 2026-12-02"), res.output
+    assert [r["night"] for r in history.read_rows(store)] == ["2026-12-01"] * 2 + ["2026-12-02"] * 2
+    res = runner.invoke(qgate_app, [*gather, "--store", store])
+    assert res.exit_code == 0 and res.stdout.startswith("a: appended: night 2026-12-02"), res.output

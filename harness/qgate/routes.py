@@ -35,8 +35,9 @@ CONTROL_CLEAN = gate_name(
 )  # fmt: skip
 ROUTE_RAN = gate_name(
     "routes.{route}.ran", __name__, "ERROR",
-    "a route the candidate switches on had no hits (or missed a listed role): the candidate did not run "
-    "the kernel it claims", _DOC,
+    "a route the candidate switches on had no hits (or missed a listed role, or an engine start's "
+    "attestation files were not whole): the candidate did not run, or cannot show it ran, the kernel it "
+    "claims", _DOC,
 )  # fmt: skip
 EVERY_RANK = gate_name(
     "routes.{route}.every_rank", __name__, "ERROR",
@@ -69,12 +70,8 @@ def collect(attest_dir: Path) -> dict:
     if not attest_dir.is_dir():
         return merged
     for path in sorted(attest_dir.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            routes = data["routes"]
-            rank = _file_rank(data)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RouteError(f"{path}: unreadable route attestation ({type(exc).__name__}: {exc})") from None
+        data = _read(path)
+        routes, rank = data["routes"], _file_rank(data)
         if data.get("errors"):
             # The plugin failed in that process (its message is in the engine log and in the file):
             # every route it had on counts it, so no gate can mistake the failure for a clean run.
@@ -96,6 +93,73 @@ def collect(attest_dir: Path) -> dict:
                 per_rank["starts"] = int(per_rank["hits"] > 0)
             into["starts"] = int(any(r["starts"] for r in into["ranks"].values()))
     return merged
+
+
+def _read(path: Path) -> dict:
+    """One process's attestation file, or RouteError naming it (an emptied file says so)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if not text:
+            raise ValueError("the file is empty (0 bytes)")
+        data = json.loads(text)
+        if not isinstance(data.get("routes"), dict):
+            raise KeyError("routes")
+        _file_rank(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RouteError(f"{path}: unreadable route attestation ({type(exc).__name__}: {exc})") from None
+    return data
+
+
+def not_whole(attest_dir: Path, tp_size: int, stages: int = 1, since: float | None = None) -> str | None:
+    """Why one finished engine start's attestation files do not hold all of its counts, or None.
+
+    The sums of `collect` cannot tell a lost file from a process that counted nothing: with a route on,
+    every process that loads the model (one per tensor parallel rank and pipeline stage: `stages`)
+    writes a file naming its rank of `tp_size` (schema 3; `models_loaded` in older files), and a rank
+    with none, or with two (another start's file), leaves the sums short or doubled. A file emptied or
+    cut short, and one written before the start began (`since`, a time.time()), are named too. One line.
+    """
+    paths = sorted(Path(attest_dir).glob("*.json")) if Path(attest_dir).is_dir() else []
+    problems: list[str] = []
+    loaders: list[tuple[str, dict]] = []
+    ranked = True  # every file names its process's rank (schema 3), the model loaders' or None
+    for path in paths:
+        try:
+            data = _read(path)
+        except RouteError as exc:
+            problems.append(str(exc).replace(f"{path}: ", f"{path.name}: ", 1))
+            continue
+        ranked = ranked and int(data.get("schema_version") or 0) >= 3
+        written = data.get("written_at")
+        if since is not None and isinstance(written, (int, float)) and written < since:
+            problems.append(f"{path.name}: written before this engine start began (another start's file)")
+        elif int(data.get("models_loaded") or 0) > 0:
+            loaders.append((path.name, data))
+    if ranked:
+        by_rank: dict[object, list[str]] = {}
+        for name, d in loaders:
+            if d.get("tp_size") != tp_size:
+                problems.append(f"{name}: rank {d.get('tp_rank')} of tensor parallel {d.get('tp_size')}, "
+                                f"the engine's is {tp_size}")  # fmt: skip
+            else:
+                by_rank.setdefault(d.get("tp_rank"), []).append(name)
+        for rank in range(tp_size):
+            names = by_rank.get(rank, [])
+            if len(names) < stages:
+                of = f" ({len(names)} of {stages} pipeline stages)" if stages > 1 else ""
+                problems.append(f"no file of tensor parallel rank {rank} of {tp_size}{of}")
+            elif len(names) > stages:
+                problems.append(f"rank {rank} in {len(names)} files ({', '.join(names)})")
+    elif len(loaders) != tp_size * stages:  # a plugin older than schema 3: count the loaders
+        problems.append(
+            f"{len(loaders)} files of processes that loaded the model, the engine has {tp_size * stages}"
+        )
+    if not problems:
+        return None
+    return (
+        f"the route attestation of this engine start in {attest_dir} is not whole: {'; '.join(problems)}: "
+        "its route counts would be short or another start's (a lost or emptied worker file?)"
+    )
 
 
 def _file_rank(data: dict) -> int | None:
@@ -183,10 +247,14 @@ def ran_gates(result: dict) -> list[Gate]:
         tp = _tp_size(result)
     except ValueError as exc:  # a result whose roles or TP size cannot be read proves nothing about them
         return [_gate(ROUTE_RAN(route=route), False, str(exc)) for route in sorted(switched_on(env))]
+    lost = _lost_starts(result)
     for route in sorted(switched_on(env)):
         name = ROUTE_RAN(route=route)
         if not isinstance(rec, dict):
             gates.append(_gate(name, False, "the candidate result has no route attestation"))
+            continue
+        if lost:  # the sums miss (or double) an engine start's counts: they prove nothing whole
+            gates.append(_gate(name, False, lost))
             continue
         gate = _route_ran_gate(name, route, rec.get(route, _empty_route()), listed.get(route, []))
         spec = (result.get("env") or {}).get(override_var(route))
@@ -202,6 +270,20 @@ def ran_gates(result: dict) -> list[Gate]:
             counts = rec.get(route) or {}
             gates.append(_every_rank_gate(EVERY_RANK(route=route), counts, tp, listed.get(route, [])))
     return gates
+
+
+def _lost_starts(result: dict) -> str | None:
+    """The engine starts whose attestation files were not whole (the launcher's `attestation_lost` on
+    the start's `launches` entry: routes.not_whole), in one line; None when every start's were."""
+    lost = [
+        f"engine start {launch.get('segment', i)}: {launch['attestation_lost']}"
+        for i, launch in enumerate(result.get("launches") or [])
+        if isinstance(launch, dict) and launch.get("attestation_lost")
+    ]
+    if not lost:
+        return None
+    more = f" (and {len(lost) - 1} more engine starts)" if len(lost) > 1 else ""
+    return lost[0] + more
 
 
 def _tp_size(result: dict) -> int:

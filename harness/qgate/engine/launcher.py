@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from qgate.engine.lifeline import LIFELINE_ENV, PIDS_ENV, register
 from qgate.engine.preflight import ArmEnv
 from qgate.engine.watch import EngineWatch, read_records
 from qgate.errors import RunFailure, cut
+from qgate.routes import not_whole
 from qgate_route_env import ATTEST_DIR_ENV, SHIMS_ENV, switched_on
 
 
@@ -41,6 +43,9 @@ class ChildOutcome:
     returncode: int
     error: str | None
     log_path: str
+    # Why the start's route attestation does not hold all of its counts (unattested, routes.not_whole),
+    # for the start's `launches` entry: the gates then refuse the sums, even after a --resume.
+    attestation_lost: str | None = None
 
 
 def child_env(arm: ArmEnv, attest_dir: Path | None) -> dict[str, str]:
@@ -57,8 +62,44 @@ def child_env(arm: ArmEnv, attest_dir: Path | None) -> dict[str, str]:
     env[PIDS_ENV] = str(procs.pids_file(token))
     if attest_dir is not None:
         attest_dir.mkdir(parents=True, exist_ok=True)
+        _set_aside(attest_dir)
         env[ATTEST_DIR_ENV] = str(attest_dir.resolve())
     return env
+
+
+def _set_aside(attest_dir: Path) -> None:
+    """Files an earlier engine start left in this start's folder would be summed with this one's: a
+    folder is named by the arm's launches so far, so a start that failed before it was ready, an arm
+    re-run by --resume after its result was removed (test_ablate_vllm's fifth start: 600 + 600 hits
+    for one start), and the speed audit's start (the control's segment-0) reuse one. They are moved to
+    earlier-<n>/ (kept for a look, never read); the start that wrote them was collected already."""
+    old = sorted(attest_dir.glob("*.json"))
+    if not old:
+        return
+    n = 0
+    while (attest_dir / f"earlier-{n}").exists():
+        n += 1
+    (attest_dir / f"earlier-{n}").mkdir()
+    for path in old:
+        path.replace(attest_dir / f"earlier-{n}" / path.name)
+
+
+def attestation_lost(
+    attest_dir: Path | None, env: Mapping[str, str], spec: Mapping, since: float | None
+) -> str | None:
+    """Why a start that ended well has not all of its route counts on disk (one line), or None: no file
+    at all (unattested), or, with a route on, not one whole file per rank written after `since`
+    (routes.not_whole, at the spec's engine args' tensor parallel size and pipeline stages)."""
+    lost = unattested(attest_dir, env)
+    if lost is None and attest_dir is not None and switched_on(env):
+        lost = not_whole(attest_dir, *_parallel(spec), since=since)
+    return lost
+
+
+def _parallel(spec: Mapping) -> tuple[int, int]:
+    """(tensor parallel size, pipeline stages) of the child's engine args (vLLM's default 1 each)."""
+    args = spec.get("engine_args") or {}
+    return int(args.get("tensor_parallel_size") or 1), int(args.get("pipeline_parallel_size") or 1)
 
 
 def unattested(attest_dir: Path | None, env: Mapping[str, str]) -> str | None:
@@ -179,6 +220,7 @@ def run_child(
         json.dump(spec, fh)
         spec_path = fh.name
     start = log_size(log_path)  # this launch's part of the log: an earlier launch's cause is not its
+    since = time.time()  # an attestation file written before this is another start's
     read_fd, write_fd = os.pipe()
     try:
         with open(log_path, "ab") as log:
@@ -219,10 +261,11 @@ def run_child(
         Path(spec_path).unlink(missing_ok=True)
     if returncode != 0 and error is None:
         error = _exit_text(returncode)
-    if error is None and started:
-        error = unattested(attest_dir, arm.process)
+    lost = None
+    if error is None and started:  # a start that ended well: its files must hold all of its counts
+        error = lost = attestation_lost(attest_dir, arm.process, spec, since)
     if error is not None:
         cause = cause_in_log(log_path, start)
         if cause is not None and cause.rsplit(" (in ", 1)[0] not in error:
             error = f"{error}; cause: {cause}"
-    return ChildOutcome(returncode, error, str(log_path))
+    return ChildOutcome(returncode, error, str(log_path), lost)

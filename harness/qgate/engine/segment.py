@@ -17,7 +17,7 @@ from qgate.engine.launcher import EngineError, run_child
 from qgate.engine.preflight import ArmEnv
 from qgate.errors import cut
 from qgate.results import ResultError
-from qgate.routes import collect, collect_shims, merge_ranks, merge_shims
+from qgate.routes import RouteError, collect, collect_shims, merge_ranks, merge_shims
 
 
 def merge_routes(total: dict, part: dict) -> dict:
@@ -83,6 +83,7 @@ def run_segment(
     result["inherited_env"] = record["inherited_env"]
     # A resume from another shell may drop other names: the record keeps every launch's.
     result["dropped_env"] = sorted(set(result["dropped_env"]) | set(record["dropped_env"]))
+    launches = len(result["launches"])
     try:
         outcome = run_child(spec, arm, log_path, on_event, attest_dir, spec.get("stall_timeout_s"))
     except BaseException as exc:
@@ -91,16 +92,31 @@ def run_segment(
         # before they ended) go with them.
         if result["launches"]:
             try:
-                result["routes"] = merge_routes(result["routes"], collect(attest_dir))
-                result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))
+                try:
+                    part, shims = collect(attest_dir), collect_shims(attest_dir)
+                except RouteError as err:  # an emptied file: the start's counts cannot be summed
+                    if len(result["launches"]) > launches:  # and a --resume must not read as whole
+                        result["launches"][-1]["attestation_lost"] = str(err)
+                    part, shims = {}, {}
+                result["routes"] = merge_routes(result["routes"], part)
+                result["shims"] = merge_shims(result.get("shims") or {}, shims)
                 save(result)
             except Exception:  # the stop or failure in flight is what the user must see
                 pass
         if isinstance(exc, EngineError):  # which engine start it was
             raise EngineError(f"{label}: {exc}") from None
         raise
-    result["routes"] = merge_routes(result["routes"], collect(attest_dir))
-    result["shims"] = merge_shims(result.get("shims") or {}, collect_shims(attest_dir))  # never route hits
+    lost = outcome.attestation_lost
+    if lost and len(result["launches"]) > launches:  # kept with the start: a --resume cannot drop it
+        result["launches"][-1]["attestation_lost"] = lost
+    try:
+        part, shims = collect(attest_dir), collect_shims(attest_dir)
+    except RouteError:  # an emptied or cut file: said in `lost`, the start's counts are not summed
+        if not lost:
+            raise
+        part, shims = {}, {}
+    result["routes"] = merge_routes(result["routes"], part)
+    result["shims"] = merge_shims(result.get("shims") or {}, shims)  # never route hits
     save(result)
     if outcome.error:
         raise EngineError(f"{label}: {outcome.error} (log: {outcome.log_path})")

@@ -191,9 +191,13 @@ class PostgresStore:
                 return "appended"
             except psycopg.errors.IntegrityError as exc:
                 message = (exc.diag.message_primary or str(exc)).strip()
-            except psycopg.Error as exc:
-                raise HistoryError(f"{self.label}: {_one_line(exc, self.url)}; nothing was changed") from None
             return self._explain(conn, message, rows)
+        except psycopg.Error as exc:
+            # Whatever the server or the connection met (a full disk: "could not extend file ...: No
+            # space left on device", a server that went down mid-append, in the append or in reading
+            # why it was refused): the transaction was rolled back (a connection lost in the COMMIT
+            # itself aside, which no client can tell from one lost before it).
+            raise HistoryError(f"{self.label}: {_one_line(exc, self.url)}; nothing was changed") from None
         finally:
             conn.close()
 

@@ -62,9 +62,11 @@ class GateRecord(Part):
 
 class Launch(Open):
     """One engine start of an arm (qgate.engine.segment): its launch, segment, start time; the speed
-    audit's start carries `audit`."""
+    audit's start carries `audit`; `attestation_lost` says why the start's route attestation files did
+    not hold all of its counts (qgate.routes.not_whole: the route gates fail on it)."""
 
     launch: int = Field(0, ge=0)
     segment: int | None = Field(None, ge=0)
     engine_start_s: float | None = None
     started_at: str | None = None
+    attestation_lost: str | None = None
