@@ -239,7 +239,7 @@ def _wait_for_password_auth(wrong: str) -> None:
     """pg_reload_conf() only signals the server: wait until it has read the new pg_hba.conf."""
     import psycopg
 
-    for _ in range(100):
+    for _ in range(300):  # 30 s: on a loaded 2-core machine the reload once took longer than 10 s
         try:
             psycopg.connect(wrong).close()
         except psycopg.OperationalError:
