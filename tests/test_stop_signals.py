@@ -9,12 +9,14 @@ the run is left, that the saved reps are kept unchanged and what qgate printed.
   the engine watch, qgate then waited forever, silent). Only this layout has an EngineCore, and there
   its parent-death signal (qgate.engine.lifeline) is what ends it.
 - The in-process engine (conftest.IN_PROCESS_ENGINE; ~2.5x faster to start) for the stops that go
-  through qgate's own handling or the child's lifeline: SIGTERM, SIGINT, a SIGKILL of qgate's whole
-  process group (the engine child runs in its own group, qgate.engine.launcher, so that group holds
-  qgate alone), then a resume of that folder to the end, from one more engine start.
+  through qgate's own handling or the child's lifeline: SIGTERM, a SIGKILL of qgate's whole process
+  group (the engine child runs in its own group, qgate.engine.launcher, so that group holds qgate
+  alone), then a resume of that folder to the end, from one more engine start. SIGINT takes SIGTERM's
+  path (both raise procs.Stopped: tests/test_procs.py checks its exit code 130 and name without an
+  engine), so it costs no engine start of its own.
 
 Run alone, a stage starts its own run, so each stands by itself.
-Cost: seven engine starts (three multi-process).
+Cost: six engine starts (three multi-process).
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def _stop_once(contract: Path, out: Path, how: str) -> tuple[subprocess.Popen, f
         t0 = time.monotonic()
         if how == "kill-qgate-and-child":
             os.kill(proc.pid, signal.SIGKILL)
-        sig = {"term": signal.SIGTERM, "int": signal.SIGINT}.get(how, signal.SIGKILL)
+        sig = signal.SIGTERM if how == "term" else signal.SIGKILL
         os.kill(child if how == "kill-qgate-and-child" else killed, sig)
         left = _processes_of(token, proc.pid, child)
         while left and time.monotonic() - t0 < 30:
@@ -182,11 +184,10 @@ def _stop_and_check(run_dir: tuple[Path, Path], how: str) -> None:
     assert set(SHELL_LEFTOVER) <= set(record["dropped_env"]), record["dropped_env"]
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("qgate:")]
-    if how in ("term", "int"):
-        name, code = ("SIGTERM", 143) if how == "term" else ("SIGINT", 130)
-        assert proc.returncode == code
+    if how == "term":
+        assert proc.returncode == 143
         assert lines == [
-            f"qgate: stopped by {name}; kept control {len(now)} rep{'' if len(now) == 1 else 's'} in "
+            f"qgate: stopped by SIGTERM; kept control {len(now)} rep{'' if len(now) == 1 else 's'} in "
             f"{out / 'speed'}; "
             "to continue, run the same command with --resume"
         ]
@@ -209,7 +210,7 @@ def test_multi_process_engine_stop_leaves_nothing_and_keeps_reps(
     _stop_and_check(multi_process_dir, how)
 
 
-@pytest.mark.parametrize("how", ["term", "int", "kill"])
+@pytest.mark.parametrize("how", ["term", "kill"])
 def test_in_process_engine_stop_leaves_nothing_and_keeps_reps(
     in_process_dir: tuple[Path, Path], how: str
 ) -> None:
