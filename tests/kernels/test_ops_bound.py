@@ -109,6 +109,9 @@ def test_hc_parameters_dtype_is_vllms_rule() -> None:
     assert hc_params_dtype("fp16", (), "cuda") == "bf16"  # hard-coded bf16 in qwen4_exp/nvidia/model.py
     assert hc_params_dtype("fp16", shim, "cuda") == "bf16"  # the shim applies on the CPU platform only
     assert hc_params_dtype("fp16", shim, "cpu") == "fp16"
+    # the fp16 production-shape contracts' shim builds them in the model dtype on any platform
+    assert hc_params_dtype("fp16", ("qwen4exp_hc_params_fp16",), "cuda") == "fp16"
+    assert hc_params_dtype("bf16", ("qwen4exp_hc_params_fp16",), "cuda") == "bf16"
 
 
 def test_route_dtypes_come_from_the_ops_dispatch() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -267,7 +268,18 @@ def test_the_candidates_own_code_is_screened_on_the_real_weights(tmp_path: Path)
     spots = run_real_ops(
         loaded, tmp_path / "u", device="cpu", trials=1, arm="candidate", env=unscreened, control_env=ctrl
     )
-    assert any("qsa_topk" in u for u in spots["unseen"]), spots["unseen"]
+    assert spots["unseen"] == [
+        "route qsa_topk is switched on but the real-weight screen has no site for it: it was not screened"
+    ]
+    # without the fp16 HC shim vLLM keeps the HC parameters in bf16 and runs its own path: the screen
+    # skips the HC site, and a candidate that switches HC on is told so, not passed
+    data = yaml.safe_load(Path(CONTRACT).read_text())
+    data["shims"] = [s for s in data["shims"] if s != "qwen4exp_fp16_cpu"]
+    (tmp_path / "no-shim.yaml").write_text(yaml.safe_dump(data))
+    no_shim = load_contract(tmp_path / "no-shim.yaml")
+    skipped = run_real_ops(no_shim, tmp_path / "s", device="cpu", trials=1, arm="candidate")
+    (line,) = skipped["unseen"]
+    assert line.startswith("route fused_hc_fp16 is switched on but the real-weight screen did not run it: ")
 
 
 def test_a_model_that_is_not_a_qwen4exp_is_one_line(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from qgate_route_env import SHIM_FP16_CPU
+from qgate_route_env import SHIM_FP16_CPU, SHIM_HC_PARAMS_FP16
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 NAMES = {torch.float16: "F16", torch.bfloat16: "BF16", torch.float32: "F32"}
@@ -73,7 +73,12 @@ def cast_like_vllm(stored: Tensor, dtype: torch.dtype, offset: tuple[int, ...] =
 
 def hc_params_dtype(engine_dtype: str, shims: tuple[str, ...], device: str) -> str:
     """The dtype vLLM gives the HyperConnection parameters: bf16 (hard-coded in qwen4_exp/nvidia), or
-    the model dtype where the `qwen4exp_fp16_cpu` shim applies (an fp16 model on the CPU platform)."""
-    if engine_dtype == "fp16" and SHIM_FP16_CPU in shims and device == "cpu":
+    the model dtype where a shim makes it so: `qwen4exp_fp16_cpu` on the CPU platform, or
+    `qwen4exp_hc_params_fp16` on any (the fp16 production-shape contracts on CUDA: the fp16 HC route
+    runs there, 297,402 hits on an H100 on 2026-12-06, while this rule, missing the shim, told the
+    screen it did not and left it unscreened)."""
+    if engine_dtype == "fp16" and (
+        SHIM_HC_PARAMS_FP16 in shims or (SHIM_FP16_CPU in shims and device == "cpu")
+    ):
         return "fp16"
     return "bf16"

@@ -221,15 +221,31 @@ def run_real_ops(
 
         torch.cuda.empty_cache()
     if arm is not None:
-        # a route the screen skipped (HC parameters in another dtype) ran vLLM's path, not the arm's code
-        screened = [r for r in REAL_ROUTES if r not in record["skipped"]]
+        from qgate_route_env import ROUTES, switched_on
+
+        # a route the screen skipped (HC parameters in another dtype than the activations) is named
+        # with the reason; the other blind spots are the synthetic screen's (routes it has no site for,
+        # start-up hooks, the arm's env)
+        skipped = record["skipped"]
+        screened = [r for r in REAL_ROUTES if r not in skipped]
         control = None
         if arm == "candidate":
             control = control_env if control_env is not None else c.env_for("control")
+        unseen = [
+            f"route {r} is switched on but the real-weight screen did not run it: {why}"
+            for r, why in skipped.items()
+            if r in switched_on(env)
+        ]
+        unseen += [
+            f"route {r} is switched on but the real-weight screen has no site for it: it was not screened"
+            for r in sorted(switched_on(env))
+            if r not in REAL_ROUTES
+        ]
+        unseen += blind_spots(env, ROUTES, control)  # every route counted above: the env's blind spots
         record |= {
             "arm": arm,
             "overrides": {r: s for r, s in specs.items() if r in screened},
-            "unseen": blind_spots(env, screened, control),
+            "unseen": unseen,
         }
     atomic_write_json(path, record)
     atomic_write_text(path.with_suffix(".md"), real_markdown(record))
