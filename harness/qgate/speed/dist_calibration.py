@@ -52,4 +52,18 @@ MODELS: dict[str, dict] = {
             "defeat-strided": [[1, 1], [1, 1], [2, 2], [1, 1]],
         },
     },
+    # The same shapes in fp16, attention without QSA (/tmp/qgate-prodshape-noqsa), on an H100,
+    # 2026-12-06 (c4ea38b, docs/evidence/gpu-runs/2026-12-06-h100-s10): contracts/qwen38-prodshape-fp16.yaml;
+    # the honest pair is `qgate demo --until-decided`'s (2 engine starts an arm of 4 reps), each
+    # corruption one start against its control's first start.
+    "prod-shape-fp16": {
+        "model_spec": "/tmp/qgate-prodshape-noqsa",
+        "honest": {"shipped": [[7, 0], [256, 0], [25, 0], [86, 0], [69, 0], [59, 0], [7, 0], [78, 0]]},
+        "corrupt": {
+            "defeat-lm-head": [[1, 1], [1, 1], [1, 1], [1, 1]],
+            "top1": [[7, 7], [256, 256], [25, 25], [86, 86]],
+            "defeat": [[1, 1], [1, 1], [1, 1], [1, 1]],
+            "defeat-strided": [[1, 1], [1, 1], [1, 1], [1, 1]],
+        },
+    },
 }
