@@ -108,6 +108,17 @@ def test_files_of_a_plugin_before_ranks_are_counted(tmp_path: Path) -> None:
     assert "0 files of processes that loaded the model, the engine has 1" in said
 
 
+def _child_ending_with(said: str):  # type: ignore[no-untyped-def]
+    """segment.run_child's stand-in: the engine started, then the child ended with `said` (the
+    attestation check's line, as the launcher reports it)."""
+
+    def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
+        on_event({"event": "engine_ready"})
+        return ChildOutcome(0, said, str(log_path), said)
+
+    return child
+
+
 def _result(launches: list[dict], counts: dict) -> dict:
     return {"env": ENV, "engine_args": {"tensor_parallel_size": 1}, "routes": counts, "launches": launches}
 
@@ -130,11 +141,7 @@ def test_a_start_kept_as_not_whole_fails_the_route_gates_after_a_resume(
     said = launcher.attestation_lost(lost, ENV, spec, since=None)
     assert said is not None
 
-    def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
-        on_event({"event": "engine_ready"})
-        return ChildOutcome(0, said, str(log_path), said)
-
-    monkeypatch.setattr(segment, "run_child", child)
+    monkeypatch.setattr(segment, "run_child", _child_ending_with(said))
     saved: list[dict] = []
     with pytest.raises(EngineError, match="candidate launch 1: the route attestation .* is not whole"):
         segment.run_segment(
@@ -160,11 +167,7 @@ def test_an_emptied_file_keeps_the_start_with_its_reason_not_a_lost_save(
     said = launcher.attestation_lost(start, ENV, {"engine_args": {"tensor_parallel_size": 2}}, None)
     result = {"launches": [], "routes": {}, "dropped_env": [], "inherited_env": None, "shims": {}}
 
-    def child(spec, arm, log_path, on_event, attest_dir, stall):  # type: ignore[no-untyped-def]
-        on_event({"event": "engine_ready"})
-        return ChildOutcome(0, said, str(log_path), said)
-
-    monkeypatch.setattr(segment, "run_child", child)
+    monkeypatch.setattr(segment, "run_child", _child_ending_with(said))
     saved: list[dict] = []
     with pytest.raises(EngineError, match="unreadable route attestation"):
         segment.run_segment(
