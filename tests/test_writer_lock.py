@@ -100,3 +100,27 @@ def test_a_stop_while_qgate_imports_is_one_line(tmp_path: Path, signum: int) -> 
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signum, err
     assert err == f"qgate: stopped by {signal.Signals(signum).name}\n", err
+
+
+# A stop raised inside a callback (here a weakref's; in the suite, importlib's module-lock cleanup during
+# `qgate compare`'s imports, 6 Dec 2026) cannot leave it: Python printed "Exception ignored", went on,
+# and the command ended with its own exit 2. The stop must end the process there, in one line.
+IGNORED_STOP = """
+import signal, weakref
+from qgate import entry
+entry.install()
+class Held:
+    pass
+held = Held()
+ref = weakref.ref(held, lambda _: entry.stop_line(signal.SIGTERM))
+del held
+print("went on")
+"""
+
+
+def test_a_stop_raised_where_python_ignores_exceptions_still_stops() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", IGNORED_STOP], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "qgate: stopped by SIGTERM\n")

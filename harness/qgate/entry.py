@@ -10,20 +10,48 @@ standard library is imported here, so that it is in place before anything slow l
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
+from typing import Any
+
+
+class Stop(SystemExit):
+    """The SystemExit of a stop (exit 128 + signum), told apart from a command's own."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
 
 
 def stop_line(signum: int, frame: FrameType | None = None) -> None:
     """The handler: one line, then SystemExit(128 + signum), unwinding as an exception does."""
     sys.stderr.write(f"qgate: stopped by {signal.Signals(signum).name}\n")
-    raise SystemExit(128 + signum)
+    raise Stop(128 + signum)
+
+
+def _stop_even_when_ignored(previous: Any) -> Any:
+    """A signal that lands while Python runs a callback (a weakref's, importlib's module-lock cleanup
+    during the imports, a __del__) raises the stop where no exception can leave: Python reports it as
+    "Exception ignored" and goes on, and the command ran to its end (seen: SIGTERM during `qgate
+    compare`'s imports, exit 2 instead of 143). There the stop ends the process at once: nothing of a
+    command has begun (the imports) or everything has (after it), so nothing is left half-written."""
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Stop):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(unraisable.exc_value.exit_code)
+        previous(unraisable)
+
+    return hook
 
 
 def install() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop_line)
+    sys.unraisablehook = _stop_even_when_ignored(sys.unraisablehook)
 
 
 def main() -> None:
