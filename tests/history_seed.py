@@ -11,7 +11,6 @@ record); entry "beta" one INCONCLUSIVE-prone night of noise. Numbers are seeded,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from datetime import date, timedelta
@@ -19,18 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from golden import support
 from test_history import quality_result, quality_verdict
 
 from qgate import history
 from qgate.compare import build_verdict, load_pairs
 from qgate.contract import LoadedContract, load_contract
 from qgate.results import atomic_write_json, utc_now
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 SEED_START = date(2026, 11, 1)
 NIGHTS = 30  # calendar days per entry

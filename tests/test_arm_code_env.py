@@ -5,23 +5,17 @@ the name (`code_env`); a FAIL stays a FAIL. On the hand-made fixture pair (no en
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 
 from qgate import comparable
 from qgate.compare import Pair, build_verdict
 from qgate.contract import ContractError, LoadedContract, parse_contract
 from qgate.contract.aa import code_env_differences, is_code_env
 from qgate.report import render_markdown
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 @pytest.fixture(autouse=True)

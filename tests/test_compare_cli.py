@@ -6,23 +6,18 @@ test_speed_e2e.py (the A/A and a known slowdown) and test_ablate_vllm.py (a rout
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import routes
 from qgate.cli.compare import app
 from qgate.results import ids_sha256
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 runner = CliRunner()
 
 

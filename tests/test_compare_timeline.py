@@ -8,13 +8,13 @@ refused), the verdict and gates untouched, a bad folder refused before anything 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate.cli.compare import app
@@ -23,12 +23,6 @@ from qgate.report.timeline import TITLE, timeline_lines
 from qgate.results import load_result
 from qgate.timeline import TIMELINE_SCHEMA_VERSION, match_arms, read_timeline, thaw
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
-
 H200 = Path(__file__).parent / "fixtures" / "timeline" / "h200-prodshape-bf16"
 GEMV_VAR = "VLLM_SM70_QWEN38_FP16_GEMV"  # the one route env var of the golden pair (0 control, 1 candidate)
 NVJET = "nvjet_sm90_tst_512x8_64x3_2x1_v_bz_TNT"  # a vLLM GEMM the candidate's GEMV replaces
@@ -36,13 +30,8 @@ NVJET = "nvjet_sm90_tst_512x8_64x3_2x1_v_bz_TNT"  # a vLLM GEMM the candidate's 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Path, Path]:
-    contract = tmp_path / "contract.yaml"
-    shutil.copy(support.FIXTURE_CONTRACT, contract)
-    control, candidate = (support.rehash(r, contract) for r in support.load_pair())
-    return (
-        support.write_json(tmp_path / "a" / "control.json", control),
-        support.write_json(tmp_path / "b" / "candidate.json", candidate),
-    )
+    control, candidate, _ = support.written_pair(tmp_path)
+    return control, candidate
 
 
 def compare(pair: tuple[Path, Path], out: Path, *extra: object) -> Any:

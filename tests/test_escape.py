@@ -6,12 +6,12 @@ would see. No engine: the hand-made fixture pair."""
 
 from __future__ import annotations
 
-import importlib.util
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
+from golden import support
 from markdown_it import MarkdownIt
 from test_history import make_night  # noqa: F401
 from typer.testing import CliRunner
@@ -23,12 +23,6 @@ from qgate.contract import LoadedContract, parse_contract
 from qgate.report import junit, render_markdown, speed_png
 from qgate.report.escape import Md, html_text, md, md_cell, md_code, term, xml_text
 from qgate.report.tables import table
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 runner = CliRunner()
 EVIL = (

@@ -7,7 +7,6 @@ same cases run with ENOSPC injected at the writes' fsync (said by the `disk` fix
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,16 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import comparable, results
 from qgate.cli import app
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 runner = CliRunner()
 
 
@@ -81,14 +76,7 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
 @pytest.fixture
 def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, Path]:
     monkeypatch.setattr(comparable, "routes", support.standin_routes())
-    contract = tmp_path / "contract.yaml"
-    shutil.copy(support.FIXTURE_CONTRACT, contract)
-    control, candidate = (support.rehash(r, contract) for r in support.load_pair())
-    return (
-        support.write_json(tmp_path / "a" / "control.json", control),
-        support.write_json(tmp_path / "b" / "candidate.json", candidate),
-        contract,
-    )
+    return support.written_pair(tmp_path)
 
 
 def _one_error_line(output: str) -> str:

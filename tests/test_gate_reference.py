@@ -4,12 +4,12 @@ name, the committed page equals the code, and real verdicts name only registered
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate.cli import app
@@ -19,10 +19,6 @@ from qgate.gate_reference import BUILDERS, PAGE, gate_names, generate
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / PAGE
-_spec = importlib.util.spec_from_file_location("golden_support", REPO / "tests" / "golden" / "support.py")
-assert _spec is not None and _spec.loader is not None
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 def _recorded_gates(record: Any) -> list[str]:

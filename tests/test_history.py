@@ -7,7 +7,6 @@ verdicts: compare-speed/verdict.json written by qgate.compare.run_compare itself
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sqlite3
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import comparable, history
@@ -23,11 +23,6 @@ from qgate.cli.history import app
 from qgate.compare import run_compare
 from qgate.report import trend
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 runner = CliRunner()
 QSHA = "ab" * 32  # the quality contract's sha256 in the hand-made quality results
 

@@ -13,13 +13,13 @@ stay <= alpha/2.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from golden import support
 
 from qgate import launch_cv
 from qgate.speed.sequential import Design, look_decision
@@ -30,12 +30,6 @@ FLOOR = 1 - MARGIN / 100
 SPREADS = (0.0, 0.005, 0.01, 0.02, 0.05)
 SIMS = 20000
 OLD_RUNNER_KEYS = ("hostname", "gpu", "driver", "torch")  # the runner before the CPU and memory counted
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 FP = {
     "hostname": "v100-runner",

@@ -5,23 +5,15 @@ seeded simulation of its error rates beside the bare ratio of medians it replace
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from golden import support
 from scipy import stats as sps
 
 from qgate.compare import Pair, build_verdict
 from qgate.launch_cv import ttft_levels_var
 from qgate.speed.gates import PREFILL_FAIL, PREFILL_PASS, prefill_decision
 from qgate.stats import arm_variance, log_ratio_se_df
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 def _prefill(control: dict, candidate: dict) -> dict:

@@ -4,13 +4,13 @@ to the models, real records accepted, and a record the models refuse refused in 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import typing
 from pathlib import Path
 
 import jsonschema
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import night, records, results
@@ -21,10 +21,6 @@ from qgate.speed.record import check_speed_result
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"
-_spec = importlib.util.spec_from_file_location("golden_support", REPO / "tests" / "golden" / "support.py")
-assert _spec is not None and _spec.loader is not None
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 def _real_records() -> list[Path]:

@@ -5,22 +5,17 @@ Regenerate after an intended change with QGATE_UPDATE_GOLDEN=1 and review the di
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
+from golden import support
 
 from qgate import comparable
 from qgate.compare import Pair, build_verdict
 from qgate.report import render_markdown, speed_png
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 GOLDEN_REPORT = support.GOLDEN / "report.md"
 
 

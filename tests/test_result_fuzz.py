@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -27,18 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import results
 from qgate.cli.compare import app as compare_app
 from qgate.cli.history import app as history_app
 from qgate.results import ids_sha256
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 SEED = 45
 TIMEOUT_S = 30.0  # one compare of a refused file takes milliseconds; a hang is what this bounds

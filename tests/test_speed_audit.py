@@ -7,22 +7,16 @@ error rates recomputed (seeded) from the margins recorded on the demo model
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
+from golden import support
 
 from qgate.results import ids_sha256
 from qgate.speed import audit
 from qgate.speed.workload import draw, prompt_pool, rep_seed, run_reps
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 def _diverge(candidate: dict, index: int, at: int, new: list[int]) -> list[int]:

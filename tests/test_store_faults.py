@@ -6,7 +6,6 @@ no trend, no verdict from it. Fleet lists that are FIFOs or devices are refused 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -17,17 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import comparable, history
 from qgate.cli import app
 from qgate.compare import run_compare
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 runner = CliRunner()
 
 

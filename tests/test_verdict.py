@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from golden import support
 
 from qgate import comparable
 from qgate import compare as compare_mod
@@ -18,12 +18,6 @@ from qgate.gate import SEV_ERROR, SEV_INCONCLUSIVE, Gate, decide
 from qgate.results import current_schema, ids_sha256
 from qgate.speed import gates as vd
 from qgate.stats import StatsConfig, compare_samples
-
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 
 
 @pytest.fixture(autouse=True)
@@ -560,17 +554,12 @@ def test_non_inferiority_needs_the_ci_to_rule_out_a_larger_slowdown() -> None:
 
 def test_compare_refuses_an_out_dir_holding_a_report_unless_force(tmp_path: Path) -> None:
     """qgate compare never overwrites an earlier verdict without --force: exit 2, one line naming DIR."""
-    import shutil
 
     from typer.testing import CliRunner
 
     from qgate.cli.compare import app
 
-    contract = tmp_path / "contract.yaml"
-    shutil.copy(support.FIXTURE_CONTRACT, contract)
-    control, candidate = (support.rehash(r, contract) for r in support.load_pair())
-    ctrl = support.write_json(tmp_path / "a" / "control.json", control)
-    cand = support.write_json(tmp_path / "b" / "candidate.json", candidate)
+    ctrl, cand, contract = support.written_pair(tmp_path)
     out = tmp_path / "out"
     args = [str(a) for a in (ctrl, cand, "--contract", contract, "--out", out)]
     first = CliRunner().invoke(app, args)

@@ -7,9 +7,7 @@ one. SIGINT / SIGTERM while `qgate` is still importing its modules end it in one
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from golden import support
 from typer.testing import CliRunner
 
 from qgate import comparable
@@ -24,11 +23,6 @@ from qgate.cli import app
 from qgate.engine import procs
 from qgate.writer_lock import FolderBusy, one_writer
 
-_spec = importlib.util.spec_from_file_location(
-    "golden_support", Path(__file__).parent / "golden" / "support.py"
-)
-support = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(support)
 runner = CliRunner()
 HOLD = (
     "import sys, time\n"
@@ -53,11 +47,7 @@ def holder(tmp_path: Path):
 def test_a_second_writer_is_refused_naming_the_holder(holder, tmp_path: Path, monkeypatch) -> None:
     out, proc = holder
     monkeypatch.setattr(comparable, "routes", support.standin_routes())
-    contract = tmp_path / "contract.yaml"
-    shutil.copy(support.FIXTURE_CONTRACT, contract)
-    control, candidate = (support.rehash(r, contract) for r in support.load_pair())
-    ctrl = support.write_json(tmp_path / "a" / "control.json", control)
-    cand = support.write_json(tmp_path / "b" / "candidate.json", candidate)
+    ctrl, cand, _ = support.written_pair(tmp_path)
     args = ["compare", str(ctrl), str(cand), "--out", str(out)]
     res = runner.invoke(app, args)
     assert res.exit_code == 2, res.output

@@ -109,6 +109,19 @@ def history_night(root: Path, night: str, control: dict[str, Any], candidate: di
     return run
 
 
+def written_pair(tmp: Path) -> tuple[Path, Path, Path]:
+    """The fixture pair under tmp, rehashed against a copy of the fixture contract there:
+    (a/control.json, b/candidate.json, contract.yaml)."""
+    contract = tmp / "contract.yaml"
+    contract.write_bytes(FIXTURE_CONTRACT.read_bytes())
+    control, candidate = (rehash(r, contract) for r in load_pair())
+    return (
+        write_json(tmp / "a" / "control.json", control),
+        write_json(tmp / "b" / "candidate.json", candidate),
+        contract,
+    )
+
+
 def write_json(path: Path, data: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
