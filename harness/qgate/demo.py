@@ -266,12 +266,12 @@ def run_screen_gate(plan: DemoPlan) -> GateOutcome:
     t0 = time.perf_counter()
     real = plan.loaded.contract.ops is None
     report = str(plan.out / "ops" / ("real.md" if real else "ops.md"))
-    arm = {"arm": "candidate", "env": plan.plans[1].env, "control_env": plan.plans[0].env}
+    env, control_env = plan.plans[1].env, plan.plans[0].env
+    screen = run_real_ops if real else run_ops
     try:
-        if real:
-            record = run_real_ops(plan.loaded, plan.out, device=plan.device, **arm)  # type: ignore[arg-type]
-        else:
-            record = run_ops(plan.loaded, plan.out, plan.device, **arm)  # type: ignore[arg-type]
+        record = screen(
+            plan.loaded, plan.out, device=plan.device, arm="candidate", env=env, control_env=control_env
+        )
     except QgateError as exc:
         return GateOutcome(SCREEN, "ERROR", "-", report, time.perf_counter() - t0, [str(exc)])
     outcome = real_screen_outcome(record, report) if real else screen_outcome(record, report)
