@@ -343,3 +343,17 @@ def test_a_speed_gate_whose_audit_failed_says_the_timed_output_was_caught(tmp_pa
     assert record["verdict"] == "FAIL" and demo.exit_code(record) == 1
     assert "audit caught the candidate's timed output" in says and "rep 0 position 4" in says
     assert "answers like the control" not in says and "faster" not in says
+
+
+def test_without_an_ops_section_the_screen_runs_the_candidates_code_on_the_checkpoint(tmp_path: Path) -> None:
+    """qwen4exp-cpu has no ops section: the demo's screen is the real-weight one (qgate.ops.real), on the
+    candidate's arm; a faulty candidate's own GEMV FAILs it there."""
+    honest = demo.run_screen_gate(
+        demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "h", device="cpu")
+    )
+    assert honest.verdict == "PASS" and honest.report.endswith("ops/real.md"), honest.reasons
+    assert "the routes' kernels on cpu" in honest.figure and "weights (fp16, TP 1)" in honest.figure
+    plan = demo.make_plan(CONTRACTS / "qwen4exp-cpu.yaml", tmp_path / "f", faulty="sign", device="cpu")
+    faulty = demo.run_screen_gate(plan)
+    assert faulty.verdict == "FAIL" and "slow_routes:perturbed_gemv" in faulty.figure
+    assert any("lm_head" in r and "over the bound" in r for r in faulty.reasons), faulty.reasons
